@@ -11,8 +11,9 @@ class EglrStats:
     """Running totals, added to by the refiner at every decoding step.
 
     ``flop_ratio`` follows the paper's per-row accounting: layer evaluations divided by
-    ``N × tokens``. ``batched_flop_ratio`` counts refinement passes as they ran: a batch refines
-    all of its rows while any row is still iterating.
+    ``N × tokens``. ``batched_flop_ratio`` counts what ran: the normal pass over every batch row
+    (finished rows included, as ``generate`` computes them) and the refinement loop over the
+    gated rows until the last of them exits.
     """
 
     num_layers: int = 0
@@ -22,17 +23,18 @@ class EglrStats:
     refine_layer_evals: int = 0  # sum over gated tokens of L * k*
     steps: int = 0  # decoding steps (batched forward passes)
     row_steps: int = 0  # steps × batch rows
-    batched_refine_layer_evals: int = 0  # sum over steps of L * iterations run × batch rows
+    batched_refine_layer_evals: int = 0  # sum over steps of L × loop iterations × gated rows
     wall_time_s: float = 0.0
 
     def add_step(self, *, batch_rows: int, active_rows: int, gated_iterations: list[int], L: int, loop_iterations: int) -> None:
+        """One decoding step: the refinement ran ``loop_iterations`` times over the gated rows."""
         self.steps += 1
         self.row_steps += batch_rows
         self.tokens += active_rows
         self.gated_tokens += len(gated_iterations)
         self.iterations.update(gated_iterations)
         self.refine_layer_evals += L * sum(gated_iterations)
-        self.batched_refine_layer_evals += L * loop_iterations * batch_rows
+        self.batched_refine_layer_evals += L * loop_iterations * len(gated_iterations)
 
     def merge(self, other: "EglrStats") -> None:
         self.num_layers = self.num_layers or other.num_layers

@@ -27,6 +27,7 @@ from eglr_harness.decoding.model_parts import ModelParts
 _CACHE_KWARGS = ("past_key_values", "past_key_value")
 # Layer kwargs with a query-length axis, and where it is; sliced to the last position.
 _QUERY_AXIS = {"attention_mask": -2, "position_ids": -1, "cache_position": -1}
+_NO_BATCH_AXIS = {"cache_position"}
 
 
 class _ReplayCache:
@@ -200,28 +201,31 @@ class EglrRefiner:
 
     # ---------------------------------------------------------------- refinement
     def _refine(self, raw0: torch.Tensor, final0: torch.Tensor, gate: torch.Tensor):
-        """Run up to k_max refinement iterations for the gated rows (all rows are computed; each
-        row keeps its own result, so rows do not influence each other).
+        """Run up to k_max refinement iterations for the gated rows only.
 
-        raw0: (B, V) raw logits of the normal pass; final0: (B, V) fp32 after soft-cap;
-        gate: (B,) bool. Returns the raw logits to emit (B, V), iterations per row (B,) and the
-        number of loop iterations run.
+        Each gated row keeps its own result and stops at its own KL exit; rows never influence
+        each other. raw0: (B, V) raw logits of the normal pass; final0: (B, V) fp32 after the
+        soft-cap; gate: (B,) bool. Returns the raw logits to emit (B, V), iterations per row (B,)
+        and the number of loop iterations run (for the batched accounting, over gated rows).
         """
         capture, cfg = self._capture, self.config
         if capture.anchor is None or capture.last_hidden is None or len(capture.layer_calls) != len(self._top):
             raise RuntimeError("EGLR hooks did not see the whole forward pass (is the model wrapped or compiled?).")
-        anchor, hidden = capture.anchor, capture.last_hidden  # (B, D)
-        logp_prev = torch.log_softmax(final0, dim=-1)
-        chosen = raw0.clone()
-        iterations = torch.zeros_like(gate, dtype=torch.long)
-        running = gate.clone()
+        rows = torch.nonzero(gate).flatten()  # (G,)
+        anchor, hidden = capture.anchor[rows], capture.last_hidden[rows]  # (G, D)
+        calls = {i: _select_rows(call, rows, gate.numel()) for i, call in capture.layer_calls.items()}
+        attended = {i: (k[rows], v[rows]) for i, (k, v) in capture.attended.items()}
+        logp_prev = torch.log_softmax(final0[rows], dim=-1)
+        chosen = raw0[rows].clone()  # (G, V)
+        iterations = torch.zeros(rows.numel(), dtype=torch.long, device=gate.device)
+        running = torch.ones(rows.numel(), dtype=torch.bool, device=gate.device)
         loops = 0
         self._refining = True
         try:
             for k in range(1, cfg.k_max + 1):
-                fused = fuse(anchor, norm_match(hidden, anchor), cfg.alpha)  # (B, D)
-                hidden = self._run_top_layers(fused)  # (B, D)
-                raw = self.parts.lm_head(self.parts.final_norm(hidden[:, None, :]))[:, -1]  # (B, V)
+                fused = fuse(anchor, norm_match(hidden, anchor), cfg.alpha)  # (G, D)
+                hidden = self._run_top_layers(fused, calls, attended)  # (G, D)
+                raw = self.parts.lm_head(self.parts.final_norm(hidden[:, None, :]))[:, -1]  # (G, V)
                 logp = torch.log_softmax(softcap(raw.float(), self.parts.logit_softcap), dim=-1)
                 chosen[running] = raw[running].to(chosen.dtype)
                 iterations[running] = k
@@ -232,14 +236,18 @@ class EglrRefiner:
                     break
         finally:
             self._refining = False
-        return chosen, iterations, loops
+        out_raw = raw0.clone()
+        out_raw[rows] = chosen
+        out_iterations = torch.zeros_like(gate, dtype=torch.long)
+        out_iterations[rows] = iterations
+        return out_raw, out_iterations, loops
 
-    def _run_top_layers(self, fused: torch.Tensor) -> torch.Tensor:
-        """Apply layers N-L+1..N to the fused state at the current position.  (B, D) -> (B, D)."""
-        replay = _ReplayCache(self._capture.attended)
-        hidden = fused[:, None, :]  # (B, 1, D)
+    def _run_top_layers(self, fused: torch.Tensor, calls: dict, attended: dict) -> torch.Tensor:
+        """Apply layers N-L+1..N to the fused state at the current position.  (G, D) -> (G, D)."""
+        replay = _ReplayCache(attended)
+        hidden = fused[:, None, :]  # (G, 1, D)
         for i in self._top:
-            args, kwargs, query_len = self._capture.layer_calls[i]
+            args, kwargs, query_len = calls[i]
             kwargs = {name: _last_position(value, name, query_len) for name, value in kwargs.items()}
             for key in _CACHE_KWARGS:
                 if key in kwargs:
@@ -249,3 +257,17 @@ class EglrRefiner:
             out = self.parts.layers[i](hidden, *args, **kwargs)
             hidden = out[0] if isinstance(out, tuple) else out
         return hidden[:, -1]
+
+
+def _select_rows(call: tuple, rows: torch.Tensor, batch: int) -> tuple:
+    """Keep the gated rows of a captured layer call: every tensor whose first axis is the batch."""
+
+    def pick(name, value):
+        if isinstance(value, torch.Tensor) and name not in _NO_BATCH_AXIS and value.dim() > 0 and value.shape[0] == batch:
+            return value[rows]
+        if isinstance(value, tuple) and all(isinstance(v, torch.Tensor) for v in value):
+            return tuple(pick(name, v) for v in value)
+        return value
+
+    args, kwargs, query_len = call
+    return tuple(pick("", a) for a in args), {k: pick(k, v) for k, v in kwargs.items()}, query_len

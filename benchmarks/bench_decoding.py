@@ -1,0 +1,132 @@
+"""EGLR decoding benchmarks on SmolLM2-135M (CPU or GPU), reported as ratios measured in one run.
+
+1. eglr-hf at L=0 vs lm-eval's `hf` (greedy, batch 8): throughput ratio (target >= 1.0).
+2. eglr-hf at L=10 with a calibrated tau_h vs L=0: wall-time ratio, set against the per-row
+   bound 1 + rho*k*L/N and the batched bound 1 + P(any row gated)*k*L/N (target <= 1.15).
+3. Peak memory (max RSS of a process running one mode; CUDA peak allocated on GPU).
+
+Each mode runs in its own subprocess (so peak memory is its own) on the same prompts: the first
+`--prompts` GSM8K questions of $EGLR_DATA_DIR (default ../shared/data) with SmolLM2's chat template.
+
+    python benchmarks/bench_decoding.py --prompts 16 --max_gen_toks 128 --out benchmarks/results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODES = ("hf", "L0", "L10")
+
+
+def _prompts(n: int, tokenizer) -> list[str]:
+    data = Path(os.environ.get("EGLR_DATA_DIR", ROOT.parent / "shared" / "data")) / "gsm8k" / "test.jsonl"
+    questions = [json.loads(line)["question"] for line in data.read_text().splitlines()[:n]]
+    suffix = "\nPlease reason step by step, and put your final answer within \\boxed{}."
+    return [tokenizer.apply_chat_template([{"role": "user", "content": q + suffix}], tokenize=False,
+                                          add_generation_prompt=True) for q in questions]
+
+
+def run_mode(mode: str, n_prompts: int, max_gen_toks: int, batch_size: int, tau_h: float | None, device: str) -> dict:
+    import torch
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    from eglr_harness.lm_model import EglrHFLM
+    from eglr_harness.presets import load_preset
+
+    preset = load_preset("smollm2-135m-instruct")["model_args"]
+    common = dict(pretrained=preset["pretrained"], gguf_file=preset["gguf_file"], dtype="float32",
+                  device=device, batch_size=batch_size)
+    if mode == "hf":
+        lm = HFLM(**common)
+    else:
+        lm = EglrHFLM(**common, L=0 if mode == "L0" else 10, tau_h=tau_h if tau_h is not None else "auto",
+                      calib_limit=n_prompts)
+    prompts = _prompts(n_prompts, lm.tokenizer)
+    gen = {"until": ["<|im_end|>"], "max_gen_toks": max_gen_toks, "do_sample": False}
+    requests = [Instance("generate_until", doc={}, arguments=(p, dict(gen)), idx=0, metadata=("bench", i, 1))
+                for i, p in enumerate(prompts)]
+    if mode == "L10" and tau_h is None:  # calibrate first, outside the timed region
+        lm._ensure_tau_h("bench", lm._assign_cells(requests), True)
+        lm._memo.clear()
+        lm._stats.clear()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    texts = lm.generate_until(requests, disable_tqdm=True)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - started
+    tokens = sum(len(lm.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
+    result = {"mode": mode, "wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall,
+              "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "texts": texts}
+    if device.startswith("cuda"):
+        result["cuda_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    if mode != "hf":
+        info = lm.get_model_info()["eglr"]
+        result["eglr"] = info["stats"]["total"]
+        result["tau_h"] = info["tau_h"].get("bench")
+        result["num_layers"] = info["num_layers"]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--max_gen_toks", type=int, default=128)
+    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--tau_h", type=float, default=None, help="default: calibrated on the same prompts")
+    parser.add_argument("--out", default=None, help="write all figures as JSON here")
+    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # internal: one mode per process
+    args = parser.parse_args()
+
+    if args.mode:
+        print(json.dumps(run_mode(args.mode, args.prompts, args.max_gen_toks, args.batch_size, args.tau_h, args.device)))
+        return
+
+    results = {}
+    for mode in MODES:
+        cmd = [sys.executable, __file__, "--mode", mode, "--prompts", str(args.prompts), "--max_gen_toks",
+               str(args.max_gen_toks), "--batch_size", str(args.batch_size), "--device", args.device]
+        if args.tau_h is not None:
+            cmd += ["--tau_h", str(args.tau_h)]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, "EGLR_CACHE_DIR": os.environ.get("EGLR_CACHE_DIR", "/tmp/eglr_bench_cache")})
+        results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"{mode}: {results[mode]['wall_s']:.1f}s, {results[mode]['tokens_per_s']:.1f} tok/s, "
+              f"max RSS {results[mode]['max_rss_mib']:.0f} MiB", flush=True)
+
+    hf, l0, l10 = results["hf"], results["L0"], results["L10"]
+    st, n = l10["eglr"], l10["num_layers"]
+    k = st["mean_iterations"]
+    per_row_bound = 1 + st["rho"] * k * 10 / n
+    batched_bound = st["batched_flop_ratio"]
+    summary = {
+        "same_text_L0_vs_hf": [str(t) for t in l0["texts"]] == hf["texts"],
+        "throughput_ratio_L0_vs_hf": l0["tokens_per_s"] / hf["tokens_per_s"],
+        "wall_ratio_L10_vs_L0": l10["wall_s"] / l0["wall_s"],
+        "rho": st["rho"], "mean_iterations": k, "tau_h": l10["tau_h"],
+        "per_row_bound": per_row_bound, "batched_bound": batched_bound,
+        "flop_ratio": st["flop_ratio"],
+        "peak_memory_ratio_L10_vs_L0": l10.get("cuda_peak_mib", l10["max_rss_mib"]) / l0.get("cuda_peak_mib", l0["max_rss_mib"]),
+        "settings": vars(args),
+    }
+    for key, value in summary.items():
+        print(f"{key}: {value:.4f}" if isinstance(value, float) else f"{key}: {value}")
+    if args.out:
+        for r in results.values():
+            r.pop("texts", None)
+        Path(args.out).write_text(json.dumps({"summary": summary, "runs": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Compute accounting of eglr-hf runs (``config.eglr.stats``, docs/run-format.md).
+
+``flop_ratio`` is the paper's per-row accounting ``(N·tokens + Σ L·k) / (N·tokens)``; when runs
+are merged, ratios are combined weighted by tokens (same model, so the same N): ``1 + Σ(r−1)·t
+/ Σ t``; ρ = gated tokens / tokens; mean iterations is weighted by gated tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from eglr_harness.analysis.rollouts import Cell
+from eglr_harness.analysis.runinfo import RunInfo
+from eglr_harness.specs import T_DECIMALS
+
+__all__ = ["Compute", "stats_compute", "run_compute", "cell_compute", "combine_compute", "parse_cell_key"]
+
+_CELL_KEY = re.compile(r"\s*L\s*=\s*(\d+)\s*,\s*T\s*=\s*([0-9.eE+-]+)\s*")
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Compute of a run or a cell. Missing numbers are None."""
+
+    label: str
+    tokens: int | None
+    gated_tokens: int | None
+    rho: float | None
+    mean_iterations: float | None
+    flop_ratio: float | None
+    batched_flop_ratio: float | None
+    wall_time_s: float | None
+
+
+def parse_cell_key(key: str) -> Cell:
+    """``'L=4,T=0.0'`` -> ``(4, 0.0)``; ``ValueError`` for any other form."""
+    match = _CELL_KEY.fullmatch(key)
+    if match is None:
+        raise ValueError(f"stats cell key {key!r} is not of the form 'L=<int>,T=<float>'.")
+    return int(match.group(1)), round(float(match.group(2)), T_DECIMALS)
+
+
+def _num(stats: Mapping, key: str, kind=float):
+    value = stats.get(key)
+    return kind(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def stats_compute(label: str, stats: Mapping) -> Compute:
+    """A :class:`Compute` from one ``stats`` dict (``total`` or a cell)."""
+    return Compute(
+        label=label,
+        tokens=_num(stats, "tokens", int),
+        gated_tokens=_num(stats, "gated_tokens", int),
+        rho=_num(stats, "rho"),
+        mean_iterations=_num(stats, "mean_iterations"),
+        flop_ratio=_num(stats, "flop_ratio"),
+        batched_flop_ratio=_num(stats, "batched_flop_ratio"),
+        wall_time_s=_num(stats, "wall_time_s"),
+    )
+
+
+def run_compute(info: RunInfo) -> Compute | None:
+    """The run's ``stats.total``; None for runs without EGLR accounting."""
+    stats = ((info.eglr or {}).get("stats") or {}).get("total")
+    return stats_compute(str(info.path), stats) if isinstance(stats, Mapping) else None
+
+
+def cell_compute(infos: Sequence[RunInfo]) -> dict[Cell, Compute]:
+    """Per-cell compute over runs (cells found in several runs are combined)."""
+    found: dict[Cell, list[Compute]] = {}
+    for info in infos:
+        cells = ((info.eglr or {}).get("stats") or {}).get("cells") or {}
+        for key, stats in cells.items():
+            cell = parse_cell_key(key)
+            found.setdefault(cell, []).append(stats_compute(key, stats))
+    return {cell: combine_compute(f"L={cell[0]},T={cell[1]}", parts) for cell, parts in sorted(found.items())}
+
+
+def _weighted(values, weights) -> float | None:
+    pairs = [(v, w) for v, w in zip(values, weights) if v is not None and w]
+    total = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / total if total else None
+
+
+def combine_compute(label: str, parts: Sequence[Compute]) -> Compute:
+    """Combine several runs' (or cells') compute as stated in the module docstring."""
+    if len(parts) == 1:
+        return Compute(label, *[getattr(parts[0], f) for f in Compute.__dataclass_fields__ if f != "label"])
+    tokens = [p.tokens for p in parts]
+    gated = [p.gated_tokens for p in parts]
+    total_tokens = sum(t for t in tokens if t) if any(tokens) else None
+    total_gated = sum(g for g in gated if g) if any(g is not None for g in gated) else None
+
+    def ratio(field: str) -> float | None:
+        excess = _weighted([None if getattr(p, field) is None else getattr(p, field) - 1 for p in parts], tokens)
+        return None if excess is None else 1.0 + excess
+
+    walls = [p.wall_time_s for p in parts if p.wall_time_s is not None]
+    return Compute(
+        label=label,
+        tokens=total_tokens,
+        gated_tokens=total_gated,
+        rho=(total_gated / total_tokens) if total_tokens and total_gated is not None else None,
+        mean_iterations=_weighted([p.mean_iterations for p in parts], gated),
+        flop_ratio=ratio("flop_ratio"),
+        batched_flop_ratio=ratio("batched_flop_ratio"),
+        wall_time_s=sum(walls) if walls else None,
+    )

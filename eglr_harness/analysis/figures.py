@@ -1,0 +1,88 @@
+"""PNG figures with matplotlib's Agg canvas (no pyplot, no global backend, no display)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["heatmap", "budget_plot"]
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=110)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def heatmap(
+    path: Path,
+    values: Sequence[Sequence[float | None]],
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    annotations: Sequence[Sequence[str]] | None = None,
+    colorbar_label: str = "",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    cmap: str = "viridis",
+) -> Path:
+    """A heatmap of ``values[row][col]`` (None = missing, drawn grey) with optional cell texts."""
+    import numpy as np
+
+    rows, cols = len(row_labels), len(col_labels)
+    data = np.array([[math.nan if v is None else float(v) for v in row] for row in values], dtype=float).reshape(
+        rows, cols
+    )
+    fig = _figure(max(4.0, 0.62 * cols + 2.2), max(3.0, 0.5 * rows + 1.6))
+    ax = fig.add_subplot(1, 1, 1)
+    ax.set_facecolor("#d9d9d9")
+    image = ax.imshow(np.ma.masked_invalid(data), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", origin="upper")
+    ax.set_xticks(range(cols), labels=list(col_labels), fontsize=7)
+    ax.set_yticks(range(rows), labels=list(row_labels), fontsize=7)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    if annotations is not None:
+        size = 7 if max(rows, cols) <= 8 else (6 if max(rows, cols) <= 12 else 4.5)
+        for i in range(rows):
+            for j in range(cols):
+                text = annotations[i][j]
+                if text:
+                    dark = bool(np.isfinite(data[i, j]) and image.norm(data[i, j]) < 0.5)
+                    ax.text(j, i, text, ha="center", va="center", fontsize=size, color="white" if dark else "black")
+    fig.colorbar(image, ax=ax, label=colorbar_label)
+    fig.tight_layout()
+    fig.savefig(path)
+    return Path(path)
+
+
+def budget_plot(path: Path, curves: Sequence[tuple[str, Sequence[float], str, str]], *, title: str) -> Path:
+    """Lines of accuracy (%) against budget; ``curves`` = ``(label, fractions, linestyle, color)``."""
+    fig = _figure(6.0, 4.0)
+    ax = fig.add_subplot(1, 1, 1)
+    for label, fractions, style, color in curves:
+        if fractions:
+            ax.plot(
+                range(1, len(fractions) + 1),
+                [100 * f for f in fractions],
+                style,
+                color=color,
+                label=label,
+                marker=".",
+                markersize=3,
+            )
+    ax.set_xlabel("budget b (configurations)")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    return Path(path)

@@ -1,0 +1,238 @@
+"""The leaderboard's runs and their stock ``lm_eval`` command lines (pure functions).
+
+For each benchmark ``<b>`` the comparison set of the paper (Tables 2/3) needs:
+
+| run | model | task | gen kwargs | gives the rows |
+|---|---|---|---|---|
+| ``greedy`` | ``hf`` | ``<b>_eglr`` | ``do_sample=False`` | Greedy |
+| ``beam<n>`` | ``hf`` | ``<b>_eglr`` | ``do_sample=False,num_beams=n`` | Beam-n |
+| ``eglr_sc`` | ``eglr-hf`` | ``<b>_eglr_sc`` | — | EGLR (best L), EGLR-SC_L (B=10), Oracle_L |
+
+One ``eglr_sc`` run gives three rows: its L-only pool (L ∈ 1..10, T = 0) holds every per-L
+accuracy. ``max_gen_toks`` is passed as a gen kwarg to every run. Each run writes to
+``<output_dir>/<b>/<run>/`` (its ``--output_path``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eglr_harness.analysis.runinfo import parse_model_args
+
+__all__ = [
+    "LeaderboardOptions",
+    "PlannedRun",
+    "benchmark_of",
+    "model_slug",
+    "default_output_dir",
+    "plan_runs",
+    "gen_kwargs_arg",
+    "build_command",
+    "shell_command",
+    "parse_beams",
+]
+
+_TASK_SUFFIXES = ("_eglr_sc", "_eglr_lxt", "_eglr")
+_NAME = re.compile(r"[A-Za-z0-9_\-]+")
+
+
+def benchmark_of(task: str) -> str:
+    """``'gsm8k'``, ``'gsm8k_eglr'`` or ``'gsm8k_eglr_sc'`` -> ``'gsm8k'``."""
+    name = task.strip()
+    if not _NAME.fullmatch(name):
+        raise ValueError(
+            f"task {task!r} is not a task name; allowed: letters, digits, '_' and '-' (e.g. gsm8k or gsm8k_eglr)."
+        )
+    for suffix in _TASK_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def parse_beams(spec: str | None) -> tuple[int, ...]:
+    """``'4,11'`` -> ``(4, 11)``; ``''``/``'none'`` -> ``()`` (no beam rows)."""
+    if spec is None or spec.strip().lower() in {"", "none", "0"}:
+        return ()
+    beams = []
+    for part in spec.split(","):
+        try:
+            n = int(part)
+        except ValueError:
+            n = 0
+        if n < 2:
+            raise ValueError(
+                f"`--beams`={spec!r}: {part!r} is not a beam count; allowed: ints >= 2 (e.g. 4,11) or 'none'."
+            )
+        beams.append(n)
+    return tuple(dict.fromkeys(beams))
+
+
+def model_slug(model_args: str) -> str:
+    """A folder name for the model: the GGUF file stem, else the last part of ``pretrained``."""
+    args = parse_model_args(model_args)
+    name = args.get("gguf_file") or args.get("pretrained") or "model"
+    name = Path(str(name).rstrip("/")).name
+    if name.endswith(".gguf"):
+        name = name[: -len(".gguf")]
+    return re.sub(r"[^A-Za-z0-9._\-]+", "_", name) or "model"
+
+
+def default_output_dir(model_args: str) -> Path:
+    """``results/<model>/leaderboard`` (relative to the working directory)."""
+    return Path("results") / model_slug(model_args) / "leaderboard"
+
+
+@dataclass(frozen=True)
+class LeaderboardOptions:
+    """What ``eglr-leaderboard`` was asked for (validated)."""
+
+    model_args: str
+    tasks: tuple[str, ...]
+    output_dir: Path
+    beams: tuple[int, ...] = (4, 11)
+    limit: float | None = None
+    max_gen_toks: int | None = None
+    batch_size: str | None = None
+    device: str | None = None
+    apply_chat_template: bool = False
+    eglr_model_args: str = ""
+    greedy_suffix: str = "_eglr"
+    sc_suffix: str = "_eglr_sc"
+    hf_model: str = "hf"
+    eglr_model: str = "eglr-hf"
+    lm_eval_args: tuple[str, ...] = ()
+    python: str = field(default=sys.executable)
+
+    def __post_init__(self) -> None:
+        if "pretrained=" not in self.model_args:
+            raise ValueError(
+                f"`--model_args`={self.model_args!r} names no model; write pretrained=PATH_OR_HUB_ID[,gguf_file=FILE]."
+            )
+        if not self.tasks:
+            raise ValueError("`--tasks` is empty; give benchmarks such as gsm8k,math500.")
+        benchmarks = [benchmark_of(t) for t in self.tasks]
+        if len(set(benchmarks)) != len(benchmarks):
+            raise ValueError(f"`--tasks`={list(self.tasks)} names a benchmark twice; give each once.")
+        if self.limit is not None and not self.limit > 0:
+            raise ValueError(f"`--limit`={self.limit} is not allowed; allowed: a count >= 1 or a fraction in (0, 1).")
+        if self.max_gen_toks is not None and self.max_gen_toks < 1:
+            raise ValueError(f"`--max_gen_toks`={self.max_gen_toks} is not allowed; allowed: an int >= 1.")
+        for n in self.beams:
+            if n < 2:
+                raise ValueError(f"beam count {n} is not allowed; allowed: ints >= 2.")
+
+    @property
+    def benchmarks(self) -> tuple[str, ...]:
+        return tuple(benchmark_of(t) for t in self.tasks)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One lm_eval invocation of the leaderboard."""
+
+    kind: str  # "greedy" | "beam" | "eglr_sc"
+    name: str  # folder name: greedy, beam4, eglr_sc
+    benchmark: str
+    task: str
+    model: str
+    model_args: str
+    gen_kwargs: tuple[tuple[str, object], ...]
+    output_path: Path
+    num_beams: int | None = None
+
+
+def plan_runs(opts: LeaderboardOptions) -> list[PlannedRun]:
+    """All runs for ``opts``, benchmark by benchmark: greedy, beams, then the EGLR-SC run."""
+    tokens = (("max_gen_toks", opts.max_gen_toks),) if opts.max_gen_toks else ()
+    eglr_args = opts.model_args + ("," + opts.eglr_model_args.strip(",") if opts.eglr_model_args.strip(",") else "")
+    runs = []
+    for bench in opts.benchmarks:
+        base = Path(opts.output_dir) / bench
+        greedy_task = bench + opts.greedy_suffix
+        runs.append(
+            PlannedRun(
+                "greedy",
+                "greedy",
+                bench,
+                greedy_task,
+                opts.hf_model,
+                opts.model_args,
+                (("do_sample", False), *tokens),
+                base / "greedy",
+            )
+        )
+        for n in opts.beams:
+            runs.append(
+                PlannedRun(
+                    "beam",
+                    f"beam{n}",
+                    bench,
+                    greedy_task,
+                    opts.hf_model,
+                    opts.model_args,
+                    (("do_sample", False), ("num_beams", n), *tokens),
+                    base / f"beam{n}",
+                    num_beams=n,
+                )
+            )
+        runs.append(
+            PlannedRun(
+                "eglr_sc",
+                "eglr_sc",
+                bench,
+                bench + opts.sc_suffix,
+                opts.eglr_model,
+                eglr_args,
+                tokens,
+                base / "eglr_sc",
+            )
+        )
+    return runs
+
+
+def gen_kwargs_arg(gen_kwargs: tuple[tuple[str, object], ...]) -> str:
+    """``(('do_sample', False), ('num_beams', 4))`` -> ``'do_sample=False,num_beams=4'``."""
+    return ",".join(f"{k}={v}" for k, v in gen_kwargs)
+
+
+def _limit_arg(limit: float) -> str:
+    return str(int(limit)) if float(limit).is_integer() else repr(float(limit))
+
+
+def build_command(run: PlannedRun, opts: LeaderboardOptions) -> list[str]:
+    """The stock lm-eval 0.4.13 command line of ``run`` (``python -m lm_eval run ...``)."""
+    argv = [
+        opts.python,
+        "-m",
+        "lm_eval",
+        "run",
+        "--model",
+        run.model,
+        "--model_args",
+        run.model_args,
+        "--tasks",
+        run.task,
+        "--output_path",
+        str(run.output_path),
+        "--log_samples",
+    ]
+    if run.gen_kwargs:
+        argv += ["--gen_kwargs", gen_kwargs_arg(run.gen_kwargs)]
+    if opts.limit is not None:
+        argv += ["--limit", _limit_arg(opts.limit)]
+    if opts.batch_size is not None:
+        argv += ["--batch_size", str(opts.batch_size)]
+    if opts.device is not None:
+        argv += ["--device", opts.device]
+    if opts.apply_chat_template:
+        argv += ["--apply_chat_template"]
+    return argv + list(opts.lm_eval_args)
+
+
+def shell_command(argv: list[str]) -> str:
+    """The command as one copy-pasteable shell line."""
+    return shlex.join(argv)

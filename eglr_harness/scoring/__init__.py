@@ -1,0 +1,32 @@
+"""Answer extraction, equivalence, per-problem metrics and lm-eval filters for the eglr tasks.
+
+Import-light: nothing here imports lm_eval, math-verify or sympy until used. lm-eval
+registration lives in :mod:`eglr_harness.scoring.lm_eval_registry`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "extract_answer": "eglr_harness.scoring.extraction",
+    "last_boxed": "eglr_harness.scoring.extraction",
+    "canonical": "eglr_harness.scoring.normalize",
+    "parse_number": "eglr_harness.scoring.normalize",
+    "is_equivalent": "eglr_harness.scoring.equivalence",
+    "shutdown_worker": "eglr_harness.scoring.equivalence",
+    "score_document": "eglr_harness.scoring.metrics",
+    "majority_index": "eglr_harness.scoring.metrics",
+    "cluster_answers": "eglr_harness.scoring.metrics",
+    "cell_accuracies": "eglr_harness.scoring.metrics",
+    "best_cfg_acc": "eglr_harness.scoring.metrics",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'eglr_harness.scoring' has no attribute {name!r}")

@@ -1,0 +1,157 @@
+"""Per-problem scores over the repeats of one request, and the run-level aggregations.
+
+The per-document keys (docs/run-format.md) come from :func:`score_document`:
+
+- ``rollouts``: one record per repeat, in repeat order: ``{"repeat", "L", "T", "cycle",
+  "answer", "correct"}`` (``answer`` = extracted answer or ``None``; ``L``/``T``/``cycle`` are
+  ``None`` for responses that carry no :class:`~eglr_harness.rollout.Rollout` metadata).
+- ``acc``: correctness of repeat 0. ``mean_acc``: mean over the repeats.
+- ``maj@B``: correctness of the majority answer over the ``B`` repeats (rule: :func:`majority_index`).
+- ``oracle@B``: 1 if any repeat is correct.
+- ``best_cfg_acc``: the ``rollouts`` list again; :func:`best_cfg_acc` aggregates it.
+
+Majority rule. Answers are clustered by equivalence (each answer joins the first earlier cluster
+whose representative — its first member — it is equivalent to). Invalid answers (``None``) are
+never voted for. The largest cluster wins; among equally large clusters the one whose first
+member came earliest (lowest repeat index) wins. The winner is correct iff its representative is.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from eglr_harness.rollout import rollout_meta
+from eglr_harness.scoring.equivalence import DEFAULT_TIMEOUT_S, is_equivalent
+
+logger = logging.getLogger(__name__)
+
+UNKNOWN_CELL = "unknown"  # cell key of rollouts without (L, T) metadata
+
+Equivalence = Callable[[str, str], bool]
+
+
+def answer_or_none(value: Any) -> str | None:
+    """Filter outputs carry the invalid answer as ``""`` (so it can keep Rollout metadata)."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def cluster_answers(answers: Sequence[str | None], equivalent: Equivalence | None = None) -> list[list[int]]:
+    """Group the indices of valid answers into equivalence clusters, in order of first appearance."""
+    equivalent = equivalent or (lambda a, b: is_equivalent(a, b))
+    clusters: list[list[int]] = []
+    for i, answer in enumerate(answers):
+        if answer is None:
+            continue
+        for cluster in clusters:
+            if equivalent(answers[cluster[0]], answer):
+                cluster.append(i)
+                break
+        else:
+            clusters.append([i])
+    return clusters
+
+
+def majority_index(answers: Sequence[str | None], equivalent: Equivalence | None = None) -> int | None:
+    """Index of the representative of the winning cluster (module docstring), ``None`` if no valid answer."""
+    best: list[int] | None = None
+    for cluster in cluster_answers(answers, equivalent):
+        if best is None or len(cluster) > len(best):  # strict: ties keep the earlier cluster
+            best = cluster
+    return None if best is None else best[0]
+
+
+def cell_key(L: int | None, T: float | None) -> str:
+    """``"L=4,T=0.0"`` — the key format shared with the model's stats (docs/run-format.md)."""
+    if L is None or T is None:
+        return UNKNOWN_CELL
+    return f"L={int(L)},T={float(T)}"
+
+
+def score_document(
+    gold: str,
+    responses: Iterable[Any],
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> dict[str, Any]:
+    """All per-document metrics for the (extracted) answers of one problem's repeats.
+
+    Args:
+        gold: the reference answer (``doc["answer"]``).
+        responses: extracted answers in repeat order (``str``, :class:`Rollout`, ``""``/``None``
+            for invalid). A single string is treated as one repeat.
+        timeout_s: hard time limit of each symbolic equivalence check.
+    """
+    if isinstance(responses, str):
+        responses = [responses]
+    responses = list(responses)
+    answers = [answer_or_none(r) for r in responses]
+
+    def same(a: str, b: str) -> bool:
+        return is_equivalent(a, b, timeout_s=timeout_s)
+
+    correct = [int(a is not None and same(gold, a)) for a in answers]
+    rollouts = []
+    for i, (response, answer, ok) in enumerate(zip(responses, answers, correct)):
+        meta = rollout_meta(response) or {}
+        rollouts.append({
+            "repeat": i,
+            "L": meta.get("L"),
+            "T": meta.get("T"),
+            "cycle": meta.get("cycle"),
+            "answer": answer,
+            "correct": ok,
+        })
+    B = len(answers)
+    winner = majority_index(answers, same)
+    return {
+        "rollouts": rollouts,
+        "acc": correct[0] if B else 0,
+        "mean_acc": sum(correct) / B if B else 0.0,
+        f"maj@{B}": correct[winner] if winner is not None else 0,
+        f"oracle@{B}": int(any(correct)),
+        "best_cfg_acc": rollouts,
+    }
+
+
+# --------------------------------------------------------------------------- aggregations
+
+
+def cell_accuracies(items: Iterable[Sequence[dict]]) -> dict[str, float]:
+    """Accuracy of every (L, T) cell over a run: ``{"L=4,T=0.0": 0.65, ...}``, L-major order.
+
+    ``items`` is the list of per-document ``rollouts`` lists. Within a document the repeats of
+    one cell (several cycles) are averaged first, so every document weighs the same; a cell's
+    accuracy is the mean over the documents that have it. Rollouts without metadata form one
+    cell, ``"unknown"``.
+    """
+    sums: dict[tuple, list[float]] = {}
+    for rollouts in items:
+        per_doc: dict[tuple, list[int]] = {}
+        for r in rollouts:
+            key = (r.get("L"), r.get("T"))
+            per_doc.setdefault(key, []).append(int(r.get("correct", 0)))
+        for key, values in per_doc.items():
+            total = sums.setdefault(key, [0.0, 0])
+            total[0] += sum(values) / len(values)
+            total[1] += 1
+
+    def order(key: tuple) -> tuple:
+        L, T = key
+        return (L is None, L if L is not None else 0, T if T is not None else 0.0)
+
+    return {cell_key(*key): sums[key][0] / sums[key][1] for key in sorted(sums, key=order)}
+
+
+def best_cfg_acc(items: Iterable[Sequence[dict]]) -> float:
+    """Accuracy of the best single (L, T) cell of the run (the paper's "EGLR (best L)")."""
+    accuracies = cell_accuracies(items)
+    if not accuracies:
+        return 0.0
+    best = max(accuracies, key=lambda k: accuracies[k])
+    logger.info("eglr best cell %s: %.4f (of %d cells)", best, accuracies[best], len(accuracies))
+    return accuracies[best]
