@@ -11,6 +11,7 @@ Set ``EGLR_AUTOLOAD=0`` to switch this off.
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import os
@@ -22,9 +23,14 @@ _DISABLE_VALUES = {"0", "false", "no", "off"}
 
 
 def _register_model(registry_module) -> None:
+    # lm-eval 0.4.13 registers its own models (hf, vllm, ...) only while the registry is empty,
+    # so they must be in before ours. lm_eval.models is light: a name -> "module:Class" table.
+    importlib.import_module("lm_eval.models")
     registry = registry_module.model_registry
     if MODEL_NAME not in registry:
         registry.register(MODEL_NAME, target=MODEL_TARGET)
+    # Our filters, metrics and aggregations, so that task YAMLs can name them.
+    importlib.import_module("eglr_harness.scoring.lm_eval_registry")
 
 
 def _patch_task_manager(manager_module) -> None:

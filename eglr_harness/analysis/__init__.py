@@ -42,7 +42,7 @@ from eglr_harness.analysis.grid import GREEDY, Grid, RunPart, build_grid, load_g
 from eglr_harness.analysis.pools import POOLS, PoolSummary, oracle_solved, pool_cells, sc_solved, summarize_pool
 from eglr_harness.analysis.report import ReportData, build_report, compute_report, write_report
 from eglr_harness.analysis.rollouts import Cell, Rollout, TaskSamples, cell_label, read_task_samples, rollouts_of_sample
-from eglr_harness.analysis.runinfo import RunInfo, metric_value, model_identity, run_info
+from eglr_harness.analysis.runinfo import RunInfo, metric_entry, metric_value, model_identity, run_info
 from eglr_harness.analysis.votes import RunningVote, majority_answer, vote_is_correct
 
 __all__ = [
@@ -80,6 +80,7 @@ __all__ = [
     "load_parts",
     "majority_answer",
     "marginal_over_greedy",
+    "metric_entry",
     "metric_value",
     "model_identity",
     "oracle_corners",

@@ -14,6 +14,7 @@ __all__ = ["report_main", "report_parser"]
 
 
 def report_parser() -> argparse.ArgumentParser:
+    """The command line parser (flags named as in lm_eval where they mean the same)."""
     parser = argparse.ArgumentParser(
         prog="eglr-report",
         description="Tables and figures of the L×T grid from saved lm-eval runs (--output_path with "

@@ -149,14 +149,33 @@ class LeaderboardOutcome:
     failed: tuple[str, ...]
 
 
+def _cells(run: PlannedRun, argv: list[str], files: RunFiles | None, record: dict | None, status: str):
+    return cells_from_run(
+        kind=run.kind,
+        name=run.name,
+        benchmark=run.benchmark,
+        task=run.task,
+        files=files,
+        record=record,
+        command=shell_command(argv),
+        run_dir=run.output_path,
+        num_beams=run.num_beams,
+        status=status,
+    )
+
+
 def run_leaderboard(
     opts: LeaderboardOptions, executor: Executor = subprocess_executor, *, dry_run: bool = False
 ) -> LeaderboardOutcome:
-    """Run every unfinished cell of ``opts`` (or only print the commands) and write the tables."""
+    """Run every unfinished cell of ``opts`` (or only print the commands) and write the tables.
+
+    The tables are rewritten after every executed run (later runs shown as ``pending``), so a
+    long leaderboard can be read while it runs.
+    """
     runs = plan_runs(opts)
     ran, skipped, failed = [], [], []
     cells: list[LeaderboardCell] = []
-    for run in runs:
+    for i, run in enumerate(runs):
         argv = build_command(run, opts)
         label = f"{run.benchmark}/{run.name}"
         files = finished_run(run, opts.limit)
@@ -178,25 +197,16 @@ def run_leaderboard(
                 status = "failed"
             else:
                 ran.append(label)
-        cells += cells_from_run(
-            kind=run.kind,
-            name=run.name,
-            benchmark=run.benchmark,
-            task=run.task,
-            files=files,
-            record=record,
-            command=shell_command(argv),
-            run_dir=run.output_path,
-            num_beams=run.num_beams,
-            status=status,
-        )
-        if ran or failed:
-            _write(cells, opts, runs)  # keep the table current while a long leaderboard runs
-    tables = {} if dry_run else _write(cells, opts, runs)
+        mine = _cells(run, argv, files, record, status)
+        if ran or failed:  # something executed: refresh the table, later runs shown as pending
+            pending = [c for later in runs[i + 1 :] for c in _cells(later, [], None, None, "pending")]
+            _write(cells + mine + pending, opts)
+        cells += mine
+    tables = {} if dry_run else _write(cells, opts)
     return LeaderboardOutcome(tuple(cells), tables, tuple(ran), tuple(skipped), tuple(failed))
 
 
-def _write(cells: list[LeaderboardCell], opts: LeaderboardOptions, runs: list[PlannedRun]) -> dict[str, Path]:
+def _write(cells: list[LeaderboardCell], opts: LeaderboardOptions) -> dict[str, Path]:
     limit = "all problems" if opts.limit is None else f"--limit {opts.limit:g}"
     notes = [
         f"Model args: `{opts.model_args}`"
@@ -212,6 +222,7 @@ def _write(cells: list[LeaderboardCell], opts: LeaderboardOptions, runs: list[Pl
 
 
 def leaderboard_parser() -> argparse.ArgumentParser:
+    """The command line parser (flags named as in lm_eval where they mean the same)."""
     parser = argparse.ArgumentParser(
         prog="eglr-leaderboard",
         description="Greedy, Beam-n, EGLR (best L), EGLR-SC_L and Oracle_L for one model on several "

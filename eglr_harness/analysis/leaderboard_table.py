@@ -246,6 +246,16 @@ def render_markdown(
     return "\n".join(parts)
 
 
+def _round(value: float | None, digits: int = 6) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _long_row(c: LeaderboardCell) -> list:
+    versions = "; ".join(f"{k}={v}" for k, v in sorted(c.versions.items()))
+    return [c.method, c.benchmark, c.status, _round(c.accuracy), c.n_docs, c.budget, _round(c.flop_ratio),
+            _round(c.wall_time_s, 3), c.source, c.detail, c.command, c.run_dir, versions]  # fmt: skip
+
+
 def write_tables(
     cells: Sequence[LeaderboardCell], benchmarks: Sequence[str], out_dir: Path, *, model: str, notes: Sequence[str] = ()
 ) -> dict[str, Path]:
@@ -268,40 +278,8 @@ def write_tables(
             for m in rows
         ],
     )
-    long = write_csv(
-        out / "leaderboard_cells.csv",
-        [
-            "method",
-            "benchmark",
-            "status",
-            "accuracy",
-            "n_docs",
-            "budget",
-            "flop_ratio_vs_greedy",
-            "wall_time_s",
-            "source",
-            "detail",
-            "command",
-            "run_dir",
-            "versions",
-        ],
-        [
-            [
-                c.method,
-                c.benchmark,
-                c.status,
-                c.accuracy,
-                c.n_docs,
-                c.budget,
-                c.flop_ratio,
-                c.wall_time_s,
-                c.source,
-                c.detail,
-                c.command,
-                c.run_dir,
-                "; ".join(f"{k}={v}" for k, v in sorted(c.versions.items())),
-            ]
-            for c in sorted(cells, key=lambda c: (c.benchmark, rows.index(c.method) if c.method in rows else 99))
-        ],
-    )
+    header = ["method", "benchmark", "status", "accuracy", "n_docs", "budget", "flop_ratio_vs_greedy"]
+    header += ["wall_time_s", "source", "detail", "command", "run_dir", "versions"]
+    ordered = sorted(cells, key=lambda c: (c.benchmark, rows.index(c.method) if c.method in rows else len(rows)))
+    long = write_csv(out / "leaderboard_cells.csv", header, [_long_row(c) for c in ordered])
     return {"markdown": md, "csv": wide, "cells_csv": long}

@@ -14,6 +14,7 @@ __all__ = ["write_figures"]
 
 
 def write_figures(data: ReportData, out: Path) -> dict[str, Path]:
+    """Draw every PNG of the report into ``out``; returns figure key -> path (keys used by report.md)."""
     grid, n = data.grid, data.grid.n_docs
     Ls, Ts = grid.L_values, grid.T_values
     if not Ls:

@@ -10,7 +10,26 @@ from eglr_harness.analysis.report_data import ReportData, t_label
 from eglr_harness.analysis.rollouts import cell_label
 from eglr_harness.analysis.tables import markdown_table, num, pct
 
-__all__ = ["render_markdown"]
+__all__ = ["render_markdown", "DEFINITIONS"]
+
+DEFINITIONS = """\
+- Cell accuracy = correct rollouts / rollouts of the cell. A cell *solves* a problem when any of its rollouts on it
+  is correct. Oracle, SC and disagreement use every problem of the grid as denominator; a problem missing from a
+  cell counts as unsolved there.
+- Pools: T = {L=0, T>0}; L = {T=0, L>0}; L×T = all cells. Pool order is L-major (L, then T, then cycle).
+- Majority vote: answers (the tasks' canonical strings) cluster by exact string equality; a null answer never
+  votes; ties go to the answer whose first occurrence is earliest in pool order. The vote is correct when the
+  winning answer's first rollout is correct. (The tasks' own `maj@B` clusters by mathematical equivalence and can
+  differ slightly.)
+- Best single config: highest cell accuracy in the pool (first in pool order on ties), chosen on the same problems.
+- Disagreement slices: L-vs-L over the L pool, T-vs-T over the T pool (mean/max over unordered pairs of distinct
+  cells), T-vs-L = T pool rows × L pool columns (mean/max over all entries).
+- Exclusive = problems solved by that cell and no other cell of the grid; marginal = problems it solves that
+  greedy misses.
+- Budget curves: after adding the first b configurations of the pool; stated order = pool order; random = mean
+  over seeded random orders.
+- FLOP ratio = (N·tokens + Σ L·k) / (N·tokens) from the run's accounting; merged runs are token-weighted.
+"""
 
 
 def _md_runs(grid: Grid) -> str:
@@ -140,7 +159,8 @@ def _md_compute(data: ReportData) -> str:
     )
     eglr = next((p.info.eglr for p in data.grid.parts if p.info.eglr), None) or {}
     if eglr:
-        text += f"\n\nSettings: `{eglr.get('settings')}`; τ_H: `{eglr.get('tau_h')}`; model layers N = {eglr.get('num_layers')}."
+        text += f"\n\nSettings: `{eglr.get('settings')}`; τ_H: `{eglr.get('tau_h')}`; "
+        text += f"model layers N = {eglr.get('num_layers')}."
     if data.cells_compute:
         text += "\nPer-cell compute: `compute_cells.csv`."
     return text
@@ -185,22 +205,7 @@ def render_markdown(data: ReportData, figs: dict[str, Path]) -> str:
         *(img(f"budget_{k}", f"budget {k}") for k in data.budgets),
         "\n## Compute\n",
         _md_compute(data),
-        "\n\n## Definitions\n"
-        "- Cell accuracy = correct rollouts / rollouts of the cell. A cell *solves* a problem when any of its "
-        "rollouts on it is correct. Oracle, SC and disagreement use every problem of the grid as denominator; a "
-        "problem missing from a cell counts as unsolved there.\n"
-        "- Pools: T = {L=0, T>0}; L = {T=0, L>0}; L×T = all cells. Pool order is L-major (L, then T, then cycle).\n"
-        "- Majority vote: answers (the tasks' canonical strings) cluster by exact string equality; a null answer never "
-        "votes; ties go to the answer whose first occurrence is earliest in pool order. The vote is correct when the "
-        "winning answer's first rollout is correct. (The tasks' own `maj@B` clusters by mathematical equivalence and "
-        "can differ slightly.)\n"
-        "- Best single config: highest cell accuracy in the pool (first in pool order on ties), chosen on the same problems.\n"
-        "- Disagreement slices: L-vs-L over the L pool, T-vs-T over the T pool (mean/max over unordered pairs of "
-        "distinct cells), T-vs-L = T pool rows × L pool columns (mean/max over all entries).\n"
-        "- Exclusive = problems solved by that cell and no other cell of the grid; marginal = problems it solves that "
-        "greedy misses.\n"
-        "- Budget curves: after adding the first b configurations of the pool; stated order = pool order; random = mean "
-        "over seeded random orders.\n"
-        "- FLOP ratio = (N·tokens + Σ L·k) / (N·tokens) from the run's accounting; merged runs are token-weighted.\n",
+        "\n\n## Definitions\n",
+        DEFINITIONS,
     ]
     return "\n".join(parts)

@@ -12,6 +12,7 @@ __all__ = ["write_tables"]
 
 
 def write_tables(data: ReportData, out: Path) -> list[Path]:
+    """Write every CSV of the report into ``out``; returns the paths written."""
     grid, n = data.grid, data.grid.n_docs
     files = [
         write_csv(

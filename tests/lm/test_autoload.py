@@ -59,3 +59,14 @@ def test_regular_install_ships_tasks_presets_and_pth():
     assert any(f.startswith("eglr_harness/_resources/tasks/") and f.endswith(".yaml") for f in files)
     assert any(f.startswith("eglr_harness/_resources/model_configs/") for f in files)
     assert "_resources" in str(tasks_dir())
+
+
+def test_stock_models_stay_available_beside_ours():
+    out = _python("from lm_eval.api.registry import get_model; print(get_model('hf').__name__, "
+                  "get_model('eglr-hf').__name__)")
+    assert out == "HFLM EglrHFLM"
+
+
+def test_our_filters_are_registered_for_task_yamls():
+    out = _python("from lm_eval.api.registry import filter_registry; print(' '.join(filter_registry.keys()))")
+    assert {"eglr_extract_answer", "eglr_majority_vote", "eglr_oracle"} <= set(out.split())

@@ -1,0 +1,341 @@
+"""eglr-leaderboard: command lines (checked against lm-eval's own CLI parser), resume, failures,
+and the table, with a fake lm_eval executor that writes lm-eval's real layout."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from lm_eval._cli import HarnessCLI
+
+import lmeval_fakes
+from eglr_harness.analysis.leaderboard import RECORD_NAME, main, run_leaderboard
+from eglr_harness.analysis.leaderboard_plan import (
+    LeaderboardOptions,
+    benchmark_of,
+    build_command,
+    default_output_dir,
+    model_slug,
+    parse_beams,
+    plan_runs,
+)
+
+MODEL_ARGS = "pretrained=/models/smol,gguf_file=SmolLM2-135M-Instruct.Q4_1.gguf"
+HF_ACC = {None: 0.5, 4: 0.75, 11: 0.25}  # num_beams -> acc the fake greedy/beam runs report
+
+
+def parse_lm_eval(argv):
+    """lm-eval 0.4.13's own parser on our command (argv[0:3] = python -m lm_eval)."""
+    assert argv[1:3] == ["-m", "lm_eval"]
+    return HarnessCLI()._parser.parse_args(argv[3:])
+
+
+def sc_docs():
+    """L-only pool L=1..10 at T=0 over 4 docs. doc0 right only at L=1, doc1 at L=1,2, doc2 at L=1..6,
+    doc3 everywhere; wrong rollouts answer "x". Majority: doc0 x(9), doc1 x(8) wrong; doc2 g2(6), doc3 right
+    -> maj 2/4. Oracle 4/4. Best cell L=1 (4/4)."""
+    right = {0: {1}, 1: {1, 2}, 2: set(range(1, 7)), 3: set(range(1, 11))}
+    return {
+        d: [
+            {
+                "repeat": L - 1,
+                "L": L,
+                "T": 0.0,
+                "cycle": 0,
+                "answer": f"g{d}" if L in right[d] else "x",
+                "correct": int(L in right[d]),
+            }
+            for L in range(1, 11)
+        ]
+        for d in range(4)
+    }
+
+
+class FakeLmEval:
+    """Stands in for `python -m lm_eval run ...`: parses the command, writes results + samples."""
+
+    def __init__(self, fail_tasks=(), sc_metrics=True):
+        self.calls: list[list[str]] = []
+        self.fail_tasks = set(fail_tasks)
+        self.sc_metrics = sc_metrics
+
+    def __call__(self, argv):
+        self.calls.append(list(argv))
+        args = parse_lm_eval(argv)
+        task, gen = args.tasks[0], args.gen_kwargs or {}
+        if task in self.fail_tasks:
+            return 1
+        if args.model == "hf":
+            acc = HF_ACC[gen.get("num_beams")]
+            docs = {
+                d: [
+                    {
+                        "repeat": 0,
+                        "L": None,
+                        "T": None,
+                        "cycle": None,
+                        "answer": f"g{d}" if d < 4 * acc else "x",
+                        "correct": int(d < 4 * acc),
+                    }
+                ]
+                for d in range(4)
+            }
+            lmeval_fakes.write_run(
+                args.output_path,
+                task=task,
+                docs=docs,
+                model="hf",
+                model_args=args.model_args,
+                metrics={"acc": acc},
+                limit=args.limit,
+            )
+        else:
+            cells = {f"L={L},T=0.0": {"tokens": 100, "flop_ratio": 1.0 + L / 1000} for L in range(1, 11)}
+            metrics = {"best_cfg_acc": 1.0, "maj@10": 0.5, "oracle@10": 1.0} if self.sc_metrics else {"acc": 1.0}
+            lmeval_fakes.write_run(
+                args.output_path,
+                task=task,
+                docs=sc_docs(),
+                model="eglr-hf",
+                model_args=args.model_args,
+                metrics=metrics,
+                limit=args.limit,
+                eglr=lmeval_fakes.eglr_block(flop_ratio=1.02, cells=cells),
+            )
+        return 0
+
+
+def options(tmp_path, **kw):
+    base = dict(
+        model_args=MODEL_ARGS,
+        tasks=("gsm8k", "math500"),
+        output_dir=tmp_path / "lb",
+        limit=4,
+        max_gen_toks=256,
+        batch_size="8",
+        apply_chat_template=True,
+        python="python",
+    )
+    return LeaderboardOptions(**{**base, **kw})
+
+
+# ------------------------------------------------------------------ command lines
+def test_commands_are_exact_and_parse_with_lm_eval(tmp_path):
+    opts = options(tmp_path, tasks=("gsm8k",), eglr_model_args="tau_h=auto")
+    runs = plan_runs(opts)
+    assert [r.name for r in runs] == ["greedy", "beam4", "beam11", "eglr_sc"]
+    out = tmp_path / "lb" / "gsm8k"
+    assert build_command(runs[0], opts) == [
+        "python",
+        "-m",
+        "lm_eval",
+        "run",
+        "--model",
+        "hf",
+        "--model_args",
+        MODEL_ARGS,
+        "--tasks",
+        "gsm8k_eglr",
+        "--output_path",
+        str(out / "greedy"),
+        "--log_samples",
+        "--gen_kwargs",
+        "do_sample=False,max_gen_toks=256",
+        "--limit",
+        "4",
+        "--batch_size",
+        "8",
+        "--apply_chat_template",
+    ]
+    parsed = [parse_lm_eval(build_command(r, opts)) for r in runs]
+    assert [p.model for p in parsed] == ["hf", "hf", "hf", "eglr-hf"]
+    assert [p.tasks for p in parsed] == [["gsm8k_eglr"]] * 3 + [["gsm8k_eglr_sc"]]
+    assert parsed[1].gen_kwargs == {"do_sample": False, "num_beams": 4, "max_gen_toks": 256}
+    assert parsed[2].gen_kwargs["num_beams"] == 11
+    assert parsed[3].gen_kwargs == {"max_gen_toks": 256}
+    assert parsed[3].model_args == {
+        "pretrained": "/models/smol",
+        "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "tau_h": "auto",
+    }
+    assert parsed[0].model_args == {"pretrained": "/models/smol", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+    assert all(p.log_samples and p.limit == 4.0 and p.apply_chat_template is True for p in parsed)
+    assert [p.output_path for p in parsed] == [str(out / n) for n in ("greedy", "beam4", "beam11", "eglr_sc")]
+
+
+def test_optional_flags_and_beams(tmp_path):
+    opts = options(
+        tmp_path,
+        tasks=("aime24_eglr_sc",),
+        beams=(),
+        limit=None,
+        max_gen_toks=None,
+        batch_size=None,
+        apply_chat_template=False,
+        device="cpu",
+        lm_eval_args=("--seed", "0"),
+    )
+    runs = plan_runs(opts)
+    assert [(r.name, r.task) for r in runs] == [("greedy", "aime24_eglr"), ("eglr_sc", "aime24_eglr_sc")]
+    argv = build_command(runs[1], opts)
+    assert "--limit" not in argv and "--gen_kwargs" not in argv and "--apply_chat_template" not in argv
+    assert argv[-4:] == ["--device", "cpu", "--seed", "0"]
+    assert parse_lm_eval(argv).seed == [0, 0, 0, 0]
+    assert build_command(plan_runs(options(tmp_path, limit=0.5))[0], options(tmp_path, limit=0.5))[-5:-3] == [
+        "--limit",
+        "0.5",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("task", "bench"),
+    [
+        ("gsm8k", "gsm8k"),
+        ("gsm8k_eglr", "gsm8k"),
+        ("math500_eglr_sc", "math500"),
+        ("minerva_math_eglr_lxt", "minerva_math"),
+    ],
+)
+def test_benchmark_of(task, bench):
+    assert benchmark_of(task) == bench
+
+
+def test_bad_options_name_the_value(tmp_path):
+    with pytest.raises(ValueError, match="pretrained="):
+        options(tmp_path, model_args="gguf_file=x.gguf")
+    with pytest.raises(ValueError, match="twice"):
+        options(tmp_path, tasks=("gsm8k", "gsm8k_eglr"))
+    with pytest.raises(ValueError, match="`--limit`=0"):
+        options(tmp_path, limit=0)
+    with pytest.raises(ValueError, match="not a task name"):
+        benchmark_of("gsm8k;rm -rf")
+    with pytest.raises(ValueError, match="'1' is not a beam count"):
+        parse_beams("4,1")
+    assert parse_beams("4,11") == (4, 11) and parse_beams("none") == ()
+
+
+def test_default_output_dir_names_the_model():
+    assert model_slug(MODEL_ARGS) == "SmolLM2-135M-Instruct.Q4_1"
+    assert default_output_dir("pretrained=Qwen/Qwen2.5-3B-Instruct") == Path("results/Qwen2.5-3B-Instruct/leaderboard")
+
+
+# ------------------------------------------------------------------ runner
+def _table(outcome):
+    with open(outcome.tables["csv"], newline="") as handle:
+        return {row["method"]: row for row in csv.DictReader(handle)}
+
+
+def test_runs_every_cell_then_resumes_without_rerunning(tmp_path):
+    fake = FakeLmEval()
+    first = run_leaderboard(options(tmp_path), fake)
+    assert len(fake.calls) == 8 and not first.failed and len(first.ran) == 8
+    table = _table(first)
+    assert list(table) == ["Greedy", "Beam-4", "Beam-11", "EGLR (best L)", "EGLR-SC_L (B=10)", "Oracle_L (B=10)"]
+    assert (table["Greedy"]["gsm8k"], table["Beam-4"]["math500"], table["Beam-11"]["gsm8k"]) == ("50.0", "75.0", "25.0")
+    assert (
+        table["EGLR (best L)"]["gsm8k"],
+        table["EGLR-SC_L (B=10)"]["gsm8k"],
+        table["Oracle_L (B=10)"]["math500"],
+    ) == ("100.0", "50.0", "100.0")
+
+    again = run_leaderboard(options(tmp_path), fake)
+    assert len(fake.calls) == 8 and len(again.skipped) == 8 and not again.ran
+
+    # delete one cell's results: only that run is redone
+    for path in (tmp_path / "lb" / "math500" / "beam4").rglob("results_*.json"):
+        path.unlink()
+    third = run_leaderboard(options(tmp_path), fake)
+    assert third.ran == ("math500/beam4",) and len(fake.calls) == 9
+
+
+def test_records_command_versions_wall_time_and_flops(tmp_path):
+    fake = FakeLmEval()
+    outcome = run_leaderboard(options(tmp_path, tasks=("gsm8k",)), fake)
+    record = json.loads((tmp_path / "lb" / "gsm8k" / "eglr_sc" / RECORD_NAME).read_text())
+    assert record["command"] == fake.calls[-1] and record["returncode"] == 0
+    assert record["command_line"].startswith("python -m lm_eval run --model eglr-hf")
+    assert {"lm_eval", "transformers", "torch", "python"} <= set(record["versions"]) and record["wall_time_s"] >= 0
+    cells = {c.method: c for c in outcome.cells}
+    assert (cells["greedy"].flop_ratio, cells["beam4"].flop_ratio, cells["beam11"].flop_ratio) == (1.0, 4.0, 11.0)
+    assert cells["eglr_best"].flop_ratio == pytest.approx(1.001)  # cell L=1's accounted ratio
+    assert cells["eglr_sc"].flop_ratio == pytest.approx(10.2) and cells["eglr_sc"].budget == 10  # B × 1.02
+    assert cells["eglr_best"].detail.startswith("best cell L=1,T=0.0")
+    assert cells["greedy"].n_docs == 4 and cells["greedy"].source == "results: acc"
+    text = outcome.tables["markdown"].read_text()
+    assert "| method | gsm8k (n=4) |" in text and "| EGLR-SC_L (B=10) | 10.20× |" in text
+    assert "| Greedy | 50.0 |" in text
+    with open(outcome.tables["cells_csv"], newline="") as handle:
+        long_rows = list(csv.DictReader(handle))
+    assert {r["method"] for r in long_rows} == {"greedy", "beam4", "beam11", "eglr_best", "eglr_sc", "oracle"}
+    assert all(r["command"] and "lm_eval=" in r["versions"] for r in long_rows)
+
+
+def test_sc_numbers_fall_back_to_samples(tmp_path):
+    outcome = run_leaderboard(options(tmp_path, tasks=("gsm8k",), beams=()), FakeLmEval(sc_metrics=False))
+    cells = {c.method: c for c in outcome.cells}
+    # from sc_docs(): best L=1 4/4, majority 2/4, oracle 4/4; B = 10 rollouts per doc
+    assert (cells["eglr_best"].accuracy, cells["eglr_sc"].accuracy, cells["oracle"].accuracy) == (1.0, 0.5, 1.0)
+    assert cells["eglr_sc"].source.startswith("samples") and cells["eglr_sc"].budget == 10
+
+
+def test_failed_runs_are_reported_and_retried(tmp_path, capsys):
+    failing = FakeLmEval(fail_tasks={"math500_eglr_sc"})
+    outcome = run_leaderboard(options(tmp_path, beams=(4,)), failing)
+    assert outcome.failed == ("math500/eglr_sc",)
+    table = _table(outcome)
+    assert table["EGLR-SC_L (B=10)"]["math500"] == "" and table["Greedy"]["math500"] == "50.0"
+    md = outcome.tables["markdown"].read_text()
+    assert "failed" in md and "Rerun the same command to resume" in md
+    fixed = FakeLmEval()
+    retry = run_leaderboard(options(tmp_path, beams=(4,)), fixed)
+    assert [parse_lm_eval(c).tasks for c in fixed.calls] == [["math500_eglr_sc"]] and not retry.failed
+
+
+def test_table_is_refreshed_while_running_with_pending_cells(tmp_path):
+    fake = FakeLmEval()
+    seen = []
+
+    def executor(argv):
+        md = tmp_path / "lb" / "leaderboard.md"
+        seen.append(md.read_text() if md.exists() else None)
+        return fake(argv)
+
+    run_leaderboard(options(tmp_path, tasks=("gsm8k",), beams=()), executor)
+    assert seen[0] is None  # nothing written before the first run ends
+    assert "| Greedy | 50.0 |" in seen[1] and "| EGLR-SC_L | pending |" in seen[1]
+
+
+def test_a_different_limit_is_not_reused(tmp_path):
+    fake = FakeLmEval()
+    run_leaderboard(options(tmp_path, tasks=("gsm8k",), beams=()), fake)
+    run_leaderboard(options(tmp_path, tasks=("gsm8k",), beams=(), limit=2), fake)
+    assert len(fake.calls) == 4
+
+
+def test_main_with_injected_executor_and_dry_run(tmp_path, capsys):
+    argv = [
+        "--model_args",
+        MODEL_ARGS,
+        "--tasks",
+        "gsm8k",
+        "--limit",
+        "4",
+        "--beams",
+        "4",
+        "--output_dir",
+        str(tmp_path / "lb"),
+        "--python",
+        "python",
+    ]
+    fake = FakeLmEval()
+    assert main([*argv, "--dry_run"], executor=fake) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert len(printed) == 3 and not fake.calls and all(line.startswith("python -m lm_eval run") for line in printed)
+    assert not (tmp_path / "lb" / "leaderboard.md").exists()
+    assert main(argv, executor=fake) == 0 and len(fake.calls) == 3
+    assert capsys.readouterr().out.strip().endswith("leaderboard.md")
+    assert main([*argv[:-2], "--python", "python", "--beams", "1"], executor=fake) == 2
+    assert "not a beam count" in capsys.readouterr().err
+    assert main(argv, executor=FakeLmEval(fail_tasks={"gsm8k_eglr"})) == 0  # finished: nothing runs

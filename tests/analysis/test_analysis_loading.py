@@ -1,0 +1,196 @@
+"""Reading lm-eval's layout, merging runs, partial grids and the refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import lmeval_fakes
+from eglr_harness.analysis import (
+    cell_accuracy,
+    combine_compute,
+    find_runs,
+    load_grid,
+    parse_cell_key,
+    read_task_samples,
+    run_compute,
+    run_info,
+    read_results,
+    solved_sets,
+)
+from eglr_harness.analysis.compute import Compute
+
+CELLS = list(lmeval_fakes.GRID)
+
+
+def test_find_runs_follows_lmeval_layout(full_run):
+    runs = find_runs(full_run)
+    assert len(runs) == 1
+    run = runs[0]
+    # lm-eval nests under the sanitized model name ("/models/tiny-llama" -> "__models__tiny-llama")
+    assert run.results.parent.name == "__models__tiny-llama"
+    assert list(run.samples) == ["toy_eglr_lxt"]
+    assert find_runs(run.results)[0].samples == run.samples  # a results file may be passed directly
+
+
+def test_find_runs_errors_name_the_path(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        find_runs(tmp_path / "nope")
+    with pytest.raises(ValueError, match="no lm-eval results file"):
+        find_runs(tmp_path)
+
+
+def test_run_info_reads_model_and_accounting(full_run):
+    files = find_runs(full_run)[0]
+    info = run_info(read_results(files.results), files.results)
+    assert (info.model, info.model_source, info.tasks) == ("/models/tiny-llama", "eglr-hf", ("toy_eglr_lxt",))
+    total = run_compute(info)
+    assert (total.tokens, total.gated_tokens, total.flop_ratio, total.mean_iterations) == (1000, 50, 1.02, 2.8)
+
+
+def test_gguf_file_is_part_of_the_model_identity(tmp_path):
+    path = lmeval_fakes.write_grid_run(tmp_path / "a", CELLS[:1], model_args="pretrained=/m,gguf_file=q4.gguf")
+    assert run_info(read_results(path), path).model == "/m:q4.gguf"
+
+
+def test_rollout_rows(full_run):
+    samples = read_task_samples(find_runs(full_run)[0].samples["toy_eglr_lxt"])
+    assert len(samples.rollouts) == 36 and samples.filter == "none"
+    first = samples.rollouts[0]
+    assert (first.doc_id, first.repeat, first.L, first.T, first.cycle, first.answer, first.correct) == (
+        0,
+        0,
+        0,
+        0.0,
+        0,
+        "g0",
+        1,
+    )
+
+
+def test_merging_two_runs_equals_one_run(tmp_path, full_run):
+    lmeval_fakes.write_grid_run(tmp_path / "low", [c for c in CELLS if c[0] <= 1])
+    lmeval_fakes.write_grid_run(tmp_path / "high", [c for c in CELLS if c[0] == 2])
+    merged = load_grid([tmp_path / "low", tmp_path / "high"])
+    whole = load_grid([full_run])
+    assert merged.cells == whole.cells and len(merged.parts) == 2
+    assert solved_sets(merged) == solved_sets(whole)
+    assert not merged.missing_cells() and merged.duplicates == 0
+
+
+def test_merging_the_same_run_twice_counts_duplicates(full_run):
+    grid = load_grid([full_run, full_run])
+    assert grid.duplicates == 36
+    assert {c: a.correct for c, a in cell_accuracy(grid).items()} == {
+        c: a.correct for c, a in cell_accuracy(load_grid([full_run])).items()
+    }
+
+
+def test_partial_grid_names_missing_and_incomplete_cells(tmp_path):
+    # cells without (2, 0.5); cell (1, 1.0) only for docs 0 and 1 (second run)
+    lmeval_fakes.write_grid_run(tmp_path / "a", [c for c in CELLS if c not in {(2, 0.5), (1, 1.0)}])
+    lmeval_fakes.write_grid_run(tmp_path / "b", [(1, 1.0)], docs=(0, 1))
+    grid = load_grid([tmp_path / "a", tmp_path / "b"])
+    assert grid.missing_cells() == [(2, 0.5)]
+    assert grid.incomplete_cells() == {(1, 1.0): 2}
+    assert grid.n_docs == 4
+    assert cell_accuracy(grid)[(1, 1.0)].rollouts == 2
+    assert solved_sets(grid)[(1, 1.0)] == {0}  # doc 3 (its exclusive solve) was never run here
+
+
+def test_mixed_tasks_are_refused_with_their_names(tmp_path):
+    lmeval_fakes.write_grid_run(tmp_path / "a", CELLS, task="gsm8k_eglr_lxt")
+    lmeval_fakes.write_grid_run(tmp_path / "b", CELLS, task="math500_eglr_lxt")
+    with pytest.raises(ValueError, match=r"gsm8k_eglr_lxt.*math500_eglr_lxt"):
+        load_grid([tmp_path / "a", tmp_path / "b"])
+    assert load_grid([tmp_path / "a", tmp_path / "b"], task="math500_eglr_lxt").task == "math500_eglr_lxt"
+    with pytest.raises(ValueError, match="aime24.*tasks with samples"):
+        load_grid([tmp_path / "a"], task="aime24")
+
+
+def test_mixed_models_are_refused_with_their_names(tmp_path):
+    lmeval_fakes.write_grid_run(tmp_path / "a", CELLS, model_args="pretrained=/models/alpha")
+    lmeval_fakes.write_grid_run(tmp_path / "b", CELLS, model_args="pretrained=/models/beta")
+    with pytest.raises(ValueError, match=r"different models.*/models/alpha.*/models/beta"):
+        load_grid([tmp_path / "a", tmp_path / "b"])
+
+
+def test_different_documents_under_one_doc_id_are_refused(tmp_path):
+    lmeval_fakes.write_grid_run(tmp_path / "a", CELLS[:3])
+    lmeval_fakes.write_grid_run(tmp_path / "b", CELLS[3:], doc_text="another problem")
+    with pytest.raises(ValueError, match="doc 0 differs"):
+        load_grid([tmp_path / "a", tmp_path / "b"])
+
+
+def test_rollouts_of_other_models_are_counted_unplaced(tmp_path):
+    docs = {d: [{"repeat": 0, "L": None, "T": None, "cycle": None, "answer": f"g{d}", "correct": 1}] for d in range(4)}
+    lmeval_fakes.write_run(tmp_path / "hf", task="toy_eglr_lxt", docs=docs, model="hf")
+    lmeval_fakes.write_grid_run(tmp_path / "eglr", CELLS)
+    grid = load_grid([tmp_path / "eglr", tmp_path / "hf"])
+    assert grid.unplaced == 4 and len(grid.cells) == 9
+    assert any("no (L, T)" in note for note in grid.notes)
+
+
+def test_samples_without_rollouts_are_refused(tmp_path):
+    lmeval_fakes.write_grid_run(tmp_path / "a", CELLS[:1])
+    path = next((tmp_path / "a").rglob("samples_*.jsonl"))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for line in lines:
+        del line["rollouts"], line["best_cfg_acc"]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(ValueError, match="no `rollouts` list"):
+        load_grid([tmp_path / "a"])
+
+
+def test_runs_without_samples_are_refused(tmp_path):
+    lmeval_fakes.write_run(tmp_path / "a", task="toy_eglr_lxt", docs=None, limit=4)
+    with pytest.raises(ValueError, match="--log_samples"):
+        load_grid([tmp_path / "a"])
+
+
+def test_filter_choice(tmp_path):
+    lmeval_fakes.write_grid_run(tmp_path / "a", CELLS[:2], filters=("strict", "flex"))
+    path = next((tmp_path / "a").rglob("samples_*.jsonl"))
+    first = read_task_samples(path)
+    assert (first.filter, first.other_filters, len(first.rollouts)) == ("strict", ("flex",), 8)
+    assert read_task_samples(path, "flex").filter == "flex"
+    with pytest.raises(ValueError, match="filter 'nope' not found"):
+        read_task_samples(path, "nope")
+
+
+def test_compute_of_merged_runs_is_token_weighted():
+    a = Compute("a", 1000, 50, 0.05, 2.8, 1.02, 1.03, 10.0)
+    b = Compute("b", 3000, 90, 0.03, 2.0, 1.06, 1.08, 30.0)
+    both = combine_compute("both", [a, b])
+    # flop: 1 + (0.02*1000 + 0.06*3000)/4000 = 1.05; rho: 140/4000; iterations: (2.8*50 + 2.0*90)/140
+    assert both.flop_ratio == pytest.approx(1.05)
+    assert both.batched_flop_ratio == pytest.approx(1 + (0.03 * 1000 + 0.08 * 3000) / 4000)
+    assert both.rho == pytest.approx(0.035)
+    assert both.mean_iterations == pytest.approx(320 / 140)
+    assert (both.tokens, both.gated_tokens, both.wall_time_s) == (4000, 140, 40.0)
+
+
+@pytest.mark.parametrize(("key", "cell"), [("L=4,T=0.0", (4, 0.0)), ("L=10, T=0.7", (10, 0.7)), ("L=0,T=1", (0, 1.0))])
+def test_parse_cell_key(key, cell):
+    assert parse_cell_key(key) == cell
+
+
+def test_parse_cell_key_rejects_other_forms():
+    with pytest.raises(ValueError, match="L=<int>,T=<float>"):
+        parse_cell_key("4/0.0")
+
+
+def test_report_and_leaderboard_need_no_torch_transformers_or_lm_eval(full_run, tmp_path):
+    code = (
+        "import sys\n"
+        "from eglr_harness.analysis import build_report\n"
+        "import eglr_harness.analysis.cli, eglr_harness.analysis.leaderboard\n"
+        f"build_report([{str(full_run)!r}], {str(tmp_path / 'r')!r})\n"
+        "bad = [m for m in ('torch', 'transformers', 'lm_eval') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert (tmp_path / "r" / "report.md").is_file()

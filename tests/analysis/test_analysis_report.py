@@ -1,0 +1,143 @@
+"""build_report / eglr-report: the files, their numbers, the images, partial grids, errors."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+import lmeval_fakes
+from eglr_harness.analysis import build_report
+from eglr_harness.analysis.cli import report_main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+CELLS = list(lmeval_fakes.GRID)
+FIGURES = [
+    "accuracy_heatmap.png",
+    "cumulative_oracle.png",
+    "disagreement_L_vs_L.png",
+    "disagreement_T_vs_T.png",
+    "disagreement_T_vs_L.png",
+    "budget_T.png",
+    "budget_L.png",
+    "budget_LxT.png",
+]
+TABLES = [
+    "cell_accuracy.csv",
+    "cumulative_oracle.csv",
+    "pools.csv",
+    "exclusive_marginal.csv",
+    "missing_cells.csv",
+    "disagreement_L_vs_L.csv",
+    "disagreement_T_vs_T.csv",
+    "disagreement_T_vs_L.csv",
+    "budget_T.csv",
+    "budget_L.csv",
+    "budget_LxT.csv",
+    "compute_runs.csv",
+    "compute_cells.csv",
+]
+
+
+def _rows(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """The report of the full toy grid, built once for the module (into the default folder)."""
+    run = tmp_path_factory.mktemp("lxt")
+    lmeval_fakes.write_grid_run(
+        run, CELLS, eglr=lmeval_fakes.eglr_block(cells={"L=1,T=0.0": {"tokens": 300, "flop_ratio": 1.04}})
+    )
+    out = build_report([run])
+    assert out == run / "report"
+    return out
+
+
+def test_report_folder_has_every_file(report):
+    for name in ["report.md", *TABLES, *FIGURES]:
+        assert (report / name).is_file(), name
+
+
+def test_figures_are_valid_pngs(report):
+    from matplotlib.image import imread
+
+    for name in FIGURES:
+        path = report / name
+        assert path.read_bytes()[:8] == PNG_MAGIC, name
+        image = imread(path)
+        assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100, name
+
+
+def test_csv_tables_hold_the_hand_computed_numbers(report):
+    cum = {
+        (int(r["L_max"]), float(r["T_max"])): (int(r["solved"]), r["corner"])
+        for r in _rows(report / "cumulative_oracle.csv")
+    }
+    assert cum[(0, 0.0)] == (1, "greedy") and cum[(0, 1.0)] == (3, "T-only")
+    assert cum[(2, 0.0)] == (2, "L-only") and cum[(2, 1.0)] == (4, "joint")
+    pools = {r["pool"]: r for r in _rows(report / "pools.csv")}
+    assert (float(pools["LxT"]["sc"]), float(pools["LxT"]["oracle"]), pools["L"]["best_config"]) == (
+        0.75,
+        1.0,
+        "L=1,T=0.0",
+    )
+    excl = {
+        (int(r["L"]), float(r["T"])): (int(r["exclusive"]), int(r["marginal_over_greedy"]))
+        for r in _rows(report / "exclusive_marginal.csv")
+    }
+    assert excl[(1, 1.0)] == (1, 1) and excl[(0, 1.0)] == (0, 2)
+    tl = _rows(report / "disagreement_T_vs_L.csv")
+    assert [r["L=1,T=0.0"] for r in tl] == ["2", "2"] and [r["L=2,T=0.0"] for r in tl] == ["3", "1"]
+    budget = _rows(report / "budget_LxT.csv")
+    assert [float(r["sc_stated"]) for r in budget] == [0.25, 0.5, 0.75, 0.75, 0.75, 1.0, 1.0, 1.0, 0.75]
+    assert _rows(report / "missing_cells.csv") == []
+    cells = {r["run_or_cell"]: r for r in _rows(report / "compute_cells.csv")}
+    assert float(cells["L=1,T=0.0"]["flop_ratio"]) == 1.04
+
+
+def test_report_markdown_names_corners_pools_and_compute(report):
+    text = (report / "report.md").read_text()
+    assert "| greedy | 1 | 25.0 |" in text and "| joint | 4 | 100.0 |" in text
+    assert "| SC (majority vote) | 75.0 (3) | 50.0 (2) | 75.0 (3) |" in text
+    assert "| T-vs-L | 2×2 | 4 | 2.0 | 3 |" in text
+    assert "1.020" in text and "grid is complete" in text
+    for name in FIGURES:
+        assert f"]({name})" in text
+
+
+def test_partial_grid_report_says_what_is_missing(tmp_path):
+    lmeval_fakes.write_grid_run(tmp_path / "a", [c for c in CELLS if c != (2, 0.5) and c != (0, 0.0)])
+    out = build_report([tmp_path / "a"], tmp_path / "rep")
+    text = (out / "report.md").read_text()
+    assert "**Missing cells** (no rollout): L=0,T=0.0, L=2,T=0.5." in text
+    assert "No greedy cell" in text
+    assert [(r["L"], r["T"]) for r in _rows(out / "missing_cells.csv")] == [("0", "0.0"), ("2", "0.5")]
+    assert (out / "accuracy_heatmap.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_single_pool_run_gives_a_report(tmp_path):
+    # an _eglr_sc run: L-only pool 1..2 at T=0, no greedy, no T pool
+    lmeval_fakes.write_grid_run(tmp_path / "sc", [(1, 0.0), (2, 0.0)], task="toy_eglr_sc")
+    out = build_report([tmp_path / "sc"])
+    pools = {r["pool"]: r for r in _rows(out / "pools.csv")}
+    assert pools["T"]["configs"] == "0" and pools["L"]["sc"] == "0.5"
+    assert not (out / "budget_T.png").exists() and (out / "budget_L.png").is_file()
+
+
+def test_cli_writes_report_and_prints_its_path(tmp_path, capsys):
+    lmeval_fakes.write_grid_run(tmp_path / "run", [(0, 0.0), (1, 0.0)])
+    assert report_main([str(tmp_path / "run"), "--out", str(tmp_path / "x"), "--orders", "2"]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "x" / "report.md")
+    assert (tmp_path / "x" / "report.md").is_file()
+
+
+def test_cli_refuses_mixed_tasks_with_a_clear_error(tmp_path, capsys):
+    lmeval_fakes.write_grid_run(tmp_path / "a", CELLS[:2], task="gsm8k_eglr_lxt")
+    lmeval_fakes.write_grid_run(tmp_path / "a", CELLS[:2], task="math500_eglr_lxt")
+    assert report_main([str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "gsm8k_eglr_lxt" in err and "math500_eglr_lxt" in err and "--task" in err
+    assert report_main([str(tmp_path / "a"), "--task", "gsm8k_eglr_lxt"]) == 0
