@@ -70,7 +70,10 @@ class _PostImportLoader(importlib.abc.Loader):
 
     def exec_module(self, module):
         self._wrapped.exec_module(module)
-        self._hook(module)
+        try:
+            self._hook(module)
+        except Exception as err:  # never break lm_eval itself
+            print(f"eglr_harness autoload could not patch {module.__name__}: {err!r}", file=sys.stderr)
 
     def __getattr__(self, name):  # get_code, get_source, is_package ... of the real loader
         return getattr(self._wrapped, name)
