@@ -92,7 +92,7 @@ class EglrHFLM(HFLM):
         for value in self.user_L or ():
             EglrConfig(L=value).validate_for_model(self.num_layers)
         self._fingerprint = {
-            "pretrained": str(hf_args["pretrained"]), "gguf_file": hf_args.get("gguf_file"),
+            "pretrained": _model_id(hf_args["pretrained"]), "gguf_file": hf_args.get("gguf_file"),
             "revision": hf_args.get("revision", "main"), "dtype": str(self.model.dtype),
             "max_length": self.max_length, "settings": base.as_dict(),
         }
@@ -312,6 +312,13 @@ class _RolloutHook:
         if attr == "generate_until":
             context, gen_kwargs = req
             self.lm._remember(context, gen_kwargs, res)
+
+
+def _model_id(pretrained) -> str:
+    """A hub id or folder, also when HFLM was handed an already loaded model object."""
+    if isinstance(pretrained, str):
+        return pretrained
+    return getattr(getattr(pretrained, "config", None), "_name_or_path", None) or type(pretrained).__name__
 
 
 def _first(*values):
