@@ -3,14 +3,15 @@
 Five difficulty levels, interleaved (problem ``i`` has level ``i % 5 + 1``) so that any prefix
 (``--limit``) mixes them:
 
-1. one step, numbers up to 20 (add or take away);
-2. two steps, numbers up to 60 (add, then take away);
-3. a product plus a sum (items per box × boxes + spare);
-4. three steps: product, take away, share equally (exact division);
-5. four steps of money: two products, change from a bill, then half of the change.
+1. a bare sum or difference of two small numbers ("What is 14 + 8?");
+2. one step in words, numbers up to 20 (add or take away);
+3. two steps, numbers up to 60 (add, then take away);
+4. a product plus a sum (items per box × boxes + spare);
+5. three steps: product, take away, share equally (exact division).
 
-The answer is never one of the numbers written in the problem (no copying). A 135M instruction
-model solves some level-1 problems and few level-5 ones. Problem ``i`` depends only on
+The answer is never one of the numbers written in the problem (no copying). SmolLM2-135M-Instruct
+solves most level-1 problems, some of level 2 and next to none above (measured in
+``results/``), so the demo separates decoding settings on a CPU in minutes. Problem ``i`` depends only on
 ``(seed, i)``, so a larger ``n`` extends a smaller set instead of reshuffling it.
 """
 
@@ -30,6 +31,13 @@ _ITEMS = ("apples", "marbles", "stickers", "pencils", "cookies", "shells", "stam
 
 def _pronoun(name: str) -> str:
     return _PRONOUN.get(name, "He")
+
+
+def _bare(rng: random.Random, name: str, item: str) -> tuple[str, int]:
+    a, b = rng.randint(11, 30), rng.randint(2, 9)
+    if rng.random() < 0.5:
+        return f"What is {a} + {b}?", a + b
+    return f"What is {a} - {b}?", a - b
 
 
 def _level1(rng: random.Random, name: str, item: str) -> tuple[str, int]:
@@ -74,22 +82,7 @@ def _level4(rng: random.Random, name: str, item: str) -> tuple[str, int]:
     return text, per_bag
 
 
-def _level5(rng: random.Random, name: str, item: str) -> tuple[str, int]:
-    # Even prices and bills: the change is even, so "half of the change" is a whole number.
-    pen, book = 2 * rng.randint(1, 4), 2 * rng.randint(3, 9)
-    n_pen, n_book = rng.randint(2, 9), rng.randint(2, 6)
-    cost = pen * n_pen + book * n_book
-    bill = next(b for b in (20, 50, 100, 200) if b > cost)
-    text = (
-        f"A shop sells pens for {pen} dollars each and notebooks for {book} dollars each. "
-        f"{name} buys {n_pen} pens and {n_book} notebooks and pays with a {bill}-dollar bill. "
-        f"{_pronoun(name)} then spends half of the change on lunch. How many dollars of the change "
-        f"does {name} have left?"
-    )
-    return text, (bill - cost) // 2
-
-
-_GENERATORS = (_level1, _level2, _level3, _level4, _level5)
+_GENERATORS = (_bare, _level1, _level2, _level3, _level4)
 
 
 def generate_problem(index: int, *, seed: int = DEFAULT_SEED) -> dict:

@@ -47,7 +47,9 @@ def read_jsonl(path: Path) -> list[dict]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not valid JSON ({err.msg}); expected one JSON object per line.") from None
+                raise ValueError(
+                    f"{path}:{number}: not valid JSON ({err.msg}); expected one JSON object per line."
+                ) from None
             if not isinstance(row, dict):
                 raise ValueError(f"{path}:{number}: expected a JSON object per line, got {type(row).__name__}.")
             rows.append(row)
@@ -90,7 +92,8 @@ def load_problems(
     if name == DEMO:
         from eglr_harness.data.demo import DEFAULT_N, DEFAULT_SEED, generate_problems
 
-        return generate_problems(DEFAULT_N if demo_n is None else demo_n, seed=DEFAULT_SEED if demo_seed is None else demo_seed)
+        n = DEFAULT_N if demo_n is None else demo_n
+        return generate_problems(n, seed=DEFAULT_SEED if demo_seed is None else demo_seed)
     source = benchmark(name)
     split = split or source.split
     folder = Path(data_dir).expanduser() if data_dir else data_dir_from_env()

@@ -7,7 +7,8 @@ Order of attempts (the first that yields a non-empty answer wins):
    (generation cut off inside it) is skipped, so an earlier complete box is used. ``\\boxed 5``
    (no braces) takes the next token.
 2. "final answer is X" / "the answer is X" / "answer: X" (the last such phrase; X is the math
-   span ``$...$`` / ``\\(...\\)`` right after it, else the rest of the sentence).
+   span ``$...$`` / ``\\(...\\)`` right after it, else the rest of the sentence; in ``number``
+   mode, the last number of X).
 3. ``number`` mode only (GSM8K, the demo task): the GSM8K reference marker ``#### X``, then the
    last number in the text.
 
@@ -114,8 +115,18 @@ def _phrase_answer(text: str) -> str | None:
     return sentence or None
 
 
+def _last_number(text: str) -> str | None:
+    """The last number in ``text``, commas removed (``"$70,000."`` -> ``"70000"``)."""
+    last = None
+    for m in _NUMBER.finditer(text):
+        last = m
+    if last is None:
+        return None
+    return last.group(0).replace(",", "").rstrip(".") or None
+
+
 def _number_answer(text: str) -> str | None:
-    """GSM8K's ``#### X`` marker, else the last number in the text (commas removed)."""
+    """GSM8K's ``#### X`` marker, else the last number in the text."""
     marker = None
     for m in _GSM8K_MARKER.finditer(text):
         marker = m
@@ -123,13 +134,7 @@ def _number_answer(text: str) -> str | None:
         m = _NUMBER.match(text, marker.end())
         if m:
             return m.group(0).replace(",", "").rstrip(".")
-    last = None
-    for m in _NUMBER.finditer(text):
-        last = m
-    if last is None:
-        return None
-    value = last.group(0).replace(",", "").rstrip(".")
-    return value or None
+    return _last_number(text)
 
 
 def extract_answer(text: str | None, mode: str = "math") -> str | None:
@@ -148,10 +153,9 @@ def extract_answer(text: str | None, mode: str = "math") -> str | None:
     if answer is None:
         answer = _phrase_answer(text)
         if answer is not None and mode == "number":
-            # "The answer is 18 dollars." -> keep it; equivalence strips units. But a phrase
-            # without any digit ("the answer is below") is no answer in number mode.
-            if not re.search(r"\d", answer):
-                answer = None
+            # "the answer is 18 dollars" / "answer: 13 + 99 = 140" -> its last number; a phrase
+            # without any number ("the answer is below") is no answer in number mode.
+            answer = _last_number(answer)
     if answer is None and mode == "number":
         answer = _number_answer(text)
     if answer is None:

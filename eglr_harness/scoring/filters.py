@@ -10,6 +10,9 @@ Compose them in a task's ``filter_list`` (registered names in parentheses)::
           - function: eglr_extract_answer
           - function: eglr_majority_vote
 
+(the task's ``process_results`` then sees one answer per document: ``acc,maj4_first4`` is the
+majority-of-4 accuracy; without the vote step it would see 4 and report ``maj@4,...``).
+
 - :class:`ExtractAnswerFilter` (``eglr_extract_answer``) — text -> final answer; ``""`` = invalid.
 - :class:`SelectCellsFilter` (``eglr_select_cells``) — keep the repeats of a sub-pool of (L, T) cells.
 - :class:`MajorityVoteFilter` (``eglr_majority_vote``) — ``[winning answer]`` (needs extracted answers).

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import TINY_ARCHS, build_tiny_model
+from tiny_models import TINY_ARCHS, build_tiny_model
 from naive_reference import naive_eglr_greedy
 
 from eglr_harness.decoding.accounting import EglrStats

@@ -1,0 +1,196 @@
+"""Answer equivalence: tables of (gold, prediction) -> verdict, the hard time limit, hostile inputs."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+from eglr_harness.scoring.equivalence import is_equivalent, symbolic_check_allowed
+from eglr_harness.scoring.extraction import extract_answer
+from eglr_harness.scoring.normalize import parse_number
+from eglr_harness.scoring.verify_worker import MathVerifyWorker, answer_letters
+
+EQUIVALENT = [
+    ("27", "27.0"),
+    ("27", "27.000"),
+    ("70000", "70,000"),
+    ("10080", "10,\\!080"),
+    ("11,\\! 111,\\! 111,\\! 100", "11111111100"),
+    ("\\$32,\\!348", "32348"),
+    ("18.90", "\\$18.90"),
+    ("\\frac{3}{4}", "0.75"),
+    ("\\frac{3}{4}", "\\dfrac{3}{4}"),
+    ("\\frac34", "3/4"),
+    ("\\frac 59", "\\frac{5}{9}"),
+    ("1\\frac{4}{5}", "\\frac{9}{5}"),
+    ("137 \\frac{1}{2}", "137.5"),
+    ("90^\\circ", "90"),
+    ("90^\\circ", "90^{\\circ}"),
+    ("\\frac{270}7\\text{ degrees}", "\\frac{270}{7}"),
+    ("25\\%", "25"),
+    ("25\\%", "0.25"),
+    ("5.4 \\text{ cents}", "5.4"),
+    ("864 \\mbox{ inches}^2", "864"),
+    ("15\\mbox{ cm}^2", "15"),
+    ("x=5", "5"),
+    ("4.5e33", "4.5 \\times 10^{33}"),
+    ("0.333333", "\\frac{1}{3}"),
+    (".0000672", "6.72\\times10^{-5}"),
+    ("-\\frac{35}{9}", "-3.8888888889"),
+    ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3, \\pi/2)"),
+    ("(3,4]", "(3, 4]"),
+    ("(-\\infty, 0]", "(-\\infty,0]"),
+    ("x \\in [-2,7]", "[-2, 7]"),
+    ("(0,9) \\cup (9,36)", "(0, 9) \\cup (9, 36)"),
+    ("1,-2", "-2, 1"),
+    ("\\begin{pmatrix} -1/3 \\\\ 2/3 \\\\ 5/3 \\end{pmatrix}",
+     "\\begin{pmatrix} -\\frac13 \\\\ \\frac23 \\\\ \\frac53 \\end{pmatrix}"),
+    ("\\frac{\\sqrt{3}}{3}", "\\frac{1}{\\sqrt{3}}"),
+    ("3\\sqrt{13}", "\\sqrt{117}"),
+    ("6 - 5i", "6-5i"),
+    ("x^3+3x-6", "-6 + 3x + x^3"),
+    ("\\text{(C)}", "C"),
+    ("\\text{Evelyn}", "Evelyn"),
+    ("\\cot x", "\\cot{x}"),
+    ("y = 2x + 3", "y=2x+3"),
+    ("025", "25"),
+    ("y^{\\prime}+r y-r x(t)=0", "y' + ry - rx(t) = 0"),
+    ("\\lambda_{\\text {red}} / \\sqrt{2}", "\\frac{\\lambda_{\\text{red}}}{\\sqrt{2}}"),
+    ("\\frac{1}{2}(\\exp{a*t} + \\exp{-a*t})", "\\cosh(at)"),
+    ("\\frac{37}{4} m", "9.25m"),
+    ("\\pi^2", "\\pi \\cdot \\pi"),
+    ("2\\sqrt{3}", "3.4641"),  # a decimal within 1e-6 relative of the exact value
+]
+
+NOT_EQUIVALENT = [
+    ("27", "28"),
+    ("70000", "70001"),
+    ("1e-8", "2e-8"),
+    ("\\frac{3}{4}", "\\frac{4}{3}"),
+    ("25\\%", "0.2"),
+    ("(1,2)", "(2,1)"),
+    ("(3,4]", "[3,4]"),
+    ("\\frac{1}{3} E_{1}+\\frac{2}{3} E_{2}", "\\frac{2}{3} E_{1}+\\frac{2}{3} E_{2}"),
+    ("\\frac{37}{4} m", "\\frac{37}{4}"),
+    ("2ab", "2"),
+    ("\\text{(C)}", "\\text{(D)}"),
+    ("3\\sqrt{13}", "3\\sqrt{14}"),
+    ("x^3+3x-6", "x^3+3x-7"),
+    ("y^{\\prime}+r y-r x(t)=0", "y'' + ry - rx(t) = 0"),
+    ("\\sqrt{2}", "\\sqrt{3}"),
+    ("\\frac{\\pi}{3}", "\\frac{\\pi}{6}"),
+    ("2\\sqrt{3}", "3.464"),
+    ("5", None),
+    ("5", ""),
+    (None, "5"),
+]
+
+
+@pytest.mark.parametrize("gold, pred", EQUIVALENT)
+def test_equivalent(gold, pred):
+    assert is_equivalent(gold, pred)
+
+
+@pytest.mark.parametrize("gold, pred", NOT_EQUIVALENT)
+def test_not_equivalent(gold, pred):
+    assert not is_equivalent(gold, pred)
+
+
+@pytest.mark.parametrize("text, value", [
+    ("1,000", 1000), ("\\$18.90", 18.9), ("4.5e33", 4.5e33), ("3\\times 10^{8}", 3e8),
+    ("-\\frac{35}{9}", -35 / 9), ("x = 5", 5), ("5 \\text{ cm}", 5), ("18 dollars", 18),
+])
+def test_parse_number(text, value):
+    assert float(parse_number(text).value) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["2ab", "5x", "\\text{(C)}", "1,2,3", "\\sqrt{2}", "(1,2)", "1e999999"])
+def test_not_a_plain_number(text):
+    assert parse_number(text) is None
+
+
+def test_bad_timeout_is_rejected():
+    with pytest.raises(ValueError, match="timeout_s"):
+        is_equivalent("1", "1", timeout_s=0)
+
+
+def test_symbolic_check_works_off_the_main_thread():
+    results = []
+    worker = threading.Thread(target=lambda: results.append(is_equivalent("\\sqrt{2}/2", "\\frac{1}{\\sqrt{2}}")))
+    worker.start()
+    worker.join(60)
+    assert results == [True]
+
+
+def test_hard_time_limit_kills_a_silent_worker():
+    silent = [sys.executable, "-c",
+              "import json, time; print(json.dumps({'ready': True}), flush=True); time.sleep(120)"]
+    worker = MathVerifyWorker(command=silent)
+    try:
+        start = time.monotonic()
+        assert worker.check("x", "y", timeout_s=1.0) is None
+        assert time.monotonic() - start < 3.0
+        assert worker._proc is None  # killed; the next call starts a fresh child
+    finally:
+        worker.close()
+
+
+def test_lossy_parse_detection_letters():
+    assert answer_letters("\\frac{1}{3} E_{1}+\\frac{2}{3} E_{2}") == {"e"}  # upper-case E is a variable
+    assert answer_letters("e^{i\\pi}") == set()  # e, i are constants
+    assert answer_letters("5 \\mathrm{~cm}") == set()
+
+
+# --------------------------------------------------------------------------- hostile outputs
+
+HOSTILE = [
+    "\\boxed{" + "{" * 10_000 + "x" + "}" * 10_000 + "}",
+    "\\boxed{" * 10_000,
+    "}" * 10_000 + "\\boxed{" + "{" * 10_000,
+    "\\boxed{__import__('os').system('touch {marker}')}",
+    "\\boxed{eval(\"__import__('os').system('touch {marker}')\")}",
+    "\\boxed{exec('import os; os.system(\"touch {marker}\")')}",
+    "The final answer is $__import__('os').system('touch {marker}')$.",
+    "#### __import__('os').system('touch {marker}')",
+    "\\boxed{\\input{/etc/passwd}}",
+    "\\boxed{10^{10^{10}}}",
+    "\\boxed{9^{9^{9^{9}}}}",
+    "\\boxed{2^{999999999}}",
+    "\\boxed{10**10**10}",
+    "\\boxed{1e999999999}",
+    "\\boxed{99999999!}",
+    "\\boxed{(10^{100})!}",
+    "\\boxed{\\sum_{k=1}^{10^{12}} k}",
+    "\\boxed{" + "+".join(["x"] * 2000) + "}",
+    "\\boxed{" + "1" * 5000 + "}",
+    "9" * 100_000,
+]
+
+
+@pytest.mark.parametrize("index", range(len(HOSTILE)))
+def test_hostile_output_is_inert_and_fast(index, tmp_path):
+    marker = tmp_path / "pwned"
+    text = HOSTILE[index].replace("{marker}", str(marker))
+    limit = 2.0
+    for gold in ("5", "x^2+1"):
+        for mode in ("math", "number"):
+            start = time.monotonic()
+            answer = extract_answer(text, mode)
+            verdict = is_equivalent(gold, answer, timeout_s=limit)
+            elapsed = time.monotonic() - start
+            assert verdict is False
+            assert elapsed < limit + 1.0, f"{elapsed:.2f}s for {text[:40]!r}"
+    assert not marker.exists()
+    assert not os.path.exists(str(marker))
+
+
+def test_huge_answers_never_reach_sympy():
+    assert not symbolic_check_allowed("2^{999999999}")
+    assert not symbolic_check_allowed("9^{9^{9}}")
+    assert not symbolic_check_allowed("99999999!")
+    assert not symbolic_check_allowed("{" * 50 + "}" * 50)
+    assert symbolic_check_allowed("2^{2013} - 1")

@@ -1,0 +1,164 @@
+"""Per-document metrics, majority rule, aggregations and filters on literal inputs."""
+
+from __future__ import annotations
+
+import pytest
+
+import eglr_harness.scoring.lm_eval_registry as reg
+from eglr_harness.rollout import Rollout, rollout_meta
+from eglr_harness.scoring.filters import (
+    ExtractAnswerFilter, MajorityVoteFilter, OracleFilter, SelectCellsFilter,
+)
+from eglr_harness.scoring.metrics import (
+    best_cfg_acc, cell_accuracies, cluster_answers, majority_index, score_document,
+)
+
+
+def R(text, L, T, cycle=0):
+    return Rollout(text, L=L, T=T, cycle=cycle)
+
+
+# --------------------------------------------------------------------------- majority rule
+
+@pytest.mark.parametrize("answers, winner", [
+    (["1", "2", "2"], 1),
+    (["2", "1", "1", "2"], 0),                 # tie: the cluster that appeared first wins
+    (["1", "2", "1", "2"], 0),
+    ([None, None, "3"], 2),                    # invalid answers never vote
+    ([None, None], None),
+    ([], None),
+    (["0.5", "\\frac{1}{2}", "1/2", "3"], 0),  # clustered by equivalence, not by string
+    (["3", "\\frac12", "0.5", "3"], 0),         # 2 vs 2: "3" came first
+    (["7", None, None, "8", "8"], 3),          # None is not a cluster of 2
+])
+def test_majority_index(answers, winner):
+    assert majority_index(answers) == winner
+
+
+def test_clusters_keep_order_of_first_appearance():
+    assert cluster_answers(["5", "6", "5.0", None, "6"]) == [[0, 2], [1, 4]]
+
+
+# --------------------------------------------------------------------------- score_document
+
+def test_score_document_keys_and_values():
+    responses = [R("3", 1, 0.0), R("4", 2, 0.0), R("", 3, 0.0), R("4.0", 4, 0.0)]
+    out = score_document("4", responses)
+    assert out["acc"] == 0
+    assert out["mean_acc"] == 0.5
+    assert out["maj@4"] == 1 and out["oracle@4"] == 1
+    assert out["best_cfg_acc"] is out["rollouts"]
+    assert out["rollouts"][2] == {"repeat": 2, "L": 3, "T": 0.0, "cycle": 0, "answer": None, "correct": 0}
+    assert [r["correct"] for r in out["rollouts"]] == [0, 1, 0, 1]
+
+
+def test_score_document_plain_strings_have_null_metadata():
+    out = score_document("7", ["7", "x"])
+    assert out["rollouts"][0] == {"repeat": 0, "L": None, "T": None, "cycle": None, "answer": "7", "correct": 1}
+    assert out["maj@2"] == 1  # 1 vs 1: the first wins
+
+
+def test_score_document_all_invalid():
+    out = score_document("7", ["", None])
+    assert out == {**out, "acc": 0, "mean_acc": 0.0, "maj@2": 0, "oracle@2": 0}
+
+
+def test_score_document_single_string_is_one_repeat():
+    assert score_document("7", "7")["maj@1"] == 1
+
+
+# --------------------------------------------------------------------------- aggregations
+
+def _doc(*cells):
+    return [{"L": L, "T": T, "correct": c} for L, T, c in cells]
+
+
+def test_cell_accuracies_average_cycles_within_a_document_first():
+    items = [
+        _doc((1, 0.0, 1), (2, 0.0, 0), (2, 0.0, 1), (2, 0.0, 1)),  # cell L=2 has 3 cycles: 2/3
+        _doc((1, 0.0, 0), (2, 0.0, 1)),
+    ]
+    acc = cell_accuracies(items)
+    assert list(acc) == ["L=1,T=0.0", "L=2,T=0.0"]
+    assert acc["L=1,T=0.0"] == 0.5
+    assert acc["L=2,T=0.0"] == pytest.approx((2 / 3 + 1) / 2)
+    assert best_cfg_acc(items) == pytest.approx(5 / 6)
+
+
+def test_cell_order_is_L_major():
+    items = [_doc((2, 0.1, 1), (0, 0.5, 1), (0, 0.0, 0), (10, 0.0, 1))]
+    assert list(cell_accuracies(items)) == ["L=0,T=0.0", "L=0,T=0.5", "L=2,T=0.1", "L=10,T=0.0"]
+
+
+def test_unknown_cell_for_plain_responses():
+    items = [_doc((None, None, 1), (None, None, 0)), _doc((None, None, 1), (None, None, 1))]
+    assert cell_accuracies(items) == {"unknown": 0.75}
+    assert best_cfg_acc(items) == 0.75
+    assert best_cfg_acc([]) == 0.0
+
+
+# --------------------------------------------------------------------------- filters
+
+DOCS = [{"answer": "4", "answer_format": "math"}, {"answer": "10", "answer_format": "number"}]
+
+
+def test_extract_filter_keeps_metadata_and_marks_invalid():
+    resps = [[R("so \\boxed{4}", 1, 0.0), R("no idea", 2, 0.5, 1)], [R("#### 10", 0, 0.0), "x is 9"]]
+    out = ExtractAnswerFilter().apply(resps, DOCS)
+    assert out == [["4", ""], ["10", "9"]]
+    assert rollout_meta(out[0][1]) == {"L": 2, "T": 0.5, "cycle": 1}
+    assert rollout_meta(out[1][1]) is None  # plain strings stay plain
+
+
+def test_extract_filter_mode_override_and_validation():
+    assert ExtractAnswerFilter(mode="math").apply([["x is 9"]], [DOCS[1]]) == [[""]]
+    with pytest.raises(ValueError, match="auto, math, number"):
+        ExtractAnswerFilter(mode="latex")
+
+
+def test_extract_filter_accepts_a_bare_string_per_doc():
+    assert ExtractAnswerFilter().apply(["\\boxed{4}"], [DOCS[0]]) == ["4"]
+
+
+def test_select_cells_filter():
+    pool = [R("a", L, T) for L in (0, 1, 2) for T in (0.0, 0.1)]
+    keep = SelectCellsFilter(L="1-2", T=0).apply([pool], [DOCS[0]])[0]
+    assert [(r.L, r.T) for r in keep] == [(1, 0.0), (2, 0.0)]
+    keep = SelectCellsFilter(L=0).apply([pool], [DOCS[0]])[0]
+    assert [(r.L, r.T) for r in keep] == [(0, 0.0), (0, 0.1)]
+    keep = SelectCellsFilter(T="0.1-1.0:0.1").apply([pool], [DOCS[0]])[0]
+    assert [r.L for r in keep] == [0, 1, 2]
+
+
+def test_select_cells_passes_plain_strings_through():
+    assert SelectCellsFilter(L=1).apply([["a", "b"]], [DOCS[0]]) == [["a", "b"]]
+
+
+def test_select_cells_needs_an_axis():
+    with pytest.raises(ValueError, match="`L`, `T`"):
+        SelectCellsFilter()
+
+
+def test_majority_and_oracle_filters():
+    answers = [[R("3", 1, 0.0), R("5", 2, 0.0), R("5.0", 3, 0.0), R("4", 4, 0.0)]]
+    (vote,) = MajorityVoteFilter().apply(answers, [DOCS[0]])
+    assert vote == ["5"] and rollout_meta(vote[0]) == {"L": 2, "T": 0.0, "cycle": 0}
+    (best,) = OracleFilter().apply(answers, [DOCS[0]])
+    assert best == ["4"] and best[0].L == 4
+    assert MajorityVoteFilter().apply([["", ""]], [DOCS[0]]) == [[""]]
+    assert OracleFilter().apply([["", "7"]], [DOCS[0]]) == [["7"]]
+    with pytest.raises(ValueError, match="gold_field"):
+        OracleFilter(gold_field="gold").apply([["4"]], [DOCS[0]])
+
+
+def test_registry_names():
+    from lm_eval.api.registry import get_aggregation, get_filter, get_metric
+
+    for name, cls in reg.FILTERS.items():
+        assert get_filter(name) is cls
+    assert get_aggregation("eglr_best_cfg_acc") is best_cfg_acc
+    assert get_aggregation("eglr_cell_acc") is cell_accuracies
+    assert get_aggregation("mean") is not None  # lm-eval's own are still there
+    assert get_metric("eglr_exact_match")(references=["4"], predictions=["4.0"]) == 1.0
+    assert get_metric("eglr_exact_match")(references=["4"], predictions=[""]) == 0.0
+    reg.register_all()  # idempotent

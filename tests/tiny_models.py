@@ -1,0 +1,39 @@
+"""Tiny randomly initialised causal LMs of the families EGLR supports (shared by the tests)."""
+
+from __future__ import annotations
+
+TINY_ARCHS = ("llama", "qwen2", "mistral", "gemma2")
+
+
+def build_tiny_model(arch: str, vocab_size: int = 256, num_layers: int = 4, seed: int = 0, **overrides):
+    """A tiny randomly initialised causal LM of the given family, fp32, eval mode."""
+    import torch
+    from transformers import (
+        Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM,
+        MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+    )
+
+    common = dict(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=num_layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+    )
+    families = {
+        "llama": (LlamaConfig, LlamaForCausalLM, {}),
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM, {}),
+        "mistral": (MistralConfig, MistralForCausalLM, {"sliding_window": None}),
+        "gemma2": (Gemma2Config, Gemma2ForCausalLM, {
+            "head_dim": 8, "sliding_window": 16, "final_logit_softcapping": 30.0,
+            "attn_logit_softcapping": 50.0, "query_pre_attn_scalar": 8,
+        }),
+    }
+    config_cls, model_cls, extra = families[arch]
+    config = config_cls(**{**common, **extra, **overrides})
+    config._attn_implementation = "eager" if arch == "gemma2" else "sdpa"
+    torch.manual_seed(seed)
+    model = model_cls(config).eval()
+    # Random init gives near-uniform next-token distributions; sharpen them a little so that
+    # greedy decoding is not dominated by near-ties.
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(4.0)
+    return model
