@@ -22,6 +22,7 @@ class EglrStats:
     iterations: Counter = field(default_factory=Counter)  # k* -> count over gated tokens
     refine_layer_evals: int = 0  # sum over gated tokens of L * k*
     steps: int = 0  # decoding steps (batched forward passes)
+    gated_steps: int = 0  # steps in which at least one row was refined
     row_steps: int = 0  # steps × batch rows
     batched_refine_layer_evals: int = 0  # sum over steps of L × loop iterations × gated rows
     wall_time_s: float = 0.0
@@ -29,6 +30,7 @@ class EglrStats:
     def add_step(self, *, batch_rows: int, active_rows: int, gated_iterations: list[int], L: int, loop_iterations: int) -> None:
         """One decoding step: the refinement ran ``loop_iterations`` times over the gated rows."""
         self.steps += 1
+        self.gated_steps += bool(gated_iterations)
         self.row_steps += batch_rows
         self.tokens += active_rows
         self.gated_tokens += len(gated_iterations)
@@ -38,7 +40,7 @@ class EglrStats:
 
     def merge(self, other: "EglrStats") -> None:
         self.num_layers = self.num_layers or other.num_layers
-        for name in ("tokens", "gated_tokens", "refine_layer_evals", "steps", "row_steps", "batched_refine_layer_evals", "wall_time_s"):
+        for name in ("tokens", "gated_tokens", "refine_layer_evals", "steps", "gated_steps", "row_steps", "batched_refine_layer_evals", "wall_time_s"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.iterations.update(other.iterations)
 
@@ -54,5 +56,6 @@ class EglrStats:
             "flop_ratio": 1.0 + self.refine_layer_evals / (n * self.tokens) if self.tokens else 1.0,
             "batched_flop_ratio": 1.0 + self.batched_refine_layer_evals / (n * self.row_steps) if self.row_steps else 1.0,
             "steps": self.steps,
+            "p_step_gated": self.gated_steps / self.steps if self.steps else 0.0,
             "wall_time_s": round(self.wall_time_s, 3),
         }
