@@ -152,13 +152,12 @@ class EglrRefiner:
             raise ValueError("EGLR needs the KV cache: call generate with use_cache=True.")
         if "update" in cache.__dict__:
             return
-        top = set(self._top)
-        layer_of = {i: i for i in top}  # cache index = layer index in transformers decoders
+        top = set(self._top)  # a layer's cache index is its index in the decoder's layer list
         original = type(cache).update
 
         def update(key_states, value_states, layer_idx, *args, **kwargs):
             keys, values = original(cache, key_states, value_states, layer_idx, *args, **kwargs)
-            if not self._refining and layer_idx in layer_of:
+            if not self._refining and layer_idx in top:
                 self._capture.attended[layer_idx] = (keys, values)
             return keys, values
 
@@ -212,7 +211,8 @@ class EglrRefiner:
         if capture.anchor is None or capture.last_hidden is None or len(capture.layer_calls) != len(self._top):
             raise RuntimeError("EGLR hooks did not see the whole forward pass (is the model wrapped or compiled?).")
         rows = torch.nonzero(gate).flatten()  # (G,)
-        anchor, hidden = capture.anchor[rows], capture.last_hidden[rows]  # (G, D)
+        anchor = capture.anchor[rows]  # (G, D)
+        hidden = capture.last_hidden[rows].to(anchor.device)  # (G, D); devices differ when parallelize=True
         calls = {i: _select_rows(call, rows, gate.numel()) for i, call in capture.layer_calls.items()}
         attended = {i: (k[rows], v[rows]) for i, (k, v) in capture.attended.items()}
         logp_prev = torch.log_softmax(final0[rows], dim=-1)

@@ -16,7 +16,7 @@ from eglr_harness.specs import parse_L_spec, parse_T_spec
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 BENCHES = ("gsm8k", "math500", "minerva_math", "amc23", "aime24", "aime25")
 VARIANTS = {"": 1, "_sc": 10, "_lxt": 121}
-ALL_TASKS = [f"{b}_eglr{v}" for b in BENCHES for v in VARIANTS] + ["eglr_demo", "eglr_demo_sc"]
+ALL_TASKS = [f"{b}_eglr{v}" for b in BENCHES for v in VARIANTS] + ["eglr_demo", "eglr_demo_sc", "eglr_demo_lxt"]
 GROUPS = {"eglr_math": "", "eglr_math_sc": "_sc", "eglr_math_lxt": "_lxt"}
 
 
@@ -29,7 +29,7 @@ def task_manager(shared_data_dir):
 
 @pytest.fixture(scope="module")
 def loaded(task_manager):
-    return task_manager.load(list(GROUPS) + ["eglr_demo", "eglr_demo_sc"])
+    return task_manager.load(list(GROUPS) + ["eglr_demo", "eglr_demo_sc", "eglr_demo_lxt"])
 
 
 def test_every_task_and_group_is_indexed(task_manager):
@@ -41,7 +41,7 @@ def test_every_task_loads_with_local_data(loaded):
     tasks = loaded["tasks"]
     assert set(tasks) == set(ALL_TASKS)
     for name, task in tasks.items():
-        repeats = 1 if name == "eglr_demo" else 10 if name == "eglr_demo_sc" else VARIANTS[name.split("_eglr")[1]]
+        repeats = {"eglr_demo": 1, "eglr_demo_sc": 10, "eglr_demo_lxt": 121}.get(name) or VARIANTS[name.split("_eglr")[1]]
         assert task.config.repeats == repeats, name
         doc = task.eval_docs[0]
         prompt = task.doc_to_text(doc)
