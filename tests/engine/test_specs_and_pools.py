@@ -99,3 +99,13 @@ def test_task_temperature_is_the_T_axis_when_no_pool_is_named():
     axes = task_axes({"do_sample": True, "temperature": 0.6})
     plan = resolve_pool(user_L=None, user_T=None, task=axes, default_L=3, default_T=0.0, repeats=1)
     assert plan.cells == ((3, 0.6),)
+
+
+@pytest.mark.parametrize("task, benchmark", [
+    ("math500_eglr_sc", "math500"), ("gsm8k_eglr", "gsm8k"), ("aime25_eglr_lxt", "aime25"),
+    ("eglr_demo", "eglr_demo"), ("eglr_demo_lxt", "eglr_demo"), ("eglr_demo_sc", "eglr_demo"), (None, None),
+])
+def test_tasks_share_their_benchmark_tau_h(task, benchmark):
+    from eglr_harness.presets import benchmark_of
+
+    assert benchmark_of(task) == benchmark
