@@ -4,7 +4,7 @@ Runs (see :mod:`eglr_harness.analysis.leaderboard_plan`) go through the stock ``
 subprocesses, one after the other; each finished run leaves lm-eval's results file in its
 ``--output_path`` plus ``eglr_leaderboard_run.json`` (exact command, package versions, wall time,
 exit status). Rerunning skips every run whose results file exists for the same task and
-``--limit`` (resume). The table is rewritten after every run.
+``--limit`` (resume); ``--limit gsm8k=100,math500=50`` sizes each benchmark. The table is rewritten after every run.
 
     eglr-leaderboard --model_args pretrained=DIR,gguf_file=F.gguf --tasks gsm8k,math500 \\
         --limit 100 --max_gen_toks 256 --batch_size 8 --apply_chat_template
@@ -33,6 +33,7 @@ from eglr_harness.analysis.leaderboard_plan import (
     build_command,
     default_output_dir,
     parse_beams,
+    parse_limit,
     plan_runs,
     shell_command,
 )
@@ -178,7 +179,7 @@ def run_leaderboard(
     for i, run in enumerate(runs):
         argv = build_command(run, opts)
         label = f"{run.benchmark}/{run.name}"
-        files = finished_run(run, opts.limit)
+        files = finished_run(run, run.limit)
         record = _read_record(run)
         status = "not run"
         if files is not None:
@@ -188,7 +189,7 @@ def run_leaderboard(
             print(shell_command(argv))
         else:
             record = _execute(run, argv, executor)
-            files = finished_run(run, opts.limit)
+            files = finished_run(run, run.limit)
             if files is None:
                 logger.error(
                     "%s failed (exit status %s, no results file in %s)", label, record["returncode"], run.output_path
@@ -207,7 +208,8 @@ def run_leaderboard(
 
 
 def _write(cells: list[LeaderboardCell], opts: LeaderboardOptions) -> dict[str, Path]:
-    limit = "all problems" if opts.limit is None else f"--limit {opts.limit:g}"
+    sizes = {b: opts.limit_for(b) for b in opts.benchmarks}
+    limit = ", ".join(f"{b}: " + ("all problems" if n is None else f"--limit {n:g}") for b, n in sizes.items())
     notes = [
         f"Model args: `{opts.model_args}`"
         + (f"; EGLR model args: `{opts.eglr_model_args}`" if opts.eglr_model_args else "")
@@ -235,7 +237,11 @@ def leaderboard_parser() -> argparse.ArgumentParser:
         help="HF model args shared by every run, e.g. pretrained=DIR,gguf_file=F.gguf",
     )
     parser.add_argument("--tasks", required=True, help="benchmarks, comma-separated: gsm8k,math500 (or gsm8k_eglr,...)")
-    parser.add_argument("--limit", type=float, default=None, help="problems per benchmark (lm_eval --limit)")
+    parser.add_argument(
+        "--limit",
+        default=None,
+        help="problems per benchmark (lm_eval --limit): 100 for all, or per benchmark gsm8k=100,math500=50",
+    )
     parser.add_argument("--max_gen_toks", type=int, default=None, help="max new tokens (gen kwarg for every run)")
     parser.add_argument("--batch_size", default=None, help="lm_eval --batch_size")
     parser.add_argument("--device", default=None, help="lm_eval --device")
@@ -263,12 +269,14 @@ def leaderboard_parser() -> argparse.ArgumentParser:
 def options_from_args(args: argparse.Namespace) -> LeaderboardOptions:
     """Validated options from parsed CLI arguments."""
     model_args = ",".join(a.strip(",") for a in args.model_args)
+    limit, limits = parse_limit(args.limit)
     return LeaderboardOptions(
         model_args=model_args,
         tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
         output_dir=Path(args.output_dir) if args.output_dir else default_output_dir(model_args),
         beams=parse_beams(args.beams),
-        limit=args.limit,
+        limit=limit,
+        limits=limits,
         max_gen_toks=args.max_gen_toks,
         batch_size=args.batch_size,
         device=args.device,

@@ -8,6 +8,10 @@ For each benchmark ``<b>`` the comparison set of the paper (Tables 2/3) needs:
 | ``beam<n>`` | ``hf`` | ``<b>_eglr`` | ``do_sample=False,num_beams=n`` | Beam-n |
 | ``eglr_sc`` | ``eglr-hf`` | ``<b>_eglr_sc`` | — | EGLR (best L), EGLR-SC_L (B=10), Oracle_L |
 
+``--model_args`` names the model by ``pretrained=...`` or by a preset, ``model_config=NAME``: the
+``hf`` runs get the preset's model args spelled out, ``eglr-hf`` gets ``model_config=NAME`` itself
+(so its EGLR settings and calibrated tau_h apply).
+
 One ``eglr_sc`` run gives three rows: its L-only pool (L ∈ 1..10, T = 0) holds every per-L
 accuracy. ``max_gen_toks`` is passed as a gen kwarg to every run. Each run writes to
 ``<output_dir>/<b>/<run>/`` (its ``--output_path``).
@@ -34,6 +38,8 @@ __all__ = [
     "build_command",
     "shell_command",
     "parse_beams",
+    "parse_limit",
+    "hf_model_args",
 ]
 
 _TASK_SUFFIXES = ("_eglr_sc", "_eglr_lxt", "_eglr")
@@ -71,9 +77,51 @@ def parse_beams(spec: str | None) -> tuple[int, ...]:
     return tuple(dict.fromkeys(beams))
 
 
-def model_slug(model_args: str) -> str:
-    """A folder name for the model: the GGUF file stem, else the last part of ``pretrained``."""
+def parse_limit(spec: str | None) -> tuple[float | None, tuple[tuple[str, float], ...]]:
+    """``'100'`` -> ``(100, ())``; ``'gsm8k=100,math500=50'`` -> ``(None, (('gsm8k', 100), ('math500', 50)))``.
+
+    A bare number is the limit of every benchmark not named; ``bench=N`` sets one benchmark's.
+    """
+    if spec is None or not str(spec).strip():
+        return None, ()
+    default, per_bench = None, []
+    for part in str(spec).split(","):
+        name, _, value = part.rpartition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not number > 0 or (name and not _NAME.fullmatch(name.strip())):
+            raise ValueError(
+                f"`--limit`={spec!r}: {part!r} is not allowed; allowed: a count >= 1 or a fraction in (0, 1), "
+                "for every benchmark (100) or per benchmark (gsm8k=100,math500=50)."
+            )
+        if name:
+            per_bench.append((benchmark_of(name), number))
+        elif default is not None:
+            raise ValueError(f"`--limit`={spec!r} gives two limits for all benchmarks; give one bare number at most.")
+        else:
+            default = number
+    return default, tuple(per_bench)
+
+
+def hf_model_args(model_args: str) -> str:
+    """``model_args`` for lm-eval's ``hf``: a ``model_config=NAME`` preset becomes its model args."""
     args = parse_model_args(model_args)
+    name = args.pop("model_config", None)
+    if name is None:
+        return model_args
+    from eglr_harness.presets import load_preset  # noqa: PLC0415 -- only presets need it
+
+    merged = {**load_preset(name)["model_args"], **args}  # the user's args win over the preset's
+    return ",".join(f"{key}={value}" for key, value in merged.items())
+
+
+def model_slug(model_args: str) -> str:
+    """A folder name for the model: the preset name, the GGUF file stem, else the last part of ``pretrained``."""
+    args = parse_model_args(model_args)
+    if args.get("model_config") and "pretrained" not in args:
+        return re.sub(r"[^A-Za-z0-9._\-]+", "_", Path(args["model_config"]).stem) or "model"
     name = args.get("gguf_file") or args.get("pretrained") or "model"
     name = Path(str(name).rstrip("/")).name
     if name.endswith(".gguf"):
@@ -94,7 +142,8 @@ class LeaderboardOptions:
     tasks: tuple[str, ...]
     output_dir: Path
     beams: tuple[int, ...] = (4, 11)
-    limit: float | None = None
+    limit: float | None = None  # every benchmark not in ``limits``
+    limits: tuple[tuple[str, float], ...] = ()  # (benchmark, limit) overrides
     max_gen_toks: int | None = None
     batch_size: str | None = None
     device: str | None = None
@@ -108,17 +157,25 @@ class LeaderboardOptions:
     python: str = field(default=sys.executable)
 
     def __post_init__(self) -> None:
-        if "pretrained=" not in self.model_args:
+        if not {"pretrained", "model_config"} & set(parse_model_args(self.model_args)):
             raise ValueError(
-                f"`--model_args`={self.model_args!r} names no model; write pretrained=PATH_OR_HUB_ID[,gguf_file=FILE]."
+                f"`--model_args`={self.model_args!r} names no model; write pretrained=PATH_OR_HUB_ID[,gguf_file=FILE] "
+                "or model_config=PRESET."
             )
+        hf_model_args(self.model_args)  # an unknown preset fails here, naming the known ones
         if not self.tasks:
             raise ValueError("`--tasks` is empty; give benchmarks such as gsm8k,math500.")
         benchmarks = [benchmark_of(t) for t in self.tasks]
         if len(set(benchmarks)) != len(benchmarks):
             raise ValueError(f"`--tasks`={list(self.tasks)} names a benchmark twice; give each once.")
-        if self.limit is not None and not self.limit > 0:
-            raise ValueError(f"`--limit`={self.limit} is not allowed; allowed: a count >= 1 or a fraction in (0, 1).")
+        for bench, limit in ((None, self.limit), *self.limits):
+            if limit is not None and not limit > 0:
+                raise ValueError(f"`--limit`={limit} is not allowed; allowed: a count >= 1 or a fraction in (0, 1).")
+        if unknown := sorted({b for b, _ in self.limits} - set(benchmarks)):
+            raise ValueError(
+                f"`--limit` names {unknown}, which are not among `--tasks` ({sorted(benchmarks)}); "
+                "allowed: benchmarks of --tasks."
+            )
         if self.max_gen_toks is not None and self.max_gen_toks < 1:
             raise ValueError(f"`--max_gen_toks`={self.max_gen_toks} is not allowed; allowed: an int >= 1.")
         for n in self.beams:
@@ -128,6 +185,10 @@ class LeaderboardOptions:
     @property
     def benchmarks(self) -> tuple[str, ...]:
         return tuple(benchmark_of(t) for t in self.tasks)
+
+    def limit_for(self, benchmark: str) -> float | None:
+        """The ``--limit`` of one benchmark (None: all problems)."""
+        return dict(self.limits).get(benchmark, self.limit)
 
 
 @dataclass(frozen=True)
@@ -143,15 +204,18 @@ class PlannedRun:
     gen_kwargs: tuple[tuple[str, object], ...]
     output_path: Path
     num_beams: int | None = None
+    limit: float | None = None
 
 
 def plan_runs(opts: LeaderboardOptions) -> list[PlannedRun]:
     """All runs for ``opts``, benchmark by benchmark: greedy, beams, then the EGLR-SC run."""
     tokens = (("max_gen_toks", opts.max_gen_toks),) if opts.max_gen_toks else ()
     eglr_args = opts.model_args + ("," + opts.eglr_model_args.strip(",") if opts.eglr_model_args.strip(",") else "")
+    hf_args = hf_model_args(opts.model_args)
     runs = []
     for bench in opts.benchmarks:
         base = Path(opts.output_dir) / bench
+        limit = opts.limit_for(bench)
         greedy_task = bench + opts.greedy_suffix
         runs.append(
             PlannedRun(
@@ -160,9 +224,10 @@ def plan_runs(opts: LeaderboardOptions) -> list[PlannedRun]:
                 bench,
                 greedy_task,
                 opts.hf_model,
-                opts.model_args,
+                hf_args,
                 (("do_sample", False), *tokens),
                 base / "greedy",
+                limit=limit,
             )
         )
         for n in opts.beams:
@@ -173,10 +238,11 @@ def plan_runs(opts: LeaderboardOptions) -> list[PlannedRun]:
                     bench,
                     greedy_task,
                     opts.hf_model,
-                    opts.model_args,
+                    hf_args,
                     (("do_sample", False), ("num_beams", n), *tokens),
                     base / f"beam{n}",
                     num_beams=n,
+                    limit=limit,
                 )
             )
         runs.append(
@@ -189,6 +255,7 @@ def plan_runs(opts: LeaderboardOptions) -> list[PlannedRun]:
                 eglr_args,
                 tokens,
                 base / "eglr_sc",
+                limit=limit,
             )
         )
     return runs
@@ -222,8 +289,8 @@ def build_command(run: PlannedRun, opts: LeaderboardOptions) -> list[str]:
     ]
     if run.gen_kwargs:
         argv += ["--gen_kwargs", gen_kwargs_arg(run.gen_kwargs)]
-    if opts.limit is not None:
-        argv += ["--limit", _limit_arg(opts.limit)]
+    if run.limit is not None:
+        argv += ["--limit", _limit_arg(run.limit)]
     if opts.batch_size is not None:
         argv += ["--batch_size", str(opts.batch_size)]
     if opts.device is not None:

@@ -19,6 +19,7 @@ from eglr_harness.analysis.leaderboard_plan import (
     default_output_dir,
     model_slug,
     parse_beams,
+    parse_limit,
     plan_runs,
 )
 
@@ -214,6 +215,54 @@ def test_bad_options_name_the_value(tmp_path):
     with pytest.raises(ValueError, match="'1' is not a beam count"):
         parse_beams("4,1")
     assert parse_beams("4,11") == (4, 11) and parse_beams("none") == ()
+
+
+def test_parse_limit_global_and_per_benchmark():
+    assert parse_limit(None) == (None, ()) and parse_limit("100") == (100.0, ())
+    assert parse_limit("gsm8k=100,math500_eglr=50") == (None, (("gsm8k", 100.0), ("math500", 50.0)))
+    assert parse_limit("20,gsm8k=100") == (20.0, (("gsm8k", 100.0),))
+    for bad, why in [("0", "'0' is not allowed"), ("gsm8k=x", "'gsm8k=x' is not allowed"),
+                     ("gsm 8k=3", "'gsm 8k=3' is not allowed"), ("5,6", "two limits")]:
+        with pytest.raises(ValueError, match=why):
+            parse_limit(bad)
+
+
+def test_per_benchmark_limits_size_each_run_and_resume_per_benchmark(tmp_path):
+    opts = options(tmp_path, beams=(4,), limit=None, limits=(("gsm8k", 4.0), ("math500", 2.0)))
+    argvs = {(r.benchmark, r.name): build_command(r, opts) for r in plan_runs(opts)}
+    for (bench, _name), argv in argvs.items():
+        assert argv[argv.index("--limit") + 1] == {"gsm8k": "4", "math500": "2"}[bench]
+    fake = FakeLmEval()
+    outcome = run_leaderboard(opts, fake)
+    assert len(fake.calls) == 6 and not outcome.failed
+    assert "Size: gsm8k: --limit 4, math500: --limit 2" in outcome.tables["markdown"].read_text()
+    # gsm8k keeps its limit: skipped; math500 now runs at 3: rerun (3 cells)
+    again = run_leaderboard(options(tmp_path, beams=(4,), limit=3, limits=(("gsm8k", 4.0),)), fake)
+    assert len(fake.calls) == 9 and len(again.skipped) == 3
+    assert all(c[c.index("--tasks") + 1].startswith("math500") for c in fake.calls[6:])
+    with pytest.raises(ValueError, match=r"names \['aime24'\]"):
+        options(tmp_path, limits=(("aime24", 3.0),))
+
+
+def test_model_config_preset_spells_out_hf_args_and_keeps_the_preset_for_eglr(tmp_path):
+    from eglr_harness.presets import load_preset
+
+    preset = load_preset("smollm2-135m-instruct")["model_args"]
+    opts = options(tmp_path, model_args="model_config=smollm2-135m-instruct,dtype=bfloat16", beams=(4,))
+    argvs = {r.name: build_command(r, opts) for r in plan_runs(opts) if r.benchmark == "gsm8k"}
+    hf_args = dict(kv.split("=", 1) for kv in argvs["greedy"][argvs["greedy"].index("--model_args") + 1].split(","))
+    assert hf_args["pretrained"] == preset["pretrained"] and not hf_args["pretrained"].startswith("pkg://")
+    assert hf_args["gguf_file"] == preset["gguf_file"] and hf_args["dtype"] == "bfloat16"  # the user's arg wins
+    assert "model_config" not in hf_args and argvs["beam4"][argvs["beam4"].index("--model_args") + 1] == ",".join(
+        f"{k}={v}" for k, v in hf_args.items()
+    )
+    eglr_args = argvs["eglr_sc"][argvs["eglr_sc"].index("--model_args") + 1]
+    assert eglr_args == "model_config=smollm2-135m-instruct,dtype=bfloat16"
+    assert default_output_dir("model_config=smollm2-135m-instruct") == Path("results/smollm2-135m-instruct/leaderboard")
+    with pytest.raises(ValueError, match="known preset"):
+        options(tmp_path, model_args="model_config=no-such-model")
+    with pytest.raises(ValueError, match="or model_config=PRESET"):
+        options(tmp_path, model_args="dtype=float32")
 
 
 def test_default_output_dir_names_the_model():
