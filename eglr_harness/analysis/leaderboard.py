@@ -244,6 +244,11 @@ def leaderboard_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--max_gen_toks", type=int, default=None, help="max new tokens (gen kwarg for every run)")
     parser.add_argument("--batch_size", default=None, help="lm_eval --batch_size")
+    parser.add_argument(
+        "--beam_batch_size",
+        default=None,
+        help="lm_eval --batch_size of the beam runs (each problem holds num_beams rows; default: --batch_size)",
+    )
     parser.add_argument("--device", default=None, help="lm_eval --device")
     parser.add_argument("--output_dir", default=None, help="default: results/<model>/leaderboard")
     parser.add_argument("--apply_chat_template", action="store_true", help="pass --apply_chat_template to lm_eval")
@@ -279,6 +284,7 @@ def options_from_args(args: argparse.Namespace) -> LeaderboardOptions:
         limits=limits,
         max_gen_toks=args.max_gen_toks,
         batch_size=args.batch_size,
+        beam_batch_size=args.beam_batch_size,
         device=args.device,
         apply_chat_template=args.apply_chat_template,
         eglr_model_args=args.eglr_model_args,

@@ -146,6 +146,7 @@ class LeaderboardOptions:
     limits: tuple[tuple[str, float], ...] = ()  # (benchmark, limit) overrides
     max_gen_toks: int | None = None
     batch_size: str | None = None
+    beam_batch_size: str | None = None  # beam runs hold num_beams rows per problem; None: batch_size
     device: str | None = None
     apply_chat_template: bool = False
     eglr_model_args: str = ""
@@ -291,8 +292,9 @@ def build_command(run: PlannedRun, opts: LeaderboardOptions) -> list[str]:
         argv += ["--gen_kwargs", gen_kwargs_arg(run.gen_kwargs)]
     if run.limit is not None:
         argv += ["--limit", _limit_arg(run.limit)]
-    if opts.batch_size is not None:
-        argv += ["--batch_size", str(opts.batch_size)]
+    batch_size = opts.beam_batch_size if run.kind == "beam" and opts.beam_batch_size is not None else opts.batch_size
+    if batch_size is not None:
+        argv += ["--batch_size", str(batch_size)]
     if opts.device is not None:
         argv += ["--device", opts.device]
     if opts.apply_chat_template:

@@ -217,6 +217,14 @@ def test_bad_options_name_the_value(tmp_path):
     assert parse_beams("4,11") == (4, 11) and parse_beams("none") == ()
 
 
+def test_beam_runs_take_their_own_batch_size(tmp_path):
+    opts = options(tmp_path, beams=(4, 11), batch_size="64", beam_batch_size="16")
+    sizes = {r.name: (a := build_command(r, opts))[a.index("--batch_size") + 1] for r in plan_runs(opts)}
+    assert sizes == {"greedy": "64", "beam4": "16", "beam11": "16", "eglr_sc": "64"}
+    same = options(tmp_path, beams=(4,), batch_size="8")
+    assert {(a := build_command(r, same))[a.index("--batch_size") + 1] for r in plan_runs(same)} == {"8"}
+
+
 def test_parse_limit_global_and_per_benchmark():
     assert parse_limit(None) == (None, ()) and parse_limit("100") == (100.0, ())
     assert parse_limit("gsm8k=100,math500_eglr=50") == (None, (("gsm8k", 100.0), ("math500", 50.0)))
