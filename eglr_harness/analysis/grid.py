@@ -5,7 +5,8 @@ Merging rules (stated in every report):
 - documents are matched by ``doc_id``; the same ``doc_id`` with a different ``doc_hash`` in two
   runs is an error (different data or order);
 - a rollout is keyed by ``(doc_id, L, T, cycle)``; when two runs hold the same key, the run
-  given first wins and the duplicate is counted;
+  given first wins and the duplicate is counted; within one run the same key is a deterministic
+  (T = 0) cell that the task repeats (eglr-hf decodes it once): kept once and counted apart;
 - rollouts without ``(L, T)`` (runs of a model other than eglr-hf) cannot be placed and are
   counted as ``unplaced``.
 """
@@ -47,6 +48,7 @@ class Grid:
         parts: the merged runs, in the order given.
         unplaced: rollouts without (L, T) metadata (ignored).
         duplicates: rollouts dropped because an earlier run had the same (doc, L, T, cycle).
+        repeated: rollouts dropped because their own run already had that (doc, L, T, cycle).
     """
 
     task: str
@@ -56,6 +58,7 @@ class Grid:
     parts: tuple[RunPart, ...] = ()
     unplaced: int = 0
     duplicates: int = 0
+    repeated: int = 0
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -103,10 +106,10 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
         raise ValueError(f"runs of different models cannot share one grid: {listing}. Pass runs of one model.")
 
     doc_hashes: dict[int, tuple[str, Path]] = {}
-    seen: set[tuple[int, int, float, int]] = set()
+    seen: dict[tuple[int, int, float, int], int] = {}  # key -> index of the part it was first read from
     cells: dict[Cell, dict[int, list[Rollout]]] = {}
-    unplaced = duplicates = 0
-    for part in parts:
+    unplaced = duplicates = repeated = 0
+    for index, part in enumerate(parts):
         for doc_id, doc_hash in part.samples.doc_hashes.items():
             first = doc_hashes.setdefault(doc_id, (doc_hash, part.samples.path))
             if doc_hash and first[0] and first[0] != doc_hash:
@@ -120,9 +123,12 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
                 continue
             key = (row.doc_id, row.L, row.T, row.cycle if row.cycle is not None else row.repeat)
             if key in seen:
-                duplicates += 1
+                if seen[key] == index:
+                    repeated += 1
+                else:
+                    duplicates += 1
                 continue
-            seen.add(key)
+            seen[key] = index
             cells.setdefault(row.cell, {}).setdefault(row.doc_id, []).append(row)
 
     notes = []
@@ -134,6 +140,12 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
             f"{duplicates} rollouts repeat a (doc, L, T, cycle) of an earlier run; the earlier run's are kept."
         )
         logger.warning("%s: %s", task, notes[-1])
+    if repeated:
+        notes.append(
+            f"{repeated} rollouts repeat a deterministic (doc, L, T) within their own run (the task repeats "
+            "the cell, eglr-hf decodes it once); each is counted once."
+        )
+        logger.info("%s: %s", task, notes[-1])
     by_cell = {
         cell: {d: tuple(sorted(rs, key=lambda r: (r.cycle or 0, r.repeat))) for d, rs in sorted(docs.items())}
         for cell, docs in sorted(cells.items())
@@ -146,6 +158,7 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
         parts=tuple(parts),
         unplaced=unplaced,
         duplicates=duplicates,
+        repeated=repeated,
         notes=tuple(notes),
     )
 

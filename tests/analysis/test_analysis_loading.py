@@ -194,3 +194,18 @@ def test_report_and_leaderboard_need_no_torch_transformers_or_lm_eval(full_run, 
     )
     subprocess.run([sys.executable, "-c", code], check=True)
     assert (tmp_path / "r" / "report.md").is_file()
+
+
+def test_a_deterministic_cell_repeated_within_a_run_counts_once_and_is_not_a_duplicate(tmp_path):
+    # eglr-hf at L=0,T=0 on a 3-repeat task: one greedy rollout per doc, repeated 3 times with cycle 0
+    docs = {
+        d: [{"repeat": r, "L": 0, "T": 0.0, "cycle": 0, "answer": f"g{d}", "correct": int(d == 0)} for r in range(3)]
+        for d in range(4)
+    }
+    lmeval_fakes.write_run(tmp_path / "greedy", task="toy_eglr_lxt", docs=docs)
+    grid = load_grid([tmp_path / "greedy"])
+    assert (grid.repeated, grid.duplicates) == (8, 0)
+    assert cell_accuracy(grid)[(0, 0.0)].rollouts == 4 and cell_accuracy(grid)[(0, 0.0)].correct == 1
+    assert any("within their own run" in note for note in grid.notes)
+    again = load_grid([tmp_path / "greedy", tmp_path / "greedy"])
+    assert (again.repeated, again.duplicates) == (8, 12)
