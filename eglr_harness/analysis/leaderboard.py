@@ -4,7 +4,8 @@ Runs (see :mod:`eglr_harness.analysis.leaderboard_plan`) go through the stock ``
 subprocesses, one after the other; each finished run leaves lm-eval's results file in its
 ``--output_path`` plus ``eglr_leaderboard_run.json`` (exact command, package versions, wall time,
 exit status). Rerunning skips every run whose results file exists for the same task and
-``--limit`` (resume); ``--limit gsm8k=100,math500=50`` sizes each benchmark. The table is rewritten after every run.
+``--limit`` (resume); ``--limit gsm8k=100,math500=50`` sizes each benchmark. The table is
+rewritten after every run.
 
     eglr-leaderboard --model_args pretrained=DIR,gguf_file=F.gguf --tasks gsm8k,math500 \\
         --limit 100 --max_gen_toks 256 --batch_size 8 --apply_chat_template
