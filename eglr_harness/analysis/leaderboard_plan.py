@@ -120,9 +120,8 @@ def hf_model_args(model_args: str) -> str:
 def model_slug(model_args: str) -> str:
     """A folder name for the model: the preset name, the GGUF file stem, else the last part of ``pretrained``."""
     args = parse_model_args(model_args)
-    if args.get("model_config") and "pretrained" not in args:
-        return re.sub(r"[^A-Za-z0-9._\-]+", "_", Path(args["model_config"]).stem) or "model"
-    name = args.get("gguf_file") or args.get("pretrained") or "model"
+    preset = args.get("model_config") if "pretrained" not in args else None
+    name = Path(preset).stem if preset else args.get("gguf_file") or args.get("pretrained") or "model"
     name = Path(str(name).rstrip("/")).name
     if name.endswith(".gguf"):
         name = name[: -len(".gguf")]
