@@ -118,6 +118,10 @@ class EglrHFLM(HFLM):
         self._refiners: list = []
         self.calibrate_always = False  # eglr-calibrate sets it to calibrate L=0 runs too
         self._gathered_stats = None
+        # Rollouts taken from the store or the in-run memo carry no accounting: count them per cell
+        # so that the results say how much of the pool the compute figures cover.
+        self._reused: Counter = Counter()
+        self._gathered_reused = None
 
     # ------------------------------------------------------------------ lm-eval hooks
     def set_cache_hook(self, cache_hook) -> None:
@@ -163,6 +167,7 @@ class EglrHFLM(HFLM):
         info = super().get_model_info()
         total = EglrStats(num_layers=self.num_layers)
         cells = self._gathered_stats if self._gathered_stats is not None else self._stats
+        reused = self._gathered_reused if self._gathered_reused is not None else self._reused
         for stats in cells.values():
             total.merge(stats)
         s = self.settings
@@ -174,6 +179,10 @@ class EglrHFLM(HFLM):
             "stats": {
                 "total": total.summary(),
                 "cells": {cell_name(*cell): st.summary() for cell, st in sorted(cells.items())},
+                "reused_rollouts": {
+                    "total": sum(reused.values()),
+                    "cells": {cell_name(*cell): n for cell, n in sorted(reused.items())},
+                },
             },
         }
         return info
@@ -284,6 +293,9 @@ class EglrHFLM(HFLM):
         missing = [i for i, t in enumerate(texts) if t is None]
         if len(missing) < len(items):
             logger.info("eglr-hf: %d of %d rollouts reused from earlier work", len(items) - len(missing), len(items))
+            self._reused.update(
+                (int(items[i][1]["eglr_L"]), float(items[i][1]["eglr_T"])) for i, t in enumerate(texts) if t is not None
+            )
         if missing:
             instances = [Instance("generate_until", doc={}, arguments=items[i], idx=0) for i in missing]
             previous_hook = self.cache_hook
@@ -307,12 +319,14 @@ class EglrHFLM(HFLM):
         if self.world_size <= 1 or not torch.distributed.is_initialized():
             return
         gathered: list = [None] * self.world_size
-        torch.distributed.all_gather_object(gathered, dict(self._stats))
+        torch.distributed.all_gather_object(gathered, (dict(self._stats), dict(self._reused)))
         merged: dict = defaultdict(lambda: EglrStats(num_layers=self.num_layers))
-        for part in gathered:
-            for cell, stats in part.items():
+        reused: Counter = Counter()
+        for part_stats, part_reused in gathered:
+            for cell, stats in part_stats.items():
                 merged[cell].merge(stats)
-        self._gathered_stats = merged
+            reused.update(part_reused)
+        self._gathered_stats, self._gathered_reused = merged, reused
 
 
 class _RolloutHook:

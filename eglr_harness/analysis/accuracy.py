@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from math import comb
 
 from eglr_harness.analysis.grid import GREEDY, Grid
 from eglr_harness.analysis.rollouts import Cell
@@ -21,6 +22,7 @@ __all__ = [
     "union_size",
     "cumulative_oracle",
     "oracle_corners",
+    "expected_random_oracle",
     "CORNERS",
 ]
 
@@ -95,3 +97,22 @@ def oracle_corners(solved: Mapping[Cell, frozenset[int]]) -> dict[str, int | Non
         "joint": list(solved),
     }
     return {name: (union_size(solved, cells) if cells else None) for name, cells in pools.items()}
+
+
+def expected_random_oracle(solved: Mapping[Cell, frozenset[int]], cells: Sequence[Cell], budget: int) -> float:
+    """Expected number of documents solved by ``budget`` cells drawn uniformly without replacement from ``cells``.
+
+    Exact, not sampled: a document solved by ``s`` of the ``n`` cells is missed by a random
+    ``budget``-subset with probability C(n - s, budget) / C(n, budget). It is the equal-budget
+    yardstick for a pool: an oracle gain that random cells of the same number also reach is budget,
+    not complementarity.
+    """
+    n = len(cells)
+    if not 0 <= budget <= n:
+        raise ValueError(f"`budget`={budget} is not allowed; allowed: an int in [0, {n}] (the number of cells).")
+    per_doc: dict[int, int] = {}
+    for cell in cells:
+        for doc in solved.get(cell, frozenset()):
+            per_doc[doc] = per_doc.get(doc, 0) + 1
+    total = comb(n, budget)
+    return sum(1 - comb(n - s, budget) / total for s in per_doc.values())

@@ -15,7 +15,15 @@ from eglr_harness.analysis.rollouts import Cell
 from eglr_harness.analysis.runinfo import RunInfo
 from eglr_harness.specs import T_DECIMALS
 
-__all__ = ["Compute", "stats_compute", "run_compute", "cell_compute", "combine_compute", "parse_cell_key"]
+__all__ = [
+    "Compute",
+    "stats_compute",
+    "run_compute",
+    "cell_compute",
+    "combine_compute",
+    "parse_cell_key",
+    "reused_rollouts",
+]
 
 _CELL_KEY = re.compile(r"\s*L\s*=\s*(\d+)\s*,\s*T\s*=\s*([0-9.eE+-]+)\s*")
 
@@ -76,6 +84,17 @@ def cell_compute(infos: Sequence[RunInfo]) -> dict[Cell, Compute]:
             cell = parse_cell_key(key)
             found.setdefault(cell, []).append(stats_compute(key, stats))
     return {cell: combine_compute(f"L={cell[0]},T={cell[1]}", parts) for cell, parts in sorted(found.items())}
+
+
+def reused_rollouts(infos: Sequence[RunInfo]) -> int | None:
+    """Rollouts the runs took from the rollout store instead of generating (no compute counted for
+    them); None when no run records it (runs made before eglr-hf counted reuse)."""
+    counts = [
+        ((info.eglr or {}).get("stats") or {}).get("reused_rollouts", {}).get("total")
+        for info in infos
+    ]
+    counts = [c for c in counts if isinstance(c, int)]
+    return sum(counts) if counts else None
 
 
 def _weighted(values, weights) -> float | None:

@@ -78,6 +78,10 @@ class Grid:
     def n_docs(self) -> int:
         return len(self.docs)
 
+    @property
+    def n_rollouts(self) -> int:
+        return sum(len(rs) for docs in self.by_cell.values() for rs in docs.values())
+
     def missing_cells(self) -> list[Cell]:
         """Cells of the rectangle ``L_values × T_values`` without any rollout."""
         return [(L, T) for L in self.L_values for T in self.T_values if (L, T) not in self.by_cell]

@@ -3,6 +3,8 @@
 Pools (cells in L-major order, which is also the pool order for votes and budgets):
 - ``T``: L = 0, T > 0 (the T-only sweep);
 - ``L``: T = 0, L > 0 (the L-only sweep, EGLR-SC_L);
+- ``LuT``: the T pool and the L pool together (the cross of the grid without greedy): what the two
+  one-axis sweeps reach side by side, at their summed budget;
 - ``LxT``: every cell of the grid (the 11×11 grid with L = 0 and T = 0 included).
 """
 
@@ -11,15 +13,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from eglr_harness.analysis.accuracy import CellAccuracy
+from eglr_harness.analysis.accuracy import CellAccuracy, expected_random_oracle, solved_sets
 from eglr_harness.analysis.grid import GREEDY, Grid
 from eglr_harness.analysis.rollouts import Cell
 from eglr_harness.analysis.votes import vote_is_correct
 
 __all__ = ["POOLS", "POOL_TITLES", "pool_cells", "PoolSummary", "sc_solved", "oracle_solved", "summarize_pool"]
 
-POOLS = ("T", "L", "LxT")
-POOL_TITLES = {"T": "T pool (L=0, T>0)", "L": "L pool (T=0, L>0)", "LxT": "L×T pool (all cells)"}
+POOLS = ("T", "L", "LuT", "LxT")
+POOL_TITLES = {
+    "T": "T pool (L=0, T>0)",
+    "L": "L pool (T=0, L>0)",
+    "LuT": "L ∪ T pool (T pool + L pool)",
+    "LxT": "L×T pool (all cells)",
+}
 
 
 def pool_cells(cells: Sequence[Cell], pool: str) -> list[Cell]:
@@ -27,6 +34,7 @@ def pool_cells(cells: Sequence[Cell], pool: str) -> list[Cell]:
     rules = {
         "T": lambda c: c[0] == 0 and c[1] > 0,
         "L": lambda c: c[1] == 0 and c[0] > 0,
+        "LuT": lambda c: (c[0] == 0) != (c[1] == 0),
         "LxT": lambda c: True,
     }
     if pool not in rules:
@@ -46,7 +54,12 @@ def oracle_solved(grid: Grid, cells: Sequence[Cell]) -> frozenset[int]:
 
 @dataclass(frozen=True)
 class PoolSummary:
-    """One column of Table 5. Fractions are over ``docs``; None when the pool is empty."""
+    """One column of Table 5. Fractions are over ``docs``; None when the pool is empty.
+
+    ``random_oracle`` is the expected oracle of ``configs`` cells drawn at random from the whole
+    grid: the same budget without the pool's structure, so that ``oracle - random_oracle`` is what
+    the choice of axis adds beyond the number of configurations.
+    """
 
     pool: str
     configs: int
@@ -58,6 +71,7 @@ class PoolSummary:
     oracle: float | None
     sc_solved: int | None = None
     oracle_solved: int | None = None
+    random_oracle: float | None = None
 
 
 def summarize_pool(grid: Grid, pool: str, accuracy: Mapping[Cell, CellAccuracy]) -> PoolSummary:
@@ -69,6 +83,7 @@ def summarize_pool(grid: Grid, pool: str, accuracy: Mapping[Cell, CellAccuracy])
     best_cell = max(cells, key=lambda c: (accuracy[c].accuracy, -cells.index(c)))
     sc = sc_solved(grid, cells)
     oracle = oracle_solved(grid, cells)
+    random_oracle = expected_random_oracle(solved_sets(grid), grid.cells, len(cells))
     return PoolSummary(
         pool=pool,
         configs=len(cells),
@@ -80,4 +95,5 @@ def summarize_pool(grid: Grid, pool: str, accuracy: Mapping[Cell, CellAccuracy])
         oracle=len(oracle) / grid.n_docs,
         sc_solved=len(sc),
         oracle_solved=len(oracle),
+        random_oracle=random_oracle / grid.n_docs,
     )

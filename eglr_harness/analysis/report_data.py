@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from eglr_harness.analysis.accuracy import CellAccuracy, cell_accuracy, cumulative_oracle, oracle_corners, solved_sets
 from eglr_harness.analysis.budget import DEFAULT_ORDERS, DEFAULT_SEED, BudgetCurve, budget_curve, random_order_curve
-from eglr_harness.analysis.compute import Compute, cell_compute, combine_compute, run_compute
+from eglr_harness.analysis.compute import Compute, cell_compute, combine_compute, reused_rollouts, run_compute
 from eglr_harness.analysis.disagreement import (
     DisagreementMatrix,
     disagreement_slices,
@@ -37,6 +37,7 @@ class ReportData:
     runs_compute: tuple[Compute, ...]
     total_compute: Compute | None
     cells_compute: dict[Cell, Compute]
+    reused_rollouts: int | None = None
 
 
 def compute_report(grid: Grid, *, n_orders: int = DEFAULT_ORDERS, seed: int = DEFAULT_SEED) -> ReportData:
@@ -64,6 +65,7 @@ def compute_report(grid: Grid, *, n_orders: int = DEFAULT_ORDERS, seed: int = DE
         runs_compute=runs,
         total_compute=combine_compute("all runs", runs) if runs else None,
         cells_compute=cell_compute(infos),
+        reused_rollouts=reused_rollouts(infos),
     )
 
 

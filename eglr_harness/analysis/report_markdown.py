@@ -16,7 +16,11 @@ DEFINITIONS = """\
 - Cell accuracy = correct rollouts / rollouts of the cell. A cell *solves* a problem when any of its rollouts on it
   is correct. Oracle, SC and disagreement use every problem of the grid as denominator; a problem missing from a
   cell counts as unsolved there.
-- Pools: T = {L=0, T>0}; L = {T=0, L>0}; L×T = all cells. Pool order is L-major (L, then T, then cycle).
+- Pools: T = {L=0, T>0}; L = {T=0, L>0}; L ∪ T = both of them; L×T = all cells. Pool order is L-major (L, then
+  T, then cycle).
+- Oracle of B random grid cells: the expected oracle of B cells drawn uniformly without replacement from every
+  cell of the grid, B = the pool's size (exact, not sampled). A pool's oracle above it is what its axis adds beyond
+  the budget; at or below it, the pool's gain is the budget.
 - Majority vote: answers (the tasks' canonical strings) cluster by exact string equality; a null answer never
   votes; ties go to the answer whose first occurrence is earliest in pool order. The vote is correct when the
   winning answer's first rollout is correct. (The tasks' own `maj@B` clusters by mathematical equivalence and can
@@ -97,6 +101,8 @@ def _md_pools(data: ReportData) -> str:
         + [(f"{pct(p[k].sc)} ({p[k].sc_solved})" if p[k].sc is not None else None) for k in POOLS],
         ["Oracle"]
         + [(f"{pct(p[k].oracle)} ({p[k].oracle_solved})" if p[k].oracle is not None else None) for k in POOLS],
+        ["Oracle of B random grid cells (expected)"]
+        + [(pct(p[k].random_oracle) if p[k].random_oracle is not None else None) for k in POOLS],
         ["configs in pool (B)"] + [p[k].configs for k in POOLS],
     ]
     return markdown_table(["method", *(POOL_TITLES[k] for k in POOLS)], rows)
@@ -163,7 +169,25 @@ def _md_compute(data: ReportData) -> str:
         text += f"model layers N = {eglr.get('num_layers')}."
     if data.cells_compute:
         text += "\nPer-cell compute: `compute_cells.csv`."
+    text += _md_compute_coverage(data)
     return text
+
+
+def _md_compute_coverage(data: ReportData) -> str:
+    """Say which rollouts the accounting leaves out: reused ones were generated (and counted) elsewhere."""
+    notes = []
+    if data.reused_rollouts:
+        notes.append(
+            f"{data.reused_rollouts} of {data.grid.n_rollouts} rollouts were taken from the rollout store, "
+            "not generated in these runs: the figures above do not count them."
+        )
+    unaccounted = [c for c in data.grid.cells if c not in data.cells_compute]
+    if data.cells_compute and unaccounted:
+        notes.append(
+            f"{len(unaccounted)} of {len(data.grid.cells)} cells carry no accounting (every rollout reused, or "
+            f"made by a run without EGLR stats): {', '.join(cell_label(c) for c in unaccounted)}."
+        )
+    return "".join(f"\n\n**Coverage.** {note}" for note in notes)
 
 
 def render_markdown(data: ReportData, figs: dict[str, Path]) -> str:

@@ -33,7 +33,19 @@ def write_tables(data: ReportData, out: Path) -> list[Path]:
         ),
         write_csv(
             out / "pools.csv",
-            ["pool", "configs", "docs", "greedy", "best_config", "best", "sc", "sc_solved", "oracle", "oracle_solved"],
+            [
+                "pool",
+                "configs",
+                "docs",
+                "greedy",
+                "best_config",
+                "best",
+                "sc",
+                "sc_solved",
+                "oracle",
+                "oracle_solved",
+                "random_oracle",
+            ],
             [
                 [
                     p.pool,
@@ -46,6 +58,7 @@ def write_tables(data: ReportData, out: Path) -> list[Path]:
                     p.sc_solved,
                     p.oracle,
                     p.oracle_solved,
+                    p.random_oracle,
                 ]
                 for p in data.pools.values()
             ],

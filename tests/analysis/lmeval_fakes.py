@@ -49,7 +49,9 @@ def rollouts_for(doc_id: int, cells, grid=GRID) -> list[dict]:
     return out
 
 
-def eglr_block(tokens=1000, gated=50, mean_iterations=2.8, flop_ratio=1.02, cells=None, task="t") -> dict:
+def eglr_block(
+    tokens=1000, gated=50, mean_iterations=2.8, flop_ratio=1.02, cells=None, task="t", reused=None
+) -> dict:
     total = {
         "tokens": tokens,
         "gated_tokens": gated,
@@ -60,11 +62,14 @@ def eglr_block(tokens=1000, gated=50, mean_iterations=2.8, flop_ratio=1.02, cell
         "batched_flop_ratio": flop_ratio + 0.01,
         "wall_time_s": 12.5,
     }
+    stats = {"total": total, "cells": cells or {}}
+    if reused is not None:  # runs made before eglr-hf counted reuse have no such key
+        stats["reused_rollouts"] = {"total": sum(reused.values()), "cells": reused}
     return {
         "num_layers": 30,
         "settings": {"alpha": 0.2, "k_max": 3, "tau_kl": 0.0005, "top_k": 50, "top_p": 1.0, "seed": 1333},
         "tau_h": {task: 1.87},
-        "stats": {"total": total, "cells": cells or {}},
+        "stats": stats,
     }
 
 

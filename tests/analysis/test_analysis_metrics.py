@@ -8,6 +8,7 @@ Solved sets:  A(0,0){0}  B(0,.5){0,1}  C(0,1){1,2}
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -18,6 +19,7 @@ from eglr_harness.analysis import (
     cumulative_oracle,
     disagreement_slices,
     exclusive_counts,
+    expected_random_oracle,
     load_grid,
     majority_answer,
     marginal_over_greedy,
@@ -76,6 +78,42 @@ def test_pools_table5(grid):
     assert (LxT.configs, LxT.best_cell, LxT.sc, LxT.oracle, LxT.sc_solved, LxT.oracle_solved) == (9, B, 0.75, 1.0, 3, 4)
 
 
+def test_union_pool_is_the_t_and_l_pools_together(grid):
+    acc = cell_accuracy(grid)
+    assert pool_cells(grid.cells, "LuT") == [B, C, D, G]
+    LuT = summarize_pool(grid, "LuT", acc)
+    # d0 g0(B) w1(C) g0(D) w1(G): 2-2 tie -> g0 (B first) ok; d1 g1,g1 vs z,z tie -> g1 ok; d2 None,g2,g2,g2 ok;
+    # d3 no vote. SC 3/4; oracle {0,1} ∪ {1,2} ∪ {0,2} ∪ {2} = 3/4; best B (first of the 2/4 cells).
+    assert (LuT.configs, LuT.best_cell, LuT.sc, LuT.oracle) == (4, B, 0.75, 0.75)
+
+
+def test_expected_random_oracle_by_hand(grid):
+    solved = solved_sets(grid)
+    cells = list(grid.cells)
+    # cells solving each doc: d0 A,B,D,F (4); d1 B,C,E (3); d2 C,D,G (3); d3 F (1); n = 9.
+    # b=2: misses C(5,2)/36 + C(6,2)/36 + C(6,2)/36 + C(8,2)/36 = 68/36 -> 4 - 68/36.
+    assert expected_random_oracle(solved, cells, 2) == pytest.approx(4 - 68 / 36)
+    # b=4: C(5,4)+C(6,4)+C(6,4)+C(8,4) = 5+15+15+70 = 105 of C(9,4) = 126.
+    assert expected_random_oracle(solved, cells, 4) == pytest.approx(4 - 105 / 126)
+    assert expected_random_oracle(solved, cells, 9) == 4 and expected_random_oracle(solved, cells, 0) == 0
+    # the T pool (B=2) against 2 random cells of the grid, as a fraction of the 4 documents
+    assert summarize_pool(grid, "T", cell_accuracy(grid)).random_oracle == pytest.approx((4 - 68 / 36) / 4)
+
+
+def test_expected_random_oracle_equals_the_mean_over_every_subset(grid):
+    solved = solved_sets(grid)
+    cells = list(grid.cells)
+    for b in range(len(cells) + 1):
+        subsets = list(itertools.combinations(cells, b))
+        mean = sum(len(set().union(*(solved[c] for c in s))) for s in subsets) / len(subsets)
+        assert expected_random_oracle(solved, cells, b) == pytest.approx(mean)
+
+
+def test_expected_random_oracle_rejects_a_budget_beyond_the_cells(grid):
+    with pytest.raises(ValueError, match=r"`budget`=10 .*\[0, 9\]"):
+        expected_random_oracle(solved_sets(grid), list(grid.cells), 10)
+
+
 def test_sc_tie_break_is_earliest_first_occurrence(grid):
     # L pool: doc 0 is a 1-1 tie g0 (D, first) vs w1 (G). Earliest-first keeps doc 0; a last-first rule would not.
     assert sc_solved(grid, [D, G]) == {0, 2}
@@ -115,7 +153,7 @@ def test_budget_curve_stated_order(grid):
 
 def test_budget_curve_at_full_budget_equals_pool_sc(grid):
     acc = cell_accuracy(grid)
-    for pool in ("T", "L", "LxT"):
+    for pool in ("T", "L", "LuT", "LxT"):
         cells = pool_cells(grid.cells, pool)
         summary = summarize_pool(grid, pool, acc)
         curve = budget_curve(grid, cells)

@@ -20,6 +20,7 @@ FIGURES = [
     "disagreement_T_vs_L.png",
     "budget_T.png",
     "budget_L.png",
+    "budget_LuT.png",
     "budget_LxT.png",
 ]
 TABLES = [
@@ -33,6 +34,7 @@ TABLES = [
     "disagreement_T_vs_L.csv",
     "budget_T.csv",
     "budget_L.csv",
+    "budget_LuT.csv",
     "budget_LxT.csv",
     "compute_runs.csv",
     "compute_cells.csv",
@@ -84,6 +86,7 @@ def test_csv_tables_hold_the_hand_computed_numbers(report):
         1.0,
         "L=1,T=0.0",
     )
+    assert float(pools["LuT"]["oracle"]) == 0.75 and float(pools["T"]["random_oracle"]) == pytest.approx(19 / 36)
     excl = {
         (int(r["L"]), float(r["T"])): (int(r["exclusive"]), int(r["marginal_over_greedy"]))
         for r in _rows(report / "exclusive_marginal.csv")
@@ -101,11 +104,25 @@ def test_csv_tables_hold_the_hand_computed_numbers(report):
 def test_report_markdown_names_corners_pools_and_compute(report):
     text = (report / "report.md").read_text()
     assert "| greedy | 1 | 25.0 |" in text and "| joint | 4 | 100.0 |" in text
-    assert "| SC (majority vote) | 75.0 (3) | 50.0 (2) | 75.0 (3) |" in text
+    assert "| SC (majority vote) | 75.0 (3) | 50.0 (2) | 75.0 (3) | 75.0 (3) |" in text
+    # expected oracle of 2, 2, 4 and 9 random cells of the toy grid (worked out in test_analysis_metrics)
+    assert "| Oracle of B random grid cells (expected) | 52.8 | 52.8 | 79.2 | 100.0 |" in text
     assert "| T-vs-L | 2×2 | 4 | 2.0 | 3 |" in text
     assert "1.020" in text and "grid is complete" in text
     for name in FIGURES:
         assert f"]({name})" in text
+    # only L=1,T=0.0 has accounting in the fixture; the run predates reuse counts, so no reuse line
+    assert "8 of 9 cells carry no accounting" in text and "L=0,T=0.0, L=0,T=0.5," in text
+    assert "taken from the rollout store" not in text
+
+
+def test_report_says_how_many_rollouts_were_reused(tmp_path):
+    cells = {f"L={L},T={T}": {"tokens": 100, "flop_ratio": 1.01} for L, T in CELLS}
+    eglr = lmeval_fakes.eglr_block(cells=cells, reused={"L=0,T=0.0": 4, "L=1,T=0.0": 2})
+    lmeval_fakes.write_grid_run(tmp_path / "run", CELLS, eglr=eglr)
+    text = (build_report([tmp_path / "run"]) / "report.md").read_text()
+    assert "6 of 36 rollouts were taken from the rollout store" in text
+    assert "carry no accounting" not in text
 
 
 def test_partial_grid_report_says_what_is_missing(tmp_path):

@@ -50,8 +50,12 @@ def _run(model, ids, *, capture_layer=None, replace_layer=None, replacement=None
     return logits, captured
 
 
-def naive_eglr_greedy(model, prompt, *, L, alpha, k_max, tau_kl, tau_h, max_new_tokens, eos_ids):
-    """Greedy EGLR for one prompt. Returns (new tokens, emitted logits per step, gated flags)."""
+def naive_eglr_greedy(model, prompt, *, L, alpha, k_max, tau_kl, tau_h, max_new_tokens, eos_ids, kl_sink=None):
+    """Greedy EGLR for one prompt. Returns (new tokens, emitted logits per step, gated flags).
+
+    ``kl_sink``, when given, receives every KL compared with ``tau_kl`` (for tests that must keep
+    their thresholds away from the observed values).
+    """
     num_layers = len(_decoder(model).layers)
     seq, new_tokens, emitted, gated_flags = list(prompt), [], [], []
     for _ in range(max_new_tokens):
@@ -71,6 +75,8 @@ def naive_eglr_greedy(model, prompt, *, L, alpha, k_max, tau_kl, tau_h, max_new_
                 logp = torch.log_softmax(logits, -1)
                 kl = (logp.exp() * (logp - prev_logp)).sum()
                 prev_logp = logp
+                if kl_sink is not None:
+                    kl_sink.append(float(kl))
                 if float(kl) < tau_kl:
                     break
         token = int(torch.argmax(logits))

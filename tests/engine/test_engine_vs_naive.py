@@ -14,6 +14,11 @@ from eglr_harness.decoding.generate import eglr_generate
 
 VOCAB, LAYERS, PAD, EOS = 96, 4, 0, 2
 MAX_NEW = 10
+# Not the paper's 5e-4: on these tiny models a KL of 5.0013e-4 occurs (qwen2, L=2), and float noise
+# between the two implementations then flips the early exit. 3e-4 keeps every observed KL > 0.5 %
+# away; KL_MARGIN makes the test say so if a model or library change brings one closer.
+TAU_KL = 3e-4
+KL_MARGIN = 1e-3
 
 
 def _prompts(seed: int = 0):
@@ -69,13 +74,16 @@ def _median_entropy(model, prompts) -> float:
 def test_greedy_tokens_match_naive_reference(model, L, gate):
     prompts = _prompts()
     tau_h = 0.0 if gate == "always" else _median_entropy(model, prompts)
-    settings = dict(L=L, alpha=0.2, k_max=3, tau_kl=5e-4, tau_h=tau_h)
+    settings = dict(L=L, alpha=0.2, k_max=3, tau_kl=TAU_KL, tau_h=tau_h)
     rows, scores = _engine(model, prompts, **settings)
     any_gated = False
     for r, prompt in enumerate(prompts):
+        kls: list[float] = []
         ref_tokens, ref_logits, gated = naive_eglr_greedy(
-            model, prompt, max_new_tokens=MAX_NEW, eos_ids={EOS}, **settings
+            model, prompt, max_new_tokens=MAX_NEW, eos_ids={EOS}, kl_sink=kls, **settings
         )
+        closest = min((abs(kl - TAU_KL) / TAU_KL for kl in kls), default=1.0)
+        assert closest > KL_MARGIN, f"a KL lies within {closest:.1e} (relative) of tau_kl: pick another TAU_KL"
         any_gated |= any(gated)
         assert rows[r] == ref_tokens, f"row {r} diverged from the naive reference"
         for step, ref in enumerate(ref_logits):

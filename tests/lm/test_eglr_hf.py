@@ -141,6 +141,11 @@ def test_rollout_cache_resumes_without_recomputing(llama_dir, tmp_path, monkeypa
     again = second.generate_until(_requests(CONTEXTS[:3], pool, repeats=4))
     assert again[:8] == done and [o.L for o in again[:8]] == [o.L for o in done]
     assert sum(calls) == 4  # only the third document's four cells were generated
+    # the results say that 8 rollouts (2 docs x 4 cells) carry no accounting of this run
+    stats = second.get_model_info()["eglr"]["stats"]
+    assert stats["reused_rollouts"] == {"total": 8, "cells": {f"L={L},T=0.0": 2 for L in range(1, 5)}}
+    assert sum(cell["steps"] > 0 for cell in stats["cells"].values()) == 4
+    assert first.get_model_info()["eglr"]["stats"]["reused_rollouts"] == {"total": 0, "cells": {}}
 
 
 def test_tau_h_auto_calibrates_once_and_caches(llama_dir, tmp_path, monkeypatch):
