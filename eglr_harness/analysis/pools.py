@@ -74,8 +74,16 @@ class PoolSummary:
     random_oracle: float | None = None
 
 
-def summarize_pool(grid: Grid, pool: str, accuracy: Mapping[Cell, CellAccuracy]) -> PoolSummary:
-    """Greedy, best single config (first in pool order on ties), SC and oracle of one pool."""
+def summarize_pool(
+    grid: Grid,
+    pool: str,
+    accuracy: Mapping[Cell, CellAccuracy],
+    solved: Mapping[Cell, frozenset[int]] | None = None,
+) -> PoolSummary:
+    """Greedy, best single config (first in pool order on ties), SC and oracle of one pool.
+
+    ``solved`` is :func:`solved_sets` of ``grid``, passed by callers that summarize several pools.
+    """
     cells = pool_cells(grid.cells, pool)
     greedy = accuracy[GREEDY].accuracy if GREEDY in accuracy else None
     if not cells or not grid.n_docs:
@@ -83,7 +91,7 @@ def summarize_pool(grid: Grid, pool: str, accuracy: Mapping[Cell, CellAccuracy])
     best_cell = max(cells, key=lambda c: (accuracy[c].accuracy, -cells.index(c)))
     sc = sc_solved(grid, cells)
     oracle = oracle_solved(grid, cells)
-    random_oracle = expected_random_oracle(solved_sets(grid), grid.cells, len(cells))
+    random_oracle = expected_random_oracle(solved_sets(grid) if solved is None else solved, grid.cells, len(cells))
     return PoolSummary(
         pool=pool,
         configs=len(cells),

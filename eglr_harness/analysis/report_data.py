@@ -57,7 +57,7 @@ def compute_report(grid: Grid, *, n_orders: int = DEFAULT_ORDERS, seed: int = DE
         solved=solved,
         cumulative=cumulative_oracle(solved, grid.L_values, grid.T_values),
         corners=oracle_corners(solved),
-        pools={pool: summarize_pool(grid, pool, accuracy) for pool in POOLS},
+        pools={pool: summarize_pool(grid, pool, accuracy, solved) for pool in POOLS},
         disagreement=disagreement_slices(solved),
         exclusive=exclusive_counts(solved),
         marginal=marginal_over_greedy(solved),
