@@ -11,8 +11,9 @@ import math
 import re
 from collections.abc import Iterable
 
+from eglr_harness.cell import T_DECIMALS
+
 _LIST_SEPARATORS = re.compile(r"[,|;\s]+")
-T_DECIMALS = 6  # temperatures are rounded so that 0.1*3 and 0.3 name the same config
 
 
 def _split(spec: str) -> list[str]:
