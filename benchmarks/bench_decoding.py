@@ -41,7 +41,7 @@ def run_mode(mode: str, n_prompts: int, max_gen_toks: int, batch_size: int, tau_
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
 
-    from eglr_harness.lm_model import EglrHFLM
+    from eglr_harness.harness.model import EglrHFLM
     from eglr_harness.presets import load_preset
 
     preset = load_preset("smollm2-135m-instruct")["model_args"]
@@ -57,16 +57,14 @@ def run_mode(mode: str, n_prompts: int, max_gen_toks: int, batch_size: int, tau_
     requests = [Instance("generate_until", doc={}, arguments=(p, dict(gen)), idx=0, metadata=("bench", i, 1))
                 for i, p in enumerate(prompts)]
     if mode == "L10" and tau_h is None:  # calibrate first, outside the timed region
-        lm._ensure_tau_h("bench", lm._assign_cells(requests), True)
-        lm._memo.clear()
-        lm._stats.clear()
+        lm.calibrate(requests)
+        lm.forget_rollouts()
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     walls = []
     for _ in range(repeats):  # best of `repeats` warm runs; nothing is reused between them
         if mode != "hf":
-            lm._memo.clear()
-            lm._stats.clear()
+            lm.forget_rollouts()
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         started = time.perf_counter()

@@ -18,7 +18,8 @@ _LAZY = {
     "resolve_pool": "eglr_harness.pool",
     "eglr_generate": "eglr_harness.decoding.generate",
     "EglrStats": "eglr_harness.decoding.accounting",
-    "EglrHFLM": "eglr_harness.lm_model",
+    "EglrHFLM": "eglr_harness.harness.model",
+    "Cell": "eglr_harness.cell",
     "tasks_dir": "eglr_harness.resources",
     "model_configs_dir": "eglr_harness.resources",
 }

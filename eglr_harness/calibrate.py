@@ -1,22 +1,22 @@
-"""tau_h calibration (eglr-method.md §3): the 95th percentile of per-token entropies of a greedy
-(L=0) run on a task's prompts, capped at 2.5 nats; cached on disk; and the ``eglr-calibrate``
-command that writes the value into a model_configs preset.
+"""tau_h calibration (eglr-method.md §3): the 95th percentile of the per-token entropies of a greedy
+(L=0) run on a task's prompts, capped at 2.5 nats.
+
+The prompts are the task's first ``calib_limit`` documents in document order, whatever the number
+of processes: under data parallel every rank proposes its own first documents, the union picks
+the global first ones, each rank decodes those it owns, and the entropies of all ranks are
+pooled. Every cross-rank step takes the gather as an argument (:data:`Gather`), so the same code
+runs in one process (``distributed.local_gather``) and under ``torch.distributed``.
 """
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import json
-import logging
-import os
-from pathlib import Path
+from collections.abc import Sequence
 
 import torch
 
 from eglr_harness.config import TAU_H_CAP
+from eglr_harness.distributed import Gather, local_gather
 
-logger = logging.getLogger(__name__)
 CALIBRATION_QUANTILE = 0.95
 DEFAULT_CALIB_LIMIT = 64
 
@@ -28,64 +28,32 @@ def calibrated_threshold(entropies: torch.Tensor, quantile: float = CALIBRATION_
     return min(float(torch.quantile(entropies.float(), quantile)), cap)
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("EGLR_CACHE_DIR", Path.home() / ".cache" / "eglr_harness"))
+def calibration_prompts(local: Sequence[tuple[int, str]], limit: int,
+                        gather: Gather = local_gather) -> list[tuple[int, str]]:
+    """The task's first ``limit`` distinct prompts in document order, from every rank's documents.
+
+    local: this rank's ``(doc_id, context)`` pairs. Returns ``(doc_id, context)`` pairs, the same list
+    on every rank; a prompt shared by several documents is kept once, with its first document.
+    """
+
+    def first_distinct(pairs) -> list[tuple[int, str]]:
+        chosen: dict[str, int] = {}
+        for doc_id, context in sorted({tuple(pair) for pair in pairs}):
+            if len(chosen) == limit:
+                break
+            chosen.setdefault(context, doc_id)
+        return [(doc_id, context) for context, doc_id in chosen.items()]
+
+    # The global first `limit` are among each rank's own first `limit`.
+    return first_distinct(pair for part in gather(first_distinct(local)) for pair in part)
 
 
-def calibration_key(model_fingerprint: dict, contexts: list[str], gen_kwargs: dict) -> str:
-    payload = json.dumps([model_fingerprint, contexts, gen_kwargs], sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()
+def pooled_threshold(local_entropies: Sequence[float], gather: Gather = local_gather) -> tuple[float, int]:
+    """``(tau_h, number of tokens)`` from the entropies of all ranks (same value on every rank)."""
+    values = [e for part in gather(list(map(float, local_entropies))) for e in part]
+    return calibrated_threshold(torch.tensor(values, dtype=torch.float64)), len(values)
 
 
-class TauHCache:
-    """``key -> {"tau_h", "task", "model", "prompts", "tokens"}`` in one JSON file."""
-
-    def __init__(self, path: Path | None = None):
-        self.path = path or cache_dir() / "tau_h.json"
-
-    def _read(self) -> dict:
-        return json.loads(self.path.read_text()) if self.path.is_file() else {}
-
-    def get(self, key: str) -> dict | None:
-        return self._read().get(key)
-
-    def put(self, key: str, record: dict) -> None:
-        data = self._read()
-        data[key] = record
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        tmp.replace(self.path)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``eglr-calibrate``: calibrate tau_h for a model on tasks and write it into its preset."""
-    parser = argparse.ArgumentParser(prog="eglr-calibrate", description=main.__doc__)
-    parser.add_argument("--model_config", required=True, help="preset name in model_configs/ or a YAML path")
-    parser.add_argument("--tasks", required=True, help="comma-separated lm-eval task names (e.g. gsm8k_eglr,math500_eglr)")
-    parser.add_argument("--model_args", default="", help="extra eglr-hf model args, key=value,key2=value2")
-    parser.add_argument("--calib_limit", type=int, default=DEFAULT_CALIB_LIMIT, help="prompts per task (default 64)")
-    parser.add_argument("--gen_kwargs", default=None, help="e.g. max_gen_toks=256")
-    parser.add_argument("--batch_size", default="8")
-    parser.add_argument("--apply_chat_template", action="store_true")
-    parser.add_argument("--no_write", action="store_true", help="print the thresholds without editing the preset")
-    args = parser.parse_args(argv)
-
-    import lm_eval
-
-    from eglr_harness.lm_model import EglrHFLM
-    from eglr_harness.presets import benchmark_of, write_tau_h
-
-    logging.basicConfig(level=logging.INFO)
-    extra = lm_eval.utils.simple_parse_args_string(args.model_args)
-    lm = EglrHFLM(model_config=args.model_config, L=0, T=0.0, tau_h="auto", calib_limit=args.calib_limit,
-                  batch_size=args.batch_size, **extra)
-    lm.calibrate_always = True
-    for task in args.tasks.split(","):
-        lm_eval.simple_evaluate(model=lm, tasks=[task], limit=args.calib_limit, gen_kwargs=args.gen_kwargs,
-                                apply_chat_template=args.apply_chat_template)
-        value = lm.tau_h_by_task[task]
-        print(f"{task}: tau_h = {value:.4f} nats")
-        if not args.no_write:
-            path = write_tau_h(args.model_config, benchmark_of(task), value)
-            print(f"written to {path} (tau_h.{benchmark_of(task)})")
+def first_reported(local_value, gather: Gather = local_gather):
+    """The first non-None value any rank reports (rank order decides), or None: all ranks agree."""
+    return next((value for value in gather(local_value) if value is not None), None)

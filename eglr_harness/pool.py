@@ -18,8 +18,11 @@ The rule (README "Pools"; tasks/README.md says the same):
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from eglr_harness.cell import Cell
 from eglr_harness.specs import parse_L_spec, parse_T_spec
 
 # gen_kwargs keys through which a task declares its pool; removed before generation.
@@ -30,12 +33,13 @@ TASK_POOL_KEYS = ("eglr_L", "eglr_T", "eglr_budget_L", "eglr_budget_T")
 class PoolPlan:
     """The resolved pool of one request. ``cells`` are (L, T) pairs in repeat order."""
 
-    cells: tuple[tuple[int, float], ...]
+    cells: tuple[Cell, ...]
     reason: str  # one line saying which rule produced it, for logs
 
-    def cell_for_repeat(self, repeat: int) -> tuple[tuple[int, float], int]:
-        """Return ``((L, T), cycle)`` for 0-based repeat index ``repeat``."""
-        return self.cells[repeat % len(self.cells)], repeat // len(self.cells)
+    def cell_for_repeat(self, repeat: int) -> tuple[Cell, int]:
+        """Return ``(cell, cycle)`` for 0-based repeat index ``repeat``; deterministic cells have cycle 0."""
+        cell = self.cells[repeat % len(self.cells)]
+        return cell, (repeat // len(self.cells) if cell.sampled else 0)
 
 
 def task_axes(gen_kwargs: dict) -> dict:
@@ -86,7 +90,7 @@ def resolve_pool(
         L_axis = task["eglr_budget_L"]
         reason = f"T pinned to {user_T[0]}: the budget moves to the task's L axis"
 
-    cells = tuple((L, T) for L in L_axis for T in T_axis)
+    cells = tuple(Cell.of(L, T) for L in L_axis for T in T_axis)
     if len(cells) > repeats:
         where = f"task {task_name!r}" if task_name else "this task"
         hint = (
@@ -99,3 +103,32 @@ def resolve_pool(
             f"repeats each problem only {repeats} time(s); {hint}."
         )
     return PoolPlan(cells=cells, reason=reason)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One repeat of one request, assigned to its cell."""
+
+    task: str | None
+    doc_id: int
+    context: str
+    gen_kwargs: dict  # the task's gen kwargs (pool keys included)
+    cell: Cell
+    cycle: int
+
+
+def assign_jobs(requests: Iterable[tuple], plan_for: Callable[[str | None, dict, int], PoolPlan]) -> list[Job]:
+    """Repeat i of a request (lm-eval passes it i+1 times) runs pool cell i mod |pool| (rule 4).
+
+    requests: ``(task, doc_id, idx, context, gen_kwargs, repeats)`` in lm-eval's order;
+    plan_for(task, gen_kwargs, repeats) resolves (and may cache) the pool of a request.
+    """
+    seen: Counter = Counter()
+    jobs = []
+    for task, doc_id, idx, context, gen_kwargs, repeats in requests:
+        repeat_key = (task, doc_id, idx, context)
+        repeat = seen[repeat_key]
+        seen[repeat_key] += 1
+        cell, cycle = plan_for(task, gen_kwargs, max(int(repeats or 1), 1)).cell_for_repeat(repeat)
+        jobs.append(Job(task=task, doc_id=doc_id, context=context, gen_kwargs=gen_kwargs, cell=cell, cycle=cycle))
+    return jobs

@@ -62,7 +62,7 @@ def test_L0_on_smollm2_equals_lm_eval_hf(smollm2):
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
 
-    from eglr_harness.lm_model import EglrHFLM
+    from eglr_harness.harness.model import EglrHFLM
 
     model, tokenizer = smollm2
     questions = ["What is 12 times 7?", "Name three primary colors.", "Solve for x: 2x + 3 = 11.", "What is 15% of 80?"]

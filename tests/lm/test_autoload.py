@@ -22,13 +22,13 @@ def _python(code: str, **env) -> str:
 
 def test_interpreter_start_imports_no_torch_and_installs_the_hook():
     out = _python("import sys; print('torch' in sys.modules, 'transformers' in sys.modules, "
-                  "'eglr_harness._autoload' in sys.modules)")
+                  "'eglr_harness.harness.autoload' in sys.modules)")
     assert out == "False False True"
 
 
 def test_stock_registry_resolves_eglr_hf_lazily():
     out = _python("from lm_eval.api.registry import get_model; import sys; "
-                  "print('eglr_harness.lm_model' in sys.modules); print(get_model('eglr-hf').__name__)")
+                  "print('eglr_harness.harness.model' in sys.modules); print(get_model('eglr-hf').__name__)")
     assert out.splitlines() == ["False", "EglrHFLM"]
 
 
@@ -46,7 +46,7 @@ def test_autoload_can_be_switched_off():
 
 def test_entry_point_for_newer_lm_eval_is_declared():
     eps = metadata.entry_points(group="lm_eval.models")
-    assert {ep.name: ep.value for ep in eps}.get("eglr-hf") == "eglr_harness.lm_model:EglrHFLM"
+    assert {ep.name: ep.value for ep in eps}.get("eglr-hf") == "eglr_harness.harness.model:EglrHFLM"
 
 
 def test_regular_install_ships_tasks_presets_and_pth():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import yaml
 
-from eglr_harness.calibrate import calibrated_threshold, main
+from eglr_harness.calibrate import calibrated_threshold
+from eglr_harness.harness.cli import calibrate_main as main
 
 
 def test_threshold_is_the_capped_95th_percentile():

@@ -6,7 +6,7 @@ import pytest
 from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
 
-from eglr_harness.lm_model import EglrHFLM
+from eglr_harness.harness.model import EglrHFLM
 from eglr_harness.rollout import Rollout, rollout_meta
 
 CONTEXTS = [
@@ -154,11 +154,10 @@ def test_tau_h_auto_calibrates_once_and_caches(llama_dir, tmp_path, monkeypatch)
     lm.generate_until(_requests(CONTEXTS, GREEDY, task="calib_task"))
     tau = lm.tau_h_by_task["calib_task"]
     assert 0 < tau <= 2.5
-    assert (tmp_path / "tau_h.json").is_file()
+    assert (tmp_path / "tau_h.sqlite").is_file()
     again = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4, L=2, tau_h="auto", calib_limit=3)
     monkeypatch.setattr(EglrHFLM, "_model_generate", lambda *a, **k: pytest.fail("calibration was not cached"))
-    again._ensure_tau_h("calib_task", again._assign_cells(_requests(CONTEXTS, GREEDY, task="calib_task")), True)
-    assert again.tau_h_by_task["calib_task"] == tau
+    assert again.calibrate(_requests(CONTEXTS, GREEDY, task="calib_task")) == {"calib_task": tau}
 
 
 @pytest.mark.parametrize("kwargs, message", [

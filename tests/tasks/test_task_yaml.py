@@ -168,7 +168,7 @@ def test_registry_survives_import_from_the_registry_hook():
     """The lead's autoload will import our registry right after lm_eval.api.registry is imported,
     possibly while lm_eval.api.metrics is itself importing it; lm-eval's built-ins must survive."""
     probe = (
-        "import importlib, eglr_harness._autoload as a\n"
+        "import importlib, eglr_harness.harness.autoload as a\n"
         "a.install()\n"
         "orig = a._POST_IMPORT['lm_eval.api.registry']\n"
         "def hook(m):\n"

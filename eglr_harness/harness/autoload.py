@@ -4,7 +4,9 @@ lm-eval 0.4.13 has no plugin discovery. The wheel installs ``eglr_harness_autolo
 which calls :func:`install` at interpreter start. That only adds an import hook: nothing of
 lm_eval, torch or transformers is imported until the program imports lm_eval itself. When
 ``lm_eval.api.registry`` is imported, ``eglr-hf`` is registered as a lazy placeholder; when
-``lm_eval.tasks.manager`` is imported, every ``TaskManager`` also indexes our task folder.
+``lm_eval.tasks.manager`` is imported, every ``TaskManager`` also indexes our task folder; when
+its evaluation tracker is imported, runs through a preset (``model_config=``) or a GGUF file are
+named after the model (``model_names.model_name``) instead of a random id or a path of the machine.
 
 Set ``EGLR_AUTOLOAD=0`` to switch this off.
 """
@@ -18,7 +20,7 @@ import os
 import sys
 
 MODEL_NAME = "eglr-hf"
-MODEL_TARGET = "eglr_harness.lm_model:EglrHFLM"
+MODEL_TARGET = "eglr_harness.harness.model:EglrHFLM"
 _DISABLE_VALUES = {"0", "false", "no", "off"}
 
 
@@ -54,9 +56,30 @@ def _patch_task_manager(manager_module) -> None:
     task_manager_cls._eglr_patched = True
 
 
+def _patch_run_names(tracker_module) -> None:
+    tracker_cls = tracker_module.GeneralConfigTracker
+    if getattr(tracker_cls, "_eglr_patched", False):
+        return
+    original = tracker_cls._get_model_name
+
+    def _get_model_name(model_args):
+        from eglr_harness.model_names import model_name, parse_model_args
+
+        args = parse_model_args(model_args) if isinstance(model_args, (str, dict)) else {}
+        if args.get("model_config") or args.get("gguf_file"):
+            name = model_name(args)
+            if name:
+                return name
+        return original(model_args)
+
+    tracker_cls._get_model_name = staticmethod(_get_model_name)
+    tracker_cls._eglr_patched = True
+
+
 _POST_IMPORT = {
     "lm_eval.api.registry": _register_model,
     "lm_eval.tasks.manager": _patch_task_manager,
+    "lm_eval.loggers.evaluation_tracker": _patch_run_names,
 }
 
 

@@ -1,0 +1,48 @@
+"""Per-cell compute accounting of a run, and the count of rollouts that were reused instead of decoded.
+
+Rollouts taken from the rollout store or repeated within the run carry no accounting, so the
+results say per cell how many there were (``reused_rollouts``): the compute figures cover the rest.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from eglr_harness.cell import Cell
+from eglr_harness.decoding.accounting import EglrStats
+from eglr_harness.distributed import Gather, local_gather
+
+
+class RunAccounts:
+    """``Cell -> EglrStats`` plus ``Cell -> reused rollouts``, mergeable across ranks."""
+
+    def __init__(self, num_layers: int):
+        self.num_layers = num_layers
+        self.stats: dict[Cell, EglrStats] = defaultdict(lambda: EglrStats(num_layers=num_layers))
+        self.reused: Counter = Counter()
+
+    def stats_for(self, cell: Cell) -> EglrStats:
+        return self.stats[cell]
+
+    def gathered(self, gather: Gather = local_gather) -> "RunAccounts":
+        """The accounts of all ranks together (call on every rank: it is a collective step)."""
+        merged = RunAccounts(self.num_layers)
+        for stats, reused in gather((dict(self.stats), dict(self.reused))):
+            for cell, part in stats.items():
+                merged.stats[cell].merge(part)
+            merged.reused.update(reused)
+        return merged
+
+    def summary(self) -> dict:
+        """``config.eglr.stats`` of the results JSON (docs/run-format.md)."""
+        total = EglrStats(num_layers=self.num_layers)
+        for part in self.stats.values():
+            total.merge(part)
+        return {
+            "total": total.summary(),
+            "cells": {cell.label: part.summary() for cell, part in sorted(self.stats.items())},
+            "reused_rollouts": {
+                "total": sum(self.reused.values()),
+                "cells": {cell.label: n for cell, n in sorted(self.reused.items())},
+            },
+        }

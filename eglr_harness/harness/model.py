@@ -1,0 +1,302 @@
+"""``eglr-hf``: lm-eval's ``HFLM`` decoded with EGLR. Glue only: the rules live in leaf modules.
+
+Everything HFLM accepts keeps working (``pretrained``, ``gguf_file``, ``dtype``, ``device``,
+``batch_size``, ``parallelize``, chat templates, accelerate data parallel). On top of it the model
+args of ``settings.RunSettings``. Per request: the pool rule (``pool.py``) assigns each repeat its
+``Cell``; ``tau_h=auto`` is calibrated per task (``calibrate.py``); finished rollouts are reused
+from the run and the rollout store (``stores.py``); each response is a ``rollout.Rollout``;
+compute accounting (``accounts.py``) lands in the results JSON under ``config.eglr``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+
+from lm_eval.api.instance import Instance
+from lm_eval.api.registry import register_model
+from lm_eval.models.huggingface import HFLM
+
+from eglr_harness.accounts import RunAccounts
+from eglr_harness.calibrate import DEFAULT_CALIB_LIMIT, calibration_prompts, first_reported, pooled_threshold
+from eglr_harness.cell import Cell
+from eglr_harness.config import TAU_H_CAP, EglrConfig
+from eglr_harness.decoding.generate import eglr_generate
+from eglr_harness.decoding.model_parts import find_model_parts
+from eglr_harness.distributed import process_gather
+from eglr_harness.model_names import model_name
+from eglr_harness.pool import Job, PoolPlan, assign_jobs, resolve_pool, task_axes
+from eglr_harness.presets import load_preset
+from eglr_harness.rollout import Rollout
+from eglr_harness.settings import RunSettings, cell_config
+from eglr_harness.stores import RolloutStore, TauHCache, content_key, model_fingerprint, weights_fingerprint
+
+logger = logging.getLogger(__name__)
+_NO_PRESET = {"model_args": {}, "eglr": {}, "tau_h": {}, "name": None}
+
+
+@register_model("eglr-hf")
+class EglrHFLM(HFLM):
+    """Hugging Face causal LM decoded with Entropy-Gated Latent Recursion."""
+
+    def __init__(self, pretrained=None, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
+                 top_k=None, top_p=None, seed=None, model_config=None, calib_limit=DEFAULT_CALIB_LIMIT,
+                 rollout_cache=None, **kwargs):
+        _follow_lm_eval_logging()
+        self.preset = load_preset(model_config) if model_config else _NO_PRESET
+        hf_args = {**self.preset["model_args"], **kwargs}
+        if pretrained is not None:
+            hf_args["pretrained"] = pretrained
+        if "pretrained" not in hf_args:
+            raise ValueError("eglr-hf needs `pretrained` (a hub id or folder) or `model_config` (a preset name).")
+        self.settings = RunSettings.from_args(self.preset, L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl,
+                                              tau_h=tau_h, top_k=top_k, top_p=top_p, seed=seed, calib_limit=calib_limit)
+        super().__init__(**hf_args)
+
+        self.num_layers = find_model_parts(self.model).num_layers
+        for value in self.settings.user_L or ():
+            EglrConfig(L=value).validate_for_model(self.num_layers)
+        self.model_name = model_name({k: v for k, v in hf_args.items() if isinstance(v, str)}) or _loaded_name(hf_args["pretrained"])
+        self._fingerprint = self._model_fingerprint(hf_args)
+        self._store = RolloutStore(rollout_cache, rank=self.rank) if rollout_cache else None
+        self._gather = process_gather(self.world_size)
+        self._memo: dict[str, str] = {}
+        self.accounts = RunAccounts(self.num_layers)
+        self._gathered_accounts: RunAccounts | None = None
+        self.tau_h_by_task: dict[str, float] = {}
+        self._plans: dict = {}
+        self._entropy_sink: list | None = None  # set while calibrating: refiners of greedy batches
+        self.calibrate_always = False  # eglr-calibrate sets it to calibrate L=0 runs too
+        self._warned_loglikelihood = False
+
+    def _model_fingerprint(self, hf_args: dict) -> dict:
+        pretrained = hf_args["pretrained"]
+        config = self.model.config
+        return model_fingerprint(
+            model_id=pretrained if isinstance(pretrained, str) else _loaded_name(pretrained),
+            gguf_file=hf_args.get("gguf_file"), revision=hf_args.get("revision"),
+            weights=weights_fingerprint(pretrained, hf_args.get("gguf_file"), getattr(config, "_commit_hash", None))
+            if isinstance(pretrained, str) else None,
+            dtype=str(self.model.dtype), attn_implementation=getattr(config, "_attn_implementation", None),
+            add_bos_token=getattr(self, "add_bos_token", None), max_length=self.max_length,
+            settings=self.settings.base.as_dict(),
+            library_versions={name: _version(name) for name in ("transformers", "torch", "eglr-harness")},
+        )
+
+    # ------------------------------------------------------------------ lm-eval hooks
+    def set_cache_hook(self, cache_hook) -> None:
+        if getattr(cache_hook, "dbdict", None) is not None:
+            raise ValueError(
+                "eglr-hf does not support lm-eval's --use_cache: it keys on (context, gen_kwargs) and would "
+                "collapse a pool of (L, T) configs into one answer. Use --model_args rollout_cache=DIR instead "
+                "(config-aware and resumable)."
+            )
+        super().set_cache_hook(cache_hook)
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        self._warn_plain_scoring()
+        return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+        self._warn_plain_scoring()
+        return super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm)
+
+    def _warn_plain_scoring(self) -> None:
+        if not self._warned_loglikelihood:
+            self._warned_loglikelihood = True
+            logger.warning("eglr-hf: loglikelihood requests are scored by the plain model; EGLR changes generation only.")
+
+    def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
+        jobs = self._jobs(requests)
+        self._ensure_tau_h_of(jobs, disable_tqdm, every_task=self.calibrate_always)
+        # Identical (context, concrete cell) jobs -- deterministic cells across cycles -- run once.
+        items = [(j.context, self._concrete(j)) for j in jobs]
+        keys = [content_key(self._fingerprint, c, g) for c, g in items]
+        unique = dict(zip(keys, items))
+        texts = dict(zip(unique, self._generate(list(unique.values()), disable_tqdm)))
+        self._gathered_accounts = self.accounts.gathered(self._gather)
+        return [Rollout(texts[key], L=j.cell.L, T=j.cell.T, cycle=j.cycle) for key, j in zip(keys, jobs)]
+
+    def _model_generate(self, context, max_length, stop, **generation_kwargs):
+        config, cycle, hf_kwargs = cell_config(self.settings, generation_kwargs)
+        cell = Cell(config.L, config.T)
+        extra = {"eglr_refiner_sink": self._entropy_sink} if self._entropy_sink is not None else {}
+        return super()._model_generate(
+            context, max_length, stop, **hf_kwargs, custom_generate=eglr_generate, L=config.L, alpha=config.alpha,
+            k_max=config.k_max, tau_kl=config.tau_kl, tau_h=config.tau_h, seed=config.seed,
+            seed_salt=f"{cell.label},cycle={cycle}", eglr_stats=self.accounts.stats_for(cell), **extra,
+        )
+
+    def get_model_info(self) -> dict:
+        info = super().get_model_info()
+        s = self.settings.base
+        info["eglr"] = {
+            "model": self.model_name,
+            "num_layers": self.num_layers,
+            "preset": self.preset.get("name"),
+            "settings": {"alpha": s.alpha, "k_max": s.k_max, "tau_kl": s.tau_kl, "top_k": s.top_k, "top_p": s.top_p, "seed": s.seed},
+            "tau_h": dict(self.tau_h_by_task),
+            "stats": (self._gathered_accounts or self.accounts).summary(),
+        }
+        return info
+
+    # ------------------------------------------------------------------ pools and cells
+    def _jobs(self, requests: list[Instance]) -> list[Job]:
+        return assign_jobs(((r.task_name, r.doc_id, r.idx, *r.args, r.repeats) for r in requests), self._pool)
+
+    def _pool(self, task: str | None, gen_kwargs: dict, repeats: int) -> PoolPlan:
+        key = (task, _freeze(gen_kwargs), repeats)
+        if key not in self._plans:
+            s = self.settings
+            plan = resolve_pool(user_L=s.user_L, user_T=s.user_T, task=task_axes(gen_kwargs), default_L=s.default_L,
+                                default_T=s.default_T, repeats=repeats, task_name=task)
+            for cell in plan.cells:
+                EglrConfig(L=cell.L).validate_for_model(self.num_layers)
+            logger.info("eglr-hf task %s: pool of %d configs over %d repeats (%s): %s", task, len(plan.cells),
+                        repeats, plan.reason, ", ".join(c.label for c in plan.cells))
+            if len(plan.cells) < repeats and repeats % len(plan.cells):
+                logger.warning("eglr-hf task %s: %d repeats do not divide evenly over %d configs; configs "
+                               "repeat unevenly in majority votes.", task, repeats, len(plan.cells))
+            self._plans[key] = plan
+        return self._plans[key]
+
+    def _concrete(self, job: Job) -> dict:
+        tau_h = self.tau_h_by_task.get(job.task) if job.cell.L > 0 else None
+        return self.settings.concrete_gen_kwargs(job.gen_kwargs, job.cell, job.cycle, tau_h)
+
+    def calibrate(self, requests: list[Instance], disable_tqdm: bool = False) -> dict[str, float]:
+        """tau_h of every task of ``requests`` (calibrated or looked up), without decoding their rollouts."""
+        self._ensure_tau_h_of(self._jobs(requests), disable_tqdm, every_task=True)
+        return dict(self.tau_h_by_task)
+
+    def forget_rollouts(self) -> None:
+        """Drop the rollouts and accounting of this run (benchmarks time repeated runs)."""
+        self._memo.clear()
+        self.accounts = RunAccounts(self.num_layers)
+        self._gathered_accounts = None
+
+    # ------------------------------------------------------------------ tau_h
+    def _ensure_tau_h_of(self, jobs: list[Job], disable_tqdm: bool, every_task: bool) -> None:
+        """Every rank calibrates the same tasks in the same order (the steps are collective)."""
+        local_tasks = {j.task for j in jobs if every_task or j.cell.L > 0}
+        for task in sorted({t for part in self._gather(sorted(local_tasks, key=str)) for t in part}, key=str):
+            self._ensure_tau_h(task, [j for j in jobs if j.task == task], disable_tqdm)
+
+    def _ensure_tau_h(self, task: str | None, jobs: list[Job], disable_tqdm: bool) -> None:
+        """tau_h of ``task``: the setting, or the calibration on the task's first ``calib_limit`` documents.
+
+        Collective: runs on every rank, also one without documents of the task."""
+        if task in self.tau_h_by_task:
+            return
+        setting = self.settings.tau_h_setting(task)
+        if setting != "auto":
+            self.tau_h_by_task[task] = setting
+            return
+        local = {(j.doc_id, j.context) for j in jobs}
+        chosen = calibration_prompts(sorted(local), self.settings.calib_limit, self._gather)
+        task_gen_kwargs = first_reported(jobs[0].gen_kwargs if jobs else None, self._gather) or {}
+        greedy = self.settings.concrete_gen_kwargs(task_gen_kwargs, Cell(0, 0.0), 0, None)
+        key = content_key("tau_h", self._fingerprint, [c for _d, c in chosen], greedy)
+        cache = TauHCache()
+        hit = first_reported(cache.get(key), self._gather)
+        if hit is not None:
+            self.tau_h_by_task[task] = hit["tau_h"]
+            logger.info("eglr-hf task %s: tau_h = %.4f nats (cached calibration of %d prompts)", task, hit["tau_h"], hit["prompts"])
+            return
+        mine = [(c, dict(greedy)) for d, c in chosen if (d, c) in local]
+        logger.info("eglr-hf task %s: calibrating tau_h on a greedy run of %d prompts (%d on this rank)",
+                    task, len(chosen), len(mine))
+        # Decoded afresh (stored greedy texts carry no entropies); the texts are reused as L=0 rollouts.
+        self._entropy_sink = []
+        try:
+            self._generate(mine, disable_tqdm, reuse=False)
+            entropies = [float(e) for refiner in self._entropy_sink for step in refiner.entropies for e in step.tolist()]
+        finally:
+            self._entropy_sink = None
+        tau, tokens = pooled_threshold(entropies, self._gather)
+        self.tau_h_by_task[task] = tau
+        if self.rank == 0:
+            cache.put(key, {"tau_h": tau, "task": task, "model": self.model_name, "prompts": len(chosen), "tokens": tokens})
+        logger.info("eglr-hf task %s: tau_h = %.4f nats (95th percentile of %d token entropies, cap %.1f)",
+                    task, tau, tokens, TAU_H_CAP)
+
+    # ------------------------------------------------------------------ generation with resume
+    def _generate(self, items: list[tuple[str, dict]], disable_tqdm: bool, reuse: bool = True) -> list[str]:
+        """Generate (context, concrete gen kwargs) items, reusing finished rollouts when ``reuse``."""
+        keys = [content_key(self._fingerprint, c, g) for c, g in items]
+        texts = [self._lookup(key) if reuse else None for key in keys]
+        missing = [i for i, t in enumerate(texts) if t is None]
+        if len(missing) < len(items):
+            logger.info("eglr-hf: %d of %d rollouts reused from earlier work", len(items) - len(missing), len(items))
+            self.accounts.reused.update(Cell.of(items[i][1]["eglr_L"], items[i][1]["eglr_T"])
+                                        for i, t in enumerate(texts) if t is not None)
+        # Every rank enters HFLM's loop, also with nothing to do: with batch_size=auto it all-gathers.
+        if missing or self.world_size > 1:
+            instances = [Instance("generate_until", doc={}, arguments=items[i], idx=0) for i in missing]
+            previous_hook, self.cache_hook = self.cache_hook, _RolloutHook(self)  # HFLM reports each text here
+            try:
+                fresh = HFLM.generate_until(self, instances, disable_tqdm=disable_tqdm)
+            finally:
+                self.cache_hook = previous_hook
+            for i, text in zip(missing, fresh):
+                texts[i] = text
+        return texts
+
+    def _lookup(self, key: str) -> str | None:
+        text = self._memo.get(key)
+        if text is None and self._store is not None:
+            record = self._store.get(key)
+            text = None if record is None else record["text"]
+        return text
+
+    def _remember(self, context: str, gen_kwargs: dict, text: str) -> None:
+        key = content_key(self._fingerprint, context, gen_kwargs)
+        self._memo[key] = text
+        if self._store is not None:
+            self._store.put(key, {"text": text})
+
+
+class _RolloutHook:
+    """Receives HFLM's per-result ``add_partial`` calls and files them as finished rollouts."""
+
+    def __init__(self, lm: EglrHFLM):
+        self.lm = lm
+
+    def add_partial(self, attr, req, res) -> None:
+        if attr == "generate_until":
+            self.lm._remember(*req, res)
+
+
+def _follow_lm_eval_logging() -> None:
+    """Show our INFO lines (pools, tau_h, reuse) where lm-eval shows its own, unless the program
+    configured logging itself (root handlers)."""
+    ours, theirs = logging.getLogger("eglr_harness"), logging.getLogger("lm_eval")
+    if ours.handlers or logging.getLogger().handlers or not theirs.handlers:
+        return
+    ours.setLevel(theirs.getEffectiveLevel())
+    for handler in theirs.handlers:
+        ours.addHandler(handler)
+    ours.propagate = False
+
+
+def _loaded_name(pretrained) -> str:
+    """A name for a model object handed to HFLM already loaded."""
+    if isinstance(pretrained, str):
+        return pretrained
+    return getattr(getattr(pretrained, "config", None), "_name_or_path", None) or type(pretrained).__name__
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _freeze(value):
+    """A hashable, order-independent form of gen kwargs."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value

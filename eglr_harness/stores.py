@@ -1,0 +1,111 @@
+"""On-disk stores that let a run resume and reuse work: finished rollouts and calibrated thresholds.
+
+Both are small sqlite key-value tables, so several processes may read and write one file at once
+(sqlite locks; WAL journal so that readers never wait for a writer). A key is a hash of
+everything that changes the generated text (:func:`content_key` over :func:`model_fingerprint`
+and the concrete request), so a change of model weights, engine version, library version, dtype,
+attention implementation or tokenisation gets a fresh key instead of stale text.
+
+lm-eval's ``--use_cache`` keys on (context, gen_kwargs) and so would collapse a pool of greedy
+configs into one answer; the rollout store keys on the concrete cell settings instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+# Bump when a change to eglr_harness/decoding can change generated text: every stored rollout and
+# cached threshold made before then stops matching.
+DECODING_VERSION = 2
+
+
+def content_key(*parts) -> str:
+    """A stable hash of JSON-able parts (dict order does not matter)."""
+    payload = json.dumps(list(parts), sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def weights_fingerprint(path_or_id: str, gguf_file: str | None = None, commit_hash: str | None = None) -> str | None:
+    """What identifies the weights: the hub commit when known, else the weight files' names, sizes
+    and modification times (cheap; no multi-GB hashing). ``None`` when nothing local is found."""
+    if commit_hash:
+        return f"commit:{commit_hash}"
+    root = Path(path_or_id)
+    if not root.exists():
+        return None
+    files = [root / gguf_file] if gguf_file else sorted(
+        p for p in (root.iterdir() if root.is_dir() else [root])
+        if p.suffix in {".safetensors", ".bin", ".gguf", ".pt", ".pth"} or p.name == "config.json"
+    )
+    stats = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.is_file()]
+    return "files:" + content_key(stats)[:16] if stats else None
+
+
+def model_fingerprint(*, model_id: str, gguf_file: str | None, revision: str | None, weights: str | None,
+                      dtype: str, attn_implementation: str | None, add_bos_token: bool | None,
+                      max_length: int, settings: dict, library_versions: dict) -> dict:
+    """Everything about the model and the software that changes the text of a rollout."""
+    return {
+        "model": model_id, "gguf_file": gguf_file, "revision": revision or "main", "weights": weights,
+        "dtype": dtype, "attn_implementation": attn_implementation, "add_bos_token": add_bos_token,
+        "max_length": max_length, "settings": settings, "decoding_version": DECODING_VERSION,
+        "versions": library_versions,
+    }
+
+
+class _SqliteTable:
+    """``key -> JSON value`` in one sqlite file, safe for several processes."""
+
+    def __init__(self, path: Path, table: str):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._table = table
+        self._db = sqlite3.connect(self.path, timeout=120)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self._db.commit()
+
+    def __len__(self) -> int:
+        return self._db.execute(f"SELECT COUNT(*) FROM {self._table}").fetchone()[0]
+
+    def get(self, key: str):
+        row = self._db.execute(f"SELECT value FROM {self._table} WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def put_many(self, records: dict) -> None:
+        with self._db:  # one transaction
+            self._db.executemany(f"INSERT OR REPLACE INTO {self._table} (key, value) VALUES (?, ?)",
+                                 [(k, json.dumps(v)) for k, v in records.items()])
+
+    def put(self, key: str, value) -> None:
+        self.put_many({key: value})
+
+
+class RolloutStore(_SqliteTable):
+    """``key -> {"text": str, "entropies": [float] or None}``, one file per rank, written per batch.
+
+    ``entropies`` are the raw-logit entropies of the generated tokens of a greedy (L=0, T=0)
+    rollout, kept so that a later ``tau_h=auto`` calibration on the same prompts needs no decoding.
+    """
+
+    def __init__(self, folder: str | Path, rank: int = 0):
+        super().__init__(Path(folder) / f"rollouts_rank{rank}.sqlite", "rollouts_v2")
+        logger.info("EGLR rollout store %s: %d rollouts", self.path.name, len(self))
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("EGLR_CACHE_DIR", Path.home() / ".cache" / "eglr_harness"))
+
+
+class TauHCache(_SqliteTable):
+    """``key -> {"tau_h", "task", "model", "prompts", "tokens"}`` in ``$EGLR_CACHE_DIR/tau_h.sqlite``."""
+
+    def __init__(self, path: Path | None = None):
+        super().__init__(path or cache_dir() / "tau_h.sqlite", "tau_h")
