@@ -37,9 +37,8 @@ class PoolPlan:
     reason: str  # one line saying which rule produced it, for logs
 
     def cell_for_repeat(self, repeat: int) -> tuple[Cell, int]:
-        """Return ``(cell, cycle)`` for 0-based repeat index ``repeat``; deterministic cells have cycle 0."""
-        cell = self.cells[repeat % len(self.cells)]
-        return cell, (repeat // len(self.cells) if cell.sampled else 0)
+        """Return ``(cell, cycle)`` for 0-based repeat index ``repeat``."""
+        return self.cells[repeat % len(self.cells)], repeat // len(self.cells)
 
 
 def task_axes(gen_kwargs: dict) -> dict:
@@ -114,7 +113,7 @@ class Job:
     context: str
     gen_kwargs: dict  # the task's gen kwargs (pool keys included)
     cell: Cell
-    cycle: int
+    cycle: int  # 0 for deterministic cells: every cycle of one is the same rollout
 
 
 def assign_jobs(requests: Iterable[tuple], plan_for: Callable[[str | None, dict, int], PoolPlan]) -> list[Job]:
@@ -130,5 +129,6 @@ def assign_jobs(requests: Iterable[tuple], plan_for: Callable[[str | None, dict,
         repeat = seen[repeat_key]
         seen[repeat_key] += 1
         cell, cycle = plan_for(task, gen_kwargs, max(int(repeats or 1), 1)).cell_for_repeat(repeat)
-        jobs.append(Job(task=task, doc_id=doc_id, context=context, gen_kwargs=gen_kwargs, cell=cell, cycle=cycle))
+        jobs.append(Job(task=task, doc_id=doc_id, context=context, gen_kwargs=gen_kwargs, cell=cell,
+                        cycle=cycle if cell.sampled else 0))
     return jobs
