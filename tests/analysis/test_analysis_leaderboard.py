@@ -11,10 +11,10 @@ import pytest
 from lm_eval._cli import HarnessCLI
 
 import lmeval_fakes
-from eglr_harness.analysis.leaderboard import RECORD_NAME, main, run_leaderboard
-from eglr_harness.analysis.leaderboard_plan import (
+from eglr_harness.benchmarks import benchmark_of
+from eglr_harness.leaderboard.runner import RECORD_NAME, main, run_leaderboard
+from eglr_harness.leaderboard.plan import (
     LeaderboardOptions,
-    benchmark_of,
     build_command,
     default_output_dir,
     model_slug,
@@ -197,6 +197,8 @@ def test_optional_flags_and_beams(tmp_path):
         ("gsm8k_eglr", "gsm8k"),
         ("math500_eglr_sc", "math500"),
         ("minerva_math_eglr_lxt", "minerva_math"),
+        ("eglr_demo_lxt", "eglr_demo"),  # the leaderboard once kept the suffix here; presets did not
+        ("eglr_demo_sc", "eglr_demo"),
     ],
 )
 def test_benchmark_of(task, bench):

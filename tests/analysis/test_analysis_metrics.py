@@ -21,7 +21,6 @@ from eglr_harness.analysis import (
     exclusive_counts,
     expected_random_oracle,
     load_grid,
-    majority_answer,
     marginal_over_greedy,
     oracle_corners,
     pool_cells,
@@ -31,7 +30,8 @@ from eglr_harness.analysis import (
     summarize_pool,
     vote_is_correct,
 )
-from eglr_harness.analysis.rollouts import Rollout
+from eglr_harness.analysis.load import RolloutRow
+from eglr_harness.selection import majority
 
 A, B, C, D, E, F, G, H, I = (0, 0.0), (0, 0.5), (0, 1.0), (1, 0.0), (1, 0.5), (1, 1.0), (2, 0.0), (2, 0.5), (2, 1.0)
 
@@ -187,12 +187,13 @@ def test_random_order_curve_is_the_mean_of_seeded_shuffles(grid):
         ([], None),
     ],
 )
-def test_majority_answer(answers, winner):
-    assert majority_answer(answers) == winner
+def test_majority(answers, winner):
+    index = majority(answers)
+    assert (None if index is None else answers[index]) == winner
 
 
 def test_vote_correct_uses_winner_and_null_never_wins():
-    rows = [Rollout(0, i, 1, 0.0, 0, a, c) for i, (a, c) in enumerate([(None, 0), (None, 0), ("7", 1)])]
+    rows = [RolloutRow(0, i, 1, 0.0, 0, a, c) for i, (a, c) in enumerate([(None, 0), (None, 0), ("7", 1)])]
     assert vote_is_correct(rows)
     assert not vote_is_correct(rows[:2])
 

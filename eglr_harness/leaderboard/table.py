@@ -2,7 +2,8 @@
 
 Accuracies are the tasks' own aggregated metrics in the results JSON (``acc``;
 ``best_cfg_acc``, ``maj@B``, ``oracle@B``). When a metric is missing there, it is recomputed from
-the samples' ``rollouts`` with :mod:`eglr_harness.analysis` (exact-string votes).
+the samples' ``rollouts`` with :mod:`eglr_harness.analysis` (votes on the tasks' equivalence
+clusters when the samples log them, else on exact answer strings; the source column says which).
 
 FLOP ratio vs greedy (per problem):
 - Greedy: 1.0;
@@ -20,14 +21,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eglr_harness.analysis.accuracy import cell_accuracy
+from eglr_harness.analysis.accuracy import best_in_pool, cell_accuracy, oracle_solved, sc_solved
 from eglr_harness.analysis.compute import cell_compute, run_compute
-from eglr_harness.analysis.files import RunFiles, read_results
-from eglr_harness.analysis.grid import RunPart, build_grid
-from eglr_harness.analysis.pools import oracle_solved, sc_solved
-from eglr_harness.analysis.rollouts import cell_label, read_task_samples
-from eglr_harness.analysis.runinfo import RunInfo, metric_entry, metric_names, metric_value, run_info
-from eglr_harness.analysis.tables import markdown_table, num, pct, write_csv
+from eglr_harness.analysis.load import (
+    VOTE_STRINGS,
+    RunFiles,
+    RunInfo,
+    RunPart,
+    build_grid,
+    metric_entry,
+    metric_names,
+    metric_value,
+    read_results,
+    read_task_samples,
+    run_info,
+)
+from eglr_harness.analysis.render import markdown_table, num, pct, portable, write_csv
 
 __all__ = ["METHODS", "LeaderboardCell", "cells_from_run", "method_label", "render_markdown", "write_tables"]
 
@@ -82,7 +91,7 @@ def _sc_numbers(results: Mapping, task: str, info: RunInfo, files: RunFiles) -> 
         except ValueError as err:
             logger.warning("%s: samples unreadable for the leaderboard (%s)", files.samples[task], err)
     acc = cell_accuracy(grid) if grid else {}
-    best_cell = max(acc, key=lambda c: (acc[c].accuracy, -c[0], -c[1])) if acc else None
+    best_cell = best_in_pool(acc, list(acc))
     grid_budget = max((len(grid.rollouts_in(grid.cells, d)) for d in grid.docs), default=None) if grid else None
     budget = _budget(results, task, grid_budget)
     total = run_compute(info)
@@ -97,7 +106,8 @@ def _sc_numbers(results: Mapping, task: str, info: RunInfo, files: RunFiles) -> 
         if entry is not None:
             return entry[1], f"results: {entry[0]}"
         if grid and grid.n_docs:
-            return fallback(), "samples (exact-string votes)"
+            votes = "exact-string votes" if grid.vote_rule == VOTE_STRINGS else "cluster votes"
+            return fallback(), f"samples ({votes})"
         return None, "missing"
 
     best, best_src = pick("best_cfg_acc", lambda: acc[best_cell].accuracy)
@@ -106,7 +116,7 @@ def _sc_numbers(results: Mapping, task: str, info: RunInfo, files: RunFiles) -> 
     best_flops = cells[best_cell].flop_ratio if best_cell in cells and cells[best_cell].flop_ratio else per_run
     pool_flops = budget * per_run if budget and per_run else None
     best_detail = (
-        f"best cell {cell_label(best_cell)} ({pct(acc[best_cell].accuracy)} from samples)" if best_cell else ""
+        f"best cell {best_cell.label} ({pct(acc[best_cell].accuracy)} from samples)" if best_cell else ""
     )
     return [
         dict(
@@ -253,7 +263,7 @@ def _round(value: float | None, digits: int = 6) -> float | None:
 def _long_row(c: LeaderboardCell) -> list:
     versions = "; ".join(f"{k}={v}" for k, v in sorted(c.versions.items()))
     return [c.method, c.benchmark, c.status, _round(c.accuracy), c.n_docs, c.budget, _round(c.flop_ratio),
-            _round(c.wall_time_s, 3), c.source, c.detail, c.command, c.run_dir, versions]  # fmt: skip
+            _round(c.wall_time_s, 3), c.source, c.detail, portable(c.command), portable(c.run_dir), versions]  # fmt: skip
 
 
 def write_tables(

@@ -25,12 +25,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eglr_harness.analysis.runinfo import parse_model_args
+from eglr_harness.analysis.load import parse_model_args
+from eglr_harness.benchmarks import benchmark_of
 
 __all__ = [
     "LeaderboardOptions",
     "PlannedRun",
-    "benchmark_of",
     "model_slug",
     "default_output_dir",
     "plan_runs",
@@ -42,21 +42,7 @@ __all__ = [
     "hf_model_args",
 ]
 
-_TASK_SUFFIXES = ("_eglr_sc", "_eglr_lxt", "_eglr")
 _NAME = re.compile(r"[A-Za-z0-9_\-]+")
-
-
-def benchmark_of(task: str) -> str:
-    """``'gsm8k'``, ``'gsm8k_eglr'`` or ``'gsm8k_eglr_sc'`` -> ``'gsm8k'``."""
-    name = task.strip()
-    if not _NAME.fullmatch(name):
-        raise ValueError(
-            f"task {task!r} is not a task name; allowed: letters, digits, '_' and '-' (e.g. gsm8k or gsm8k_eglr)."
-        )
-    for suffix in _TASK_SUFFIXES:
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return name[: -len(suffix)]
-    return name
 
 
 def parse_beams(spec: str | None) -> tuple[int, ...]:

@@ -1,6 +1,6 @@
 """``eglr-leaderboard``: the paper's comparison set for one model and several benchmarks.
 
-Runs (see :mod:`eglr_harness.analysis.leaderboard_plan`) go through the stock ``lm_eval`` CLI as
+Runs (see :mod:`eglr_harness.leaderboard.plan`) go through the stock ``lm_eval`` CLI as
 subprocesses, one after the other; each finished run leaves lm-eval's results file in its
 ``--output_path`` plus ``eglr_leaderboard_run.json`` (exact command, package versions, wall time,
 exit status). Rerunning skips every run whose results file exists for the same task and
@@ -27,8 +27,9 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from eglr_harness.analysis.files import RunFiles, find_runs, read_results
-from eglr_harness.analysis.leaderboard_plan import (
+from eglr_harness.analysis.load import RunFiles, find_runs, model_name, read_results
+from eglr_harness.analysis.render import portable
+from eglr_harness.leaderboard.plan import (
     LeaderboardOptions,
     PlannedRun,
     build_command,
@@ -38,7 +39,7 @@ from eglr_harness.analysis.leaderboard_plan import (
     plan_runs,
     shell_command,
 )
-from eglr_harness.analysis.leaderboard_table import LeaderboardCell, cells_from_run, write_tables
+from eglr_harness.leaderboard.table import LeaderboardCell, cells_from_run, write_tables
 
 __all__ = [
     "Executor",
@@ -212,8 +213,8 @@ def _write(cells: list[LeaderboardCell], opts: LeaderboardOptions) -> dict[str, 
     sizes = {b: opts.limit_for(b) for b in opts.benchmarks}
     limit = ", ".join(f"{b}: " + ("all problems" if n is None else f"--limit {n:g}") for b, n in sizes.items())
     notes = [
-        f"Model args: `{opts.model_args}`"
-        + (f"; EGLR model args: `{opts.eglr_model_args}`" if opts.eglr_model_args else "")
+        f"Model args: `{portable(opts.model_args)}`"
+        + (f"; EGLR model args: `{portable(opts.eglr_model_args)}`" if opts.eglr_model_args else "")
         + ".",
         f"Size: {limit}; max_gen_toks: {opts.max_gen_toks or 'task default'}; "
         f"chat template: {opts.apply_chat_template}.",
@@ -221,7 +222,8 @@ def _write(cells: list[LeaderboardCell], opts: LeaderboardOptions) -> dict[str, 
     missing = sorted({f"{c.benchmark}/{c.method} ({c.status})" for c in cells if c.status != "done"})
     if missing:
         notes.append("Not finished: " + ", ".join(missing) + ". Rerun the same command to resume.")
-    return write_tables(cells, list(opts.benchmarks), opts.output_dir, model=opts.model_args, notes=notes)
+    model = model_name(opts.model_args) or portable(opts.model_args)
+    return write_tables(cells, list(opts.benchmarks), opts.output_dir, model=model, notes=notes)
 
 
 def leaderboard_parser() -> argparse.ArgumentParser:

