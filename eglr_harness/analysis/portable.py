@@ -9,7 +9,9 @@ component. Relative paths are left alone.
 ``python -m eglr_harness.analysis.portable PATH...`` rewrites the lm-eval results JSON files and
 ``eglr_leaderboard_run.json`` records under PATH in place (every string value through
 :func:`portable`, the JSON layout kept as lm-eval and eglr-leaderboard write it), so committed
-results carry no path of the machine that made them. Samples files are not touched.
+results carry no path of the machine that made them. lm-eval's ``model_name_sanitized`` of an
+absolute model path (``__home__me__model``) becomes the name of the folder the results file is in
+(rename that folder to the model's name first). Samples files are not touched.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ _SITE_PACKAGE = re.compile(r"(?:[A-Za-z]:)?[^\s,=:'\"]*[/\\]site-packages[/\\]([
 # An absolute path where a path may start (text start, after a space, '=', ',', a quote or a bracket):
 # not the "/s>" of "</s>" nor the "/2" of "1/2".
 _ABSOLUTE = re.compile(r"(?:^|(?<=[\s=,'\"(\[]))(?:/|[A-Za-z]:[/\\])[^\s,=:;'\"<>|)\]]+")
+# lm-eval's folder name for a model given by an absolute path: '/' and ':' become '__'.
+_SANITIZED_PATH = re.compile(r"__|[A-Za-z]__")
 _RUN_FILES = ("results_*.json", "eglr_leaderboard_run.json")
 
 
@@ -62,7 +66,10 @@ def make_portable(path: str | Path) -> list[Path]:
     changed = []
     for file in files:
         text = file.read_text(encoding="utf-8")
-        new = json.dumps(portable_json(json.loads(text)), indent=2, ensure_ascii=False)
+        data = portable_json(json.loads(text))
+        if isinstance(data, dict) and _SANITIZED_PATH.match(str(data.get("model_name_sanitized", ""))):
+            data["model_name_sanitized"] = file.parent.name  # lm-eval's folder name, as the folder is named now
+        new = json.dumps(data, indent=2, ensure_ascii=False)
         new += "\n" if text.endswith("\n") else ""
         if new != text:
             file.write_text(new, encoding="utf-8")

@@ -246,11 +246,15 @@ def test_portable_drops_machine_paths_and_keeps_relative_ones(text, expected):
 
 
 def test_make_portable_rewrites_run_files_in_lmevals_layout(tmp_path):
-    path = lmeval_fakes.write_grid_run(tmp_path / "run", CELLS[:1], model_args="pretrained=/machine/smol,gguf_file=q.gguf")
-    before = json.loads(path.read_text())
+    written = lmeval_fakes.write_grid_run(tmp_path / "run", CELLS[:1], model_args="pretrained=/machine/smol,gguf_file=q.gguf")
+    before = json.loads(written.read_text())
+    assert written.parent.name == before["model_name_sanitized"] == "__machine__smol"
+    path = written.parent.rename(written.parent.with_name("q")) / written.name  # folder named after the model
     assert make_portable(tmp_path) == [path] and make_portable(tmp_path) == []
     text = path.read_text()
-    assert "/machine" not in text and json.dumps(json.loads(text), indent=2, ensure_ascii=False) == text
+    assert "/machine" not in text and "__machine" not in text
+    assert json.dumps(json.loads(text), indent=2, ensure_ascii=False) == text
     after = json.loads(text)
     assert after["config"]["model_args"] == before["config"]["model_args"].replace("/machine/smol", "smol")
+    assert after["model_name_sanitized"] == "q"
     assert run_info(after, path).model == run_info(before, path).model == "q.gguf"
