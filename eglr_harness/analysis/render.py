@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["write_csv", "markdown_table", "pct", "num", "t_label", "heatmap", "budget_plot"]
+__all__ = ["write_csv", "markdown_table", "pct", "num", "t_label", "heatmap", "lxt_heatmap", "budget_plot"]
 
 
 def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence]) -> Path:
@@ -101,6 +101,25 @@ def heatmap(
     fig.tight_layout()
     fig.savefig(path)
     return Path(path)
+
+
+def lxt_heatmap(
+    path: Path, L_values: Sequence[int], T_values: Sequence[float], value, note, *, xlabel: str, ylabel: str, **kwargs
+) -> Path:
+    """A :func:`heatmap` of the L×T rectangle, rows L and columns T (0–100 scale); ``value(L, T)``
+    and ``note(L, T)`` give each cell's number (None = missing) and text."""
+    return heatmap(
+        path,
+        [[value(L, T) for T in T_values] for L in L_values],
+        [f"L={L}" for L in L_values],
+        [f"T={t_label(T)}" for T in T_values],
+        annotations=[[note(L, T) for T in T_values] for L in L_values],
+        vmin=0,
+        vmax=100,
+        xlabel=xlabel,
+        ylabel=ylabel,
+        **kwargs,
+    )
 
 
 def budget_plot(path: Path, curves: Sequence[tuple[str, Sequence[float], str, str]], *, title: str) -> Path:

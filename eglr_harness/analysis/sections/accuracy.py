@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eglr_harness.analysis.render import heatmap, markdown_table, pct, t_label
+from eglr_harness.analysis.render import lxt_heatmap, markdown_table, pct, t_label
 from eglr_harness.analysis.report import ReportContext, Section, Table, image, register_section
 
 
@@ -24,22 +24,14 @@ class Accuracy(Section):
 
     def figures(self, ctx: ReportContext, result, out):
         grid, acc = ctx.grid, ctx.accuracy
-        Ls, Ts = grid.L_values, grid.T_values
-        if not Ls:
+        if not grid.L_values:
             return {}
-        values = [[acc[(L, T)].accuracy * 100 if (L, T) in acc else None for T in Ts] for L in Ls]
-        notes = [
-            [f"{acc[(L, T)].correct}\n{acc[(L, T)].accuracy * 100:.0f}%" if (L, T) in acc else "missing" for T in Ts]
-            for L in Ls
-        ]
-        path = heatmap(
+        path = lxt_heatmap(
             out / "accuracy_heatmap.png",
-            values,
-            [f"L={L}" for L in Ls],
-            [f"T={t_label(T)}" for T in Ts],
-            annotations=notes,
-            vmin=0,
-            vmax=100,
+            grid.L_values,
+            grid.T_values,
+            lambda L, T: acc[(L, T)].accuracy * 100 if (L, T) in acc else None,
+            lambda L, T: f"{acc[(L, T)].correct}\n{acc[(L, T)].accuracy * 100:.0f}%" if (L, T) in acc else "missing",
             title=f"{grid.task}: accuracy per cell (correct rollouts, %; n={grid.n_docs})",
             xlabel="T",
             ylabel="L",

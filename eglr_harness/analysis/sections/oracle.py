@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from eglr_harness.analysis.oracle import corner_cells, cumulative_oracle, oracle_corners
-from eglr_harness.analysis.render import heatmap, markdown_table, pct, t_label
+from eglr_harness.analysis.render import lxt_heatmap, markdown_table, pct
 from eglr_harness.analysis.report import ReportContext, Section, Table, image, register_section
 
 
@@ -22,22 +22,15 @@ class CumulativeOracle(Section):
     def figures(self, ctx: ReportContext, result, out):
         cumulative, _ = result
         grid, n = ctx.grid, ctx.grid.n_docs
-        Ls, Ts = grid.L_values, grid.T_values
-        if not Ls:
+        if not grid.L_values:
             return {}
         corners = corner_cells(grid)
-        values = [[cumulative[(L, T)] / n * 100 if n else None for T in Ts] for L in Ls]
-        notes = [
-            [f"{cumulative[(L, T)]}" + (f"\n{corners[(L, T)]}" if (L, T) in corners else "") for T in Ts] for L in Ls
-        ]
-        path = heatmap(
+        path = lxt_heatmap(
             out / "cumulative_oracle.png",
-            values,
-            [f"L={L}" for L in Ls],
-            [f"T={t_label(T)}" for T in Ts],
-            annotations=notes,
-            vmin=0,
-            vmax=100,
+            grid.L_values,
+            grid.T_values,
+            lambda L, T: cumulative[(L, T)] / n * 100 if n else None,
+            lambda L, T: f"{cumulative[(L, T)]}" + (f"\n{corners[(L, T)]}" if (L, T) in corners else ""),
             cmap="magma",
             title=f"{grid.task}: cumulative oracle over [0..L]×[0..T] (solved of {n})",
             xlabel="T max",
