@@ -264,7 +264,8 @@ def _round(value: float | None, digits: int = 6) -> float | None:
 def _long_row(c: LeaderboardCell) -> list:
     versions = "; ".join(f"{k}={v}" for k, v in sorted(c.versions.items()))
     return [c.method, c.benchmark, c.status, _round(c.accuracy), c.n_docs, c.budget, _round(c.flop_ratio),
-            _round(c.wall_time_s, 3), c.source, c.detail, portable(c.command), portable(c.run_dir), versions]  # fmt: skip
+            _round(c.wall_time_s, 3), c.source, c.detail, portable(c.command), portable(c.run_dir),
+            versions]  # fmt: skip
 
 
 def write_tables(

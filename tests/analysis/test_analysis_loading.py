@@ -246,7 +246,8 @@ def test_portable_drops_machine_paths_and_keeps_relative_ones(text, expected):
 
 
 def test_make_portable_rewrites_run_files_in_lmevals_layout(tmp_path):
-    written = lmeval_fakes.write_grid_run(tmp_path / "run", CELLS[:1], model_args="pretrained=/machine/smol,gguf_file=q.gguf")
+    args = "pretrained=/machine/smol,gguf_file=q.gguf"
+    written = lmeval_fakes.write_grid_run(tmp_path / "run", CELLS[:1], model_args=args)
     before = json.loads(written.read_text())
     assert written.parent.name == before["model_name_sanitized"] == "__machine__smol"
     path = written.parent.rename(written.parent.with_name("q")) / written.name  # folder named after the model

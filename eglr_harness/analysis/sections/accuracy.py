@@ -43,7 +43,7 @@ class Accuracy(Section):
         Ts = ctx.grid.T_values
         rows = [
             [f"L={L}"]
-            + [(f"{a.correct}/{a.rollouts} ({pct(a.accuracy)})" if (a := ctx.accuracy.get((L, T))) else None) for T in Ts]
+            + [f"{a.correct}/{a.rollouts} ({pct(a.accuracy)})" if (a := ctx.accuracy.get((L, T))) else None for T in Ts]
             for L in ctx.grid.L_values
         ]
         return [

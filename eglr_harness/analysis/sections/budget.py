@@ -20,7 +20,8 @@ class Budget(Section):
         for pool in POOLS:
             cells = pool_cells(ctx.grid.cells, pool)
             if cells:
-                curves[pool] = (budget_curve(ctx.grid, cells), random_order_curve(ctx.grid, cells, ctx.n_orders, ctx.seed))
+                rand = random_order_curve(ctx.grid, cells, ctx.n_orders, ctx.seed)
+                curves[pool] = (budget_curve(ctx.grid, cells), rand)
         return curves
 
     def tables(self, ctx: ReportContext, result) -> list[Table]:

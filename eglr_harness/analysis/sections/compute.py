@@ -47,11 +47,12 @@ class ComputeSection(Section):
             for c in (*runs, *([total] if total and len(runs) > 1 else []))
         ]
         if not rows:
-            return ["\n## Compute\n", "No run carries EGLR compute accounting (`config.eglr.stats`); were these eglr-hf runs?"]
-        text = markdown_table(
-            ["run", "tokens", "ρ (gated share)", "mean iterations", "FLOP ratio vs greedy", "batched FLOP ratio", "wall s"],
-            rows,
-        )
+            return [
+                "\n## Compute\n",
+                "No run carries EGLR compute accounting (`config.eglr.stats`); were these eglr-hf runs?",
+            ]
+        header = ["run", "tokens", "ρ (gated share)", "mean iterations", "FLOP ratio vs greedy", "batched FLOP ratio"]
+        text = markdown_table([*header, "wall s"], rows)
         eglr = next((p.info.eglr for p in ctx.grid.parts if p.info.eglr), None) or {}
         if eglr:
             text += f"\n\nSettings: `{eglr.get('settings')}`; τ_H: `{eglr.get('tau_h')}`; "
