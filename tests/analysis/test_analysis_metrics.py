@@ -202,3 +202,12 @@ def test_exclusive_counts_on_literal_sets():
     # doc 2 is shared by a and b, so it is nobody's exclusive; docs 1, 3, 4 are.
     solved = {(1, 0.0): frozenset({1, 2}), (2, 0.0): frozenset({2, 3}), (3, 0.0): frozenset({4}), (4, 0.0): frozenset()}
     assert exclusive_counts(solved) == {(1, 0.0): 1, (2, 0.0): 1, (3, 0.0): 1, (4, 0.0): 0}
+
+
+def test_pools_exclude_greedy_and_corners_add_it():
+    # eglr-method.md §5: T-only = L=0, T in 0.1..1.0; the grid's corners are cumulative, so they hold (0, 0).
+    solved = {(0, 0.0): frozenset({5}), (0, 0.5): frozenset({1}), (1, 0.0): frozenset({2}), (1, 0.5): frozenset({3})}
+    assert pool_cells(list(solved), "T") == [(0, 0.5)] and pool_cells(list(solved), "L") == [(1, 0.0)]
+    assert pool_cells(list(solved), "LuT") == [(0, 0.5), (1, 0.0)]
+    assert oracle_corners(solved) == {"greedy": 1, "T-only": 2, "L-only": 2, "joint": 4}
+    assert oracle_corners({(0, 0.5): frozenset({1})}) == {"greedy": None, "T-only": 1, "L-only": None, "joint": 1}
