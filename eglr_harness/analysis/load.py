@@ -519,7 +519,7 @@ class Grid:
 def vote_labels(rows: Sequence[tuple[int, RolloutRow]]) -> list[int | None]:
     """Vote labels of one document's rollouts, given as ``(part index, row)``: rollouts in one cluster
     of one run, or with equal answer strings, get one label (the module docstring); None = no answer."""
-    parent: dict[object, object] = {}
+    parent: dict[object, object] = {}  # union-find over answer strings and (run, cluster id) pairs
 
     def root(node):
         while parent.setdefault(node, node) != node:
