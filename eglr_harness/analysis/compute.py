@@ -7,13 +7,11 @@ are merged, ratios are combined weighted by tokens (same model, so the same N): 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from eglr_harness.analysis.rollouts import Cell
-from eglr_harness.analysis.runinfo import RunInfo
-from eglr_harness.specs import T_DECIMALS
+from eglr_harness.analysis.load import RunInfo
+from eglr_harness.cell import Cell
 
 __all__ = [
     "Compute",
@@ -21,12 +19,8 @@ __all__ = [
     "run_compute",
     "cell_compute",
     "combine_compute",
-    "parse_cell_key",
     "reused_rollouts",
 ]
-
-_CELL_KEY = re.compile(r"\s*L\s*=\s*(\d+)\s*,\s*T\s*=\s*([0-9.eE+-]+)\s*")
-
 
 @dataclass(frozen=True)
 class Compute:
@@ -40,14 +34,6 @@ class Compute:
     flop_ratio: float | None
     batched_flop_ratio: float | None
     wall_time_s: float | None
-
-
-def parse_cell_key(key: str) -> Cell:
-    """``'L=4,T=0.0'`` -> ``(4, 0.0)``; ``ValueError`` for any other form."""
-    match = _CELL_KEY.fullmatch(key)
-    if match is None:
-        raise ValueError(f"stats cell key {key!r} is not of the form 'L=<int>,T=<float>'.")
-    return int(match.group(1)), round(float(match.group(2)), T_DECIMALS)
 
 
 def _num(stats: Mapping, key: str, kind=float):
@@ -72,7 +58,7 @@ def stats_compute(label: str, stats: Mapping) -> Compute:
 def run_compute(info: RunInfo) -> Compute | None:
     """The run's ``stats.total``; None for runs without EGLR accounting."""
     stats = ((info.eglr or {}).get("stats") or {}).get("total")
-    return stats_compute(str(info.path), stats) if isinstance(stats, Mapping) else None
+    return stats_compute(info.name or info.path.name, stats) if isinstance(stats, Mapping) else None
 
 
 def cell_compute(infos: Sequence[RunInfo]) -> dict[Cell, Compute]:
@@ -81,9 +67,9 @@ def cell_compute(infos: Sequence[RunInfo]) -> dict[Cell, Compute]:
     for info in infos:
         cells = ((info.eglr or {}).get("stats") or {}).get("cells") or {}
         for key, stats in cells.items():
-            cell = parse_cell_key(key)
+            cell = Cell.parse(key)
             found.setdefault(cell, []).append(stats_compute(key, stats))
-    return {cell: combine_compute(f"L={cell[0]},T={cell[1]}", parts) for cell, parts in sorted(found.items())}
+    return {cell: combine_compute(cell.label, parts) for cell, parts in sorted(found.items())}
 
 
 def reused_rollouts(infos: Sequence[RunInfo]) -> int | None:

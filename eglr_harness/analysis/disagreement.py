@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import mean
 
-from eglr_harness.analysis.grid import GREEDY
-from eglr_harness.analysis.pools import pool_cells
-from eglr_harness.analysis.rollouts import Cell
+from eglr_harness.analysis.accuracy import pool_cells
+from eglr_harness.analysis.load import GREEDY
+from eglr_harness.cell import Cell
 
 __all__ = [
     "DisagreementMatrix",

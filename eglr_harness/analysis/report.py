@@ -1,34 +1,163 @@
 """``build_report``: saved lm-eval runs in, a folder with report.md, CSV tables and PNGs out.
 
-Pipeline: :func:`load_grid` (files) -> :func:`compute_report` (pure metrics) ->
-:func:`write_report` (CSV, PNG, Markdown). Nothing here loads a model or imports torch.
+Pipeline: :func:`~eglr_harness.analysis.load.load_grid` (files) -> every registered
+:class:`Section` (compute, CSV rows, figures, Markdown) -> the report folder. A report part is a
+small class registered with :func:`register_section`, like lm-eval's ``@register_filter``; the
+report runs the sections in the order they were registered (the imports of
+:mod:`eglr_harness.analysis.sections`). A new analysis is one section module plus its import line.
+Nothing here loads a model or imports torch.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import Any
 
+from eglr_harness.analysis.accuracy import CellAccuracy, cell_accuracy, solved_sets
 from eglr_harness.analysis.budget import DEFAULT_ORDERS, DEFAULT_SEED
-from eglr_harness.analysis.grid import load_grid
-from eglr_harness.analysis.report_data import ReportData, compute_report
-from eglr_harness.analysis.report_figures import write_figures
-from eglr_harness.analysis.report_markdown import render_markdown
-from eglr_harness.analysis.report_tables import write_tables
+from eglr_harness.analysis.load import Grid, load_grid
+from eglr_harness.analysis.render import write_csv
+from eglr_harness.cell import Cell
 
-__all__ = ["ReportData", "compute_report", "write_report", "build_report", "default_out_dir"]
+__all__ = [
+    "Section",
+    "SECTIONS",
+    "register_section",
+    "ReportContext",
+    "Table",
+    "image",
+    "compute_report",
+    "render_markdown",
+    "write_report",
+    "build_report",
+    "default_out_dir",
+]
 
 logger = logging.getLogger(__name__)
 
 
-def write_report(data: ReportData, out_dir: Path) -> Path:
-    """Write tables, figures and report.md of ``data`` into ``out_dir``; returns ``out_dir``."""
+@dataclass(frozen=True)
+class Table:
+    """One CSV file of a report: ``file`` (name in the report folder), ``header`` and ``rows``."""
+
+    file: str
+    header: Sequence[str]
+    rows: Sequence[Sequence]
+
+
+class Section:
+    """One part of the report. Subclasses override what they have; each step gets the section's
+    own :meth:`compute` result.
+
+    Attributes:
+        name: registry key (set by :func:`register_section`).
+        DEFINITIONS: the section's lines of the report's Definitions block (Markdown list items).
+    """
+
+    name: str = ""
+    DEFINITIONS: str = ""
+
+    def compute(self, ctx: "ReportContext") -> Any:
+        """The section's numbers (pure: no files)."""
+        return None
+
+    def tables(self, ctx: "ReportContext", result: Any) -> list[Table]:
+        """The CSV files of the section."""
+        return []
+
+    def figures(self, ctx: "ReportContext", result: Any, out: Path) -> dict[str, Path]:
+        """Draw the section's PNGs into ``out``; figure key -> path."""
+        return {}
+
+    def markdown(self, ctx: "ReportContext", result: Any, figs: dict[str, Path]) -> list[str]:
+        """The section's report.md parts (joined with newlines); ``figs`` = every figure of the report."""
+        return []
+
+    def definitions(self, ctx: "ReportContext") -> str:
+        """The section's lines of the Definitions block (default :attr:`DEFINITIONS`)."""
+        return self.DEFINITIONS
+
+
+SECTIONS: dict[str, Section] = {}
+
+
+def register_section(name: str):
+    """Class decorator: add an instance of the section to :data:`SECTIONS` under ``name``."""
+
+    def decorate(cls: type[Section]) -> type[Section]:
+        if name in SECTIONS:
+            raise ValueError(f"report section {name!r} is registered twice; section names must be unique.")
+        section = cls()
+        section.name = name
+        SECTIONS[name] = section
+        return cls
+
+    return decorate
+
+
+@dataclass
+class ReportContext:
+    """What every section reads: the grid, the budget-curve settings and the shared per-cell metrics."""
+
+    grid: Grid
+    n_orders: int = DEFAULT_ORDERS
+    seed: int = DEFAULT_SEED
+    results: dict[str, Any] = field(default_factory=dict)  # section name -> its compute() result
+
+    @cached_property
+    def accuracy(self) -> dict[Cell, CellAccuracy]:
+        return cell_accuracy(self.grid)
+
+    @cached_property
+    def solved(self) -> dict[Cell, frozenset[int]]:
+        return solved_sets(self.grid)
+
+
+def image(figs: dict[str, Path], key: str, alt: str) -> str:
+    """The Markdown of figure ``key`` (by file name), or "" when the report has no such figure."""
+    return f"![{alt}]({figs[key].name})\n" if key in figs else ""
+
+
+def _sections() -> dict[str, Section]:
+    import eglr_harness.analysis.sections  # noqa: F401, PLC0415 -- registers the built-in sections
+
+    return SECTIONS
+
+
+def compute_report(grid: Grid, *, n_orders: int = DEFAULT_ORDERS, seed: int = DEFAULT_SEED) -> ReportContext:
+    """Every section's numbers for ``grid`` (pure; no files written); ``ctx.results[name]``."""
+    ctx = ReportContext(grid, n_orders, seed)
+    for name, section in _sections().items():
+        ctx.results[name] = section.compute(ctx)
+    return ctx
+
+
+def render_markdown(ctx: ReportContext, figs: dict[str, Path]) -> str:
+    """The report.md text (figures referenced by file name)."""
+    parts = [
+        f"# EGLR report: `{ctx.grid.task}` · `{ctx.grid.model}`\n",
+        "Made by `eglr-report` from saved lm-eval runs only (no model loaded). Definitions at the end.\n",
+    ]
+    for name, section in _sections().items():
+        parts += section.markdown(ctx, ctx.results[name], figs)
+    definitions = "".join(s.definitions(ctx) for s in _sections().values())
+    return "\n".join([*parts, "\n\n## Definitions\n", definitions])
+
+
+def write_report(ctx: ReportContext, out_dir: Path) -> Path:
+    """Write tables, figures and report.md of ``ctx`` into ``out_dir``; returns ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    write_tables(data, out)
-    figs = write_figures(data, out)
-    (out / "report.md").write_text(render_markdown(data, figs), encoding="utf-8")
+    figs: dict[str, Path] = {}
+    for name, section in _sections().items():
+        for table in section.tables(ctx, ctx.results[name]):
+            write_csv(out / table.file, table.header, table.rows)
+        figs.update(section.figures(ctx, ctx.results[name], out))
+    (out / "report.md").write_text(render_markdown(ctx, figs), encoding="utf-8")
     logger.info("report written to %s", out)
     return out
 
@@ -60,5 +189,5 @@ def build_report(
     if isinstance(run_dirs, (str, Path)):
         run_dirs = [run_dirs]
     grid = load_grid(run_dirs, task=task, filter_name=filter_name)
-    data = compute_report(grid, n_orders=n_orders, seed=seed)
-    return write_report(data, Path(out_dir) if out_dir is not None else default_out_dir(run_dirs))
+    ctx = compute_report(grid, n_orders=n_orders, seed=seed)
+    return write_report(ctx, Path(out_dir) if out_dir is not None else default_out_dir(run_dirs))

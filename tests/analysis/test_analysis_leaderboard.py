@@ -11,10 +11,11 @@ import pytest
 from lm_eval._cli import HarnessCLI
 
 import lmeval_fakes
-from eglr_harness.analysis.leaderboard import RECORD_NAME, main, run_leaderboard
-from eglr_harness.analysis.leaderboard_plan import (
+from eglr_harness.analysis.portable import portable
+from eglr_harness.benchmarks import benchmark_of
+from eglr_harness.leaderboard.runner import RECORD_NAME, main, run_leaderboard
+from eglr_harness.leaderboard.plan import (
     LeaderboardOptions,
-    benchmark_of,
     build_command,
     default_output_dir,
     model_slug,
@@ -197,6 +198,8 @@ def test_optional_flags_and_beams(tmp_path):
         ("gsm8k_eglr", "gsm8k"),
         ("math500_eglr_sc", "math500"),
         ("minerva_math_eglr_lxt", "minerva_math"),
+        ("eglr_demo_lxt", "eglr_demo"),  # the leaderboard once kept the suffix here; presets did not
+        ("eglr_demo_sc", "eglr_demo"),
     ],
 )
 def test_benchmark_of(task, bench):
@@ -311,7 +314,11 @@ def test_records_command_versions_wall_time_and_flops(tmp_path):
     fake = FakeLmEval()
     outcome = run_leaderboard(options(tmp_path, tasks=("gsm8k",)), fake)
     record = json.loads((tmp_path / "lb" / "gsm8k" / "eglr_sc" / RECORD_NAME).read_text())
-    assert record["command"] == fake.calls[-1] and record["returncode"] == 0
+    assert record["returncode"] == 0
+    # the record names folders as on any machine: the command ran with /models/smol and tmp_path
+    assert record["command"] == [portable(a) for a in fake.calls[-1]] and "--model_args" in record["command"]
+    assert "/models" in " ".join(fake.calls[-1]) and "/models" not in json.dumps(record)
+    assert str(tmp_path) in " ".join(fake.calls[-1]) and str(tmp_path) not in json.dumps(record)
     assert record["command_line"].startswith("python -m lm_eval run --model eglr-hf")
     assert {"lm_eval", "transformers", "torch", "python"} <= set(record["versions"]) and record["wall_time_s"] >= 0
     cells = {c.method: c for c in outcome.cells}

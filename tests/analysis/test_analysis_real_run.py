@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eglr_harness.analysis import build_report, cell_accuracy, load_grid, majority_answer, run_compute
-from eglr_harness.analysis.files import RunFiles, find_runs
-from eglr_harness.analysis.leaderboard_table import cells_from_run
+from eglr_harness.analysis import build_report, cell_accuracy, load_grid, run_compute
+from eglr_harness.analysis.load import RunFiles, find_runs
+from eglr_harness.leaderboard.table import cells_from_run
+from eglr_harness.selection import majority
 
 RUN = Path(__file__).parent / "data" / "real_gsm8k_eglr_sc"
 
@@ -20,10 +21,11 @@ def test_real_run_parses_into_the_L_pool():
     assert grid.task == "gsm8k_eglr_sc" and grid.docs == (0, 1)
     assert grid.cells == tuple((L, 0.0) for L in range(1, 11))
     assert grid.parts[0].samples.filter == "pool" and grid.parts[0].info.model_source == "eglr-hf"
-    assert grid.model.endswith(":SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert grid.model == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert all(a.rollouts == 2 and a.correct == 0 for a in cell_accuracy(grid).values())
     # doc 1 answers in L order: 1,1,1,1,1,2,1,1,1,2 -> "1"
-    assert majority_answer([r.answer for r in grid.rollouts_in(grid.cells, 1)]) == "1"
+    rows = grid.rollouts_in(grid.cells, 1)
+    assert rows[majority([r.vote for r in rows])].answer == "1"
     total = run_compute(grid.parts[0].info)
     assert (total.tokens, total.gated_tokens, total.flop_ratio) == (320, 193, 1.3175)
 

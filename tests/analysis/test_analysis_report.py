@@ -158,3 +158,37 @@ def test_cli_refuses_mixed_tasks_with_a_clear_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "gsm8k_eglr_lxt" in err and "math500_eglr_lxt" in err and "--task" in err
     assert report_main([str(tmp_path / "a"), "--task", "gsm8k_eglr_lxt"]) == 0
+
+
+def test_a_registered_section_adds_its_table_and_text_to_the_report(tmp_path):
+    from eglr_harness.analysis.report import SECTIONS, Section, Table, register_section
+
+    lmeval_fakes.write_grid_run(tmp_path / "run", CELLS)
+    build_report([tmp_path / "run"], tmp_path / "before", n_orders=1)  # the built-in sections registered
+    try:
+
+        @register_section("greedy_docs")
+        class GreedyDocs(Section):
+            DEFINITIONS = "- Greedy docs: problems the greedy cell solves.\n"
+
+            def compute(self, ctx):
+                return sorted(ctx.solved[(0, 0.0)])
+
+            def tables(self, ctx, result):
+                return [Table("greedy_docs.csv", ["doc"], [[d] for d in result])]
+
+            def markdown(self, ctx, result, figs):
+                return ["\n## Greedy docs\n", f"greedy solves {result}"]
+
+        with pytest.raises(ValueError, match="greedy_docs.*twice"):
+            register_section("greedy_docs")(GreedyDocs)
+        out = build_report([tmp_path / "run"], tmp_path / "after", n_orders=1)
+    finally:
+        SECTIONS.pop("greedy_docs", None)
+    text = (out / "report.md").read_text()
+    assert "## Greedy docs\n\ngreedy solves [0]\n\n\n## Definitions" in text
+    assert text.endswith("- Greedy docs: problems the greedy cell solves.\n")
+    assert _rows(out / "greedy_docs.csv") == [{"doc": "0"}]
+    assert text.replace(text[text.index("\n## Greedy docs") : text.index("\n\n## Definitions")], "").replace(
+        "- Greedy docs: problems the greedy cell solves.\n", ""
+    ) == (tmp_path / "before" / "report.md").read_text()

@@ -1,0 +1,147 @@
+"""Rendering helpers of reports and leaderboards: CSV files, Markdown tables, numbers and PNG
+figures (matplotlib's Agg canvas: no pyplot, no global backend, no display)."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["write_csv", "markdown_table", "pct", "num", "t_label", "heatmap", "lxt_heatmap", "budget_plot"]
+
+
+def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence]) -> Path:
+    """Write ``rows`` under ``header`` to ``path`` (None -> empty field); returns ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        for row in rows:
+            writer.writerow(["" if v is None else v for v in row])
+    return path
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
+    """A GitHub Markdown table; None cells print as an em dash."""
+
+    def cell(v) -> str:
+        return "—" if v is None else str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def pct(fraction: float | None, digits: int = 1) -> str | None:
+    """0.646 -> '64.6' (None stays None)."""
+    return None if fraction is None else f"{100 * fraction:.{digits}f}"
+
+
+def num(value: float | None, digits: int = 3) -> str | None:
+    """A float rounded for tables (None stays None)."""
+    return None if value is None else f"{value:.{digits}f}"
+
+
+def t_label(T: float) -> str:
+    """0.0 -> '0', 0.5 -> '0.5' (axis labels)."""
+    return f"{T:g}"
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=110)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def heatmap(
+    path: Path,
+    values: Sequence[Sequence[float | None]],
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    annotations: Sequence[Sequence[str]] | None = None,
+    colorbar_label: str = "",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    cmap: str = "viridis",
+) -> Path:
+    """A heatmap of ``values[row][col]`` (None = missing, drawn grey) with optional cell texts."""
+    import numpy as np
+
+    rows, cols = len(row_labels), len(col_labels)
+    data = np.array([[math.nan if v is None else float(v) for v in row] for row in values], dtype=float).reshape(
+        rows, cols
+    )
+    fig = _figure(max(4.0, 0.62 * cols + 2.2), max(3.0, 0.5 * rows + 1.6))
+    ax = fig.add_subplot(1, 1, 1)
+    ax.set_facecolor("#d9d9d9")
+    image = ax.imshow(np.ma.masked_invalid(data), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", origin="upper")
+    ax.set_xticks(range(cols), labels=list(col_labels), fontsize=7)
+    ax.set_yticks(range(rows), labels=list(row_labels), fontsize=7)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    if annotations is not None:
+        size = 7 if max(rows, cols) <= 8 else (6 if max(rows, cols) <= 12 else 4.5)
+        for i in range(rows):
+            for j in range(cols):
+                text = annotations[i][j]
+                if text:
+                    dark = bool(np.isfinite(data[i, j]) and image.norm(data[i, j]) < 0.5)
+                    ax.text(j, i, text, ha="center", va="center", fontsize=size, color="white" if dark else "black")
+    fig.colorbar(image, ax=ax, label=colorbar_label)
+    fig.tight_layout()
+    fig.savefig(path)
+    return Path(path)
+
+
+def lxt_heatmap(
+    path: Path, L_values: Sequence[int], T_values: Sequence[float], value, note, *, xlabel: str, ylabel: str, **kwargs
+) -> Path:
+    """A :func:`heatmap` of the L×T rectangle, rows L and columns T (0–100 scale); ``value(L, T)``
+    and ``note(L, T)`` give each cell's number (None = missing) and text."""
+    return heatmap(
+        path,
+        [[value(L, T) for T in T_values] for L in L_values],
+        [f"L={L}" for L in L_values],
+        [f"T={t_label(T)}" for T in T_values],
+        annotations=[[note(L, T) for T in T_values] for L in L_values],
+        vmin=0,
+        vmax=100,
+        xlabel=xlabel,
+        ylabel=ylabel,
+        **kwargs,
+    )
+
+
+def budget_plot(path: Path, curves: Sequence[tuple[str, Sequence[float], str, str]], *, title: str) -> Path:
+    """Lines of accuracy (%) against budget; ``curves`` = ``(label, fractions, linestyle, color)``."""
+    fig = _figure(6.0, 4.0)
+    ax = fig.add_subplot(1, 1, 1)
+    for label, fractions, style, color in curves:
+        if fractions:
+            ax.plot(
+                range(1, len(fractions) + 1),
+                [100 * f for f in fractions],
+                style,
+                color=color,
+                label=label,
+                marker=".",
+                markersize=3,
+            )
+    ax.set_xlabel("budget b (configurations)")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    return Path(path)

@@ -1,0 +1,292 @@
+"""The leaderboard's runs and their stock ``lm_eval`` command lines (pure functions).
+
+For each benchmark ``<b>`` the comparison set of the paper (Tables 2/3) needs:
+
+| run | model | task | gen kwargs | gives the rows |
+|---|---|---|---|---|
+| ``greedy`` | ``hf`` | ``<b>_eglr`` | ``do_sample=False`` | Greedy |
+| ``beam<n>`` | ``hf`` | ``<b>_eglr`` | ``do_sample=False,num_beams=n`` | Beam-n |
+| ``eglr_sc`` | ``eglr-hf`` | ``<b>_eglr_sc`` | — | EGLR (best L), EGLR-SC_L (B=10), Oracle_L |
+
+``--model_args`` names the model by ``pretrained=...`` or by a preset, ``model_config=NAME``: the
+``hf`` runs get the preset's model args spelled out, ``eglr-hf`` gets ``model_config=NAME`` itself
+(so its EGLR settings and calibrated tau_h apply).
+
+One ``eglr_sc`` run gives three rows: its L-only pool (L ∈ 1..10, T = 0) holds every per-L
+accuracy. ``max_gen_toks`` is passed as a gen kwarg to every run. Each run writes to
+``<output_dir>/<b>/<run>/`` (its ``--output_path``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eglr_harness.analysis.load import parse_model_args
+from eglr_harness.benchmarks import benchmark_of
+
+__all__ = [
+    "LeaderboardOptions",
+    "PlannedRun",
+    "model_slug",
+    "default_output_dir",
+    "plan_runs",
+    "gen_kwargs_arg",
+    "build_command",
+    "shell_command",
+    "parse_beams",
+    "parse_limit",
+    "hf_model_args",
+]
+
+_NAME = re.compile(r"[A-Za-z0-9_\-]+")
+
+
+def parse_beams(spec: str | None) -> tuple[int, ...]:
+    """``'4,11'`` -> ``(4, 11)``; ``''``/``'none'`` -> ``()`` (no beam rows)."""
+    if spec is None or spec.strip().lower() in {"", "none", "0"}:
+        return ()
+    beams = []
+    for part in spec.split(","):
+        try:
+            n = int(part)
+        except ValueError:
+            n = 0
+        if n < 2:
+            raise ValueError(
+                f"`--beams`={spec!r}: {part!r} is not a beam count; allowed: ints >= 2 (e.g. 4,11) or 'none'."
+            )
+        beams.append(n)
+    return tuple(dict.fromkeys(beams))
+
+
+def parse_limit(spec: str | None) -> tuple[float | None, tuple[tuple[str, float], ...]]:
+    """``'100'`` -> ``(100, ())``; ``'gsm8k=100,math500=50'`` -> ``(None, (('gsm8k', 100), ('math500', 50)))``.
+
+    A bare number is the limit of every benchmark not named; ``bench=N`` sets one benchmark's.
+    """
+    if spec is None or not str(spec).strip():
+        return None, ()
+    default, per_bench = None, []
+    for part in str(spec).split(","):
+        name, _, value = part.rpartition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not number > 0 or (name and not _NAME.fullmatch(name.strip())):
+            raise ValueError(
+                f"`--limit`={spec!r}: {part!r} is not allowed; allowed: a count >= 1 or a fraction in (0, 1), "
+                "for every benchmark (100) or per benchmark (gsm8k=100,math500=50)."
+            )
+        if name:
+            per_bench.append((benchmark_of(name), number))
+        elif default is not None:
+            raise ValueError(f"`--limit`={spec!r} gives two limits for all benchmarks; give one bare number at most.")
+        else:
+            default = number
+    return default, tuple(per_bench)
+
+
+def hf_model_args(model_args: str) -> str:
+    """``model_args`` for lm-eval's ``hf``: a ``model_config=NAME`` preset becomes its model args."""
+    args = parse_model_args(model_args)
+    name = args.pop("model_config", None)
+    if name is None:
+        return model_args
+    from eglr_harness.presets import load_preset  # noqa: PLC0415 -- only presets need it
+
+    merged = {**load_preset(name)["model_args"], **args}  # the user's args win over the preset's
+    return ",".join(f"{key}={value}" for key, value in merged.items())
+
+
+def model_slug(model_args: str) -> str:
+    """A folder name for the model: the preset name, the GGUF file stem, else the last part of ``pretrained``."""
+    args = parse_model_args(model_args)
+    preset = args.get("model_config") if "pretrained" not in args else None
+    name = Path(preset).stem if preset else args.get("gguf_file") or args.get("pretrained") or "model"
+    name = Path(str(name).rstrip("/")).name
+    if name.endswith(".gguf"):
+        name = name[: -len(".gguf")]
+    return re.sub(r"[^A-Za-z0-9._\-]+", "_", name) or "model"
+
+
+def default_output_dir(model_args: str) -> Path:
+    """``results/<model>/leaderboard`` (relative to the working directory)."""
+    return Path("results") / model_slug(model_args) / "leaderboard"
+
+
+@dataclass(frozen=True)
+class LeaderboardOptions:
+    """What ``eglr-leaderboard`` was asked for (validated)."""
+
+    model_args: str
+    tasks: tuple[str, ...]
+    output_dir: Path
+    beams: tuple[int, ...] = (4, 11)
+    limit: float | None = None  # every benchmark not in ``limits``
+    limits: tuple[tuple[str, float], ...] = ()  # (benchmark, limit) overrides
+    max_gen_toks: int | None = None
+    batch_size: str | None = None
+    beam_batch_size: str | None = None  # beam runs hold num_beams rows per problem; None: batch_size
+    device: str | None = None
+    apply_chat_template: bool = False
+    eglr_model_args: str = ""
+    greedy_suffix: str = "_eglr"
+    sc_suffix: str = "_eglr_sc"
+    hf_model: str = "hf"
+    eglr_model: str = "eglr-hf"
+    lm_eval_args: tuple[str, ...] = ()
+    python: str = field(default=sys.executable)
+
+    def __post_init__(self) -> None:
+        if not {"pretrained", "model_config"} & set(parse_model_args(self.model_args)):
+            raise ValueError(
+                f"`--model_args`={self.model_args!r} names no model; write pretrained=PATH_OR_HUB_ID[,gguf_file=FILE] "
+                "or model_config=PRESET."
+            )
+        hf_model_args(self.model_args)  # an unknown preset fails here, naming the known ones
+        if not self.tasks:
+            raise ValueError("`--tasks` is empty; give benchmarks such as gsm8k,math500.")
+        benchmarks = [benchmark_of(t) for t in self.tasks]
+        if len(set(benchmarks)) != len(benchmarks):
+            raise ValueError(f"`--tasks`={list(self.tasks)} names a benchmark twice; give each once.")
+        for bench, limit in ((None, self.limit), *self.limits):
+            if limit is not None and not limit > 0:
+                raise ValueError(f"`--limit`={limit} is not allowed; allowed: a count >= 1 or a fraction in (0, 1).")
+        if unknown := sorted({b for b, _ in self.limits} - set(benchmarks)):
+            raise ValueError(
+                f"`--limit` names {unknown}, which are not among `--tasks` ({sorted(benchmarks)}); "
+                "allowed: benchmarks of --tasks."
+            )
+        if self.max_gen_toks is not None and self.max_gen_toks < 1:
+            raise ValueError(f"`--max_gen_toks`={self.max_gen_toks} is not allowed; allowed: an int >= 1.")
+        for n in self.beams:
+            if n < 2:
+                raise ValueError(f"beam count {n} is not allowed; allowed: ints >= 2.")
+
+    @property
+    def benchmarks(self) -> tuple[str, ...]:
+        return tuple(benchmark_of(t) for t in self.tasks)
+
+    def limit_for(self, benchmark: str) -> float | None:
+        """The ``--limit`` of one benchmark (None: all problems)."""
+        return dict(self.limits).get(benchmark, self.limit)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One lm_eval invocation of the leaderboard."""
+
+    kind: str  # "greedy" | "beam" | "eglr_sc"
+    name: str  # folder name: greedy, beam4, eglr_sc
+    benchmark: str
+    task: str
+    model: str
+    model_args: str
+    gen_kwargs: tuple[tuple[str, object], ...]
+    output_path: Path
+    num_beams: int | None = None
+    limit: float | None = None
+
+
+def plan_runs(opts: LeaderboardOptions) -> list[PlannedRun]:
+    """All runs for ``opts``, benchmark by benchmark: greedy, beams, then the EGLR-SC run."""
+    tokens = (("max_gen_toks", opts.max_gen_toks),) if opts.max_gen_toks else ()
+    eglr_args = opts.model_args + ("," + opts.eglr_model_args.strip(",") if opts.eglr_model_args.strip(",") else "")
+    hf_args = hf_model_args(opts.model_args)
+    runs = []
+    for bench in opts.benchmarks:
+        base = Path(opts.output_dir) / bench
+        limit = opts.limit_for(bench)
+        greedy_task = bench + opts.greedy_suffix
+        runs.append(
+            PlannedRun(
+                "greedy",
+                "greedy",
+                bench,
+                greedy_task,
+                opts.hf_model,
+                hf_args,
+                (("do_sample", False), *tokens),
+                base / "greedy",
+                limit=limit,
+            )
+        )
+        for n in opts.beams:
+            runs.append(
+                PlannedRun(
+                    "beam",
+                    f"beam{n}",
+                    bench,
+                    greedy_task,
+                    opts.hf_model,
+                    hf_args,
+                    (("do_sample", False), ("num_beams", n), *tokens),
+                    base / f"beam{n}",
+                    num_beams=n,
+                    limit=limit,
+                )
+            )
+        runs.append(
+            PlannedRun(
+                "eglr_sc",
+                "eglr_sc",
+                bench,
+                bench + opts.sc_suffix,
+                opts.eglr_model,
+                eglr_args,
+                tokens,
+                base / "eglr_sc",
+                limit=limit,
+            )
+        )
+    return runs
+
+
+def gen_kwargs_arg(gen_kwargs: tuple[tuple[str, object], ...]) -> str:
+    """``(('do_sample', False), ('num_beams', 4))`` -> ``'do_sample=False,num_beams=4'``."""
+    return ",".join(f"{k}={v}" for k, v in gen_kwargs)
+
+
+def _limit_arg(limit: float) -> str:
+    return str(int(limit)) if float(limit).is_integer() else repr(float(limit))
+
+
+def build_command(run: PlannedRun, opts: LeaderboardOptions) -> list[str]:
+    """The stock lm-eval 0.4.13 command line of ``run`` (``python -m lm_eval run ...``)."""
+    argv = [
+        opts.python,
+        "-m",
+        "lm_eval",
+        "run",
+        "--model",
+        run.model,
+        "--model_args",
+        run.model_args,
+        "--tasks",
+        run.task,
+        "--output_path",
+        str(run.output_path),
+        "--log_samples",
+    ]
+    if run.gen_kwargs:
+        argv += ["--gen_kwargs", gen_kwargs_arg(run.gen_kwargs)]
+    if run.limit is not None:
+        argv += ["--limit", _limit_arg(run.limit)]
+    batch_size = opts.beam_batch_size if run.kind == "beam" and opts.beam_batch_size is not None else opts.batch_size
+    if batch_size is not None:
+        argv += ["--batch_size", str(batch_size)]
+    if opts.device is not None:
+        argv += ["--device", opts.device]
+    if opts.apply_chat_template:
+        argv += ["--apply_chat_template"]
+    return argv + list(opts.lm_eval_args)
+
+
+def shell_command(argv: list[str]) -> str:
+    """The command as one copy-pasteable shell line."""
+    return shlex.join(argv)

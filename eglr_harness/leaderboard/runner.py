@@ -1,0 +1,318 @@
+"""``eglr-leaderboard``: the paper's comparison set for one model and several benchmarks.
+
+Runs (see :mod:`eglr_harness.leaderboard.plan`) go through the stock ``lm_eval`` CLI as
+subprocesses, one after the other; each finished run leaves lm-eval's results file in its
+``--output_path`` plus ``eglr_leaderboard_run.json`` (exact command, package versions, wall time,
+exit status). Rerunning skips every run whose results file exists for the same task and
+``--limit`` (resume); ``--limit gsm8k=100,math500=50`` sizes each benchmark. The table is
+rewritten after every run.
+
+    eglr-leaderboard --model_args pretrained=DIR,gguf_file=F.gguf --tasks gsm8k,math500 \\
+        --limit 100 --max_gen_toks 256 --batch_size 8 --apply_chat_template
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+from eglr_harness.analysis.load import RunFiles, find_runs, model_name, read_results
+from eglr_harness.analysis.portable import portable
+from eglr_harness.leaderboard.plan import (
+    LeaderboardOptions,
+    PlannedRun,
+    build_command,
+    default_output_dir,
+    parse_beams,
+    parse_limit,
+    plan_runs,
+    shell_command,
+)
+from eglr_harness.leaderboard.table import LeaderboardCell, cells_from_run, write_tables
+
+__all__ = [
+    "Executor",
+    "subprocess_executor",
+    "RECORD_NAME",
+    "finished_run",
+    "package_versions",
+    "LeaderboardOutcome",
+    "run_leaderboard",
+    "leaderboard_parser",
+    "options_from_args",
+    "main",
+]
+
+logger = logging.getLogger(__name__)
+
+RECORD_NAME = "eglr_leaderboard_run.json"
+VERSION_PACKAGES = ("eglr-harness", "lm_eval", "transformers", "torch", "accelerate", "gguf", "math-verify")
+
+# An executor runs one command line and returns its exit status (tests inject a fake one).
+Executor = Callable[[Sequence[str]], int]
+
+
+def subprocess_executor(argv: Sequence[str]) -> int:
+    """Run ``argv`` with the terminal's stdout/stderr (lm-eval's progress bars stay visible)."""
+    return subprocess.run(list(argv), check=False).returncode
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of the packages a result depends on (no package is imported)."""
+    versions = {"python": platform.python_version()}
+    for name in VERSION_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def _limit_matches(results: Mapping, limit: float | None) -> bool:
+    found = (results.get("config") or {}).get("limit")
+    if found is None or limit is None:
+        return found is None and limit is None
+    return float(found) == float(limit)
+
+
+def finished_run(run: PlannedRun, limit: float | None) -> RunFiles | None:
+    """The latest lm-eval run under ``run.output_path`` with results for ``run.task`` at ``limit``."""
+    if not Path(run.output_path).is_dir():
+        return None
+    try:
+        candidates = find_runs(run.output_path)
+    except ValueError:
+        return None
+    done = None
+    for files in sorted(candidates, key=lambda f: f.results.name):
+        results = read_results(files.results)
+        if run.task not in (results.get("results") or {}):
+            continue
+        if not _limit_matches(results, limit):
+            logger.warning(
+                "%s was made with limit=%s, not %s; not reused",
+                files.results,
+                (results.get("config") or {}).get("limit"),
+                limit,
+            )
+            continue
+        done = files
+    return done
+
+
+def _read_record(run: PlannedRun) -> dict | None:
+    path = Path(run.output_path) / RECORD_NAME
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _execute(run: PlannedRun, argv: list[str], executor: Executor) -> dict:
+    """Run one command, write and return its record."""
+    Path(run.output_path).mkdir(parents=True, exist_ok=True)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    logger.info("running %s/%s: %s", run.benchmark, run.name, shell_command(argv))
+    t0 = time.perf_counter()
+    returncode = executor(argv)
+    record = {
+        "benchmark": run.benchmark,
+        "run": run.name,
+        "task": run.task,
+        "model": run.model,
+        "model_args": portable(run.model_args),  # no path of this machine in a record meant to be shared
+        "command": [portable(a) for a in argv],
+        "command_line": portable(shell_command(argv)),
+        "versions": package_versions(),
+        "wall_time_s": round(time.perf_counter() - t0, 3),
+        "returncode": returncode,
+        "started": started,
+        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    (Path(run.output_path) / RECORD_NAME).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record
+
+
+@dataclass(frozen=True)
+class LeaderboardOutcome:
+    """What a leaderboard invocation did and wrote."""
+
+    cells: tuple[LeaderboardCell, ...]
+    tables: dict[str, Path]
+    ran: tuple[str, ...]
+    skipped: tuple[str, ...]
+    failed: tuple[str, ...]
+
+
+def _cells(run: PlannedRun, argv: list[str], files: RunFiles | None, record: dict | None, status: str):
+    return cells_from_run(
+        kind=run.kind,
+        name=run.name,
+        benchmark=run.benchmark,
+        task=run.task,
+        files=files,
+        record=record,
+        command=shell_command(argv),
+        run_dir=run.output_path,
+        num_beams=run.num_beams,
+        status=status,
+    )
+
+
+def run_leaderboard(
+    opts: LeaderboardOptions, executor: Executor = subprocess_executor, *, dry_run: bool = False
+) -> LeaderboardOutcome:
+    """Run every unfinished cell of ``opts`` (or only print the commands) and write the tables.
+
+    The tables are rewritten after every executed run (later runs shown as ``pending``), so a
+    long leaderboard can be read while it runs.
+    """
+    runs = plan_runs(opts)
+    ran, skipped, failed = [], [], []
+    cells: list[LeaderboardCell] = []
+    for i, run in enumerate(runs):
+        argv = build_command(run, opts)
+        label = f"{run.benchmark}/{run.name}"
+        files = finished_run(run, run.limit)
+        record = _read_record(run)
+        status = "not run"
+        if files is not None:
+            logger.info("skip %s: finished (%s)", label, files.results)
+            skipped.append(label)
+        elif dry_run:
+            print(shell_command(argv))
+        else:
+            record = _execute(run, argv, executor)
+            files = finished_run(run, run.limit)
+            if files is None:
+                logger.error(
+                    "%s failed (exit status %s, no results file in %s)", label, record["returncode"], run.output_path
+                )
+                failed.append(label)
+                status = "failed"
+            else:
+                ran.append(label)
+        mine = _cells(run, argv, files, record, status)
+        if ran or failed:  # something executed: refresh the table, later runs shown as pending
+            pending = [c for later in runs[i + 1 :] for c in _cells(later, [], None, None, "pending")]
+            _write(cells + mine + pending, opts)
+        cells += mine
+    tables = {} if dry_run else _write(cells, opts)
+    return LeaderboardOutcome(tuple(cells), tables, tuple(ran), tuple(skipped), tuple(failed))
+
+
+def _write(cells: list[LeaderboardCell], opts: LeaderboardOptions) -> dict[str, Path]:
+    sizes = {b: opts.limit_for(b) for b in opts.benchmarks}
+    limit = ", ".join(f"{b}: " + ("all problems" if n is None else f"--limit {n:g}") for b, n in sizes.items())
+    notes = [
+        f"Model args: `{portable(opts.model_args)}`"
+        + (f"; EGLR model args: `{portable(opts.eglr_model_args)}`" if opts.eglr_model_args else "")
+        + ".",
+        f"Size: {limit}; max_gen_toks: {opts.max_gen_toks or 'task default'}; "
+        f"chat template: {opts.apply_chat_template}.",
+    ]
+    missing = sorted({f"{c.benchmark}/{c.method} ({c.status})" for c in cells if c.status != "done"})
+    if missing:
+        notes.append("Not finished: " + ", ".join(missing) + ". Rerun the same command to resume.")
+    model = model_name(opts.model_args) or portable(opts.model_args)
+    return write_tables(cells, list(opts.benchmarks), opts.output_dir, model=model, notes=notes)
+
+
+def leaderboard_parser() -> argparse.ArgumentParser:
+    """The command line parser (flags named as in lm_eval where they mean the same)."""
+    parser = argparse.ArgumentParser(
+        prog="eglr-leaderboard",
+        description="Greedy, Beam-n, EGLR (best L), EGLR-SC_L and Oracle_L for one model on several "
+        "benchmarks, each through the stock lm_eval CLI; resumable; writes a Markdown + CSV table.",
+    )
+    parser.add_argument(
+        "--model_args",
+        required=True,
+        nargs="+",
+        help="HF model args shared by every run, e.g. pretrained=DIR,gguf_file=F.gguf",
+    )
+    parser.add_argument("--tasks", required=True, help="benchmarks, comma-separated: gsm8k,math500 (or gsm8k_eglr,...)")
+    parser.add_argument(
+        "--limit",
+        default=None,
+        help="problems per benchmark (lm_eval --limit): 100 for all, or per benchmark gsm8k=100,math500=50",
+    )
+    parser.add_argument("--max_gen_toks", type=int, default=None, help="max new tokens (gen kwarg for every run)")
+    parser.add_argument("--batch_size", default=None, help="lm_eval --batch_size")
+    parser.add_argument(
+        "--beam_batch_size",
+        default=None,
+        help="lm_eval --batch_size of the beam runs (each problem holds num_beams rows; default: --batch_size)",
+    )
+    parser.add_argument("--device", default=None, help="lm_eval --device")
+    parser.add_argument("--output_dir", default=None, help="default: results/<model>/leaderboard")
+    parser.add_argument("--apply_chat_template", action="store_true", help="pass --apply_chat_template to lm_eval")
+    parser.add_argument("--beams", default="4,11", help="beam sizes to run, comma-separated, or 'none' (default 4,11)")
+    parser.add_argument("--eglr_model_args", default="", help="extra model args for eglr-hf only, e.g. tau_h=auto")
+    parser.add_argument(
+        "--greedy_task_suffix", default="_eglr", help="task of greedy/beam runs: <b> + this (default _eglr)"
+    )
+    parser.add_argument(
+        "--sc_task_suffix", default="_eglr_sc", help="task of the EGLR run: <b> + this (default _eglr_sc)"
+    )
+    parser.add_argument(
+        "--lm_eval_args", default="", help="extra lm_eval flags for every run, one quoted string: '--seed 0'"
+    )
+    parser.add_argument(
+        "--python", default=sys.executable, help="interpreter that runs `-m lm_eval` (default: this one)"
+    )
+    parser.add_argument("--dry_run", action="store_true", help="print the commands of unfinished runs, run nothing")
+    parser.add_argument("--verbosity", "-v", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def options_from_args(args: argparse.Namespace) -> LeaderboardOptions:
+    """Validated options from parsed CLI arguments."""
+    model_args = ",".join(a.strip(",") for a in args.model_args)
+    limit, limits = parse_limit(args.limit)
+    return LeaderboardOptions(
+        model_args=model_args,
+        tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
+        output_dir=Path(args.output_dir) if args.output_dir else default_output_dir(model_args),
+        beams=parse_beams(args.beams),
+        limit=limit,
+        limits=limits,
+        max_gen_toks=args.max_gen_toks,
+        batch_size=args.batch_size,
+        beam_batch_size=args.beam_batch_size,
+        device=args.device,
+        apply_chat_template=args.apply_chat_template,
+        eglr_model_args=args.eglr_model_args,
+        greedy_suffix=args.greedy_task_suffix,
+        sc_suffix=args.sc_task_suffix,
+        lm_eval_args=tuple(shlex.split(args.lm_eval_args)),
+        python=args.python,
+    )
+
+
+def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_executor) -> int:
+    """Console entry point of ``eglr-leaderboard``; 0 when every run finished, 1 otherwise, 2 on bad input."""
+    args = leaderboard_parser().parse_args(argv)
+    logging.basicConfig(level=args.verbosity, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        opts = options_from_args(args)
+        outcome = run_leaderboard(opts, executor, dry_run=args.dry_run)
+    except ValueError as err:
+        print(f"eglr-leaderboard: error: {err}", file=sys.stderr)
+        return 2
+    if outcome.tables:
+        print(outcome.tables["markdown"])
+    logger.info("ran %d, skipped %d (finished), failed %d", len(outcome.ran), len(outcome.skipped), len(outcome.failed))
+    return 1 if outcome.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
