@@ -1,44 +1,53 @@
-"""The one name of a model in run folders, results and reports: its hub id or its GGUF file name.
+"""The one name of a model in run folders, results and reports: its GGUF file name or its hub id.
 
-Never a path of the machine: a local folder is named by its last component, a GGUF file by its
-file name without ``.gguf``, and a preset (``model_config=``) by the model it loads.
+Never a path of the machine: a local folder is named by its last component, a GGUF file by its file
+name, and a preset (``model_config=``) by the model it loads. The same model installed in two
+places has the same name.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
+__all__ = ["model_name", "parse_model_args"]
 
-def parse_model_args(model_args: str | dict | None) -> dict:
-    """``"a=1,b=x"`` (lm-eval's form) or a dict -> dict of strings."""
-    if isinstance(model_args, dict):
+
+def parse_model_args(model_args) -> dict:
+    """``'pretrained=x,gguf_file=y'`` (or a dict, as lm-eval 0.4.13 stores it) -> dict."""
+    if isinstance(model_args, Mapping):
         return dict(model_args)
-    args: dict = {}
-    for part in (model_args or "").split(","):
+    if not model_args:
+        return {}
+    out = {}
+    for part in str(model_args).split(","):
         if "=" in part:
             key, value = part.split("=", 1)
-            args[key.strip()] = value.strip()
-    return args
+            out[key.strip()] = value.strip()
+    return out
 
 
-def model_name(model_args: str | dict | None) -> str | None:
-    """``SmolLM2-135M-Instruct.Q4_1`` for a GGUF, ``Qwen/Qwen2.5-3B-Instruct`` for a hub id, the folder
-    name for a local folder; a ``model_config`` preset is expanded first. None when nothing names a model."""
+def _is_local_path(name: str) -> bool:
+    return name.startswith(("/", ".", "~", "pkg://")) or "\\" in name or re.match(r"[A-Za-z]:", name) is not None
+
+
+def model_name(model_args) -> str | None:
+    """The model's name wherever it was installed: the GGUF file name, else the hub id of
+    ``pretrained``, else the last folder name of a local ``pretrained``, else the preset's
+    (``model_config``) model; None when the args name no model."""
     args = parse_model_args(model_args)
     if "pretrained" not in args and args.get("model_config"):
-        from eglr_harness.presets import load_preset  # noqa: PLC0415 -- presets read YAML; only needed here
+        try:  # a preset is a file of this package: read it, load no model
+            from eglr_harness.presets import load_preset  # noqa: PLC0415
 
-        preset = load_preset(str(args["model_config"]))
-        args = {**preset["model_args"], **args}
-        if "pretrained" not in args:
-            return preset["name"]
-    gguf, pretrained = args.get("gguf_file"), args.get("pretrained")
-    if gguf:
-        return re.sub(r"\.gguf$", "", Path(str(gguf)).name)
-    if not isinstance(pretrained, str) or not pretrained:
+            args = {**load_preset(str(args["model_config"]))["model_args"], **args}
+        except ValueError:
+            return str(args["model_config"])
+    if args.get("gguf_file"):
+        return Path(str(args["gguf_file"])).name
+    name = args.get("pretrained") or args.get("model")
+    if not name:
         return None
-    if pretrained.startswith(("/", ".", "~")) or Path(pretrained).exists():
-        return Path(pretrained.rstrip("/")).name or None
-    return pretrained  # a hub id
-
+    name = str(name).rstrip("/\\")
+    return Path(name.replace("\\", "/")).name if _is_local_path(name) else name

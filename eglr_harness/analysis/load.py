@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from eglr_harness.cell import T_DECIMALS, Cell
+from eglr_harness.model_names import model_name, parse_model_args
 
 __all__ = [
     "RunFiles",
@@ -204,45 +205,6 @@ class RunInfo:
     wall_time_s: float | None = None
     versions: Mapping[str, str] = field(default_factory=dict)
     name: str = ""
-
-
-def parse_model_args(model_args) -> dict:
-    """``'pretrained=x,gguf_file=y'`` (or a dict, as lm-eval 0.4.13 stores it) -> dict."""
-    if isinstance(model_args, Mapping):
-        return dict(model_args)
-    if not model_args:
-        return {}
-    out = {}
-    for part in str(model_args).split(","):
-        if "=" in part:
-            key, value = part.split("=", 1)
-            out[key.strip()] = value.strip()
-    return out
-
-
-def _is_local_path(name: str) -> bool:
-    return name.startswith(("/", ".", "~", "pkg://")) or "\\" in name or re.match(r"[A-Za-z]:", name) is not None
-
-
-def model_name(model_args) -> str | None:
-    """The model's name wherever it was installed: the GGUF file name, else the hub id of
-    ``pretrained``, else the last folder name of a local ``pretrained``, else the preset's
-    (``model_config``) model; None when the args name no model."""
-    args = parse_model_args(model_args)
-    if "pretrained" not in args and args.get("model_config"):
-        try:  # a preset is a file of this package: read it, load no model
-            from eglr_harness.presets import load_preset  # noqa: PLC0415
-
-            args = {**load_preset(str(args["model_config"]))["model_args"], **args}
-        except ValueError:
-            return str(args["model_config"])
-    if args.get("gguf_file"):
-        return Path(str(args["gguf_file"])).name
-    name = args.get("pretrained") or args.get("model")
-    if not name:
-        return None
-    name = str(name).rstrip("/\\")
-    return Path(name.replace("\\", "/")).name if _is_local_path(name) else name
 
 
 def model_identity(results: Mapping) -> str:

@@ -248,8 +248,14 @@ def test_portable_drops_machine_paths_and_keeps_relative_ones(text, expected):
 def test_make_portable_rewrites_run_files_in_lmevals_layout(tmp_path):
     args = "pretrained=/machine/smol,gguf_file=q.gguf"
     written = lmeval_fakes.write_grid_run(tmp_path / "run", CELLS[:1], model_args=args)
-    before = json.loads(written.read_text())
-    assert written.parent.name == before["model_name_sanitized"] == "__machine__smol"
+    # eglr-harness names new runs after the model; a run made before that carries lm-eval's path name.
+    assert written.parent.name == json.loads(written.read_text())["model_name_sanitized"] == "q.gguf"
+    legacy = written.parent.rename(written.parent.with_name("__machine__smol")) / written.name
+    data = json.loads(legacy.read_text())
+    data.update(model_name="/machine/smol", model_name_sanitized="__machine__smol")
+    legacy.write_text(json.dumps(data, indent=2, ensure_ascii=False))
+    written, before = legacy, json.loads(legacy.read_text())
+    assert before["model_name_sanitized"] == "__machine__smol"
     path = written.parent.rename(written.parent.with_name("q")) / written.name  # folder named after the model
     assert make_portable(tmp_path) == [path] and make_portable(tmp_path) == []
     text = path.read_text()
