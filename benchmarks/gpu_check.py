@@ -241,8 +241,9 @@ def greedy_entropies(model, prompts, new_tokens: int, *, device, eos_token_id: i
 def calibrate_tau_h(entropies: torch.Tensor) -> float:
     """The paper's rule without its 2.5-nat cap: the 95th percentile of greedy entropies.
 
-    The cap is meant for trained models; a random-weight model's entropies sit far above it, where
-    the capped threshold would gate every token (rho = 1) instead of about 5 %.
+    The cap is meant for trained models; a random-weight model's entropies (1-6.5 nats for
+    Qwen2.5-3B's shape) sit mostly above it, where the capped threshold would gate most tokens
+    instead of about 5 %.
     """
     from eglr_harness.calibrate import calibrated_threshold
 
@@ -411,18 +412,15 @@ def exactness_ok(result: dict) -> bool:
 
 # ------------------------------------------------------------------------------------- placement
 def split_device_map(model, first, second) -> dict:
-    """Layers [0, N/2) and the embeddings on ``first``; the rest, the final norm and lm_head on ``second``.
-
-    A tied input embedding goes with lm_head (accelerate keeps tied weights on one device).
-    """
+    """Layers [0, N/2), the embeddings and rotary tables on ``first``; the rest, the final norm and
+    lm_head on ``second``. The random models here are untied (``_UNTIE``), so no weight is split."""
     decoder = model.model
     layers = len(decoder.layers)
-    tied = model.get_input_embeddings().weight is model.get_output_embeddings().weight
     device_map = {}
     for name, _ in decoder.named_children():
         if name == "layers":
             device_map.update({f"model.layers.{i}": first if i < layers // 2 else second for i in range(layers)})
-        elif name == "norm" or (tied and decoder.get_submodule(name) is model.get_input_embeddings()):
+        elif name == "norm":
             device_map[f"model.{name}"] = second
         else:
             device_map[f"model.{name}"] = first
