@@ -1,0 +1,718 @@
+"""EGLR at the paper's model shapes on one machine (issue 16): exactness, placement, speed, memory.
+
+No weights are downloaded: every family is built from its transformers config with random
+weights at the shapes of its published ``config.json`` (``FAMILIES``). ``--size tiny`` shrinks
+every family to a few small layers, so that the same code runs on a CPU in seconds (the test
+``tests/benchmarks/test_gpu_check.py`` does that).
+
+Checks (``--checks``, all by default):
+
+1. ``exactness`` (fp32, shortened to ``--exact_layers`` layers at full width): greedy EGLR tokens
+   of the cached, batched engine equal the naive uncached reference
+   (``tests/engine/naive_reference.py``) for L in {1, N/2, N}, for each attention implementation
+   (sdpa, eager, and flash_attention_2 in bf16 when ``flash_attn`` is importable, reported apart:
+   FA2 has no fp32 kernels, so bf16 noise between a cached and an uncached pass may flip a token);
+   L=0 equals ``generate`` token for token (fp32 and bf16); bf16 EGLR runs end with finite logits.
+2. ``placement``: a ``device_map`` that puts half the layers on the GPU and the rest on the CPU
+   (accelerate's CPU offload, what ``parallelize=True`` gives) yields the same tokens as one device.
+3. ``speed`` (full shapes, bf16): tokens/s of ``generate``, EGLR L=0 and EGLR L=10 at batch 1, 16
+   and 64 with ``--new_tokens`` 512; wall ratios; rho, P(step gated), mean iterations, the FLOP
+   ratio and the per-row and batched bounds from ``EglrStats``.
+4. ``memory`` (CUDA only): peak allocated memory of EGLR L=10 / L=0 at a 3,072-token context.
+
+tau_h is set per model from its own greedy (L=0) entropies: the 95th percentile (rho ~ 5 %).
+
+    python benchmarks/gpu_check.py --out gpu_check.json                  # everything, full shapes, CUDA
+    python benchmarks/gpu_check.py --families llama-3.1-8b --checks speed,memory --out llama.json
+    python benchmarks/gpu_check.py --size tiny --device cpu --out tiny.json   # seconds, CPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import importlib.util
+import json
+import logging
+import math
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger("gpu_check")
+
+ROOT = Path(__file__).resolve().parent.parent
+NAIVE_REFERENCE = ROOT / "tests" / "engine" / "naive_reference.py"
+PAD, BOS, EOS = 0, 1, 2
+CHECKS = ("exactness", "placement", "speed", "memory")
+SIZES = ("full", "tiny")
+# Random init gives near-uniform next-token distributions; the output embedding is scaled (as
+# tests/tiny_models.py does) so that greedy is not decided by near-ties: by the factor that gives
+# the logits of a unit-RMS hidden state this standard deviation, whatever the width (at 4 the
+# greedy entropies of a random Qwen2.5-3B spread over 1-6.5 nats).
+DEFAULT_LOGIT_STD = 4.0
+# A threshold this close to an observed entropy (nats) or KL (relative) makes the gate or the
+# early exit a coin toss between two correct implementations (engine and naive logits differ by
+# ~1e-6 in fp32): such a case is re-run with the threshold moved into the middle of the nearest
+# wide-enough gap between observed values (see tests/engine/test_engine_vs_naive.py, TAU_KL).
+ENTROPY_MARGIN = 1e-4
+KL_MARGIN = 1e-3
+MAX_ATTEMPTS = 4
+EXACT_SLIDING_WINDOW = 16  # shortened models: a window the short exactness sequences cross
+PAPER = dict(alpha=0.2, k_max=3, tau_kl=5e-4)  # eglr-method.md §3
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family at the shapes of a published checkpoint.
+
+    Attributes:
+        config_cls: the transformers config class; the model is ``AutoModelForCausalLM.from_config``.
+        source: the checkpoint whose ``config.json`` gave ``shape``.
+        shape: config values as written in that ``config.json`` (legacy rope keys are accepted
+            by transformers' configs and converted to ``rope_parameters``).
+        tiny: overrides for ``--size tiny`` (few layers, small width, same kind of attention).
+        random_init: overrides that a random-weight model needs to decode anything but one token
+            (each with its reason); FLOPs are unchanged.
+        attn: the attention implementations transformers offers for the family (fp32 ones).
+    """
+
+    config_cls: str
+    source: str
+    shape: dict
+    tiny: dict = field(default_factory=dict)
+    random_init: dict = field(default_factory=dict)
+    attn: tuple[str, ...] = ("sdpa", "eager")
+
+
+_TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+             num_attention_heads=4, num_key_value_heads=2)
+_TINY_GEMMA = dict(_TINY, head_dim=16, query_pre_attn_scalar=16, sliding_window=EXACT_SLIDING_WINDOW)
+# Tied embeddings make a random model copy its last input token with entropy 0 (the gate never
+# fires): Gemma scales inputs by sqrt(D), so that token's own logit is ~0.02·D (51 at D=2560)
+# against N(0, 1) for the rest, and sharpening a tied matrix scales the inputs as well (a tiny
+# Qwen2 collapsed so). Untied, the unembedding is an independent random matrix: the same FLOPs,
+# +V·D weights in memory.
+_UNTIE = dict(tie_word_embeddings=False)
+
+FAMILIES: dict[str, Family] = {
+    "qwen2.5-3b": Family("Qwen2Config", "Qwen/Qwen2.5-3B-Instruct config.json", dict(
+        vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+        num_attention_heads=16, num_key_value_heads=2, hidden_act="silu", max_position_embeddings=32768,
+        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, use_sliding_window=False,
+        sliding_window=32768, max_window_layers=70,
+    ), _TINY, _UNTIE),
+    "llama-3.1-8b": Family("LlamaConfig", "meta-llama/Llama-3.1-8B-Instruct config.json", dict(
+        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, hidden_act="silu", max_position_embeddings=131072,
+        rope_theta=500000.0, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                           "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+        rms_norm_eps=1e-5, tie_word_embeddings=False,
+    ), _TINY),
+    "mistral-7b-v0.3": Family("MistralConfig", "mistralai/Mistral-7B-Instruct-v0.3 config.json", dict(
+        vocab_size=32768, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, hidden_act="silu", max_position_embeddings=32768,
+        rope_theta=1000000.0, rms_norm_eps=1e-5, sliding_window=None, tie_word_embeddings=False,
+    ), _TINY),
+    # Gemma-3 4B is multimodal; its text_config is a Gemma3ForCausalLM (model.model.layers / .norm).
+    # Five sliding-window layers (local rope 10k) per global layer (rope 1M, linear scaling 8).
+    "gemma-3-4b": Family("Gemma3TextConfig", "google/gemma-3-4b-it config.json (text_config)", dict(
+        vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=34,
+        num_attention_heads=8, num_key_value_heads=4, head_dim=256, hidden_activation="gelu_pytorch_tanh",
+        max_position_embeddings=131072, rope_theta=1000000.0, rope_local_base_freq=10000.0,
+        rope_scaling={"rope_type": "linear", "factor": 8.0}, sliding_window=1024, sliding_window_pattern=6,
+        query_pre_attn_scalar=256, rms_norm_eps=1e-6, final_logit_softcapping=None,
+        attn_logit_softcapping=None, tie_word_embeddings=True,
+    ), _TINY_GEMMA, _UNTIE),
+    # Not in the default set: Gemma-2 (final-logit soft-cap 30, attention soft-cap 50; transformers
+    # runs its attention soft-cap in eager only and refuses sdpa).
+    "gemma-2-2b": Family("Gemma2Config", "google/gemma-2-2b-it config.json", dict(
+        vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+        num_attention_heads=8, num_key_value_heads=4, head_dim=256, hidden_activation="gelu_pytorch_tanh",
+        max_position_embeddings=8192, rope_theta=10000.0, sliding_window=4096, query_pre_attn_scalar=256,
+        final_logit_softcapping=30.0, attn_logit_softcapping=50.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+    ), _TINY_GEMMA, _UNTIE, ("eager",)),
+}
+DEFAULT_FAMILIES = ("qwen2.5-3b", "llama-3.1-8b", "mistral-7b-v0.3", "gemma-3-4b")
+
+# Per-size defaults of the flags left unset: full = the issue's sizes; tiny = seconds on a CPU.
+SIZE_DEFAULTS = {
+    "full": dict(exact_layers=6, exact_new_tokens=16, batches="1,16,64", new_tokens=512, prompt_len=64,
+                 calib_tokens=128, mem_context=3072, mem_batch=16, mem_new_tokens=16),
+    "tiny": dict(exact_layers=4, exact_new_tokens=12, batches="1,4", new_tokens=16, prompt_len=8,
+                 calib_tokens=16, mem_context=64, mem_batch=2, mem_new_tokens=4),
+}
+
+
+# ------------------------------------------------------------------------------------- models
+def family_config(name: str, size: str, *, layers: int | None = None, sliding_window: int | None = None,
+                  eos_token_id: int | None = EOS):
+    """The transformers config of ``name`` at ``size``, optionally shortened to ``layers`` layers."""
+    import transformers
+
+    family = FAMILIES[name]
+    shape = {**family.shape, **(family.tiny if size == "tiny" else {}), **family.random_init}
+    if layers is not None:
+        shape["num_hidden_layers"] = layers
+    if sliding_window is not None and shape.get("sliding_window"):
+        shape["sliding_window"] = sliding_window
+    config_cls = getattr(transformers, family.config_cls)
+    return config_cls(**shape, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=eos_token_id)
+
+
+def build_model(config, *, dtype: torch.dtype, attn: str, device: str, logit_std: float, seed: int):
+    """A randomly initialised causal LM of ``config`` on ``device``, eval mode, its output
+    embedding scaled so that logits of a unit-RMS hidden state have standard deviation ``logit_std``."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    with torch.device(device):  # initialise where it will run: an 8B model in seconds on a GPU
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
+    model.eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(sharpen_factor(config, logit_std))
+    return model
+
+
+def sharpen_factor(config, logit_std: float) -> float:
+    """Output-embedding scale: init std × sqrt(D) is the logit std of a unit-RMS hidden state."""
+    return logit_std / (config.initializer_range * math.sqrt(config.hidden_size))
+
+
+def random_prompts(lengths: list[int], vocab: int, seed: int) -> list[list[int]]:
+    """Token-id prompts of the given lengths (ids 3.. avoid pad/bos/eos)."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, vocab, (n,), generator=g).tolist() for n in lengths]
+
+
+def left_pad(prompts: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, mask), both (B, S), left-padded with PAD."""
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), PAD, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, p in enumerate(prompts):
+        ids[r, width - len(p):] = torch.tensor(p)
+        mask[r, width - len(p):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def decode(model, prompts, new_tokens: int, *, device, eglr: dict | None = None, scores: bool = False,
+           sink: list | None = None, stats=None, eos_token_id: int | None = EOS):
+    """Greedy ``generate`` (``eglr=None``) or EGLR with the settings ``eglr``.
+
+    Returns (rows, scores): each row's new tokens up to and including EOS; scores (B, S_new, V)
+    when asked, else None.
+    """
+    from eglr_harness import eglr_generate
+
+    ids, mask = left_pad(prompts, device)
+    kwargs = dict(attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, pad_token_id=PAD,
+                  eos_token_id=eos_token_id, output_scores=scores, return_dict_in_generate=True)
+    if eglr is not None:
+        kwargs.update(custom_generate=eglr_generate, **eglr)
+        if sink is not None:
+            kwargs["eglr_refiner_sink"] = sink
+        if stats is not None:
+            kwargs["eglr_stats"] = stats
+    with torch.no_grad():
+        out = model.generate(ids, **kwargs)
+    rows = []
+    for r in range(len(prompts)):
+        tokens = out.sequences[r, ids.shape[1]:].tolist()
+        if eos_token_id is not None and eos_token_id in tokens:
+            tokens = tokens[: tokens.index(eos_token_id) + 1]
+        rows.append(tokens)
+    return rows, (torch.stack(out.scores, dim=1).float() if scores else None)
+
+
+def greedy_entropies(model, prompts, new_tokens: int, *, device, eos_token_id: int | None = EOS) -> torch.Tensor:
+    """Raw-logit entropies (nats) of every generated token of a greedy L=0 run.  -> (n_tokens,)."""
+    sink: list = []
+    decode(model, prompts, new_tokens, device=device, eglr=dict(L=0), sink=sink, eos_token_id=eos_token_id)
+    return torch.cat(sink[0].entropies)
+
+
+def calibrate_tau_h(entropies: torch.Tensor) -> float:
+    """The paper's rule without its 2.5-nat cap: the 95th percentile of greedy entropies.
+
+    The cap is meant for trained models; a random-weight model's entropies (1-6.5 nats for
+    Qwen2.5-3B's shape) sit mostly above it, where the capped threshold would gate most tokens
+    instead of about 5 %.
+    """
+    from eglr_harness.calibrate import calibrated_threshold
+
+    return calibrated_threshold(entropies, cap=math.inf)
+
+
+# ------------------------------------------------------------------------------------- exactness
+@functools.cache
+def naive_reference():
+    """``naive_eglr_greedy`` of tests/engine/naive_reference.py, loaded by path (it is test code)."""
+    spec = importlib.util.spec_from_file_location("eglr_naive_reference", NAIVE_REFERENCE)
+    if spec is None or not NAIVE_REFERENCE.is_file():
+        raise FileNotFoundError(f"the naive reference is missing: {NAIVE_REFERENCE} (run from a repository checkout)")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.naive_eglr_greedy
+
+
+@contextlib.contextmanager
+def inputs_on(model, device):
+    """Move the model's positional input_ids to ``device`` (the naive reference builds them on the CPU)."""
+    def move(module, args, kwargs):
+        return tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args), kwargs
+
+    handle = model.register_forward_pre_hook(move, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def move_off(threshold: float, observed: list[float], clear) -> float:
+    """The midpoint, nearest to ``threshold``, of a gap between sorted ``observed`` values whose
+    ends are both ``clear(value, midpoint)``; ``threshold`` itself when no gap is wide enough."""
+    values = sorted(set(observed))
+    mids = [(a + b) / 2 for a, b in zip(values, values[1:]) if clear(a, (a + b) / 2) and clear(b, (a + b) / 2)]
+    mids = [m for m in mids if m > 0]  # thresholds must stay positive
+    return min(mids, key=lambda m: abs(m - threshold)) if mids else threshold
+
+
+def compare_with_naive(model, prompts, *, L: int, tau_h: float, tau_kl: float, new_tokens: int, device) -> dict:
+    """Engine (batched, cached) vs naive reference (one prompt at a time, uncached) at one L.
+
+    A threshold within ENTROPY_MARGIN of an observed entropy, or KL_MARGIN of an observed KL, is
+    moved and the case re-run: there float noise, not a bug, decides. The thresholds used and the
+    closest observed values are in the result.
+    """
+    naive = naive_reference()
+    settings = dict(L=L, alpha=PAPER["alpha"], k_max=PAPER["k_max"])
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        sink: list = []
+        rows, scores = decode(model, prompts, new_tokens, device=device, scores=True, sink=sink,
+                              eglr=dict(settings, tau_kl=tau_kl, tau_h=tau_h))
+        entropies = torch.cat(sink[0].entropies)
+        kls: list[float] = []
+        ref_rows, ref_logits, gated = [], [], 0
+        with inputs_on(model, device):
+            for prompt in prompts:
+                tokens, logits, flags = naive(model, prompt, max_new_tokens=new_tokens, eos_ids={EOS}, kl_sink=kls,
+                                              tau_kl=tau_kl, tau_h=tau_h, **settings)
+                ref_rows.append(tokens)
+                ref_logits.append(logits)
+                gated += sum(flags)
+        h_gap = min((abs(h - tau_h) for h in entropies.tolist()), default=math.inf)  # nats
+        kl_gap = min((abs(kl - tau_kl) / tau_kl for kl in kls), default=math.inf)  # relative
+        if (h_gap > ENTROPY_MARGIN and kl_gap > KL_MARGIN) or attempt == MAX_ATTEMPTS:
+            break
+        logger.info("L=%d: a value lies on a threshold (entropy gap %.1e nats, KL gap %.1e); moving it", L, h_gap, kl_gap)
+        moved = (move_off(tau_h, entropies.tolist(), lambda v, t: abs(v - t) > ENTROPY_MARGIN)
+                 if h_gap <= ENTROPY_MARGIN else tau_h,
+                 move_off(tau_kl, kls, lambda v, t: abs(v - t) / t > KL_MARGIN) if kl_gap <= KL_MARGIN else tau_kl)
+        if moved == (tau_h, tau_kl):
+            break  # no gap wide enough: the result says how close the values are
+        tau_h, tau_kl = moved
+
+    first_divergence, max_diff, min_margin = None, 0.0, math.inf
+    for r, (got, ref) in enumerate(zip(rows, ref_rows)):
+        for step, ref_step in enumerate(ref_logits[r]):
+            if step >= len(got) or got[step] != ref[step]:
+                top2 = ref_step.topk(2).values
+                first_divergence = first_divergence or {"row": r, "step": step, "ref_top2_gap": float(top2[0] - top2[1])}
+                break
+            max_diff = max(max_diff, float((scores[r, step] - ref_step.to(scores.device)).abs().max()))
+            top2 = ref_step.topk(2).values
+            min_margin = min(min_margin, float(top2[0] - top2[1]))
+    return {
+        "L": L, "tau_h": tau_h, "tau_kl": tau_kl, "tokens_equal": rows == ref_rows,
+        "rows_equal": sum(a == b for a, b in zip(rows, ref_rows)), "rows": len(rows),
+        "tokens": sum(map(len, ref_rows)), "gated_tokens": gated, "first_divergence": first_divergence,
+        "max_abs_logit_diff": max_diff, "min_top2_logit_gap": _finite(min_margin),
+        "entropy_gap_nats": _finite(h_gap), "kl_gap_rel": _finite(kl_gap), "attempts": attempt,
+    }
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no infinity: None stands for 'no value observed'."""
+    return value if math.isfinite(value) else None
+
+
+def check_exactness(name: str, args, device: str) -> dict:
+    """Check 1 on a shortened, full-width, fp32 model of ``name``."""
+    n = args.exact_layers
+    config = family_config(name, args.size, layers=n, sliding_window=EXACT_SLIDING_WINDOW)
+    prompts = random_prompts([12, 7, 9, 5], config.vocab_size, args.seed)
+    spans = sorted({1, n // 2, n})
+    attns = [a for a in args.attn if a in FAMILIES[name].attn]
+    if not attns:
+        raise ValueError(f"--attn={','.join(args.attn)}: {name} supports only {', '.join(FAMILIES[name].attn)}")
+    model = build_model(config, dtype=torch.float32, attn=attns[0], device=device, logit_std=args.logit_std, seed=args.seed)
+    tau_h = calibrate_tau_h(greedy_entropies(model, prompts, args.exact_new_tokens, device=device))
+    result: dict = {"layers": n, "spans": spans, "tau_h_p95": tau_h, "prompt_lengths": list(map(len, prompts)),
+                    "new_tokens": args.exact_new_tokens, "fp32": {},
+                    "attn_skipped": [a for a in args.attn if a not in attns]}
+    for attn in attns:
+        model.set_attn_implementation(attn)
+        stock, _ = decode(model, prompts, args.exact_new_tokens, device=device)
+        plain, _ = decode(model, prompts, args.exact_new_tokens, device=device, eglr=dict(L=0))
+        cases = {}
+        for gate, threshold in (("p95", tau_h), ("always", 0.0)):
+            for L in spans:
+                logger.info("%s exactness: %s, tau_h %s, L=%d", name, attn, gate, L)
+                cases[f"{gate}/L{L}"] = compare_with_naive(model, prompts, L=L, tau_h=threshold, tau_kl=PAPER["tau_kl"],
+                                                           new_tokens=args.exact_new_tokens, device=device)
+        result["fp32"][attn] = {"L0_equals_generate": stock == plain, "vs_naive": cases}
+
+    model.to(torch.bfloat16)
+    model.set_attn_implementation(attns[0])
+    result["bf16"] = bf16_checks(model, prompts, args, device, span=n // 2, tau_h=tau_h)
+    fa2 = "flash_attention_2"
+    if device.startswith("cuda") and importlib.util.find_spec("flash_attn") is not None:
+        model.set_attn_implementation(fa2)
+        result[f"{fa2}_bf16"] = bf16_checks(model, prompts, args, device, span=n // 2, tau_h=tau_h, vs_naive=True)
+    else:
+        result[f"{fa2}_bf16"] = {"skipped": "flash_attn not importable" if device.startswith("cuda") else "no cuda"}
+    del model
+    _free(device)
+    result["ok"] = exactness_ok(result)
+    return result
+
+
+def bf16_checks(model, prompts, args, device, *, span: int, tau_h: float, vs_naive: bool = False) -> dict:
+    """L=0 equals generate in bf16; EGLR at L=span gating at the p95 and at every token ends with finite logits."""
+    stock, _ = decode(model, prompts, args.exact_new_tokens, device=device)
+    plain, _ = decode(model, prompts, args.exact_new_tokens, device=device, eglr=dict(L=0))
+    out = {"attn": model.config._attn_implementation, "L0_equals_generate": stock == plain, "L": span}
+    for gate, threshold in (("p95", tau_h), ("always", 0.0)):
+        try:
+            _, scores = decode(model, prompts, args.exact_new_tokens, device=device, scores=True,
+                               eglr=dict(L=span, tau_h=threshold, **PAPER))
+            out[f"finite_{gate}"] = bool(torch.isfinite(scores).all())
+        except FloatingPointError as error:  # the engine's own NaN/inf check
+            out[f"finite_{gate}"], out[f"error_{gate}"] = False, str(error)
+    if vs_naive:  # informational: bf16 noise between cached and uncached passes may flip a token
+        out["vs_naive_p95"] = compare_with_naive(model, prompts, L=span, tau_h=tau_h, tau_kl=PAPER["tau_kl"],
+                                                 new_tokens=args.exact_new_tokens, device=device)
+    return out
+
+
+def exactness_ok(result: dict) -> bool:
+    """Every fp32 case equals the naive reference, L=0 equals generate, bf16 is finite (FA2 is informational)."""
+    fp32 = all(v["L0_equals_generate"] and all(c["tokens_equal"] for c in v["vs_naive"].values())
+               for v in result["fp32"].values())
+    bf16 = result["bf16"]
+    return bool(fp32 and bf16["L0_equals_generate"] and bf16["finite_p95"] and bf16["finite_always"])
+
+
+# ------------------------------------------------------------------------------------- placement
+def split_device_map(model, first, second) -> dict:
+    """Layers [0, N/2), the embeddings and rotary tables on ``first``; the rest, the final norm and
+    lm_head on ``second``. The random models here are untied (``_UNTIE``), so no weight is split."""
+    decoder = model.model
+    layers = len(decoder.layers)
+    device_map = {}
+    for name, _ in decoder.named_children():
+        if name == "layers":
+            device_map.update({f"model.layers.{i}": first if i < layers // 2 else second for i in range(layers)})
+        elif name == "norm":
+            device_map[f"model.{name}"] = second
+        else:
+            device_map[f"model.{name}"] = first
+    for name, _ in model.named_children():
+        if name != "model":
+            device_map[name] = second
+    return device_map
+
+
+def check_placement(name: str, args, device: str) -> dict:
+    """Check 2: the same tokens (L=0 and L=N/2) with half the model offloaded as on one device.
+
+    With CUDA: GPU + CPU (accelerate executes CPU-mapped modules on the GPU, streaming weights, as
+    ``parallelize=True`` with a CPU ``max_memory`` does). Without CUDA the same code path runs as
+    CPU + disk offload and the check is marked skipped.
+    """
+    try:
+        from accelerate import dispatch_model
+    except ImportError:
+        return {"skipped": "accelerate not installed (pip install accelerate)"}
+    n = args.exact_layers
+    config = family_config(name, args.size, layers=n, sliding_window=EXACT_SLIDING_WINDOW)
+    prompts = random_prompts([12, 7, 9, 5], config.vocab_size, args.seed + 1)
+    model = build_model(config, dtype=torch.float32, attn=FAMILIES[name].attn[0], device=device,
+                        logit_std=args.logit_std, seed=args.seed)
+    tau_h = calibrate_tau_h(greedy_entropies(model, prompts, args.exact_new_tokens, device=device))
+    modes = {"L0": dict(L=0), f"L{n // 2}": dict(L=n // 2, tau_h=tau_h, **PAPER),
+             f"L{n // 2}_always": dict(L=n // 2, tau_h=0.0, **PAPER)}
+    single = {mode: decode(model, prompts, args.exact_new_tokens, device=device, eglr=eglr)[0] for mode, eglr in modes.items()}
+    cuda = device.startswith("cuda")
+    first, second = (0, "cpu") if cuda else ("cpu", "disk")
+    model.to("cpu")
+    device_map = split_device_map(model, first, second)
+    with tempfile.TemporaryDirectory() as offload_dir:
+        dispatch_model(model, device_map=device_map, main_device=first, offload_dir=offload_dir)
+        split = {mode: decode(model, prompts, args.exact_new_tokens, device=device, eglr=eglr)[0]
+                 for mode, eglr in modes.items()}
+        del model
+    _free(device)
+    result = {"devices": [str(first), second], "layers": n, "tau_h_p95": tau_h,
+              "tokens_equal": {mode: single[mode] == split[mode] for mode in modes}}
+    result["ok"] = all(result["tokens_equal"].values())
+    if not cuda:
+        result["skipped"] = "no cuda: ran as CPU + disk offload instead of GPU + CPU"
+    return result
+
+
+# ------------------------------------------------------------------------------------- speed / memory
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _free(device: str) -> None:
+    import gc
+
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
+def timed_decode(model, prompts, new_tokens: int, *, device: str, eglr: dict | None, repeats: int) -> dict:
+    """Best-of-``repeats`` wall time of one greedy decode (every row runs ``new_tokens``: no EOS)."""
+    from eglr_harness.decoding.accounting import EglrStats
+
+    walls, stats = [], None
+    for _ in range(repeats):
+        stats = EglrStats() if eglr is not None else None
+        _sync(device)
+        started = time.perf_counter()
+        rows, _ = decode(model, prompts, new_tokens, device=device, eglr=eglr, stats=stats, eos_token_id=None)
+        _sync(device)
+        walls.append(time.perf_counter() - started)
+    tokens = sum(map(len, rows))
+    if tokens != len(prompts) * new_tokens:
+        raise RuntimeError(f"expected {len(prompts) * new_tokens} new tokens without EOS, got {tokens}")
+    out = {"wall_s": min(walls), "walls_s": walls, "tokens": tokens, "tokens_per_s": tokens / min(walls)}
+    if stats is not None:
+        out["stats"] = stats.summary()
+    return out
+
+
+def check_speed_and_memory(name: str, args, device: str, checks: set[str]) -> dict:
+    """Checks 3 and 4 on the full-depth bf16 model of ``name``."""
+    config = family_config(name, args.size, eos_token_id=None)
+    n = config.num_hidden_layers
+    span = min(args.speed_L, n)
+    supported = (*FAMILIES[name].attn, "flash_attention_2")  # FA2 runs bf16, which is what speed uses
+    attn = args.speed_attn if args.speed_attn in supported else FAMILIES[name].attn[0]
+    model = build_model(config, dtype=torch.bfloat16, attn=attn, device=device, logit_std=args.logit_std, seed=args.seed)
+    batches = args.batches
+    prompts = random_prompts([args.prompt_len] * max(batches), config.vocab_size, args.seed + 2)
+    calib = prompts[: min(16, len(prompts))]
+    tau_h = calibrate_tau_h(greedy_entropies(model, calib, args.calib_tokens, device=device, eos_token_id=None))
+    result: dict = {"layers": n, "L": span, "tau_h_p95": tau_h, "calib_prompts": len(calib),
+                    "calib_tokens": args.calib_tokens, "attn": attn}
+    modes = {"generate": None, "L0": dict(L=0), f"L{span}": dict(L=span, tau_h=tau_h, **PAPER)}
+    if "speed" in checks:
+        result["batches"] = {}
+        for batch in batches:
+            rows = prompts[:batch]
+            runs = {}
+            for mode, eglr in modes.items():
+                decode(model, rows, 4, device=device, eglr=eglr, eos_token_id=None)  # warm-up
+                logger.info("%s speed: batch %d, %s", name, batch, mode)
+                runs[mode] = timed_decode(model, rows, args.new_tokens, device=device, eglr=eglr, repeats=args.repeats)
+            result["batches"][str(batch)] = speed_figures(runs, span, n)
+    if "memory" in checks:
+        result["memory"] = check_memory(model, config, args, device, span)
+    del model
+    _free(device)
+    return result
+
+
+def speed_figures(runs: dict, span: int, n: int) -> dict:
+    """Wall ratios and cost bounds of one batch size (eglr-method.md §4)."""
+    eglr = runs[f"L{span}"]["stats"]
+    k = eglr["mean_iterations"]
+    return {
+        "runs": runs,
+        "wall_ratio_L0_vs_generate": runs["L0"]["wall_s"] / runs["generate"]["wall_s"],
+        "wall_ratio_L_vs_L0": runs[f"L{span}"]["wall_s"] / runs["L0"]["wall_s"],
+        "rho": eglr["rho"], "p_step_gated": eglr["p_step_gated"], "mean_iterations": k,
+        "flop_ratio": eglr["flop_ratio"], "batched_flop_ratio": eglr["batched_flop_ratio"],
+        "per_row_bound": 1 + eglr["rho"] * k * span / n,  # the paper's 1 + rho·k·L/N
+        "batched_bound": 1 + eglr["p_step_gated"] * k * span / n,  # a step waits for its gated rows
+    }
+
+
+def check_memory(model, config, args, device: str, span: int) -> dict:
+    """Check 4: CUDA peak allocated memory, EGLR L=span / L=0, at a ``mem_context``-token context.
+
+    tau_h = 0 gates every row at every step: the most memory refinement can hold.
+    """
+    if not device.startswith("cuda"):
+        return {"skipped": "no cuda (peak RSS of one process mixes the modes; benchmarks/bench_decoding.py "
+                           "measures RSS per process)"}
+    prompt_len = args.mem_context - args.mem_new_tokens
+    prompts = random_prompts([prompt_len] * args.mem_batch, config.vocab_size, args.seed + 3)
+    out = {"context": args.mem_context, "prompt_len": prompt_len, "new_tokens": args.mem_new_tokens,
+           "batch": args.mem_batch, "tau_h": 0.0}
+    for mode, eglr in (("L0", dict(L=0)), (f"L{span}", dict(L=span, tau_h=0.0, **PAPER))):
+        _free(device)
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        decode(model, prompts, args.mem_new_tokens, device=device, eglr=eglr, eos_token_id=None)
+        peak = torch.cuda.max_memory_allocated()
+        out[mode] = {"peak_mib": peak / 2**20, "above_weights_mib": (peak - base) / 2**20}
+    out["peak_ratio"] = out[f"L{span}"]["peak_mib"] / out["L0"]["peak_mib"]
+    out["above_weights_ratio"] = out[f"L{span}"]["above_weights_mib"] / out["L0"]["above_weights_mib"]
+    return out
+
+
+# ------------------------------------------------------------------------------------- main
+def environment(device: str) -> dict:
+    import transformers
+
+    env = {"device": device, "python": platform.python_version(), "torch": torch.__version__,
+           "transformers": transformers.__version__, "platform": platform.platform()}
+    for package in ("accelerate", "flash_attn"):
+        spec = importlib.util.find_spec(package)
+        env[package] = getattr(__import__(package), "__version__", "?") if spec is not None else None
+    if device.startswith("cuda"):
+        env["device_name"] = torch.cuda.get_device_name(device)
+        env["cuda"] = torch.version.cuda
+    else:
+        env["device_name"] = platform.processor() or platform.machine()
+        env["cpu_threads"] = torch.get_num_threads()
+    return env
+
+
+def _csv(value: str, allowed, flag: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in items if v not in allowed]
+    if bad or not items:
+        raise ValueError(f"{flag}={value!r}: unknown {bad or 'empty list'}; allowed: {', '.join(allowed)}")
+    return items
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="full", choices=SIZES, help="full = the checkpoints' shapes; tiny = CPU seconds")
+    parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
+    parser.add_argument("--families", default=",".join(DEFAULT_FAMILIES), help=f"comma list of {', '.join(FAMILIES)}")
+    parser.add_argument("--checks", default=",".join(CHECKS), help=f"comma list of {', '.join(CHECKS)}")
+    parser.add_argument("--attn", default="sdpa,eager", help="attention implementations of the fp32 exactness check")
+    parser.add_argument("--exact_layers", type=int, help="layers of the shortened exactness/placement models (full: 6)")
+    parser.add_argument("--exact_new_tokens", type=int, help="new tokens per exactness run (full: 16)")
+    parser.add_argument("--batches", help="speed batch sizes (full: 1,16,64)")
+    parser.add_argument("--new_tokens", type=int, help="new tokens per speed run (full: 512)")
+    parser.add_argument("--prompt_len", type=int, help="prompt tokens of the speed runs (full: 64)")
+    parser.add_argument("--calib_tokens", type=int, help="new tokens of the tau_h calibration run (full: 128)")
+    parser.add_argument("--speed_L", type=int, default=10, help="EGLR layer span of the speed and memory runs")
+    parser.add_argument("--speed_attn", default="sdpa", choices=("sdpa", "eager", "flash_attention_2"),
+                        help="attention implementation of the speed runs (a family without it uses its own first)")
+    parser.add_argument("--repeats", type=int, default=1, help="timed runs per mode, the best counts")
+    parser.add_argument("--mem_context", type=int, help="prompt + new tokens of the memory check (full: 3072)")
+    parser.add_argument("--mem_batch", type=int, help="batch of the memory check (full: 16)")
+    parser.add_argument("--mem_new_tokens", type=int, help="new tokens of the memory check (full: 16)")
+    parser.add_argument("--logit_std", type=float, default=DEFAULT_LOGIT_STD,
+                        help="logit std the random models' output embedding is scaled to (see DEFAULT_LOGIT_STD)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    args = parser.parse_args(argv)
+
+    for key, value in SIZE_DEFAULTS[args.size].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.families = _csv(args.families, FAMILIES, "--families")
+    args.checks = _csv(args.checks, CHECKS, "--checks")
+    args.attn = _csv(args.attn, ("sdpa", "eager"), "--attn")
+    try:
+        args.batches = [int(b) for b in str(args.batches).split(",")]
+    except ValueError:
+        raise ValueError(f"--batches={args.batches!r}: expected comma-separated positive integers, e.g. 1,16,64") from None
+    for flag in ("exact_layers", "exact_new_tokens", "new_tokens", "prompt_len", "calib_tokens", "speed_L", "repeats",
+                 "mem_batch", "mem_new_tokens"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag}={getattr(args, flag)}: must be >= 1")
+    if min(args.batches) < 1:
+        raise ValueError(f"--batches={args.batches}: every batch size must be >= 1")
+    if args.exact_layers < 2:
+        raise ValueError(f"--exact_layers={args.exact_layers}: must be >= 2 (the check uses L = 1, N/2, N)")
+    if args.mem_context <= args.mem_new_tokens:
+        raise ValueError(f"--mem_context={args.mem_context}: must exceed --mem_new_tokens={args.mem_new_tokens}")
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device={args.device}: CUDA is not available on this machine; use --device cpu")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the chosen checks on the chosen families; returns (and with --out writes) the results."""
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    device, checks = args.device, set(args.checks)
+    report: dict = {"settings": {k: v for k, v in vars(args).items()}, "paper_settings": PAPER,
+                    "environment": environment(device), "families": {}}
+    started = time.perf_counter()
+    for name in args.families:
+        family = FAMILIES[name]
+        config = family_config(name, args.size)
+        entry: dict = {"source": family.source, "config_cls": family.config_cls, "random_init": family.random_init,
+                       "output_embedding_scale": sharpen_factor(config, args.logit_std),
+                       "config": {k: v for k, v in config.to_diff_dict().items() if not k.startswith("_")}}
+        report["families"][name] = entry
+        if "exactness" in checks:
+            entry["exactness"] = guarded(check_exactness, name, args, device)
+        if "placement" in checks:
+            entry["placement"] = guarded(check_placement, name, args, device)
+        if checks & {"speed", "memory"}:
+            entry["speed"] = guarded(check_speed_and_memory, name, args, device, checks)
+        logger.info("%s done (%.0f s so far)", name, time.perf_counter() - started)
+        report["wall_s"] = time.perf_counter() - started
+        report["summary"] = summarise(report)
+        if args.out:  # after every family: a run cut short by a time limit keeps what it finished
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(report, indent=1, default=str) + "\n")
+    print(json.dumps(report["summary"], indent=1, default=str))
+    return report
+
+
+def guarded(check, name: str, args, device: str, *rest) -> dict:
+    """Run one check; an exception becomes {"ok": False, "error": ...} so the other checks still run."""
+    try:
+        return check(name, args, device, *rest)
+    except Exception as error:  # noqa: BLE001 - reported in the JSON, with the traceback in the log
+        logger.exception("%s: %s failed", name, check.__name__)
+        _free(device)
+        return {"ok": False, "error": f"{type(error).__name__}: {error}"}
+
+
+def summarise(report: dict) -> dict:
+    """One line per family and check: the verdicts and the headline speed figures."""
+    out = {}
+    for name, entry in report["families"].items():
+        line = {}
+        if "exactness" in entry:
+            line["exact"] = entry["exactness"]["ok"]
+        if "placement" in entry:
+            line["placement"] = entry["placement"].get("ok")
+        for batch, figures in entry.get("speed", {}).get("batches", {}).items():
+            line[f"b{batch}"] = {k: round(figures[k], 3) for k in ("wall_ratio_L0_vs_generate", "wall_ratio_L_vs_L0",
+                                                                 "per_row_bound", "batched_bound", "rho")}
+        if "error" in entry.get("speed", {}):
+            line["speed"] = entry["speed"]["error"]
+        if "memory" in entry.get("speed", {}):
+            line["memory_peak_ratio"] = entry["speed"]["memory"].get("peak_ratio", entry["speed"]["memory"].get("skipped"))
+        out[name] = line
+    return out
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
