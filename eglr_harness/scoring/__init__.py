@@ -12,6 +12,7 @@ from typing import Any
 _LAZY = {
     "extract_answer": "eglr_harness.scoring.extraction",
     "last_boxed": "eglr_harness.scoring.extraction",
+    "final_boxed": "eglr_harness.scoring.extraction",
     "canonical": "eglr_harness.scoring.normalize",
     "parse_number": "eglr_harness.scoring.normalize",
     "is_equivalent": "eglr_harness.scoring.equivalence",
