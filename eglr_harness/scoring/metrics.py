@@ -3,8 +3,11 @@
 The per-document keys (docs/run-format.md) come from :func:`score_document`:
 
 - ``rollouts``: one record per repeat, in repeat order: ``{"repeat", "L", "T", "cycle",
-  "answer", "correct"}`` (``answer`` = extracted answer or ``None``; ``L``/``T``/``cycle`` are
-  ``None`` for responses that carry no :class:`~eglr_harness.rollout.Rollout` metadata).
+  "answer", "correct", "cluster"}`` (``answer`` = extracted answer or ``None``; ``L``/``T``/``cycle``
+  are ``None`` for responses that carry no :class:`~eglr_harness.rollout.Rollout` metadata;
+  ``cluster`` = index of the answer's equivalence cluster among the document's rollouts, clusters
+  numbered in order of first appearance, ``None`` for no answer — so a reader can redo the vote
+  without any equivalence check).
 - ``acc``: correctness of repeat 0. ``mean_acc``: mean over the repeats.
 - ``maj@B``: correctness of the majority answer over the ``B`` repeats (rule: :func:`majority_index`).
 - ``oracle@B``: 1 if any repeat is correct.
@@ -56,13 +59,29 @@ def cluster_answers(answers: Sequence[str | None], equivalent: Equivalence | Non
     return clusters
 
 
+def majority_cluster(clusters: Sequence[Sequence[int]]) -> int | None:
+    """Position in ``clusters`` of the winner: the largest; ties -> the one that appeared first."""
+    best: int | None = None
+    for k, cluster in enumerate(clusters):
+        if best is None or len(cluster) > len(clusters[best]):  # strict: ties keep the earlier cluster
+            best = k
+    return best
+
+
 def majority_index(answers: Sequence[str | None], equivalent: Equivalence | None = None) -> int | None:
     """Index of the representative of the winning cluster (module docstring), ``None`` if no valid answer."""
-    best: list[int] | None = None
-    for cluster in cluster_answers(answers, equivalent):
-        if best is None or len(cluster) > len(best):  # strict: ties keep the earlier cluster
-            best = cluster
-    return None if best is None else best[0]
+    clusters = cluster_answers(answers, equivalent)
+    winner = majority_cluster(clusters)
+    return None if winner is None else clusters[winner][0]
+
+
+def cluster_ids(clusters: Sequence[Sequence[int]], n: int) -> list[int | None]:
+    """Per answer index, the position of its cluster (clusters in order of first appearance); ``None`` if invalid."""
+    ids: list[int | None] = [None] * n
+    for k, cluster in enumerate(clusters):
+        for i in cluster:
+            ids[i] = k
+    return ids
 
 
 def cell_key(L: int | None, T: float | None) -> str:
@@ -95,6 +114,8 @@ def score_document(
         return is_equivalent(a, b, timeout_s=timeout_s)
 
     correct = [int(a is not None and same(gold, a)) for a in answers]
+    clusters = cluster_answers(answers, same)
+    cluster_of = cluster_ids(clusters, len(answers))
     rollouts = []
     for i, (response, answer, ok) in enumerate(zip(responses, answers, correct)):
         meta = rollout_meta(response) or {}
@@ -105,14 +126,15 @@ def score_document(
             "cycle": meta.get("cycle"),
             "answer": answer,
             "correct": ok,
+            "cluster": cluster_of[i],
         })
     B = len(answers)
-    winner = majority_index(answers, same)
+    winner = majority_cluster(clusters)
     return {
         "rollouts": rollouts,
         "acc": correct[0] if B else 0,
         "mean_acc": sum(correct) / B if B else 0.0,
-        f"maj@{B}": correct[winner] if winner is not None else 0,
+        f"maj@{B}": correct[clusters[winner][0]] if winner is not None else 0,
         f"oracle@{B}": int(any(correct)),
         "best_cfg_acc": rollouts,
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 import eglr_harness.scoring.lm_eval_registry as reg
@@ -48,14 +50,45 @@ def test_score_document_keys_and_values():
     assert out["mean_acc"] == 0.5
     assert out["maj@4"] == 1 and out["oracle@4"] == 1
     assert out["best_cfg_acc"] is out["rollouts"]
-    assert out["rollouts"][2] == {"repeat": 2, "L": 3, "T": 0.0, "cycle": 0, "answer": None, "correct": 0}
+    assert out["rollouts"][2] == {"repeat": 2, "L": 3, "T": 0.0, "cycle": 0, "answer": None, "correct": 0,
+                                  "cluster": None}
     assert [r["correct"] for r in out["rollouts"]] == [0, 1, 0, 1]
+    assert [r["cluster"] for r in out["rollouts"]] == [0, 1, None, 1]
 
 
 def test_score_document_plain_strings_have_null_metadata():
     out = score_document("7", ["7", "x"])
-    assert out["rollouts"][0] == {"repeat": 0, "L": None, "T": None, "cycle": None, "answer": "7", "correct": 1}
+    assert out["rollouts"][0] == {"repeat": 0, "L": None, "T": None, "cycle": None, "answer": "7", "correct": 1,
+                                  "cluster": 0}
     assert out["maj@2"] == 1  # 1 vs 1: the first wins
+
+
+# (gold, answers in repeat order, expected cluster per rollout): clusters by equivalence, numbered
+# in order of first appearance; null for no answer.
+CLUSTER_CASES = [
+    ("\\frac{1}{2}", ["\\dfrac12", None, "3", "0.5", "\\frac{1}{2}", "3"], [0, None, 1, 0, 0, 1]),
+    ("3", ["3", "4", "4", "3"], [0, 1, 1, 0]),  # tie 2-2: the earlier cluster (0) wins
+    ("5", ["7", "5", "5"], [0, 1, 1]),
+    ("5", ["", None], [None, None]),
+]
+
+
+@pytest.mark.parametrize("gold, answers, clusters", CLUSTER_CASES)
+def test_rollouts_carry_their_cluster_and_maj_follows_it(gold, answers, clusters):
+    out = score_document(gold, answers)
+    rollouts = out["rollouts"]
+    assert [r["cluster"] for r in rollouts] == clusters
+    # The vote redone from the logged clusters alone (no equivalence check) gives maj@B.
+    sizes = Counter(r["cluster"] for r in rollouts if r["cluster"] is not None)
+    if not sizes:
+        assert out[f"maj@{len(answers)}"] == 0
+        return
+    winner = min(sizes, key=lambda k: (-sizes[k], k))  # largest; ties -> first appearance
+    first = next(r for r in rollouts if r["cluster"] == winner)
+    assert out[f"maj@{len(answers)}"] == first["correct"]
+    # All members of a cluster agree on correctness.
+    for k in sizes:
+        assert len({r["correct"] for r in rollouts if r["cluster"] == k}) == 1
 
 
 def test_score_document_all_invalid():
