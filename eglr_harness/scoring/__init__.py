@@ -21,6 +21,7 @@ _LAZY = {
     "majority_index": "eglr_harness.scoring.metrics",
     "cluster_answers": "eglr_harness.scoring.metrics",
     "cell_accuracies": "eglr_harness.scoring.metrics",
+    "pass_at_k": "eglr_harness.scoring.metrics",
     "best_cfg_acc": "eglr_harness.scoring.metrics",
 }
 

@@ -8,10 +8,21 @@ The per-document keys (docs/run-format.md) come from :func:`score_document`:
   ``cluster`` = index of the answer's equivalence cluster among the document's rollouts, clusters
   numbered in order of first appearance, ``None`` for no answer — so a reader can redo the vote
   without any equivalence check).
-- ``acc``: correctness of repeat 0. ``mean_acc``: mean over the repeats.
+- ``acc``: the accuracy of one rollout, averaged over the document's ``B`` rollouts (correct / B).
+  The same meaning in every task: for a one-rollout task it is that rollout's correctness; for a
+  pool it is the expected accuracy of a rollout drawn from the pool at random (no cell favoured).
 - ``maj@B``: correctness of the majority answer over the ``B`` repeats (rule: :func:`majority_index`).
 - ``oracle@B``: 1 if any repeat is correct.
+- ``pass@1``, ``pass@B``: the unbiased pass@k estimator (:func:`pass_at_k`) over the ``B``
+  rollouts. With all ``B`` rollouts scored, ``pass@1`` equals ``acc`` and ``pass@B`` equals
+  ``oracle@B`` (the estimator is exact there); they are reported under the names other
+  harnesses use.
 - ``best_cfg_acc``: the ``rollouts`` list again; :func:`best_cfg_acc` aggregates it.
+
+Aggregations return numbers only, so that lm-eval's console table stays readable: ``rollouts``
+-> :func:`rollout_count` (the number of rollouts scored; it logs the per-cell accuracies), and
+``best_cfg_acc`` -> :func:`best_cfg_acc`. Per-cell accuracies are computed from the samples
+(``eglr-report``'s ``cell_accuracy.csv``, :func:`cell_accuracies`).
 
 Majority rule. Answers are clustered by equivalence (each answer joins the first earlier cluster
 whose representative — its first member — it is equivalent to). Invalid answers (``None``) are
@@ -128,16 +139,34 @@ def score_document(
             "correct": ok,
             "cluster": cluster_of[i],
         })
-    B = len(answers)
+    B, solved = len(answers), sum(correct)
     winner = majority_cluster(clusters)
     return {
         "rollouts": rollouts,
-        "acc": correct[0] if B else 0,
-        "mean_acc": sum(correct) / B if B else 0.0,
+        "acc": solved / B if B else 0.0,
         f"maj@{B}": correct[clusters[winner][0]] if winner is not None else 0,
-        f"oracle@{B}": int(any(correct)),
+        f"oracle@{B}": int(solved > 0),
+        "pass@1": pass_at_k(B, solved, 1) if B else 0.0,
+        f"pass@{B}": pass_at_k(B, solved, B) if B else 0.0,
         "best_cfg_acc": rollouts,
     }
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` rollouts of which ``c`` are correct: ``1 - C(n-c, k) / C(n, k)``.
+
+    The probability that at least one of ``k`` rollouts drawn without replacement from the ``n``
+    is correct (Chen et al., 2021, "Evaluating Large Language Models Trained on Code"), computed
+    as a product to stay exact for large ``n``.
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass_at_k: need 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}.")
+    if n - c < k:
+        return 1.0
+    missed = 1.0
+    for i in range(n - c + 1, n + 1):
+        missed *= 1.0 - k / i
+    return 1.0 - missed
 
 
 # --------------------------------------------------------------------------- aggregations
@@ -167,6 +196,17 @@ def cell_accuracies(items: Iterable[Sequence[dict]]) -> dict[str, float]:
         return (L is None, L if L is not None else 0, T if T is not None else 0.0)
 
     return {cell_key(*key): sums[key][0] / sums[key][1] for key in sorted(sums, key=order)}
+
+
+def rollout_count(items: Iterable[Sequence[dict]]) -> int:
+    """Number of rollouts scored over the run (aggregation of ``rollouts``); logs the cell accuracies.
+
+    A number, not the per-cell dictionary, so that lm-eval's console table keeps short lines.
+    """
+    items = list(items)
+    accuracies = cell_accuracies(items)
+    logger.info("eglr cell accuracies: %s", ", ".join(f"{k}: {v:.4f}" for k, v in accuracies.items()))
+    return sum(len(rollouts) for rollouts in items)
 
 
 def best_cfg_acc(items: Iterable[Sequence[dict]]) -> float:

@@ -12,7 +12,7 @@ from eglr_harness.scoring.filters import (
     ExtractAnswerFilter, MajorityVoteFilter, OracleFilter, SelectCellsFilter,
 )
 from eglr_harness.scoring.metrics import (
-    best_cfg_acc, cell_accuracies, cluster_answers, majority_index, score_document,
+    best_cfg_acc, cell_accuracies, cluster_answers, majority_index, pass_at_k, rollout_count, score_document,
 )
 
 
@@ -46,8 +46,8 @@ def test_clusters_keep_order_of_first_appearance():
 def test_score_document_keys_and_values():
     responses = [R("3", 1, 0.0), R("4", 2, 0.0), R("", 3, 0.0), R("4.0", 4, 0.0)]
     out = score_document("4", responses)
-    assert out["acc"] == 0
-    assert out["mean_acc"] == 0.5
+    assert out["acc"] == 0.5 and out["pass@1"] == 0.5  # one rollout's accuracy, over the 4
+    assert out["pass@4"] == 1
     assert out["maj@4"] == 1 and out["oracle@4"] == 1
     assert out["best_cfg_acc"] is out["rollouts"]
     assert out["rollouts"][2] == {"repeat": 2, "L": 3, "T": 0.0, "cycle": 0, "answer": None, "correct": 0,
@@ -91,9 +91,30 @@ def test_rollouts_carry_their_cluster_and_maj_follows_it(gold, answers, clusters
         assert len({r["correct"] for r in rollouts if r["cluster"] == k}) == 1
 
 
+@pytest.mark.parametrize("n, c, k, expected", [
+    (10, 0, 1, 0.0), (10, 3, 1, 0.3), (10, 3, 10, 1.0), (10, 0, 10, 0.0),
+    (4, 1, 2, 0.5),  # 1 - C(3,2)/C(4,2) = 1 - 3/6
+    (5, 2, 2, 0.7),  # 1 - C(3,2)/C(5,2) = 1 - 3/10
+    (121, 56, 121, 1.0), (3, 1, 3, 1.0),
+])
+def test_pass_at_k_is_the_unbiased_estimator(n, c, k, expected):
+    assert pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("n, c, k", [(10, 11, 1), (10, 3, 0), (10, 3, 11), (0, 0, 1)])
+def test_pass_at_k_rejects_impossible_counts(n, c, k):
+    with pytest.raises(ValueError, match="pass_at_k"):
+        pass_at_k(n, c, k)
+
+
+def test_rollout_count_aggregation_is_a_number():
+    items = [[{"L": 1, "T": 0.0, "correct": 1}, {"L": 2, "T": 0.0, "correct": 0}], [{"L": 1, "T": 0.0, "correct": 0}]]
+    assert rollout_count(items) == 3
+
+
 def test_score_document_all_invalid():
     out = score_document("7", ["", None])
-    assert out == {**out, "acc": 0, "mean_acc": 0.0, "maj@2": 0, "oracle@2": 0}
+    assert out == {**out, "acc": 0.0, "maj@2": 0, "oracle@2": 0, "pass@1": 0.0, "pass@2": 0.0}
 
 
 def test_score_document_single_string_is_one_repeat():
@@ -190,7 +211,7 @@ def test_registry_names():
     for name, cls in reg.FILTERS.items():
         assert get_filter(name) is cls
     assert get_aggregation("eglr_best_cfg_acc") is best_cfg_acc
-    assert get_aggregation("eglr_cell_acc") is cell_accuracies
+    assert get_aggregation("eglr_rollout_count") is rollout_count
     assert get_aggregation("mean") is not None  # lm-eval's own are still there
     assert get_metric("eglr_exact_match")(references=["4"], predictions=["4.0"]) == 1.0
     assert get_metric("eglr_exact_match")(references=["4"], predictions=[""]) == 0.0
