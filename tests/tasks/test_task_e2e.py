@@ -179,18 +179,21 @@ def test_fake_eglr_sc_with_L_pinned_moves_budget_to_T(task_manager):
 
 
 def test_fake_eglr_lxt_sub_pools(task_manager):
-    res = _run("aime25_eglr_lxt", task_manager)["results"]["aime25_eglr_lxt"]
+    out = _run("aime25_eglr_lxt", task_manager)
+    res = out["results"]["aime25_eglr_lxt"]
+    # one filter: every response is logged once per document
+    assert {k.split(",")[1] for k in res if "," in k} == {"pool"}
+    assert len(out["samples"]["aime25_eglr_lxt"]) == 2
     # whole grid: L even (0,2,..,10) right except L=0 at T>0 (no answer): 6*11 - 10 = 56 of 121
     assert res["acc,pool"] == pytest.approx(56 / 121)
     assert res["maj@121,pool"] == 1 and res["oracle@121,pool"] == 1
     assert res["rollouts,pool"] == 2 * 121 and res["best_cfg_acc,pool"] == 1.0
     # L_only: L 1..10 at T 0 -> 5 right of 10, majority right
-    assert res["acc,L_only"] == 0.5 and res["maj@10,L_only"] == 1
+    assert res["acc_L_only,pool"] == 0.5 and res["maj@10_L_only,pool"] == 1
     # T_only: L 0 at T 0.1..1.0 -> no answers at all
-    assert res["acc,T_only"] == 0 and res["maj@10,T_only"] == 0 and res["oracle@10,T_only"] == 0
+    assert res["acc_T_only,pool"] == 0 and res["maj@10_T_only,pool"] == 0 and res["oracle@10_T_only,pool"] == 0
     # joint: L 1..10 x T 0.1..1.0 -> half right
-    assert res["acc,joint"] == 0.5 and res["maj@100,joint"] == 1
-    assert res["rollouts,joint"] == 2 * 100
+    assert res["acc_joint,pool"] == 0.5 and res["maj@100_joint,pool"] == 1 and res["oracle@100_joint,pool"] == 1
 
 
 def test_console_table_lines_stay_short(task_manager):

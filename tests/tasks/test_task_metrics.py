@@ -12,7 +12,8 @@ from eglr_harness.scoring.filters import (
     ExtractAnswerFilter, MajorityVoteFilter, OracleFilter, SelectCellsFilter,
 )
 from eglr_harness.scoring.metrics import (
-    best_cfg_acc, cell_accuracies, cluster_answers, majority_index, pass_at_k, rollout_count, score_document,
+    CellSelector, best_cfg_acc, cell_accuracies, cluster_answers, majority_index, pass_at_k, rollout_count,
+    score_document, vote_scores,
 )
 
 
@@ -49,7 +50,7 @@ def test_score_document_keys_and_values():
     assert out["acc"] == 0.5 and out["pass@1"] == 0.5  # one rollout's accuracy, over the 4
     assert out["pass@4"] == 1
     assert out["maj@4"] == 1 and out["oracle@4"] == 1
-    assert out["best_cfg_acc"] is out["rollouts"]
+    assert out["best_cfg_acc"] == {"L=1,T=0.0": 0.0, "L=2,T=0.0": 1.0, "L=3,T=0.0": 0.0, "L=4,T=0.0": 1.0}
     assert out["rollouts"][2] == {"repeat": 2, "L": 3, "T": 0.0, "cycle": 0, "answer": None, "correct": 0,
                                   "cluster": None}
     assert [r["correct"] for r in out["rollouts"]] == [0, 1, 0, 1]
@@ -110,6 +111,28 @@ def test_pass_at_k_rejects_impossible_counts(n, c, k):
 def test_rollout_count_aggregation_is_a_number():
     items = [[{"L": 1, "T": 0.0, "correct": 1}, {"L": 2, "T": 0.0, "correct": 0}], [{"L": 1, "T": 0.0, "correct": 0}]]
     assert rollout_count(items) == 3
+
+
+def test_sub_pools_vote_from_the_pool_clusters():
+    # L 1..3 at T 0, then L 0 at T 0.5 and 1.0; the sub-pools are scored from the same clusters.
+    responses = [R("5", 1, 0.0), R("6", 2, 0.0), R("6", 3, 0.0), R("5.0", 0, 0.5), R("\\frac{10}{2}", 0, 1.0)]
+    sub_pools = {"L_only": CellSelector(L="1-3", T=0), "T_only": CellSelector(L=0, T="0.5,1.0")}
+    out = score_document("5", responses, sub_pools=sub_pools)
+    assert [r["cluster"] for r in out["rollouts"]] == [0, 1, 1, 0, 0]
+    assert out["maj@5"] == 1  # cluster 0 has 3 of 5
+    assert out["acc_L_only"] == pytest.approx(1 / 3) and out["maj@3_L_only"] == 0 and out["oracle@3_L_only"] == 1
+    assert out["acc_T_only"] == 1.0 and out["maj@2_T_only"] == 1 and out["oracle@2_T_only"] == 1
+
+
+def test_vote_scores_tie_goes_to_the_earlier_first_member():
+    rollouts = [{"cluster": 0, "correct": 0}, {"cluster": 1, "correct": 1}, {"cluster": 1, "correct": 1},
+                {"cluster": 0, "correct": 0}]
+    assert vote_scores(rollouts, range(4))["maj@4"] == 0  # 2-2: cluster 0 appeared first
+    assert vote_scores(rollouts, [3, 0, 1, 2])["maj@4"] == 0  # members in any order: the same
+    assert vote_scores(rollouts, [1, 2, 3])["maj@3"] == 1  # 2-1
+    # a sub-pool: 1-1, and among its members cluster 1 (repeat 2) comes before cluster 0 (repeat 3),
+    # whatever order the members are given in
+    assert vote_scores(rollouts, [3, 2])["maj@2"] == 1
 
 
 def test_score_document_all_invalid():
