@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import eglr_harness.scoring.lm_eval_registry  # noqa: F401  (registers filters/aggregations)
 from eglr_harness.data import load_dataset_dict
-from eglr_harness.scoring.metrics import CellSelector, score_document
+from eglr_harness.scoring.metrics import GRID_SUB_POOLS, score_document
 
 # Qwen2.5-Math's chain-of-thought instruction, in the user turn (works with every chat template,
 # including those without a system role).
@@ -42,16 +42,11 @@ def process_results(doc: dict, results: list) -> dict:
     return score_document(doc["answer"], answers)
 
 
-# The paper's sub-pools of the 11 x 11 grid, scored from the grid's own rollouts (one lm-eval
-# filter, so the samples file stores each response once).
-LXT_SUB_POOLS = {
-    "L_only": CellSelector(L="1-10", T=0, name="L_only"),  # EGLR-SC_L, Oracle_L
-    "T_only": CellSelector(L=0, T="0.1-1.0:0.1", name="T_only"),  # SC_T, Oracle_T
-    "joint": CellSelector(L="1-10", T="0.1-1.0:0.1", name="joint"),  # SC_LxT
-}
-
-
 def process_results_lxt(doc: dict, results: list) -> dict:
-    """:func:`process_results` plus the paper's sub-pools (``acc_L_only``, ``maj@10_L_only``, ...)."""
+    """:func:`process_results` plus the paper's grid sub-pools (``acc_L_only``, ``maj@10_L_only``, ...).
+
+    The sub-pools (``GRID_SUB_POOLS`` of :mod:`eglr_harness.scoring.metrics`) are scored from the
+    grid's own rollouts, so the task needs one lm-eval filter and logs each response once.
+    """
     (answers,) = results
-    return score_document(doc["answer"], answers, sub_pools=LXT_SUB_POOLS)
+    return score_document(doc["answer"], answers, sub_pools=GRID_SUB_POOLS)

@@ -8,7 +8,8 @@ Order of attempts (the first that yields a non-empty answer wins):
    $\\boxed{1}$`` is the list ``-2, 1``. A truncated last box (generation cut off inside it) is
    skipped, so an earlier complete box is used. ``\\boxed 5`` (no braces) takes the next token.
 2. "final answer is X" / "the answer is X" / "answer: X" (the last such phrase; see
-   :func:`phrase_answer` for how X is narrowed to the math span or the last number).
+   :func:`phrase_answer` for how X is narrowed to the math span or the last number; in
+   ``number`` mode, the last number of the sentence after the phrase).
 3. ``number`` mode only (GSM8K, the demo task): the GSM8K reference marker ``#### X``, then the
    last number in the text.
 
@@ -45,8 +46,7 @@ _LATEX_COMMAND = re.compile(r"\\(?:[A-Za-z]+|.)")
 _PROSE_WORD = re.compile(r"[A-Za-z]{2,}")
 _CONNECTIVE = re.compile(r"\s*,?\s*\b(?:and|or)\b\s*")
 _DANGLING_GROUP = re.compile(r"\\[A-Za-z]+\s*\{\s*$")
-# Thousands separators only in groups of three ("1,234"); "-2,7" is two numbers, not -27.
-_NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|-?\d+(?:\.\d+)?|-?\.\d+")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
 
 
 def match_braces(text: str) -> dict[int, int]:
@@ -190,7 +190,8 @@ def _unwrap_spans(text: str) -> str:
 def _clean_piece(piece: str) -> str:
     piece = _DANGLING_GROUP.sub("", piece.strip())  # "5 \text{" left before the unit word "cm}"
     piece = _CONNECTIVE.sub(", ", piece.strip(" \t,;:"))  # "-2 and 1" -> "-2, 1"
-    return _unwrap_spans(piece).strip(" \t,;:")
+    piece = _unwrap_spans(piece).strip(" \t,;:")
+    return "" if not piece.strip("$") else piece  # an empty span "$$" is no answer
 
 
 def _mathy(piece: str) -> bool:
@@ -252,18 +253,19 @@ def phrase_answer(text: str) -> str | None:
     return None if last is None else _answer_after(text, last)
 
 
-def _answer_after(text: str, phrase: re.Match) -> str | None:
+def _sentence_after(text: str, phrase: re.Match) -> str:
+    """The sentence after an answer phrase: a math span right after it (plus the rest of its
+    sentence), else the text up to ``". "`` or the end of the line."""
     rest = text[phrase.end() : phrase.end() + MAX_ANSWER_CHARS]
     line = rest.split("\n", 1)[0]
     spans = _math_spans(line)
     if spans and spans[0][0] == 0:
-        if spans[0][2]:
-            sentence = line[: spans[0][1]] + line[spans[0][1] :].split(". ", 1)[0]
-            return narrow_answer(sentence)
-        return None
-    # End of sentence: ". " followed by text, or a final period.
-    sentence = re.split(r"\.\s", line, maxsplit=1)[0]
-    return narrow_answer(sentence)
+        return line[: spans[0][1]] + line[spans[0][1] :].split(". ", 1)[0]
+    return re.split(r"\.\s", line, maxsplit=1)[0]
+
+
+def _answer_after(text: str, phrase: re.Match) -> str | None:
+    return narrow_answer(_sentence_after(text, phrase))
 
 
 def _last_number(text: str) -> str | None:
@@ -305,11 +307,13 @@ def extract_answer(text: str | None, mode: str = "math") -> str | None:
     phrase = _last_phrase(text)
     if phrase is not None and (answer is None or (phrase["final"] and phrase.start() >= group[-1].end)):
         # No box, or a "final answer" phrase after the last box (module docstring).
-        said = _answer_after(text, phrase)
-        if said is not None and mode == "number":
-            # "the answer is 18 dollars" / "answer: 13 + 99 = 140" -> its last number; a phrase
-            # without any number ("the answer is below") is no answer in number mode.
-            said = _last_number(said)
+        if mode == "number":
+            # "the answer is 18 dollars" / "answer: 13 + 99 = 140" -> the sentence's last number
+            # (a computation ends in its result); a phrase without any number ("the answer is
+            # below") is no answer in number mode.
+            said = _last_number(_sentence_after(text, phrase))
+        else:
+            said = _answer_after(text, phrase)
         answer = said or answer
     if answer is None and mode == "number":
         answer = _number_answer(text)

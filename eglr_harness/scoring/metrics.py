@@ -131,6 +131,14 @@ class CellSelector:
         return [i for i, m in enumerate(metas) if self(m)]
 
 
+# The paper's sub-pools of the 11 x 11 grid (the `_eglr_lxt` tasks), scored from the grid's rollouts.
+GRID_SUB_POOLS = {
+    "L_only": CellSelector(L="1-10", T=0, name="L_only"),  # EGLR-SC_L, Oracle_L
+    "T_only": CellSelector(L=0, T="0.1-1.0:0.1", name="T_only"),  # SC_T, Oracle_T
+    "joint": CellSelector(L="1-10", T="0.1-1.0:0.1", name="joint"),  # SC_LxT
+}
+
+
 def cell_key(L: int | None, T: float | None) -> str:
     """``"L=4,T=0.0"`` — the key format shared with the model's stats (docs/run-format.md)."""
     if L is None or T is None:
