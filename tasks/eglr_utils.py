@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import eglr_harness.scoring.lm_eval_registry  # noqa: F401  (registers filters/aggregations)
 from eglr_harness.data import load_dataset_dict
-from eglr_harness.scoring.metrics import score_document
+from eglr_harness.scoring.metrics import GRID_SUB_POOLS, score_document
 
 # Qwen2.5-Math's chain-of-thought instruction, in the user turn (works with every chat template,
 # including those without a system role).
@@ -40,3 +40,13 @@ def process_results(doc: dict, results: list) -> dict:
     """Per-document metrics (docs/run-format.md) from the filtered answers of all repeats."""
     (answers,) = results  # one request per document; its filtered responses over the repeats
     return score_document(doc["answer"], answers)
+
+
+def process_results_lxt(doc: dict, results: list) -> dict:
+    """:func:`process_results` plus the paper's grid sub-pools (``acc_L_only``, ``maj@10_L_only``, ...).
+
+    The sub-pools (``GRID_SUB_POOLS`` of :mod:`eglr_harness.scoring.metrics`) are scored from the
+    grid's own rollouts, so the task needs one lm-eval filter and logs each response once.
+    """
+    (answers,) = results
+    return score_document(doc["answer"], answers, sub_pools=GRID_SUB_POOLS)

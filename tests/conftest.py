@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from tiny_models import build_tiny_model
 
+from eglr_harness.data.loading import DATA_DIR_ENV
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -18,7 +20,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 if SHARED_DATA.is_dir():
-    os.environ.setdefault("EGLR_DATA_DIR", str(SHARED_DATA))
+    os.environ.setdefault(DATA_DIR_ENV, str(SHARED_DATA))
 
 
 def smollm2_dir() -> Path:
@@ -30,9 +32,21 @@ def smollm2_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def shared_data_dir() -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.fail(f"benchmark data not found at {SHARED_DATA} (see ../shared/data/README.md)")
-    return SHARED_DATA
+    """The benchmark data folder: ``EGLR_DATA_DIR``, else ``../shared/data`` beside the checkout.
+
+    Neither present (a fresh clone): the tests that need real data skip, naming EGLR_DATA_DIR. A
+    folder named by EGLR_DATA_DIR that does not exist is a mistake, not a reason to skip.
+    """
+    value = os.environ.get(DATA_DIR_ENV, "").strip()
+    if not value:
+        pytest.skip(
+            f"benchmark data not found: set {DATA_DIR_ENV} to a folder laid out like ../shared/data "
+            f"(<folder>/<benchmark>/test.jsonl); nothing at {SHARED_DATA}"
+        )
+    folder = Path(value).expanduser()
+    if not folder.is_dir():
+        pytest.fail(f"{DATA_DIR_ENV}={value!r} is not a folder; point it at a copy of ../shared/data or unset it.")
+    return folder
 
 
 @pytest.fixture(scope="session")

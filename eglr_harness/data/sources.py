@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from eglr_harness.scoring.extraction import last_boxed
+from eglr_harness.scoring.extraction import final_boxed
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,8 @@ class BenchmarkSource:
         answer_format: ``math`` or ``number`` (extraction fallbacks).
         problem_fields: candidate names of the problem statement, first present wins.
         answer_fields: candidate names of the gold answer field.
-        solution_fields: candidate names of a worked solution (gold = its last ``\\boxed{}``
+        solution_fields: candidate names of a worked solution (gold = its final boxed answer,
+            read as model outputs are, :func:`~eglr_harness.scoring.extraction.final_boxed`,
             when no answer field is present).
         id_fields: candidate names of a stable id (else the row index).
         gold_rule: how the raw gold becomes ``answer``: ``latex`` (as is), ``gsm8k`` (text after
@@ -58,7 +59,7 @@ BENCHMARKS: dict[str, BenchmarkSource] = {
     "math500": BenchmarkSource("math500", "HuggingFaceH4/MATH-500", None, "test", "math"),
     "minerva_math": BenchmarkSource(
         "minerva_math", "math-ai/minervamath", None, "test", "math",
-        # The local copy has no answer field: the gold is the solution's last \boxed{}.
+        # The local copy has no answer field: the gold is the solution's final \boxed{}.
         answer_fields=("answer", "final_answer"),
     ),
     "amc23": BenchmarkSource("amc23", "math-ai/amc23", None, "test", "math", gold_rule="integer"),
@@ -109,7 +110,7 @@ def _gold(source: BenchmarkSource, row: dict) -> tuple[str | None, str | None]:
         return re.sub(r"(?<!\\)\$", "", str(raw)).strip(), str(raw)
     _, solution = _first(row, source.solution_fields)
     if solution is not None:
-        boxed = last_boxed(str(solution))
+        boxed = final_boxed(str(solution))
         if boxed is None:
             return None, None
         return re.sub(r"(?<!\\)\$", "", boxed).strip(), boxed

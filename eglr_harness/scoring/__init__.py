@@ -12,6 +12,7 @@ from typing import Any
 _LAZY = {
     "extract_answer": "eglr_harness.scoring.extraction",
     "last_boxed": "eglr_harness.scoring.extraction",
+    "final_boxed": "eglr_harness.scoring.extraction",
     "canonical": "eglr_harness.scoring.normalize",
     "parse_number": "eglr_harness.scoring.normalize",
     "is_equivalent": "eglr_harness.scoring.equivalence",
@@ -20,6 +21,7 @@ _LAZY = {
     "majority_index": "eglr_harness.scoring.metrics",
     "cluster_answers": "eglr_harness.scoring.metrics",
     "cell_accuracies": "eglr_harness.scoring.metrics",
+    "pass_at_k": "eglr_harness.scoring.metrics",
     "best_cfg_acc": "eglr_harness.scoring.metrics",
 }
 

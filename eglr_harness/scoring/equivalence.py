@@ -4,12 +4,15 @@ Steps of :func:`is_equivalent` (the first that decides wins):
 
 1. ``None`` / empty on either side -> not equivalent (an invalid answer is never correct).
 2. Equal :func:`~eglr_harness.scoring.normalize.canonical` strings -> equivalent.
-3. Both sides plain numbers (:func:`~eglr_harness.scoring.normalize.parse_number`) -> numeric
+3. A numeral with a base subscript on either side (``204_5``) -> same digits and base
+   (:func:`~eglr_harness.scoring.normalize.same_base_number`); math-verify drops the subscript.
+4. Both sides plain numbers (:func:`~eglr_harness.scoring.normalize.parse_number`) -> numeric
    comparison: exact for two integers (``27`` = ``27.0``, ``70000`` ≠ ``70001``), within 1e-6
-   relative otherwise; ``25\\%`` also matches ``0.25``.
-4. Too long / too deeply nested / too explosive for a symbolic check (:func:`symbolic_check_allowed`)
+   relative otherwise; ``25\\%`` also matches ``0.25``. ``32, 349`` (comma and space) is a
+   list, not the number 32349; ``32,349`` is.
+5. Too long / too deeply nested / too explosive for a symbolic check (:func:`symbolic_check_allowed`)
    -> not equivalent.
-5. math-verify ``parse`` + ``verify`` (LaTeX path only; see :mod:`.verify_worker`) in a worker
+6. math-verify ``parse`` + ``verify`` (LaTeX path only; see :mod:`.verify_worker`) in a worker
    process with a hard wall-clock limit (``timeout_s``, default :data:`DEFAULT_TIMEOUT_S`):
    intervals, tuples, sets, matrices, radicals, ``\\pi``, complex numbers, equations ``x = 5`` ...
    Two numeric constants (``\\frac{\\sqrt3}{3}`` vs ``2\\sqrt3``) are compared by value there,
@@ -25,7 +28,7 @@ import re
 import threading
 from functools import lru_cache
 
-from eglr_harness.scoring.normalize import canonical, numbers_equal, parse_number
+from eglr_harness.scoring.normalize import canonical, numbers_equal, parse_number, same_base_number
 
 DEFAULT_TIMEOUT_S = 5.0
 MAX_SYMBOLIC_CHARS = 400  # real answers are short; longer ones are compared as strings only
@@ -100,6 +103,9 @@ def _for_math_verify(answer: str) -> str:
 def _cached_verdict(gold: str, pred: str, timeout_s: float) -> bool:
     if canonical(gold) == canonical(pred):
         return True
+    based = same_base_number(gold, pred)
+    if based is not None:
+        return based
     gold_num, pred_num = parse_number(gold), parse_number(pred)
     if gold_num is not None and pred_num is not None:
         return numbers_equal(gold_num, pred_num)

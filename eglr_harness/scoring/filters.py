@@ -32,8 +32,7 @@ from lm_eval.api.filter import Filter
 from eglr_harness.rollout import rollout_meta, with_meta
 from eglr_harness.scoring.equivalence import DEFAULT_TIMEOUT_S, is_equivalent
 from eglr_harness.scoring.extraction import ANSWER_MODES, extract_answer
-from eglr_harness.scoring.metrics import answer_or_none, majority_index
-from eglr_harness.specs import T_DECIMALS, parse_L_spec, parse_T_spec
+from eglr_harness.scoring.metrics import CellSelector, answer_or_none, majority_index
 
 logger = logging.getLogger(__name__)
 
@@ -81,32 +80,14 @@ class SelectCellsFilter(Filter):
     than eglr-hf) cannot be selected: they are passed through unchanged, with a warning.
     """
 
-    _warned = False
-
     def __init__(self, L=None, T=None, **kwargs) -> None:
-        if L is None and T is None:
-            raise ValueError("eglr_select_cells: give `L`, `T` or both (e.g. L: '1-10', T: 0).")
-        self.L = None if L is None else set(parse_L_spec(L, name="eglr_select_cells.L"))
-        self.T = None if T is None else set(parse_T_spec(T, name="eglr_select_cells.T"))
+        self.selector = CellSelector(L, T, name="eglr_select_cells")
         super().__init__(**kwargs)
-
-    def _keep(self, response) -> bool:
-        meta = rollout_meta(response)
-        L_ok = self.L is None or meta["L"] in self.L
-        T_ok = self.T is None or round(meta["T"], T_DECIMALS) in self.T
-        return L_ok and T_ok
 
     def apply(self, resps, docs):
         def select(responses, doc):
-            if any(rollout_meta(r) is None for r in responses):
-                if not SelectCellsFilter._warned:
-                    logger.warning(
-                        "eglr_select_cells: responses carry no (L, T) metadata (not from eglr-hf); "
-                        "keeping all repeats."
-                    )
-                    SelectCellsFilter._warned = True
-                return responses
-            return [r for r in responses if self._keep(r)]
+            keep = self.selector.select([rollout_meta(r) for r in responses])
+            return [responses[i] for i in keep]
 
         return _per_doc(resps, docs, select)
 

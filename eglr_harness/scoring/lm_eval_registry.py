@@ -4,8 +4,9 @@ Names (usable in any task YAML once this module is imported):
 
 - filters: ``eglr_extract_answer``, ``eglr_select_cells``, ``eglr_majority_vote``, ``eglr_oracle``
   (see :mod:`eglr_harness.scoring.filters`);
-- aggregations: ``eglr_best_cfg_acc`` (accuracy of the best (L, T) cell) and ``eglr_cell_acc``
-  (``{"L=4,T=0.0": acc, ...}``), both over per-document ``rollouts`` lists;
+- aggregations: ``eglr_best_cfg_acc`` (accuracy of the best (L, T) cell) and ``eglr_rollout_count``
+  (the number of rollouts scored; logs the per-cell accuracies), both over per-document
+  ``rollouts`` lists and both numbers, so that lm-eval's console table stays narrow;
 - metric: ``eglr_exact_match`` (``references``/``predictions`` -> 1.0 if the extracted prediction
   is equivalent to the reference; aggregation ``mean``), for tasks without our process_results.
 
@@ -40,7 +41,7 @@ FILTERS = {
 }
 AGGREGATIONS = {
     "eglr_best_cfg_acc": _metrics.best_cfg_acc,
-    "eglr_cell_acc": _metrics.cell_accuracies,
+    "eglr_rollout_count": _metrics.rollout_count,
 }
 METRIC_NAME = "eglr_exact_match"
 

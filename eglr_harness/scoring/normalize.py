@@ -21,7 +21,12 @@ MAX_DIGITS = 60  # longer digit strings are not compared numerically (no giant i
 MAX_EXPONENT = 400  # |e| bound for scientific notation handled here
 
 _SPACES = re.compile(r"\\[,;:! ]|\\quad|\\qquad|~|\s+")
-_TEXT_CMD = re.compile(r"\\(?:text|textbf|textit|mathrm|mbox|operatorname)\s*\{([^{}]*)\}")
+_TEXT_WORDS = r"text|textbf|textit|textnormal|textrm|textup|mathrm|mbox|operatorname"
+_TEXT_CMD = re.compile(rf"\\(?:{_TEXT_WORDS})\s*\{{([^{{}}]*)\}}")
+# A comma followed by a space between digits separates list items ("32, 349" is two numbers, as
+# math-verify reads it); without a space ("32,349") or with "\!" ("10,\!080") it groups thousands.
+_LIST_COMMA = re.compile(r"(?<=\d),(?:\s|~|\\[ ;:]|\\q?quad(?![A-Za-z]))+(?=\d)")
+_LIST_MARK = "\x01"
 _CMD_THEN_LETTER = re.compile(r"(\\[A-Za-z]+)\s+(?=[A-Za-z])")
 _DELIMS = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big|displaystyle)(?![A-Za-z])")
 _FRAC_SHORT = re.compile(r"\\frac(\d)(\d)")  # \frac34 -> \frac{3}{4}
@@ -44,7 +49,7 @@ _ASSIGN = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?=")  # "x=" / "n_1=" prefix
 # more letters after a space ("18 dollars"). "2ab" or "5x" are not numbers with units.
 _UNIT_POWER = r"(?:\^\{?-?\d+\}?)?"
 _UNIT_SUFFIX = re.compile(
-    rf"(?:\s*\\(?:text|textbf|mbox|mathrm|operatorname)\s*\{{[^{{}}]*\}}{_UNIT_POWER}"
+    rf"(?:\s*\\(?:{_TEXT_WORDS})\s*\{{[^{{}}]*\}}{_UNIT_POWER}"
     rf"|\s+[A-Za-z]{{2,}}{_UNIT_POWER}(?:/[A-Za-z]+{_UNIT_POWER})?)\s*\.?$"
 )
 
@@ -74,11 +79,12 @@ def canonical(answer: str) -> str:
     if len(s) >= 2 and s[0] == "$" and s[-1] == "$":
         s = s.strip("$")
     s = s.replace("\\\\", "\x00")  # protect the row separator "\\" from the control-space rule
+    s = _LIST_COMMA.sub(_LIST_MARK, s)  # keep "32, 349" apart from "32,349"
     s = _DELIMS.sub("", s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = _unwrap_text(s)
     s = _CMD_THEN_LETTER.sub(r"\1{}", s)  # "\cot x" -> "\cot{}x": dropping the space must not merge tokens
-    s = _SPACES.sub("", s).replace("\x00", "\\\\")
+    s = _SPACES.sub("", s).replace("\x00", "\\\\").replace(_LIST_MARK, ", ")
     s = _FRAC_SHORT.sub(r"\\frac{\1}{\2}", s)
     s = _FRAC_HALF.sub(r"\\frac{\1}{\2}", s)
     s = s.rstrip(".")
@@ -153,6 +159,43 @@ def parse_number(answer: str) -> NumberValue | None:
         return None
     value, integer_literal = parsed
     return NumberValue(value=value, percent=percent, integer_literal=integer_literal)
+
+
+_BASE_NUMBER = re.compile(r"^(?P<digits>[0-9A-Z]*\d[0-9A-Z]*)_\{?(?P<base>\d{1,2})\}?$")
+
+
+def base_number(answer: str) -> tuple[str, int] | None:
+    """``("204", 5)`` for a numeral with its base as subscript (``204_5``, ``204_{5}``), else ``None``.
+
+    The digits must be valid in that base (2..36); upper-case letters are digits above 9.
+    """
+    m = _BASE_NUMBER.match(canonical(answer))
+    if m is None:
+        return None
+    digits, base = m["digits"].lstrip("0") or "0", int(m["base"])
+    if not 2 <= base <= 36:
+        return None
+    try:
+        int(digits, base)
+    except ValueError:
+        return None
+    return digits, base
+
+
+def same_base_number(gold: str, pred: str) -> bool | None:
+    """Verdict when either side is a numeral with a base subscript, else ``None``.
+
+    ``204_5`` = ``204_{5}`` = ``204`` (the question names the base), ``204_5`` != ``204_6``
+    (another base) and != ``54`` (its decimal value: the question asks for the base-5 numeral).
+    """
+    gold_base, pred_base = base_number(gold), base_number(pred)
+    if gold_base is None and pred_base is None:
+        return None
+    if gold_base is not None and pred_base is not None:
+        return gold_base == pred_base
+    digits = (gold_base or pred_base)[0]
+    bare = canonical(pred if gold_base is not None else gold)
+    return bare.isdigit() and (bare.lstrip("0") or "0") == digits
 
 
 def numbers_equal(gold: NumberValue, pred: NumberValue, rel_tol: float = 1e-6) -> bool:

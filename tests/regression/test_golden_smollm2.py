@@ -51,7 +51,7 @@ def _run(tmp_path: Path, shared_data_dir: Path) -> dict:
         "command": "lm_eval " + " ".join(COMMAND),
         "docs": docs,
         "metrics": {k: v for k, v in results["results"]["gsm8k_eglr_sc"].items()
-                    if k.split(",")[0] in {"acc", "mean_acc", "maj@10", "oracle@10", "best_cfg_acc"}},
+                    if k.split(",")[0] in {"acc", "maj@10", "oracle@10", "pass@1", "pass@10", "best_cfg_acc"}},
         "accounting": {cell: {k: s[k] for k in ("tokens", "gated_tokens", "iteration_hist")} for cell, s in stats.items()},
     }
 

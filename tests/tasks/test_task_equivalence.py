@@ -64,6 +64,16 @@ EQUIVALENT = [
     ("\\frac{37}{4} m", "9.25m"),
     ("\\pi^2", "\\pi \\cdot \\pi"),
     ("2\\sqrt{3}", "3.4641"),  # a decimal within 1e-6 relative of the exact value
+    ("125\\textnormal{ miles}", "125"),
+    ("125", "125 \\textrm{miles}"),
+    ("204_5", "204_{5}"),
+    ("204_5", "204"),  # the question names the base
+    ("4210_{5}", "4210_5"),
+    ("58,500", "58500"),  # no space after the comma: thousands
+    ("32349", "32,349"),
+    ("1,-2", "-2, 1"),  # a bare list is a set
+    ("(-2,1)", "-2, 1"),  # a tuple gold: the list in the same order
+    ("\\frac{639}{40}", "15\\frac{39}{40}, \\frac{639}{40}"),  # one value boxed twice in two forms
 ]
 
 NOT_EQUIVALENT = [
@@ -84,10 +94,38 @@ NOT_EQUIVALENT = [
     ("\\sqrt{2}", "\\sqrt{3}"),
     ("\\frac{\\pi}{3}", "\\frac{\\pi}{6}"),
     ("2\\sqrt{3}", "3.464"),
+    ("32349", "32, 349"),  # comma and space: a list of two numbers (math-verify's reading)
+    ("10100", "10, 100"),
+    ("58,500", "58, 500"),
+    ("10,\\!080", "10, 080"),
+    ("204_5", "204_6"),  # another base
+    ("204_5", "54"),  # its decimal value is not the base-5 numeral asked for
+    ("(-2,1)", "1, -2"),  # a tuple gold: order matters
+    ("1,-2", "1"),  # half of the list
+    ("3", "2, 3"),
     ("5", None),
     ("5", ""),
     (None, "5"),
 ]
+
+
+# Whole model outputs graded against a gold (extraction + equivalence), from the examples.
+GRADED = [
+    ("So $x = \\boxed{-2} \\quad\\text{and}\\quad \\boxed{1}$.", "1,-2", True),
+    ("So $x = \\boxed{-2} \\quad\\text{and}\\quad \\boxed{1}$.", "1", False),
+    ("The ordered pairs are $\\boxed{(1,2)}$, $\\boxed{(3,4)}$.", "(1,2),(3,4)", True),
+    ("The ordered pairs are $\\boxed{(1,2)}$, $\\boxed{(3,4)}$.", "(3,4)", False),
+    ("Final Answer: The largest $n$ is 34.", "34", True),
+    ("The total is $\\boxed{32, 349}$.", "32349", False),
+    ("The total is $\\boxed{32,349}$.", "32349", True),
+    ("She drives $\\boxed{125\\textnormal{ miles}}$.", "125", True),
+    ("In base 6 this is $\\boxed{204_6}$.", "204_5", False),
+]
+
+
+@pytest.mark.parametrize("output, gold, verdict", GRADED)
+def test_graded_model_output(output, gold, verdict):
+    assert is_equivalent(gold, extract_answer(output, "math")) is verdict
 
 
 @pytest.mark.parametrize("gold, pred", EQUIVALENT)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 import eglr_harness.scoring.lm_eval_registry as reg
@@ -10,7 +12,8 @@ from eglr_harness.scoring.filters import (
     ExtractAnswerFilter, MajorityVoteFilter, OracleFilter, SelectCellsFilter,
 )
 from eglr_harness.scoring.metrics import (
-    best_cfg_acc, cell_accuracies, cluster_answers, majority_index, score_document,
+    CellSelector, best_cfg_acc, cell_accuracies, cluster_answers, majority_index, pass_at_k, rollout_count,
+    score_document, vote_scores,
 )
 
 
@@ -44,23 +47,97 @@ def test_clusters_keep_order_of_first_appearance():
 def test_score_document_keys_and_values():
     responses = [R("3", 1, 0.0), R("4", 2, 0.0), R("", 3, 0.0), R("4.0", 4, 0.0)]
     out = score_document("4", responses)
-    assert out["acc"] == 0
-    assert out["mean_acc"] == 0.5
+    assert out["acc"] == 0.5 and out["pass@1"] == 0.5  # one rollout's accuracy, over the 4
+    assert out["pass@4"] == 1
     assert out["maj@4"] == 1 and out["oracle@4"] == 1
-    assert out["best_cfg_acc"] is out["rollouts"]
-    assert out["rollouts"][2] == {"repeat": 2, "L": 3, "T": 0.0, "cycle": 0, "answer": None, "correct": 0}
+    assert out["best_cfg_acc"] == {"L=1,T=0.0": 0.0, "L=2,T=0.0": 1.0, "L=3,T=0.0": 0.0, "L=4,T=0.0": 1.0}
+    assert out["rollouts"][2] == {"repeat": 2, "L": 3, "T": 0.0, "cycle": 0, "answer": None, "correct": 0,
+                                  "cluster": None}
     assert [r["correct"] for r in out["rollouts"]] == [0, 1, 0, 1]
+    assert [r["cluster"] for r in out["rollouts"]] == [0, 1, None, 1]
 
 
 def test_score_document_plain_strings_have_null_metadata():
     out = score_document("7", ["7", "x"])
-    assert out["rollouts"][0] == {"repeat": 0, "L": None, "T": None, "cycle": None, "answer": "7", "correct": 1}
+    assert out["rollouts"][0] == {"repeat": 0, "L": None, "T": None, "cycle": None, "answer": "7", "correct": 1,
+                                  "cluster": 0}
     assert out["maj@2"] == 1  # 1 vs 1: the first wins
+
+
+# (gold, answers in repeat order, expected cluster per rollout): clusters by equivalence, numbered
+# in order of first appearance; null for no answer.
+CLUSTER_CASES = [
+    ("\\frac{1}{2}", ["\\dfrac12", None, "3", "0.5", "\\frac{1}{2}", "3"], [0, None, 1, 0, 0, 1]),
+    ("3", ["3", "4", "4", "3"], [0, 1, 1, 0]),  # tie 2-2: the earlier cluster (0) wins
+    ("5", ["7", "5", "5"], [0, 1, 1]),
+    ("5", ["", None], [None, None]),
+]
+
+
+@pytest.mark.parametrize("gold, answers, clusters", CLUSTER_CASES)
+def test_rollouts_carry_their_cluster_and_maj_follows_it(gold, answers, clusters):
+    out = score_document(gold, answers)
+    rollouts = out["rollouts"]
+    assert [r["cluster"] for r in rollouts] == clusters
+    # The vote redone from the logged clusters alone (no equivalence check) gives maj@B.
+    sizes = Counter(r["cluster"] for r in rollouts if r["cluster"] is not None)
+    if not sizes:
+        assert out[f"maj@{len(answers)}"] == 0
+        return
+    winner = min(sizes, key=lambda k: (-sizes[k], k))  # largest; ties -> first appearance
+    first = next(r for r in rollouts if r["cluster"] == winner)
+    assert out[f"maj@{len(answers)}"] == first["correct"]
+    # All members of a cluster agree on correctness.
+    for k in sizes:
+        assert len({r["correct"] for r in rollouts if r["cluster"] == k}) == 1
+
+
+@pytest.mark.parametrize("n, c, k, expected", [
+    (10, 0, 1, 0.0), (10, 3, 1, 0.3), (10, 3, 10, 1.0), (10, 0, 10, 0.0),
+    (4, 1, 2, 0.5),  # 1 - C(3,2)/C(4,2) = 1 - 3/6
+    (5, 2, 2, 0.7),  # 1 - C(3,2)/C(5,2) = 1 - 3/10
+    (121, 56, 121, 1.0), (3, 1, 3, 1.0),
+])
+def test_pass_at_k_is_the_unbiased_estimator(n, c, k, expected):
+    assert pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("n, c, k", [(10, 11, 1), (10, 3, 0), (10, 3, 11), (0, 0, 1)])
+def test_pass_at_k_rejects_impossible_counts(n, c, k):
+    with pytest.raises(ValueError, match="pass_at_k"):
+        pass_at_k(n, c, k)
+
+
+def test_rollout_count_aggregation_is_a_number():
+    items = [[{"L": 1, "T": 0.0, "correct": 1}, {"L": 2, "T": 0.0, "correct": 0}], [{"L": 1, "T": 0.0, "correct": 0}]]
+    assert rollout_count(items) == 3
+
+
+def test_sub_pools_vote_from_the_pool_clusters():
+    # L 1..3 at T 0, then L 0 at T 0.5 and 1.0; the sub-pools are scored from the same clusters.
+    responses = [R("5", 1, 0.0), R("6", 2, 0.0), R("6", 3, 0.0), R("5.0", 0, 0.5), R("\\frac{10}{2}", 0, 1.0)]
+    sub_pools = {"L_only": CellSelector(L="1-3", T=0), "T_only": CellSelector(L=0, T="0.5,1.0")}
+    out = score_document("5", responses, sub_pools=sub_pools)
+    assert [r["cluster"] for r in out["rollouts"]] == [0, 1, 1, 0, 0]
+    assert out["maj@5"] == 1  # cluster 0 has 3 of 5
+    assert out["acc_L_only"] == pytest.approx(1 / 3) and out["maj@3_L_only"] == 0 and out["oracle@3_L_only"] == 1
+    assert out["acc_T_only"] == 1.0 and out["maj@2_T_only"] == 1 and out["oracle@2_T_only"] == 1
+
+
+def test_vote_scores_tie_goes_to_the_earlier_first_member():
+    rollouts = [{"cluster": 0, "correct": 0}, {"cluster": 1, "correct": 1}, {"cluster": 1, "correct": 1},
+                {"cluster": 0, "correct": 0}]
+    assert vote_scores(rollouts, range(4))["maj@4"] == 0  # 2-2: cluster 0 appeared first
+    assert vote_scores(rollouts, [3, 0, 1, 2])["maj@4"] == 0  # members in any order: the same
+    assert vote_scores(rollouts, [1, 2, 3])["maj@3"] == 1  # 2-1
+    # a sub-pool: 1-1, and among its members cluster 1 (repeat 2) comes before cluster 0 (repeat 3),
+    # whatever order the members are given in
+    assert vote_scores(rollouts, [3, 2])["maj@2"] == 1
 
 
 def test_score_document_all_invalid():
     out = score_document("7", ["", None])
-    assert out == {**out, "acc": 0, "mean_acc": 0.0, "maj@2": 0, "oracle@2": 0}
+    assert out == {**out, "acc": 0.0, "maj@2": 0, "oracle@2": 0, "pass@1": 0.0, "pass@2": 0.0}
 
 
 def test_score_document_single_string_is_one_repeat():
@@ -157,7 +234,7 @@ def test_registry_names():
     for name, cls in reg.FILTERS.items():
         assert get_filter(name) is cls
     assert get_aggregation("eglr_best_cfg_acc") is best_cfg_acc
-    assert get_aggregation("eglr_cell_acc") is cell_accuracies
+    assert get_aggregation("eglr_rollout_count") is rollout_count
     assert get_aggregation("mean") is not None  # lm-eval's own are still there
     assert get_metric("eglr_exact_match")(references=["4"], predictions=["4.0"]) == 1.0
     assert get_metric("eglr_exact_match")(references=["4"], predictions=[""]) == 0.0

@@ -1,0 +1,89 @@
+"""eglr-score: a --predict_only run's samples, scored afterwards (literal samples lines)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eglr_harness.scoring.rescore import main, rescore_file, task_and_timestamp
+
+STAMP = "2026-11-21T09-13-33.714591"
+GEN_KWARGS = {"until": ["<|im_end|>"], "max_gen_toks": 256, "do_sample": False, "temperature": 0.0,
+              "eglr_L": "1-3", "eglr_T": 0}
+RESPS = [
+    "She sells 16 - 3 - 4 = 9 eggs and makes 9 * 2 = 18 dollars.\nSo the answer is $\\boxed{18}$.",
+    "She makes 17 dollars. The answer is $\\boxed{17}$.",
+    "Final Answer: She makes $18 every day.",
+]
+
+
+def predict_only_line(doc_id: int) -> dict:
+    """What lm-eval writes for a --predict_only run: raw texts, no eglr keys, the bypass metric."""
+    return {
+        "doc_id": doc_id,
+        "doc": {"id": f"gsm8k-{doc_id}", "problem": "Janet's ducks ...", "answer": "18", "answer_format": "number"},
+        "target": "18",
+        "arguments": {"gen_args_0": {"arg_0": "<|im_start|>user\nJanet's ducks ...", "arg_1": GEN_KWARGS}},
+        "resps": [RESPS],
+        "filtered_resps": [["18", "17", "18"]],
+        "filter": "pool",
+        "metrics": ["bypass"],
+        "doc_hash": "x", "prompt_hash": "y", "target_hash": "z",
+        "bypass": 999,
+    }
+
+
+@pytest.fixture
+def predict_only_run(tmp_path):
+    run = tmp_path / "run" / "smollm2"
+    run.mkdir(parents=True)
+    lines = [predict_only_line(0), predict_only_line(1)]
+    (run / f"samples_toy_eglr_sc_{STAMP}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    results = {"results": {"toy_eglr_sc": {"alias": "toy_eglr_sc", "bypass,pool": 999}},
+               "config": {"model": "eglr-hf", "model_args": "pretrained=HuggingFaceTB/SmolLM2-135M-Instruct,tau_h=1.0"}}
+    (run / f"results_{STAMP}.json").write_text(json.dumps(results))
+    return run
+
+
+def test_task_and_timestamp_from_the_file_name(tmp_path):
+    assert task_and_timestamp(tmp_path / f"samples_gsm8k_eglr_sc_{STAMP}.jsonl") == ("gsm8k_eglr_sc", STAMP)
+
+
+def test_predict_only_run_is_scored_with_its_pool(predict_only_run, tmp_path):
+    out = tmp_path / "scored"
+    task, metrics = rescore_file(predict_only_run / f"samples_toy_eglr_sc_{STAMP}.jsonl", out)
+    assert task == "toy_eglr_sc"
+    assert metrics == {"rollouts,pool": 6, "acc,pool": pytest.approx(2 / 3), "maj@3,pool": 1, "oracle@3,pool": 1,
+                       "pass@1,pool": pytest.approx(2 / 3), "pass@3,pool": 1.0, "best_cfg_acc,pool": 1.0}
+    lines = [json.loads(x) for x in (out / f"samples_toy_eglr_sc_{STAMP}.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 and "bypass" not in lines[0]
+    rollouts = lines[0]["rollouts"]
+    # the pool eglr-hf ran: the task's eglr_L 1-3 at T 0, in repeat order
+    assert [(r["L"], r["T"], r["cycle"]) for r in rollouts] == [(1, 0.0, 0), (2, 0.0, 0), (3, 0.0, 0)]
+    assert [r["answer"] for r in rollouts] == ["18", "17", "18"] and [r["cluster"] for r in rollouts] == [0, 1, 0]
+    assert lines[0]["filtered_resps"] == [["18", "17", "18"]] and lines[0]["resps"] == [RESPS]
+    results = json.loads((out / f"results_{STAMP}.json").read_text())
+    assert results["results"]["toy_eglr_sc"]["acc,pool"] == pytest.approx(2 / 3)
+    assert results["eglr_cell_accuracies"]["toy_eglr_sc"] == {"L=1,T=0.0": 1.0, "L=2,T=0.0": 0.0, "L=3,T=0.0": 1.0}
+    assert results["config"]["model"] == "eglr-hf"  # the run's config is kept
+
+
+def test_without_results_file_the_cells_are_unknown(predict_only_run, tmp_path):
+    (predict_only_run / f"results_{STAMP}.json").unlink()
+    rescore_file(predict_only_run / f"samples_toy_eglr_sc_{STAMP}.jsonl", tmp_path / "scored")
+    line = json.loads((tmp_path / "scored" / f"samples_toy_eglr_sc_{STAMP}.jsonl").read_text().splitlines()[0])
+    assert {(r["L"], r["T"]) for r in line["rollouts"]} == {(None, None)}
+    assert line["best_cfg_acc"] == {"unknown": pytest.approx(2 / 3)}
+
+
+def test_cli_scores_a_run_folder(predict_only_run, tmp_path, capsys):
+    assert main([str(predict_only_run), "--output_path", str(tmp_path / "scored")]) == 0
+    assert "maj@3,pool" in capsys.readouterr().out
+    assert (tmp_path / "scored" / "smollm2" / f"samples_toy_eglr_sc_{STAMP}.jsonl").is_file()
+
+
+def test_cli_names_a_path_without_samples(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "--output_path", str(tmp_path / "scored")])
+    assert "no samples_*.jsonl" in capsys.readouterr().err
