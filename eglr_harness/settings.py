@@ -15,7 +15,7 @@ from eglr_harness.benchmarks import benchmark_of
 from eglr_harness.calibrate import DEFAULT_CALIB_LIMIT
 from eglr_harness.cell import Cell
 from eglr_harness.config import EglrConfig, parse_tau_h
-from eglr_harness.pool import TASK_POOL_KEYS
+from eglr_harness.pool import TASK_POOL_KEYS, PoolPlan, resolve_pool, task_axes
 from eglr_harness.specs import parse_L_spec, parse_T_spec
 
 # Gen kwargs that carry one concrete cell from generate_until to _model_generate (and into the key).
@@ -77,6 +77,11 @@ class RunSettings:
             explicit_sampling={k: v for k, v in (("top_k", top_k), ("top_p", top_p)) if v is not None},
             preset_sampling={k: pe[k] for k in ("top_k", "top_p") if k in pe},
         )
+
+    def pool_plan(self, task: str | None, gen_kwargs: dict, repeats: int) -> PoolPlan:
+        """The pool of a request (``pool.resolve_pool`` with this run's pinned axes and defaults)."""
+        return resolve_pool(user_L=self.user_L, user_T=self.user_T, task=task_axes(gen_kwargs),
+                            default_L=self.default_L, default_T=self.default_T, repeats=repeats, task_name=task)
 
     def tau_h_setting(self, task: str | None) -> float | str:
         """Model arg, else the preset's value for the task, its benchmark or ``default``, else ``'auto'``."""

@@ -25,7 +25,7 @@ from eglr_harness.decoding.generate import eglr_generate
 from eglr_harness.decoding.model_parts import find_model_parts
 from eglr_harness.distributed import process_gather
 from eglr_harness.model_names import model_name
-from eglr_harness.pool import Job, PoolPlan, assign_jobs, resolve_pool, task_axes
+from eglr_harness.pool import Job, PoolPlan, assign_jobs
 from eglr_harness.presets import load_preset
 from eglr_harness.rollout import Rollout
 from eglr_harness.settings import RunSettings, cell_config
@@ -147,9 +147,7 @@ class EglrHFLM(HFLM):
     def _pool(self, task: str | None, gen_kwargs: dict, repeats: int) -> PoolPlan:
         key = (task, _freeze(gen_kwargs), repeats)
         if key not in self._plans:
-            s = self.settings
-            plan = resolve_pool(user_L=s.user_L, user_T=s.user_T, task=task_axes(gen_kwargs), default_L=s.default_L,
-                                default_T=s.default_T, repeats=repeats, task_name=task)
+            plan = self.settings.pool_plan(task, gen_kwargs, repeats)
             for cell in plan.cells:
                 EglrConfig(L=cell.L).validate_for_model(self.num_layers)
             logger.info("eglr-hf task %s: pool of %d configs over %d repeats (%s): %s", task, len(plan.cells),

@@ -42,6 +42,7 @@ from typing import Any
 from eglr_harness.cell import Cell
 from eglr_harness.rollout import rollout_meta
 from eglr_harness.scoring.equivalence import DEFAULT_TIMEOUT_S, is_equivalent
+from eglr_harness.selection import best_cell, majority
 from eglr_harness.specs import T_DECIMALS, parse_L_spec, parse_T_spec
 
 logger = logging.getLogger(__name__)
@@ -75,20 +76,9 @@ def cluster_answers(answers: Sequence[str | None], equivalent: Equivalence | Non
     return clusters
 
 
-def majority_cluster(clusters: Sequence[Sequence[int]]) -> int | None:
-    """Position in ``clusters`` of the winner: the largest; ties -> the one that appeared first."""
-    best: int | None = None
-    for k, cluster in enumerate(clusters):
-        if best is None or len(cluster) > len(clusters[best]):  # strict: ties keep the earlier cluster
-            best = k
-    return best
-
-
 def majority_index(answers: Sequence[str | None], equivalent: Equivalence | None = None) -> int | None:
     """Index of the representative of the winning cluster (module docstring), ``None`` if no valid answer."""
-    clusters = cluster_answers(answers, equivalent)
-    winner = majority_cluster(clusters)
-    return None if winner is None else clusters[winner][0]
+    return majority(cluster_ids(cluster_answers(answers, equivalent), len(answers)))
 
 
 def cluster_ids(clusters: Sequence[Sequence[int]], n: int) -> list[int | None]:
@@ -140,10 +130,8 @@ GRID_SUB_POOLS = {
 
 
 def cell_key(L: int | None, T: float | None) -> str:
-    """``"L=4,T=0.0"`` — the key format shared with the model's stats (docs/run-format.md)."""
-    if L is None or T is None:
-        return UNKNOWN_CELL
-    return f"L={int(L)},T={float(T)}"
+    """The cell's label (``Cell.label``, the key format of the model's stats), or ``"unknown"``."""
+    return UNKNOWN_CELL if L is None or T is None else Cell.of(L, T).label
 
 
 def score_document(
@@ -293,11 +281,18 @@ def rollout_count(items: Iterable[Sequence[dict]]) -> int:
     return sum(len(rollouts) for rollouts in items)
 
 
+def best_cell_label(accuracies: Mapping[str, float]) -> str | None:
+    """The best cell's label under the one tie rule (``selection.best_cell``: L-major order)."""
+    by_order = {_label_order(label): label for label in accuracies}
+    winner = best_cell({order: accuracies[label] for order, label in by_order.items()})
+    return None if winner is None else by_order[winner]
+
+
 def best_cfg_acc(items: Iterable[Sequence[dict] | Mapping[str, float]]) -> float:
     """Accuracy of the best single (L, T) cell of the run (the paper's "EGLR (best L)")."""
     accuracies = cell_accuracies(items)
     if not accuracies:
         return 0.0
-    best = max(accuracies, key=lambda k: accuracies[k])
+    best = best_cell_label(accuracies)
     logger.info("eglr best cell %s: %.4f (of %d cells)", best, accuracies[best], len(accuracies))
     return accuracies[best]

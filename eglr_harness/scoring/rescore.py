@@ -80,22 +80,12 @@ def pool_cells(config: dict | None, task: str, gen_kwargs: dict, repeats: int) -
     """``(L, T, cycle)`` of every repeat as eglr-hf ran it, or ``None`` (not an eglr-hf run / unknown)."""
     if not config or config.get("model") != "eglr-hf":
         return None
-    from eglr_harness import config as defaults
-    from eglr_harness.pool import resolve_pool, task_axes
     from eglr_harness.presets import load_preset
-    from eglr_harness.specs import parse_L_spec, parse_T_spec
+    from eglr_harness.settings import RunSettings
 
     args = _model_args(config)
-    # The same defaults as eglr_harness.lm_model.EglrHFLM.__init__ (model args > preset > built-in).
-    preset = load_preset(args["model_config"])["eglr"] if args.get("model_config") else {}
-    plan = resolve_pool(
-        user_L=parse_L_spec(args["L"]) if args.get("L") is not None else None,
-        user_T=parse_T_spec(args["T"]) if args.get("T") is not None else None,
-        task=task_axes(gen_kwargs),
-        default_L=parse_L_spec(preset.get("L", defaults.DEFAULT_L), name="preset L")[0],
-        default_T=parse_T_spec(preset.get("T", 0.0), name="preset T")[0],
-        repeats=repeats, task_name=task,
-    )
+    preset = load_preset(args["model_config"]) if args.get("model_config") else {}
+    plan = RunSettings.from_args(preset, L=args.get("L"), T=args.get("T")).pool_plan(task, gen_kwargs, repeats)
     cells = []
     for repeat in range(repeats):
         (L, T), cycle = plan.cell_for_repeat(repeat)
