@@ -8,7 +8,7 @@ when the package's autoload is switched off.
 
 from __future__ import annotations
 
-import eglr_harness.scoring.lm_eval_registry  # noqa: F401  (registers filters/aggregations)
+import eglr_harness.harness.registry  # noqa: F401  (registers filters/aggregations)
 from eglr_harness.data import load_dataset_dict
 from eglr_harness.scoring.metrics import GRID_SUB_POOLS, score_document
 

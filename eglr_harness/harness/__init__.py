@@ -1,5 +1,6 @@
-"""The lm-eval boundary: the ``eglr-hf`` model, the autoload hook and the command lines.
+"""The lm-eval boundary: the ``eglr-hf`` model, the task filters and their registration, the
+autoload hook and the command lines (``eglr-eval``, ``eglr-calibrate``, ``eglr-score``).
 
-Nothing else in eglr_harness imports lm-eval, except ``scoring`` (its filters and metrics are
-registered with lm-eval). Imported at interpreter start through the autoload ``.pth``: keep light.
+Nothing outside this folder imports lm-eval. Imported at interpreter start through the autoload
+``.pth``: keep this file light.
 """

@@ -32,7 +32,7 @@ def _register_model(registry_module) -> None:
     if MODEL_NAME not in registry:
         registry.register(MODEL_NAME, target=MODEL_TARGET)
     # Our filters, metrics and aggregations, so that task YAMLs can name them.
-    importlib.import_module("eglr_harness.scoring.lm_eval_registry")
+    importlib.import_module("eglr_harness.harness.registry")
 
 
 def _patch_task_manager(manager_module) -> None:

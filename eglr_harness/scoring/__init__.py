@@ -1,7 +1,7 @@
-"""Answer extraction, equivalence, per-problem metrics and lm-eval filters for the eglr tasks.
+"""Answer extraction, equivalence and per-problem metrics for the eglr tasks (no lm-eval here).
 
 Import-light: nothing here imports lm_eval, math-verify or sympy until used. lm-eval
-registration lives in :mod:`eglr_harness.scoring.lm_eval_registry`.
+registration lives in :mod:`eglr_harness.harness.registry`.
 """
 
 from __future__ import annotations

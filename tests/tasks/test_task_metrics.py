@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-import eglr_harness.scoring.lm_eval_registry as reg
+import eglr_harness.harness.registry as reg
 from eglr_harness.rollout import Rollout, rollout_meta
-from eglr_harness.scoring.filters import (
+from eglr_harness.harness.filters import (
     ExtractAnswerFilter, MajorityVoteFilter, OracleFilter, SelectCellsFilter,
 )
 from eglr_harness.scoring.metrics import (

@@ -156,7 +156,7 @@ def test_readme_pool_table_matches_pool_rule(row, task_manager):
 def test_registry_module_is_light():
     probe = (
         "import sys\n"
-        "import eglr_harness.scoring.lm_eval_registry\n"
+        "import eglr_harness.harness.registry\n"
         "heavy = [m for m in ('torch', 'math_verify', 'sympy', 'transformers', 'datasets') if m in sys.modules]\n"
         "print(','.join(heavy))\n"
     )
@@ -172,7 +172,7 @@ def test_registry_survives_import_from_the_registry_hook():
         "a.install()\n"
         "orig = a._POST_IMPORT['lm_eval.api.registry']\n"
         "def hook(m):\n"
-        "    orig(m); importlib.import_module('eglr_harness.scoring.lm_eval_registry')\n"
+        "    orig(m); importlib.import_module('eglr_harness.harness.registry')\n"
         "a._POST_IMPORT['lm_eval.api.registry'] = hook\n"
         "import lm_eval.api.metrics\n"
         "from lm_eval.api.registry import get_aggregation, get_filter, get_metric\n"

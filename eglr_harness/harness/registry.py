@@ -3,7 +3,7 @@
 Names (usable in any task YAML once this module is imported):
 
 - filters: ``eglr_extract_answer``, ``eglr_select_cells``, ``eglr_majority_vote``, ``eglr_oracle``
-  (see :mod:`eglr_harness.scoring.filters`);
+  (see :mod:`eglr_harness.harness.filters`);
 - aggregations: ``eglr_best_cfg_acc`` (accuracy of the best (L, T) cell) and ``eglr_rollout_count``
   (the number of rollouts scored; logs the per-cell accuracies), both over per-document
   ``rollouts`` lists and both numbers, so that lm-eval's console table stays narrow;
@@ -30,7 +30,7 @@ from lm_eval.api import registry as _registry
 if "lm_eval.api.metrics" not in sys.modules:
     import lm_eval.api.metrics  # noqa: F401
 
-from eglr_harness.scoring import filters as _filters
+from eglr_harness.harness import filters as _filters
 from eglr_harness.scoring import metrics as _metrics
 
 FILTERS = {
