@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 TINY_ARCHS = ("llama", "qwen2", "mistral", "gemma2")
+# Shorter than the test prompts plus their generations, so that Mistral's sliding-window attention
+# really masks part of the past (with a longer window the model is a Llama copy).
+MISTRAL_SLIDING_WINDOW = 4
 
 
 def build_tiny_model(arch: str, vocab_size: int = 256, num_layers: int = 4, seed: int = 0, **overrides):
@@ -21,7 +24,7 @@ def build_tiny_model(arch: str, vocab_size: int = 256, num_layers: int = 4, seed
     families = {
         "llama": (LlamaConfig, LlamaForCausalLM, {}),
         "qwen2": (Qwen2Config, Qwen2ForCausalLM, {}),
-        "mistral": (MistralConfig, MistralForCausalLM, {"sliding_window": None}),
+        "mistral": (MistralConfig, MistralForCausalLM, {"sliding_window": MISTRAL_SLIDING_WINDOW}),
         "gemma2": (Gemma2Config, Gemma2ForCausalLM, {
             "head_dim": 8, "sliding_window": 16, "final_logit_softcapping": 30.0,
             "attn_logit_softcapping": 50.0, "query_pre_attn_scalar": 8,
