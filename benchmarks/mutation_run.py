@@ -103,7 +103,7 @@ def copy_tree(dest: Path) -> Path:
 
 
 def run_tests(repo: Path, timeout_s: int) -> tuple[str, float, str]:
-    """Run the suite in ``repo``: ("passed" | "failed" | "timeout", seconds, last output line)."""
+    """Run the suite in ``repo``: ("passed" | "failed" | "timeout", seconds, the failing test or the last line)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS]
     started = time.perf_counter()
@@ -112,7 +112,9 @@ def run_tests(repo: Path, timeout_s: int) -> tuple[str, float, str]:
     except subprocess.TimeoutExpired:
         return "timeout", time.perf_counter() - started, ""
     lines = [line for line in done.stdout.splitlines() if line.strip()]
-    return ("passed" if done.returncode == 0 else "failed"), time.perf_counter() - started, (lines[-1] if lines else "")
+    failed = [line.split(" - ")[0] for line in lines if line.startswith(("FAILED", "ERROR"))]
+    summary = (failed or lines or [""])[0 if failed else -1]
+    return ("passed" if done.returncode == 0 else "failed"), time.perf_counter() - started, summary
 
 
 def main(argv: list[str] | None = None) -> int:
