@@ -83,6 +83,8 @@ MUTANTS = (
     # sampling, generation, accounting
     Mutant("sampler_fresh_generators", "sampling.py", "if self._generators is None:", "if True:",
            "generators re-seeded every step"),
+    Mutant("seed_ignores_prompt", "sampling.py", "{','.join(map(str, prompt_tokens))}", "",
+           "every row of a cell draws with the same seed"),
     Mutant("seed_ignores_salt", "generate.py", "row_seed(seed, seed_salt, p)", "row_seed(seed, '', p)",
            "cells and cycles share their draws"),
     Mutant("finished_rows_counted", "generate.py", "finished_rows=lambda: stopping_criteria.finished",

@@ -136,7 +136,9 @@ def test_seeded_sampler_is_reproducible_and_row_local():
     assert seq_a == seq_b  # row 1 has the same seed: the same draws whatever the other rows are
     out = SeededRowSampler([5, 6, 7])(None, scores)
     assert torch.isinf(out).sum(-1).tolist() == [19, 19, 19]
-    assert row_seed(1333, "L=4,T=0.7,cycle=0", [1, 2]) != row_seed(1333, "L=4,T=0.7,cycle=1", [1, 2])
+    seeds = {row_seed(1333, "L=4,T=0.7,cycle=0", [1, 2]), row_seed(1333, "L=4,T=0.7,cycle=1", [1, 2]),
+             row_seed(1333, "L=4,T=0.7,cycle=0", [1, 3]), row_seed(7, "L=4,T=0.7,cycle=0", [1, 2])}
+    assert len(seeds) == 4  # cycle, prompt and base seed each change a row's draws
 
 
 def test_sampled_eglr_generate_is_reproducible():

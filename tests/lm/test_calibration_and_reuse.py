@@ -115,6 +115,7 @@ def test_sampled_cells_are_decoded_once_per_cycle(model_dirs, monkeypatch):
     out = lm.generate_until(_requests(CONTEXTS[:2], GREEDY, repeats=3))
     assert [o.cycle for o in out[:3]] == [0, 1, 2]
     assert counter.rows == 2 * 3
+    assert len({str(o) for o in out[:3]}) == 3  # each cycle draws with its own seed
 
 
 SAMPLED = {**GREEDY, "do_sample": True, "temperature": 0.8}
