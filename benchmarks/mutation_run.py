@@ -78,6 +78,9 @@ MUTANTS = (
            "torch.cat([keys, key_states], dim=-2)", "refined query also attends to the unrefined current key"),
     Mutant("gate_on_uncapped_logits", "refiner.py", "final = softcap(raw.float(), self.parts.logit_softcap)",
            "final = raw.float()", "entropy gate ignores the soft-cap"),
+    Mutant("kl_on_uncapped_logits", "refiner.py",
+           "logp = torch.log_softmax(softcap(raw.float(), self.parts.logit_softcap), dim=-1)",
+           "logp = torch.log_softmax(raw.float(), dim=-1)", "KL exit ignores the soft-cap"),
     Mutant("gate_threshold_zero", "refiner.py", "entropy_gate(entropies, self.config.tau_h, active)",
            "entropy_gate(entropies, 0.0, active)", "tau_h ignored: every token refined"),
     # sampling, generation, accounting

@@ -262,3 +262,29 @@ def test_tiny_mistral_window_is_shorter_than_the_prompts():
     with torch.no_grad():
         a, b = (m(torch.tensor([prompt])).logits[0, -1] for m in (windowed, full))
     assert not torch.allclose(a, b)
+
+
+def test_gate_and_kl_read_gemma2_soft_capped_logits():
+    # a soft-cap of 2 moves every entropy far from the raw logits' one: gating on uncapped logits
+    # (or not capping before the KL) picks other tokens than the reference, which sees the model's output
+    model = build_tiny_model("gemma2", vocab_size=VOCAB, num_layers=LAYERS, seed=1, final_logit_softcapping=2.0)
+    prompts = _prompts(10)
+    ids, mask = _left_pad(prompts)
+    plain = model.generate(ids, attention_mask=mask, max_new_tokens=MAX_NEW, do_sample=False, pad_token_id=PAD,
+                           eos_token_id=EOS, output_logits=True, return_dict_in_generate=True)
+    logp = torch.log_softmax(torch.stack(plain.logits, 1).flatten(0, 1).double(), -1)  # capped: the model's output
+    values = (-(logp.exp() * logp).sum(-1)).sort().values
+    middle = len(values) // 2
+    settings = dict(L=2, alpha=0.2, k_max=3, tau_h=float(values[middle - 1] + values[middle]) / 2)
+    # tau_kl at the geometric middle of the KLs seen without exits, so that some tokens exit early
+    kls: list[float] = []
+    _naive_greedy_all(model, prompts, kls=kls, **settings, tau_kl=0.0)
+    kls.sort()
+    settings["tau_kl"] = (kls[len(kls) // 2 - 1] * kls[len(kls) // 2]) ** 0.5
+    kls.clear()
+    ref_rows, ref_logits, ref_hist = _naive_greedy_all(model, prompts, kls=kls, **settings)
+    assert min(abs(kl - settings["tau_kl"]) / settings["tau_kl"] for kl in kls) > KL_MARGIN
+    assert len(ref_hist) > 1, "some tokens should exit before the cap"
+    rows, scores, hist = _engine_iterations(model, prompts, **settings)
+    assert hist == ref_hist
+    _assert_same_decode(rows, scores, ref_rows, ref_logits)
