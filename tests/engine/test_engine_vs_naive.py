@@ -288,3 +288,18 @@ def test_gate_and_kl_read_gemma2_soft_capped_logits():
     rows, scores, hist = _engine_iterations(model, prompts, **settings)
     assert hist == ref_hist
     _assert_same_decode(rows, scores, ref_rows, ref_logits)
+
+
+def test_finished_rows_are_neither_gated_nor_counted(model):
+    # row 0 is made to finish at its third token (that token becomes EOS); the other rows run on
+    prompts = _prompts(11)
+    ids, mask = _left_pad(prompts)
+    settings = dict(custom_generate=eglr_generate, L=2, tau_h=0.0, k_max=2, max_new_tokens=MAX_NEW, do_sample=False,
+                    pad_token_id=PAD, attention_mask=mask)
+    eos = int(model.generate(ids, eos_token_id=EOS, **settings)[0, ids.shape[1] + 2])
+    stats = EglrStats()
+    out = model.generate(ids, eos_token_id=eos, eglr_stats=stats, **settings)[:, ids.shape[1]:].tolist()
+    lengths = [row.index(eos) + 1 if eos in row else len(row) for row in out]
+    assert lengths[0] <= 3 < max(lengths)
+    summary = stats.summary()
+    assert summary["tokens"] == summary["gated_tokens"] == sum(lengths)
