@@ -4,7 +4,7 @@ Each mutant is one small, plausible edit to ``eglr_harness/decoding`` (the first
 edits of issue 15). For each, a temporary copy of the tree gets the edit and
 ``pytest -x tests/engine tests/lm`` runs there; a failing suite kills the mutant. A mutant whose
 anchor text is no longer found exactly once (the code moved on) is reported as stale, not run.
-Not part of CI: with one thread it takes 15-30 minutes.
+Not part of CI: with one thread it takes about 7 minutes (2-core machine, 28 mutants).
 
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python benchmarks/mutation_run.py --out benchmarks/results/mutation.json
     python benchmarks/mutation_run.py --only kl_swapped,refine_one_short   # a few mutants
@@ -50,8 +50,8 @@ MUTANTS = (
     Mutant("sampler_uniform", "sampling.py", "torch.multinomial(p, 1, generator=g)",
            "torch.multinomial(torch.ones_like(p), 1, generator=g)", "seeded sampler ignores the scores"),
     # the maths
-    Mutant("entropy_sign", "math.py", "return -(logp.exp() * logp).sum(dim=-1)", "return (logp.exp() * logp).sum(dim=-1)",
-           "entropy with the wrong sign"),
+    Mutant("entropy_sign", "math.py", "return -(logp.exp() * logp).sum(dim=-1)",
+           "return (logp.exp() * logp).sum(dim=-1)", "entropy with the wrong sign"),
     Mutant("gate_ignores_finished", "math.py", "return active & (entropies > tau_h)", "return entropies > tau_h",
            "finished rows gated and counted"),
     Mutant("norm_match_own_norm", "math.py", "scale = anchor.float().norm(dim=-1, keepdim=True) /",
@@ -118,7 +118,8 @@ def copy_tree(dest: Path) -> Path:
 
 def run_tests(repo: Path, timeout_s: int) -> tuple[str, float, str]:
     """Run the suite in ``repo``: ("passed" | "failed" | "timeout", seconds, the failing test or the last line)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    # the copy's eglr_harness shadows any installed one
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS]
     started = time.perf_counter()
     try:
