@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 TINY_ARCHS = ("llama", "qwen2", "mistral", "gemma2")
+# Shorter than the test prompts plus their generations, so that Mistral's sliding-window attention
+# really masks part of the past (with a longer window the model is a Llama copy).
+MISTRAL_SLIDING_WINDOW = 4
 
 
-def build_tiny_model(arch: str, vocab_size: int = 256, num_layers: int = 4, seed: int = 0, **overrides):
-    """A tiny randomly initialised causal LM of the given family, fp32, eval mode."""
+def build_tiny_model(arch: str, vocab_size: int = 256, num_layers: int = 4, seed: int = 0, sharpen: float = 4.0,
+                     **overrides):
+    """A tiny randomly initialised causal LM of the given family, fp32, eval mode.
+
+    ``sharpen`` scales the unembedding: 4 keeps next-token entropies near log V; ~120 brings most
+    of them under a nat (for tests that need entropies below the 2.5-nat cap)."""
     import torch
     from transformers import (
         Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM,
@@ -21,7 +28,7 @@ def build_tiny_model(arch: str, vocab_size: int = 256, num_layers: int = 4, seed
     families = {
         "llama": (LlamaConfig, LlamaForCausalLM, {}),
         "qwen2": (Qwen2Config, Qwen2ForCausalLM, {}),
-        "mistral": (MistralConfig, MistralForCausalLM, {"sliding_window": None}),
+        "mistral": (MistralConfig, MistralForCausalLM, {"sliding_window": MISTRAL_SLIDING_WINDOW}),
         "gemma2": (Gemma2Config, Gemma2ForCausalLM, {
             "head_dim": 8, "sliding_window": 16, "final_logit_softcapping": 30.0,
             "attn_logit_softcapping": 50.0, "query_pre_attn_scalar": 8,
@@ -35,5 +42,5 @@ def build_tiny_model(arch: str, vocab_size: int = 256, num_layers: int = 4, seed
     # Random init gives near-uniform next-token distributions; sharpen them a little so that
     # greedy decoding is not dominated by near-ties.
     with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(4.0)
+        model.get_output_embeddings().weight.mul_(sharpen)
     return model

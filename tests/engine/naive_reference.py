@@ -4,6 +4,9 @@ Written from eglr-method.md §2 without using eglr_harness's code. Each refineme
 re-runs the whole model on the whole sequence, with the last position's state at layer N-L
 overwritten by a forward pre-hook on layer N-L+1 (0-based index N-L). By causality this equals
 re-applying the top L layers at that position against the original keys/values of the past.
+
+Sampling (``naive_eglr_sampled``) warps the refined logits by temperature, top-k and top-p, written
+here from their definitions, and draws with ``torch.multinomial`` from the caller's generator.
 """
 
 from __future__ import annotations
@@ -50,38 +53,96 @@ def _run(model, ids, *, capture_layer=None, replace_layer=None, replacement=None
     return logits, captured
 
 
-def naive_eglr_greedy(model, prompt, *, L, alpha, k_max, tau_kl, tau_h, max_new_tokens, eos_ids, kl_sink=None):
+def _kl(logp_p, logp_q):
+    """KL(p || q) = sum p (log p - log q), from log-probabilities.  (V,), (V,) -> ()"""
+    return (logp_p.exp() * (logp_p - logp_q)).sum()
+
+
+def _eglr_logits(model, seq, *, L, alpha, k_max, tau_kl, tau_h, kl_sink, kl_pair_sink):
+    """The logits EGLR emits for the next position of ``seq``. Returns (logits (V,), gated, k*)."""
+    num_layers = len(_decoder(model).layers)
+    anchor_layer = num_layers - L if L > 0 else None
+    logits, cap = _run(model, seq, capture_layer=anchor_layer)
+    p = torch.softmax(logits, -1)
+    H = -(p * torch.log(p)).sum()
+    if not (L > 0 and float(H) > tau_h):
+        return logits, False, 0
+    a, h = cap["anchor"], cap["h_final"]
+    prev_logp = torch.log_softmax(logits, -1)
+    k = 0
+    for k in range(1, k_max + 1):
+        h_hat = h * (a.float().norm() / h.float().norm())
+        u = (1 - alpha) * a + alpha * h_hat
+        logits, cap2 = _run(model, seq, replace_layer=num_layers - L, replacement=u)
+        h = cap2["h_final"]
+        logp = torch.log_softmax(logits, -1)
+        kl = _kl(logp, prev_logp)  # KL(p_k || p_{k-1}), the direction the spec names
+        if kl_sink is not None:
+            kl_sink.append(float(kl))
+        if kl_pair_sink is not None:
+            kl_pair_sink.append((k, float(kl), float(_kl(prev_logp, logp))))
+        prev_logp = logp
+        if float(kl) < tau_kl:
+            break
+    return logits, True, k
+
+
+def naive_eglr_greedy(model, prompt, *, L, alpha, k_max, tau_kl, tau_h, max_new_tokens, eos_ids, kl_sink=None,
+                      iterations_sink=None, kl_pair_sink=None):
     """Greedy EGLR for one prompt. Returns (new tokens, emitted logits per step, gated flags).
 
-    ``kl_sink``, when given, receives every KL compared with ``tau_kl`` (for tests that must keep
-    their thresholds away from the observed values).
+    Optional sinks (lists), for tests that must know what the reference did:
+    ``kl_sink`` receives every KL compared with ``tau_kl`` (to keep thresholds away from observed
+    values); ``iterations_sink`` one refinement count k* per emitted token (0 when not gated);
+    ``kl_pair_sink`` ``(k, KL(p_k || p_{k-1}), KL(p_{k-1} || p_k))`` per iteration.
     """
-    num_layers = len(_decoder(model).layers)
+    return _decode(model, prompt, L=L, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h,
+                   max_new_tokens=max_new_tokens, eos_ids=eos_ids, pick=lambda logits: int(torch.argmax(logits)),
+                   kl_sink=kl_sink, iterations_sink=iterations_sink, kl_pair_sink=kl_pair_sink)
+
+
+def warp(logits, *, temperature, top_k, top_p):
+    """Temperature, then top-k (0 = off), then top-p (1.0 = off); removed tokens get -inf.  (V,) -> (V,)"""
+    scores = logits.float() / temperature
+    if top_k > 0:
+        kth_best = torch.topk(scores, min(top_k, scores.numel())).values[-1]
+        scores = scores.masked_fill(scores < kth_best, float("-inf"))
+    if top_p < 1.0:
+        order = torch.argsort(scores, descending=True)
+        probs = torch.softmax(scores[order], -1)
+        mass_before = torch.cumsum(probs, -1) - probs  # probability of the strictly better tokens
+        drop = mass_before >= top_p  # keep the smallest prefix whose mass reaches top_p
+        drop[0] = False
+        scores = scores.clone()
+        scores[order[drop]] = float("-inf")
+    return scores
+
+
+def naive_eglr_sampled(model, prompt, *, L, alpha, k_max, tau_kl, tau_h, max_new_tokens, eos_ids, temperature,
+                       top_k, top_p, generator, kl_sink=None, iterations_sink=None):
+    """Sampled EGLR for one prompt: each step draws from the warped refined logits with ``generator``.
+
+    Returns (new tokens, refined logits per step before warping, gated flags); sinks as in
+    ``naive_eglr_greedy``.
+    """
+    def draw(logits):
+        probs = torch.softmax(warp(logits, temperature=temperature, top_k=top_k, top_p=top_p), -1)
+        return int(torch.multinomial(probs, 1, generator=generator))
+
+    return _decode(model, prompt, L=L, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h,
+                   max_new_tokens=max_new_tokens, eos_ids=eos_ids, pick=draw, kl_sink=kl_sink,
+                   iterations_sink=iterations_sink, kl_pair_sink=None)
+
+
+def _decode(model, prompt, *, max_new_tokens, eos_ids, pick, iterations_sink, **eglr):
     seq, new_tokens, emitted, gated_flags = list(prompt), [], [], []
     for _ in range(max_new_tokens):
-        anchor_layer = num_layers - L if L > 0 else None
-        logits, cap = _run(model, seq, capture_layer=anchor_layer)
-        p = torch.softmax(logits, -1)
-        H = -(p * torch.log(p)).sum()
-        gated = L > 0 and float(H) > tau_h
-        if gated:
-            a, h = cap["anchor"], cap["h_final"]
-            prev_logp = torch.log_softmax(logits, -1)
-            for _k in range(k_max):
-                h_hat = h * (a.float().norm() / h.float().norm())
-                u = (1 - alpha) * a + alpha * h_hat
-                logits, cap2 = _run(model, seq, replace_layer=num_layers - L, replacement=u)
-                h = cap2["h_final"]
-                logp = torch.log_softmax(logits, -1)
-                kl = (logp.exp() * (logp - prev_logp)).sum()
-                prev_logp = logp
-                if kl_sink is not None:
-                    kl_sink.append(float(kl))
-                if float(kl) < tau_kl:
-                    break
-        token = int(torch.argmax(logits))
+        logits, gated, iterations = _eglr_logits(model, seq, **eglr)
+        token = pick(logits)
         emitted.append(logits)
         gated_flags.append(gated)
+        if iterations_sink is not None:
+            iterations_sink.append(iterations)
         seq.append(token)
         new_tokens.append(token)
         if token in eos_ids:

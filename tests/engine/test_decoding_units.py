@@ -136,7 +136,9 @@ def test_seeded_sampler_is_reproducible_and_row_local():
     assert seq_a == seq_b  # row 1 has the same seed: the same draws whatever the other rows are
     out = SeededRowSampler([5, 6, 7])(None, scores)
     assert torch.isinf(out).sum(-1).tolist() == [19, 19, 19]
-    assert row_seed(1333, "L=4,T=0.7,cycle=0", [1, 2]) != row_seed(1333, "L=4,T=0.7,cycle=1", [1, 2])
+    seeds = {row_seed(1333, "L=4,T=0.7,cycle=0", [1, 2]), row_seed(1333, "L=4,T=0.7,cycle=1", [1, 2]),
+             row_seed(1333, "L=4,T=0.7,cycle=0", [1, 3]), row_seed(7, "L=4,T=0.7,cycle=0", [1, 2])}
+    assert len(seeds) == 4  # cycle, prompt and base seed each change a row's draws
 
 
 def test_sampled_eglr_generate_is_reproducible():
@@ -146,3 +148,36 @@ def test_sampled_eglr_generate_is_reproducible():
                                       custom_generate=eglr_generate, L=2, tau_h=0.5, seed=seed, pad_token_id=0)
     assert torch.equal(run(1), run(1))
     assert not all(torch.equal(run(1), run(s)) for s in (2, 3))
+
+
+# chi-square with 7 degrees of freedom: P(X > 24.32) = 0.001
+CHI2_DF7_999 = 24.32
+
+
+def _chi_square(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    expected = probs * counts.sum()
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+def test_seeded_sampler_draws_follow_the_scores():
+    # goodness of fit of 4,000 draws (8 rows x 500 steps, each row its own generator) against known
+    # probabilities; the threshold sits at p = 0.001, far above this fixed seed's statistic (7.7)
+    probs = torch.tensor([0.4, 0.2, 0.15, 0.1, 0.08, 0.04, 0.02, 0.01])
+    rows, steps = 8, 500
+    scores = probs.log().expand(rows, -1).clone()
+    sampler = SeededRowSampler(list(range(rows)))
+    drawn = torch.cat([sampler(None, scores).argmax(-1) for _ in range(steps)])
+    stat = _chi_square(torch.bincount(drawn, minlength=8).float(), probs)
+    assert stat < CHI2_DF7_999, f"chi-square {stat:.1f} on 7 df: the draws do not follow the scores"
+    # the test has the power to see a sampler that ignores the scores: uniform draws score far above
+    uniform = torch.randint(0, 8, (rows * steps,), generator=torch.Generator().manual_seed(0))
+    assert _chi_square(torch.bincount(uniform, minlength=8).float(), probs) > 10 * CHI2_DF7_999
+
+
+def test_seeded_sampler_never_draws_a_filtered_token():
+    # warpers set filtered tokens to -inf; those must have probability 0, the others their share
+    scores = torch.tensor([[0.0, float("-inf"), math.log(3.0), float("-inf")]]).expand(2000, -1).clone()
+    drawn = SeededRowSampler(list(range(2000)))(None, scores).argmax(-1)
+    counts = torch.bincount(drawn, minlength=4)
+    assert counts[1] == counts[3] == 0
+    assert 0.70 < counts[2] / 2000 < 0.80  # 0.75 expected; sd 0.01
