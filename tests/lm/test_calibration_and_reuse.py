@@ -13,7 +13,7 @@ from lm_eval.api.instance import Instance
 from tiny_models import build_tiny_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from eglr_harness.lm_model import EglrHFLM
+from eglr_harness.harness.model import EglrHFLM
 
 CONTEXTS = [
     "Question: what is 2 + 3?\nAnswer:",

@@ -12,7 +12,7 @@ import yaml
 from lm_eval.api.instance import Instance
 
 from eglr_harness import config as defaults
-from eglr_harness.lm_model import EglrHFLM
+from eglr_harness.harness.model import EglrHFLM
 
 CONTEXTS = ["The capital of France is", "def fibonacci(n):", "1, 1, 2, 3, 5, 8,"]
 GREEDY = {"until": ["\n\n"], "max_gen_toks": 6, "do_sample": False}
@@ -116,7 +116,7 @@ def test_preset_tau_h_is_looked_up_by_task_then_benchmark_then_default(preset, t
     lm.generate_until(_requests({**GREEDY, "max_gen_toks": 2}, task=task))
     got = lm.get_model_info()["eglr"]["tau_h"][task]
     if expected == "auto":
-        assert (tmp_path / "cache" / "tau_h.json").is_file() and 0 < got <= defaults.TAU_H_CAP
+        assert (tmp_path / "cache" / "tau_h.sqlite").is_file() and 0 < got <= defaults.TAU_H_CAP
         assert got not in table.values()
     else:
         assert got == expected
