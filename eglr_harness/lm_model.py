@@ -158,6 +158,7 @@ class EglrHFLM(HFLM):
         eglr_kwargs = dict(
             custom_generate=eglr_generate, L=L, alpha=s.alpha, k_max=s.k_max, tau_kl=s.tau_kl, tau_h=tau_h,
             seed=s.seed, seed_salt=f"{cell_name(L, T)},cycle={cycle}", eglr_stats=self._stats[(L, T)],
+            eglr_stop_strings=list(stop or []), eglr_tokenizer=self.tokenizer,  # rows stop on their own stop strings
         )
         if self._record_entropies:
             eglr_kwargs["eglr_refiner_sink"] = self._refiners
