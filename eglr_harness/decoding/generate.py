@@ -142,6 +142,10 @@ def eglr_generate(
         top = range(parts.num_layers - config.L, parts.num_layers)
         cache = model_kwargs.get("past_key_values") if model_kwargs.get("use_cache", True) else None
         check_refinable(model, cache, generation_config, top)
+        # transformers compiles the forward on accelerators with a static cache; the hooks must see
+        # the eager pass (they read the gate and write the replayed slot), so refinement decodes eagerly
+        generation_config = copy.deepcopy(generation_config)
+        generation_config.disable_compile = True
     stop_strings = _stop_string_criterion(eglr_stop_strings, eglr_tokenizer)
     if eglr_stats is not None:
         eglr_stats.num_layers = parts.num_layers

@@ -133,6 +133,28 @@ def test_any_setting_works_without_refinement():
                        custom_generate=eglr_generate, **kwargs)
 
 
+def test_refinement_decodes_eagerly_where_transformers_would_compile(monkeypatch):
+    from transformers import CompileConfig
+
+    model = _model("llama", "sdpa")
+    verdicts = []
+    original = type(model)._valid_auto_compile_criteria
+
+    def spy(self, model_kwargs, generation_config):
+        verdicts.append(original(self, model_kwargs, generation_config))
+        return False  # never compile here, whatever the verdict
+
+    monkeypatch.setattr(type(model), "_valid_auto_compile_criteria", spy)
+    compile_config = CompileConfig()
+    compile_config._compile_all_devices = True  # transformers' own switch to compile on a CPU too
+    forced = dict(cache_implementation="static", compile_config=compile_config)
+    _generate(model, _prompts(1), max_new=2, L=0, **forced)
+    assert verdicts and all(verdicts)  # the forward would be compiled without refinement ...
+    verdicts.clear()
+    _generate(model, _prompts(1), max_new=2, L=2, tau_h=0.0, **forced)
+    assert verdicts and not any(verdicts)  # ... and is not with it: the hooks need the eager pass
+
+
 def test_replay_overwrites_the_slot_of_position_t_and_restores_it():
     from transformers import StaticCache
 
