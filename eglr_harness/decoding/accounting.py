@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 
 @dataclass
 class EglrStats:
-    """Running totals, added to by the refiner at every decoding step.
+    """Running totals, added to by the refiner once per ``generate`` call (one read from the device).
 
     ``flop_ratio`` follows the paper's per-row accounting: layer evaluations divided by
     ``N × tokens``. ``batched_flop_ratio`` counts what ran: the normal pass over every batch row
-    (finished rows included, as ``generate`` computes them) and the refinement loop over the
-    gated rows until the last of them exits.
+    (finished rows included, as ``generate`` computes them) and the refinement pass, which runs
+    k_max iterations over the contiguous rows from the first to the last gated row (rows that
+    exited early or were not gated are computed and discarded: no host-device sync per iteration).
     """
 
     num_layers: int = 0
@@ -24,19 +25,26 @@ class EglrStats:
     steps: int = 0  # decoding steps (batched forward passes)
     gated_steps: int = 0  # steps in which at least one row was refined
     row_steps: int = 0  # steps × batch rows
-    batched_refine_layer_evals: int = 0  # sum over steps of L × loop iterations × gated rows
+    batched_refine_layer_evals: int = 0  # sum over gated steps of L × iterations run × rows of the pass
     wall_time_s: float = 0.0
 
-    def add_step(self, *, batch_rows: int, active_rows: int, gated_iterations: list[int], L: int, loop_iterations: int) -> None:
-        """One decoding step: the refinement ran ``loop_iterations`` times over the gated rows."""
-        self.steps += 1
-        self.gated_steps += bool(gated_iterations)
-        self.row_steps += batch_rows
-        self.tokens += active_rows
-        self.gated_tokens += len(gated_iterations)
-        self.iterations.update(gated_iterations)
-        self.refine_layer_evals += L * sum(gated_iterations)
-        self.batched_refine_layer_evals += L * loop_iterations * len(gated_iterations)
+    def add_batch(self, *, steps: int, gated_steps: int, row_steps: int, tokens: int, iterations: dict[int, int],
+                  L: int, pass_row_iterations: int) -> None:
+        """One ``generate`` call's totals, read from the device once at its end.
+
+        ``iterations`` maps k* to the number of gated tokens that used k* iterations;
+        ``pass_row_iterations`` sums over gated steps the rows of the refinement pass times the
+        iterations it ran (the batched cost).
+        """
+        gated = {k: c for k, c in iterations.items() if c}
+        self.steps += steps
+        self.gated_steps += gated_steps
+        self.row_steps += row_steps
+        self.tokens += tokens
+        self.gated_tokens += sum(gated.values())
+        self.iterations.update(gated)
+        self.refine_layer_evals += L * sum(k * c for k, c in gated.items())
+        self.batched_refine_layer_evals += L * pass_row_iterations
 
     def merge(self, other: "EglrStats") -> None:
         self.num_layers = self.num_layers or other.num_layers

@@ -2,15 +2,26 @@
 
 During each forward pass of ``generate`` the hooks record, for the position being predicted:
 the anchor ``a = h^(N-L)`` (the input of layer N-L+1, the embeddings when L = N), ``h^(N)`` (the
-input of the final norm), the call arguments of each of the top L layers (mask, rotary angles,
-position ids, ...) and the keys/values that each of those layers attended to. A forward hook on
-the unembedding then gates on the entropy of the raw logits and, for gated rows, runs the
+input of the final norm), the call arguments of each of the top L layers at that position (mask,
+rotary angles, position ids, ...) and the keys/values each of those layers attended to. A forward
+hook on the unembedding then gates on the entropy of the raw logits and, for gated rows, runs the
 refinement loop of eglr-method.md §2 and replaces that position's logits.
 
 Refinement re-runs the top L layers on one position. Their attention sees the keys/values the
-normal pass attended to at those layers, minus the current position, plus the key/value of the
-refined input (``_ReplayCache``). The real KV cache is never written, so decoding continues
-exactly as plain decoding would. Rotary angles and masks are the normal pass's own.
+normal pass attended to at those layers with the slot of the current position holding the
+refined key/value (``_ReplayCache``): the slot is overwritten in place and restored bit for bit
+before decoding goes on, so the KV cache ends as plain decoding leaves it and no copy of the
+keys/values is made (memory does not grow with the context). Rotary angles and masks are the
+normal pass's own.
+
+Rows of the refinement pass are the contiguous span from the first to the last gated row: a
+slice is a view (no gather, no index tensor to keep on the right device); rows inside the span
+that are not gated are computed and discarded. The loop runs k_max iterations and freezes each
+row at its KL exit, so a decoding step reads the device once (which rows are gated); counters
+stay on the device until the end of the ``generate`` call.
+
+Shape letters: B batch rows, S sequence length (of the keys), D hidden, V vocab, G rows of the
+refinement pass, L layer span.
 """
 
 from __future__ import annotations
@@ -18,10 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from transformers.cache_utils import StaticLayer, StaticSlidingWindowLayer
 
 from eglr_harness.config import EglrConfig
 from eglr_harness.decoding.accounting import EglrStats
-from eglr_harness.decoding.math import check_finite, entropy, entropy_gate, fuse, kl_divergence, norm_match, softcap
+from eglr_harness.decoding.functional import entropy, entropy_gate, fuse, kl_divergence, norm_match, raise_on_nan_rows, softcap
 from eglr_harness.decoding.model_parts import ModelParts
 
 _CACHE_KWARGS = ("past_key_values", "past_key_value")
@@ -30,31 +42,108 @@ _QUERY_AXIS = {"attention_mask": -2, "position_ids": -1, "cache_position": -1}
 _NO_BATCH_AXIS = {"cache_position"}
 
 
-class _ReplayCache:
-    """Stands in for the KV cache while the top layers re-run on the refined state.
+@dataclass
+class _Attended:
+    """What one top layer's attention read from the cache in the normal pass.
 
-    ``update`` returns the keys/values the normal pass attended to at that layer with the last
-    position replaced by the refined one, and stores nothing.
+    keys, values: (B, H, S, d) as returned by the cache (for dynamic caches the cache's own
+    storage, for static caches the whole buffer); slot: where position t sits on the S axis, an
+    int or a (1,) index tensor on the keys' device (static caches count positions on the device).
     """
 
-    def __init__(self, attended: dict[int, tuple[torch.Tensor, torch.Tensor]]):
-        self._attended = attended
+    keys: torch.Tensor
+    values: torch.Tensor
+    slot: int | torch.Tensor
+
+
+@dataclass
+class _LayerCall:
+    """A top layer's call in the normal pass, cut to the last position, without its cache.
+
+    device: where its input hidden state was; cache_kwarg: the name the cache came under.
+    """
+
+    args: tuple
+    kwargs: dict
+    device: torch.device
+    cache_kwarg: str | None
+
+
+def current_slot(layer, keys: torch.Tensor) -> int | torch.Tensor:
+    """Index on the S axis of ``keys`` (what ``layer.update`` just returned) of the last position written.
+
+    Dynamic layers return a concatenation that ends with it. Static layers return their
+    preallocated buffer, written in place at the running length (the rest is masked).
+    """
+    if isinstance(layer, StaticLayer) and keys is layer.keys:
+        if isinstance(layer, StaticSlidingWindowLayer):  # a full window rolls: the newest slot is the last
+            return min(layer.cumulative_length_int, layer.max_cache_len) - 1
+        return (layer.cumulative_length.reshape(1) - 1).to(keys.device)
+    return keys.shape[-2] - 1
+
+
+def _read_slot(states: torch.Tensor, slot) -> torch.Tensor:
+    """(G, H, S, d) -> (G, H, 1, d), a copy."""
+    if isinstance(slot, int):
+        return states[:, :, slot:slot + 1].clone()
+    return states.index_select(2, slot)
+
+
+def _write_slot(states: torch.Tensor, slot, new: torch.Tensor) -> None:
+    """Overwrite slot ``slot`` of (G, H, S, d) ``states`` in place with (G, H, 1, d) ``new``."""
+    new = new.to(device=states.device, dtype=states.dtype)
+    if isinstance(slot, int):
+        states[:, :, slot:slot + 1] = new
+    else:
+        states.index_copy_(2, slot, new)
+
+
+class _ReplayCache:
+    """Stands in for the KV cache while the top layers re-run on the refined state of rows lo:hi.
+
+    ``update`` writes the refined key/value into the slot of position t of the keys/values the
+    normal pass attended to (views of rows lo:hi, no copy) and returns them. The first write of
+    each layer saves the original slot; ``restore`` puts it back.
+    """
+
+    def __init__(self, attended: dict[int, _Attended], lo: int, hi: int):
+        self._attended, self._lo, self._hi = attended, lo, hi
+        self._saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _rows(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor, int | torch.Tensor]:
+        seen = self._attended[layer_idx]
+        return seen.keys[self._lo:self._hi], seen.values[self._lo:self._hi], seen.slot
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        keys, values = self._attended[layer_idx]
-        return torch.cat([keys[..., :-1, :], key_states], dim=-2), torch.cat([values[..., :-1, :], value_states], dim=-2)
+        keys, values, slot = self._rows(layer_idx)
+        if layer_idx not in self._saved:
+            self._saved[layer_idx] = (_read_slot(keys, slot), _read_slot(values, slot))
+        _write_slot(keys, slot, key_states)
+        _write_slot(values, slot, value_states)
+        return keys, values
+
+    def restore(self) -> None:
+        for layer_idx, (old_keys, old_values) in self._saved.items():
+            keys, values, slot = self._rows(layer_idx)
+            _write_slot(keys, slot, old_keys)
+            _write_slot(values, slot, old_values)
+        self._saved.clear()
 
 
 def _last_position(value, name: str, query_len: int):
-    """Slice a captured layer argument to the last query position (a no-op when query_len == 1)."""
+    """Cut a captured layer argument to the last query position (a no-op when query_len == 1).
+
+    At the prefill the cut is a copy, so that the capture does not keep the prompt's (B, S, ...)
+    rotary tables and masks alive.
+    """
     if query_len == 1 or value is None:
         return value
-    if name == "position_embeddings" and isinstance(value, tuple):  # (cos, sin): (B, T, d)
-        return tuple(t[:, -1:] for t in value)
+    if name == "position_embeddings" and isinstance(value, tuple):  # (cos, sin): (B, S, d)
+        return tuple(t[:, -1:].clone() for t in value)
     if name in _QUERY_AXIS and isinstance(value, torch.Tensor):
         axis = _QUERY_AXIS[name]
         if value.shape[axis] == query_len:
-            return value.narrow(axis % value.dim(), value.shape[axis] - 1, 1)
+            return value.narrow(axis % value.dim(), value.shape[axis] - 1, 1).clone()
         return value
     if name in _QUERY_AXIS:
         raise NotImplementedError(
@@ -64,6 +153,20 @@ def _last_position(value, name: str, query_len: int):
     return value
 
 
+def _rows_of(call: _LayerCall, lo: int, hi: int, batch: int) -> _LayerCall:
+    """Rows lo:hi of a captured layer call: every tensor whose first axis is the batch (views)."""
+
+    def pick(name, value):
+        if isinstance(value, torch.Tensor) and name not in _NO_BATCH_AXIS and value.dim() > 0 and value.shape[0] == batch:
+            return value[lo:hi]
+        if isinstance(value, tuple) and all(isinstance(v, torch.Tensor) for v in value):
+            return tuple(pick(name, v) for v in value)
+        return value
+
+    return _LayerCall(tuple(pick("", a) for a in call.args), {k: pick(k, v) for k, v in call.kwargs.items()},
+                      call.device, call.cache_kwarg)
+
+
 @dataclass
 class _StepCapture:
     """What the hooks recorded during the current forward pass."""
@@ -71,8 +174,55 @@ class _StepCapture:
     active: torch.Tensor | None = None  # (B,) rows still generating
     anchor: torch.Tensor | None = None  # (B, D)
     last_hidden: torch.Tensor | None = None  # (B, D), h^(N) before the final norm
-    layer_calls: dict[int, tuple[tuple, dict, int]] = field(default_factory=dict)  # layer -> (args, kwargs, T)
-    attended: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # cache idx -> (K, V)
+    layer_calls: dict[int, _LayerCall] = field(default_factory=dict)
+    attended: dict[int, _Attended] = field(default_factory=dict)  # cache layer index -> what attention read
+    norm_device: torch.device | None = None  # where the final norm ran
+
+
+class _Counters:
+    """Accounting of one ``generate`` call: host ints where the host knows them, the rest on the device."""
+
+    def __init__(self, k_max: int):
+        self.k_max = k_max
+        self.steps = self.gated_steps = self.row_steps = self.pass_row_iterations = 0
+        self.tokens: torch.Tensor | None = None  # () active rows summed over steps
+        self.histogram: torch.Tensor | None = None  # (k_max + 1,) gated rows per k*
+        self.nan_rows: torch.Tensor | None = None  # (B,) rows that ever had non-finite logits
+
+    def add_step(self, active: torch.Tensor) -> None:
+        self.steps += 1
+        self.row_steps += active.numel()
+        tokens = active.sum()
+        self.tokens = tokens if self.tokens is None else self.tokens + tokens.to(self.tokens.device)
+
+    def add_nan(self, entropies: torch.Tensor) -> None:
+        nan = torch.isnan(entropies)
+        self.nan_rows = nan if self.nan_rows is None else self.nan_rows | nan.to(self.nan_rows.device)
+
+    def add_refinement(self, iterations: torch.Tensor, pass_rows: int) -> None:
+        """iterations: (G,) k* of each row of the pass, 0 for rows that were not gated."""
+        self.gated_steps += 1
+        self.pass_row_iterations += pass_rows * self.k_max
+        ks = torch.arange(self.k_max + 1, device=iterations.device)
+        counts = (iterations[:, None] == ks).sum(dim=0)  # (k_max + 1,), no data-dependent shape: no sync
+        self.histogram = counts if self.histogram is None else self.histogram + counts.to(self.histogram.device)
+
+    def flush(self, stats: EglrStats | None, L: int) -> None:
+        """Check for non-finite logits and add the totals to ``stats``: the call's one read of its counters."""
+        if self.tokens is None:
+            return
+        device = self.tokens.device
+        histogram = self.histogram if self.histogram is not None else torch.zeros(self.k_max + 1, dtype=torch.long)
+        nan_rows = self.nan_rows if self.nan_rows is not None else torch.zeros(0, dtype=torch.bool)
+        values = torch.cat([self.tokens.reshape(1).long(), histogram.to(device).long(),
+                            nan_rows.to(device).long()]).tolist()  # one read
+        tokens, histogram, nan_rows = values[0], values[1:self.k_max + 2], values[self.k_max + 2:]
+        if any(nan_rows):
+            raise_on_nan_rows(torch.tensor(nan_rows, dtype=torch.bool), "a decoding step of this batch")
+        if stats is not None:
+            stats.add_batch(steps=self.steps, gated_steps=self.gated_steps, row_steps=self.row_steps, tokens=tokens,
+                            iterations={k: c for k, c in enumerate(histogram) if k > 0}, L=L,
+                            pass_row_iterations=self.pass_row_iterations)
 
 
 class EglrRefiner:
@@ -82,10 +232,12 @@ class EglrRefiner:
         model: the causal LM (as called by ``generate``).
         parts: its EGLR modules (``find_model_parts``).
         config: L, alpha, k_max, tau_kl, tau_h are used here (T is the sampler's business).
-        stats: accounting to add to; None keeps none.
-        finished_rows: returns the (B,) bool mask of rows that generation has finished (or None
-            before the first check); finished rows are neither gated nor counted.
-        record_entropies: keep the raw-logit entropy of every active row (for tau_h calibration).
+        stats: accounting to add to when the context closes; None keeps none.
+        finished_rows: returns the (B,) bool mask of rows that generation has finished (EOS, max
+            length, a stop string; or None before the first check); finished rows are neither
+            gated, counted nor recorded.
+        record_entropies: keep the raw-logit entropy of every active row (for tau_h calibration);
+            ``entropies`` is filled when the context closes, one (active rows,) tensor per step.
     """
 
     def __init__(self, model, parts: ModelParts, config: EglrConfig, *, stats: EglrStats | None = None,
@@ -95,15 +247,18 @@ class EglrRefiner:
         self.finished_rows = finished_rows or (lambda: None)
         self.record_entropies = record_entropies
         self.entropies: list[torch.Tensor] = []
+        self._entropy_log: list[tuple[torch.Tensor, torch.Tensor]] = []  # per step: (B,) entropies, (B,) active
         self._top = list(range(parts.num_layers - config.L, parts.num_layers)) if config.refines else []
         self._handles: list = []
         self._capture = _StepCapture()
-        self._step = 0
+        self._counters = _Counters(config.k_max)
         self._refining = False
         self._wrapped_caches: list = []
 
     # ---------------------------------------------------------------- hooks
     def __enter__(self) -> "EglrRefiner":
+        self._counters = _Counters(self.config.k_max)
+        self._entropy_log = []
         self._handles.append(self.model.register_forward_pre_hook(self._on_model_call, with_kwargs=True))
         self._handles.append(self.parts.lm_head.register_forward_hook(self._on_logits))
         if self._top:
@@ -112,7 +267,7 @@ class EglrRefiner:
                 self._handles.append(self.parts.layers[i].register_forward_pre_hook(self._layer_hook(i), with_kwargs=True))
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -120,6 +275,17 @@ class EglrRefiner:
             cache.__dict__.pop("update", None)
         self._wrapped_caches.clear()
         self._capture = _StepCapture()
+        if exc_type is None:
+            self._collect_entropies()
+            self._counters.flush(self.stats, self.config.L)
+
+    def _collect_entropies(self) -> None:
+        if not self._entropy_log:
+            return
+        entropies = torch.stack([e.to(self._entropy_log[0][0].device) for e, _ in self._entropy_log]).cpu()  # (steps, B)
+        active = torch.stack([a.to(self._entropy_log[0][0].device) for _, a in self._entropy_log]).cpu()
+        self.entropies.extend(row[mask] for row, mask in zip(entropies, active))
+        self._entropy_log = []
 
     def _on_model_call(self, module, args, kwargs):
         input_ids = kwargs.get("input_ids", args[0] if args else None)
@@ -131,23 +297,28 @@ class EglrRefiner:
             self._capture.active = torch.ones(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
         else:
             self._capture.active = ~finished.to(input_ids.device)
-        self._step += 1
 
     def _layer_hook(self, index: int):
         def hook(module, args, kwargs):
             if self._refining:
                 return None
             hidden = args[0] if args else kwargs["hidden_states"]
+            query_len = hidden.shape[1]
             if index == self._top[0]:
-                self._capture.anchor = hidden[:, -1]
+                anchor = hidden[:, -1]
+                self._capture.anchor = anchor.clone() if query_len > 1 else anchor
                 self._wrap_cache(next((kwargs[k] for k in _CACHE_KWARGS if kwargs.get(k) is not None), None))
-            self._capture.layer_calls[index] = (args[1:], kwargs, hidden.shape[1])
+            kept = {name: _last_position(value, name, query_len) for name, value in kwargs.items()
+                    if name != "hidden_states" and name not in _CACHE_KWARGS}
+            call_args = tuple(_last_position(a, "", query_len) for a in args[1:])
+            cache_kwarg = next((k for k in _CACHE_KWARGS if k in kwargs), None)
+            self._capture.layer_calls[index] = _LayerCall(call_args, kept, hidden.device, cache_kwarg)
             return None
 
         return hook
 
     def _wrap_cache(self, cache) -> None:
-        """Record what each top layer's attention reads from the cache (no copy: references)."""
+        """Record what each top layer's attention reads from the cache (references, no copy)."""
         if cache is None:
             raise ValueError("EGLR needs the KV cache: call generate with use_cache=True.")
         if "update" in cache.__dict__:
@@ -158,7 +329,7 @@ class EglrRefiner:
         def update(key_states, value_states, layer_idx, *args, **kwargs):
             keys, values = original(cache, key_states, value_states, layer_idx, *args, **kwargs)
             if not self._refining and layer_idx in top:
-                self._capture.attended[layer_idx] = (keys, values)
+                self._capture.attended[layer_idx] = _Attended(keys, values, current_slot(cache.layers[layer_idx], keys))
             return keys, values
 
         cache.update = update
@@ -166,108 +337,86 @@ class EglrRefiner:
 
     def _on_final_norm(self, module, args):
         if not self._refining:
-            self._capture.last_hidden = args[0][:, -1]
+            hidden = args[0]
+            last = hidden[:, -1]
+            self._capture.last_hidden = last.clone() if hidden.shape[1] > 1 else last
+            self._capture.norm_device = hidden.device
         return None
 
     def _on_logits(self, module, args, output):
         if self._refining:
             return None
         capture = self._capture
-        active = capture.active if capture.active is not None else torch.ones(output.shape[0], dtype=torch.bool, device=output.device)
-        if not (self._top or self.record_entropies):
-            self._count(active, [], 0)
-            return None
         raw = output[:, -1]  # (B, V)
-        final = softcap(raw.float(), self.parts.logit_softcap)
-        entropies = entropy(final)
-        check_finite(entropies, f"decoding step {self._step}")
-        if self.record_entropies:
-            self.entropies.append(entropies[active].detach().cpu())
-        gate = entropy_gate(entropies, self.config.tau_h, active) if self._top else torch.zeros_like(active)
-        if not bool(gate.any()):
-            self._count(active, [], 0)
+        active = capture.active.to(raw.device) if capture.active is not None else \
+            torch.ones(raw.shape[0], dtype=torch.bool, device=raw.device)
+        self._counters.add_step(active)
+        if not (self._top or self.record_entropies):
             return None
-        refined_raw, iterations, loops = self._refine(raw, final, gate)
-        self._count(active, iterations[gate].tolist(), loops)
+        final = softcap(raw.float(), self.parts.logit_softcap)
+        entropies = entropy(final)  # (B,)
+        self._counters.add_nan(entropies)
+        if self.record_entropies:
+            self._entropy_log.append((entropies, active))
+        if not self._top:
+            return None
+        gate = entropy_gate(entropies, self.config.tau_h, active)
+        gated = [row for row, on in enumerate(gate.tolist()) if on]  # the step's one read from the device
+        if not gated:
+            return None
+        lo, hi = gated[0], gated[-1] + 1
+        refined, iterations = self._refine(raw, final, gate, lo, hi, head_device=args[0].device)
+        self._counters.add_refinement(iterations, hi - lo)
         output = output.clone()
-        output[:, -1] = refined_raw
+        output[lo:hi, -1] = refined
         return output
 
-    def _count(self, active: torch.Tensor, gated_iterations: list[int], loops: int) -> None:
-        if self.stats is not None:
-            self.stats.add_step(batch_rows=int(active.numel()), active_rows=int(active.sum()),
-                                gated_iterations=gated_iterations, L=self.config.L, loop_iterations=loops)
-
     # ---------------------------------------------------------------- refinement
-    def _refine(self, raw0: torch.Tensor, final0: torch.Tensor, gate: torch.Tensor):
-        """Run up to k_max refinement iterations for the gated rows only.
+    def _refine(self, raw0: torch.Tensor, final0: torch.Tensor, gate: torch.Tensor, lo: int, hi: int,
+                head_device: torch.device):
+        """Run k_max refinement iterations for rows lo:hi, keeping each gated row's own KL exit.
 
-        Each gated row keeps its own result and stops at its own KL exit; rows never influence
-        each other. raw0: (B, V) raw logits of the normal pass; final0: (B, V) fp32 after the
-        soft-cap; gate: (B,) bool. Returns the raw logits to emit (B, V), iterations per row (B,)
-        and the number of loop iterations run (for the batched accounting, over gated rows).
+        Rows never influence each other. raw0: (B, V) raw logits of the normal pass; final0: (B, V)
+        fp32 after the soft-cap; gate: (B,) bool, true at lo and hi-1. Returns the raw logits to
+        emit for rows lo:hi, (G, V), and the iterations k* per row, (G,) (0 where not gated).
         """
         capture, cfg = self._capture, self.config
         if capture.anchor is None or capture.last_hidden is None or len(capture.layer_calls) != len(self._top):
             raise RuntimeError("EGLR hooks did not see the whole forward pass (is the model wrapped or compiled?).")
-        rows = torch.nonzero(gate).flatten()  # (G,)
-        anchor = capture.anchor[rows]  # (G, D)
-        hidden = capture.last_hidden[rows].to(anchor.device)  # (G, D); devices differ when parallelize=True
-        calls = {i: _select_rows(call, rows, gate.numel()) for i, call in capture.layer_calls.items()}
-        attended = {i: (k[rows], v[rows]) for i, (k, v) in capture.attended.items()}
-        logp_prev = torch.log_softmax(final0[rows], dim=-1)
-        chosen = raw0[rows].clone()  # (G, V)
-        iterations = torch.zeros(rows.numel(), dtype=torch.long, device=gate.device)
-        running = torch.ones(rows.numel(), dtype=torch.bool, device=gate.device)
-        loops = 0
+        batch = gate.numel()
+        anchor = capture.anchor[lo:hi]  # (G, D)
+        hidden = capture.last_hidden[lo:hi].to(anchor.device)  # (G, D); devices differ with a split device_map
+        calls = {i: _rows_of(call, lo, hi, batch) for i, call in capture.layer_calls.items()}
+        replay = _ReplayCache(capture.attended, lo, hi)
+        logp_prev = torch.log_softmax(final0[lo:hi], dim=-1)  # (G, V)
+        chosen = raw0[lo:hi].clone()  # (G, V)
+        running = gate[lo:hi].clone()  # (G,) rows still refining
+        iterations = torch.zeros(hi - lo, dtype=torch.long, device=raw0.device)
         self._refining = True
         try:
             for k in range(1, cfg.k_max + 1):
-                fused = fuse(anchor, norm_match(hidden, anchor), cfg.alpha)  # (G, D)
-                hidden = self._run_top_layers(fused, calls, attended)  # (G, D)
-                raw = self.parts.lm_head(self.parts.final_norm(hidden[:, None, :]))[:, -1]  # (G, V)
+                fused = fuse(anchor, norm_match(hidden.to(anchor.device), anchor), cfg.alpha)  # (G, D)
+                hidden = self._run_top_layers(fused, calls, replay)  # (G, D)
+                normed = self.parts.final_norm(hidden[:, None, :].to(capture.norm_device or hidden.device))
+                raw = self.parts.lm_head(normed.to(head_device))[:, -1].to(raw0.device)  # (G, V)
                 logp = torch.log_softmax(softcap(raw.float(), self.parts.logit_softcap), dim=-1)
-                chosen[running] = raw[running].to(chosen.dtype)
-                iterations[running] = k
-                loops = k
-                running &= kl_divergence(logp, logp_prev) >= cfg.tau_kl  # KL early exit per row
+                chosen = torch.where(running[:, None], raw.to(chosen.dtype), chosen)
+                iterations = torch.where(running, k, iterations)
+                running = running & (kl_divergence(logp, logp_prev) >= cfg.tau_kl)  # KL early exit per row
                 logp_prev = logp
-                if not bool(running.any()):
-                    break
         finally:
+            replay.restore()
             self._refining = False
-        out_raw = raw0.clone()
-        out_raw[rows] = chosen
-        out_iterations = torch.zeros_like(gate, dtype=torch.long)
-        out_iterations[rows] = iterations
-        return out_raw, out_iterations, loops
+        return chosen, iterations
 
-    def _run_top_layers(self, fused: torch.Tensor, calls: dict, attended: dict) -> torch.Tensor:
+    def _run_top_layers(self, fused: torch.Tensor, calls: dict[int, _LayerCall], replay: _ReplayCache) -> torch.Tensor:
         """Apply layers N-L+1..N to the fused state at the current position.  (G, D) -> (G, D)."""
-        replay = _ReplayCache(attended)
         hidden = fused[:, None, :]  # (G, 1, D)
         for i in self._top:
-            args, kwargs, query_len = calls[i]
-            kwargs = {name: _last_position(value, name, query_len) for name, value in kwargs.items()}
-            for key in _CACHE_KWARGS:
-                if key in kwargs:
-                    kwargs[key] = replay
-            kwargs.pop("hidden_states", None)
-            args = tuple(_last_position(a, "", query_len) for a in args)
-            out = self.parts.layers[i](hidden, *args, **kwargs)
+            call = calls[i]
+            kwargs = dict(call.kwargs)
+            if call.cache_kwarg is not None:
+                kwargs[call.cache_kwarg] = replay
+            out = self.parts.layers[i](hidden.to(call.device), *call.args, **kwargs)
             hidden = out[0] if isinstance(out, tuple) else out
         return hidden[:, -1]
-
-
-def _select_rows(call: tuple, rows: torch.Tensor, batch: int) -> tuple:
-    """Keep the gated rows of a captured layer call: every tensor whose first axis is the batch."""
-
-    def pick(name, value):
-        if isinstance(value, torch.Tensor) and name not in _NO_BATCH_AXIS and value.dim() > 0 and value.shape[0] == batch:
-            return value[rows]
-        if isinstance(value, tuple) and all(isinstance(v, torch.Tensor) for v in value):
-            return tuple(pick(name, v) for v in value)
-        return value
-
-    args, kwargs, query_len = call
-    return tuple(pick("", a) for a in args), {k: pick(k, v) for k, v in kwargs.items()}, query_len

@@ -21,7 +21,7 @@ def row_seed(seed: int, salt: str, prompt_tokens: list[int]) -> int:
 
 
 def prompt_token_lists(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> list[list[int]]:
-    """Each row's prompt without its (left) padding.  input_ids, attention_mask: (B, T)."""
+    """Each row's prompt without its (left) padding.  input_ids, attention_mask: (B, S)."""
     if attention_mask is None:
         return input_ids.tolist()
     return [row[mask.bool()].tolist() for row, mask in zip(input_ids, attention_mask)]

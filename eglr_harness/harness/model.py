@@ -122,9 +122,10 @@ class EglrHFLM(HFLM):
         cell = Cell(config.L, config.T)
         extra = {"eglr_refiner_sink": self._entropy_sink} if self._entropy_sink is not None else {}
         return super()._model_generate(
-            context, max_length, stop, **hf_kwargs, custom_generate=eglr_generate, L=config.L, alpha=config.alpha,
-            k_max=config.k_max, tau_kl=config.tau_kl, tau_h=config.tau_h, seed=config.seed,
-            seed_salt=f"{cell.label},cycle={cycle}", eglr_stats=self.accounts.stats_for(cell), **extra,
+            context, max_length, stop, **hf_kwargs, custom_generate=eglr_generate, eglr_config=config,
+            seed_salt=f"{cell.label},cycle={cycle}", eglr_stats=self.accounts.stats_for(cell),
+            eglr_stop_strings=list(stop or []), eglr_tokenizer=self.tokenizer,  # rows stop on their own stop strings
+            **extra,
         )
 
     def get_model_info(self) -> dict:

@@ -10,7 +10,7 @@ from tiny_models import build_tiny_model
 from torch import nn
 
 from eglr_harness.config import EglrConfig
-from eglr_harness.decoding import math as em
+from eglr_harness.decoding import functional as em
 from eglr_harness.decoding.generate import eglr_generate
 from eglr_harness.decoding.model_parts import find_model_parts
 from eglr_harness.decoding.refiner import EglrRefiner

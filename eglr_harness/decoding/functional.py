@@ -1,7 +1,8 @@
 """EGLR's per-token maths as pure tensor functions (eglr-method.md §2).
 
-Letters: B = batch rows, D = hidden size, V = vocabulary. Entropies and KL are computed in
-fp32 whatever the model dtype.
+Shape letters (one set for the whole decoding package): B batch rows, S sequence length, D hidden
+size, V vocabulary, G rows of a refinement pass, L layer span, K refinement iterations (T is the
+temperature only). Entropies and KL are computed in fp32 whatever the model dtype.
 """
 
 from __future__ import annotations
@@ -56,9 +57,14 @@ def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
 
 
 def check_finite(entropies: torch.Tensor, where: str) -> None:
-    """Raise a clear error when the model produced NaN/inf logits (entropy is then NaN)."""
-    if torch.isnan(entropies).any():
-        rows = torch.nonzero(torch.isnan(entropies)).flatten().tolist()
+    """Raise a clear error when the model produced NaN/inf logits (entropy is then NaN).  entropies: (B,)."""
+    raise_on_nan_rows(torch.isnan(entropies), where)
+
+
+def raise_on_nan_rows(nan_rows: torch.Tensor, where: str) -> None:
+    """Raise ``FloatingPointError`` naming the rows whose logits were non-finite.  nan_rows: (B,) bool."""
+    if nan_rows.any():
+        rows = torch.nonzero(nan_rows).flatten().tolist()
         raise FloatingPointError(
             f"EGLR: non-finite logits at {where} (rows {rows}); the model produced NaN/inf. "
             "Try dtype=float32 or bfloat16 instead of float16."
