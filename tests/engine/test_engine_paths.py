@@ -8,6 +8,9 @@ import math
 import pytest
 import torch
 from naive_reference import naive_eglr_greedy
+from inputs import ENGINE_PAD, ENGINE_VOCAB
+from inputs import left_pad as _left_pad
+from inputs import random_prompts as _prompts
 from tiny_models import build_tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -17,24 +20,9 @@ from eglr_harness.decoding.accounting import EglrStats
 from eglr_harness.decoding.generate import _FinishedRowsTracker, eglr_generate
 from eglr_harness.decoding.refiner import _Attended, _ReplayCache, current_slot
 
-VOCAB, LAYERS, PAD, EOS = 96, 4, 0, 2
+VOCAB, LAYERS, PAD, EOS = ENGINE_VOCAB, 4, ENGINE_PAD, 2
 MAX_NEW = 10
 TAU_KL = 3e-4  # off the KL knife-edge of these tiny models (see test_engine_vs_naive.py)
-
-
-def _prompts(seed: int = 0, lengths=(9, 5, 7, 3)):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in lengths]
-
-
-def _left_pad(prompts):
-    width = max(map(len, prompts))
-    ids = torch.full((len(prompts), width), PAD)
-    mask = torch.zeros_like(ids)
-    for r, p in enumerate(prompts):
-        ids[r, width - len(p):] = torch.tensor(p)
-        mask[r, width - len(p):] = 1
-    return ids, mask
 
 
 def _generate(model, prompts, max_new=MAX_NEW, **kwargs):

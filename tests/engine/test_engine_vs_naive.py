@@ -9,35 +9,22 @@ import torch
 from collections import Counter
 
 from naive_reference import naive_eglr_greedy, naive_eglr_sampled
+from inputs import ENGINE_PAD, ENGINE_VOCAB
+from inputs import left_pad as _left_pad
+from inputs import random_prompts as _prompts
 from tiny_models import TINY_ARCHS, build_tiny_model
 
 from eglr_harness.decoding.accounting import EglrStats
 from eglr_harness.decoding.generate import eglr_generate
 from eglr_harness.decoding.sampling import row_seed
 
-VOCAB, LAYERS, PAD, EOS = 96, 4, 0, 2
+VOCAB, LAYERS, PAD, EOS = ENGINE_VOCAB, 4, ENGINE_PAD, 2
 MAX_NEW = 10
 # Not the paper's 5e-4: on these tiny models a KL of 5.0013e-4 occurs (qwen2, L=2), and float noise
 # between the two implementations then flips the early exit. 3e-4 keeps every observed KL > 0.5 %
 # away; KL_MARGIN makes the test say so if a model or library change brings one closer.
 TAU_KL = 3e-4
 KL_MARGIN = 1e-3
-
-
-def _prompts(seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    lengths = [9, 5, 7, 3]
-    return [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in lengths]
-
-
-def _left_pad(prompts):
-    width = max(map(len, prompts))
-    ids = torch.full((len(prompts), width), PAD)
-    mask = torch.zeros_like(ids)
-    for r, p in enumerate(prompts):
-        ids[r, width - len(p):] = torch.tensor(p)
-        mask[r, width - len(p):] = 1
-    return ids, mask
 
 
 def _engine(model, prompts, *, sampling=None, **eglr):

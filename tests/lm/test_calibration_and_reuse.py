@@ -13,27 +13,13 @@ from lm_eval.api.instance import Instance
 from tiny_models import build_tiny_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from inputs import CONTEXTS, requests_for
+
 from eglr_harness.harness.model import EglrHFLM
 
-CONTEXTS = [
-    "Question: what is 2 + 3?\nAnswer:",
-    "The capital of France is",
-    "def fibonacci(n):",
-    "Once upon a time, in a land far away, there lived a",
-    "1, 1, 2, 3, 5, 8,",
-]
 # A stop string a random model will not write: the independent run below needs no stop handling.
 GREEDY = {"until": ["@@@@@@"], "max_gen_toks": 8, "do_sample": False}
 TINY = dict(device="cpu", dtype="float32")
-
-
-def _requests(contexts, gen_kwargs, repeats=1, task="unit_task"):
-    out = []
-    for doc_id, context in enumerate(contexts):
-        inst = Instance("generate_until", doc={"i": doc_id}, arguments=(context, dict(gen_kwargs)), idx=0,
-                        metadata=(task, doc_id, repeats))
-        out.extend([inst] * repeats)  # lm-eval passes the same instance `repeats` times
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +53,7 @@ def test_tau_h_auto_is_the_capped_95th_percentile_of_greedy_entropies(model_dirs
     monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path))
     calib_limit = 3  # the first three prompts of the task
     lm = EglrHFLM(pretrained=model_dirs[which], batch_size=2, L=2, tau_h="auto", calib_limit=calib_limit, **TINY)
-    lm.generate_until(_requests(CONTEXTS, GREEDY, task="calib_task"))
+    lm.generate_until(requests_for(CONTEXTS, GREEDY, task="calib_task"))
     tau = lm.get_model_info()["eglr"]["tau_h"]["calib_task"]
 
     entropies = _greedy_entropies(model_dirs[which], CONTEXTS[:calib_limit], GREEDY["max_gen_toks"])
@@ -103,7 +89,7 @@ def test_deterministic_cells_are_decoded_once_per_prompt(model_dirs, tmp_path, m
     lm = EglrHFLM(pretrained=model_dirs["llama"], batch_size=4, tau_h="auto", **TINY)
     counter = _RowCounter(lm, monkeypatch)
     pool = {**GREEDY, "eglr_L": "0-2", "eglr_T": 0}
-    out = lm.generate_until(_requests(CONTEXTS[:3], pool, repeats=6))
+    out = lm.generate_until(requests_for(CONTEXTS[:3], pool, repeats=6))
     assert [o.L for o in out[:6]] == [0, 1, 2, 0, 1, 2]
     assert out[0] == out[3] and out[1] == out[4]
     assert counter.rows == 3 * 3  # 3 prompts x 3 cells (calibration = the L=0 cell)
@@ -112,7 +98,7 @@ def test_deterministic_cells_are_decoded_once_per_prompt(model_dirs, tmp_path, m
 def test_sampled_cells_are_decoded_once_per_cycle(model_dirs, monkeypatch):
     lm = EglrHFLM(pretrained=model_dirs["llama"], batch_size=4, tau_h=0.5, L=1, T=0.8, **TINY)
     counter = _RowCounter(lm, monkeypatch)
-    out = lm.generate_until(_requests(CONTEXTS[:2], GREEDY, repeats=3))
+    out = lm.generate_until(requests_for(CONTEXTS[:2], GREEDY, repeats=3))
     assert [o.cycle for o in out[:3]] == [0, 1, 2]
     assert counter.rows == 2 * 3
     assert len({str(o) for o in out[:3]}) == 3  # each cycle draws with its own seed
@@ -131,14 +117,14 @@ SAMPLED = {**GREEDY, "do_sample": True, "temperature": 0.8}
 def test_rollout_store_never_serves_other_settings(model_dirs, tmp_path, monkeypatch, changed, gen_kwargs, reused):
     base = dict(L=2, tau_h=0.0, alpha=0.2, seed=1333)
     first = EglrHFLM(pretrained=model_dirs["llama"], batch_size=2, rollout_cache=str(tmp_path), **base, **TINY)
-    stored = first.generate_until(_requests(CONTEXTS[:2], gen_kwargs))
+    stored = first.generate_until(requests_for(CONTEXTS[:2], gen_kwargs))
     assert list(tmp_path.glob("rollouts_rank0.sqlite"))
 
     settings = {**base, **{k: v for k, v in changed.items() if k != "model"}}
     second = EglrHFLM(pretrained=model_dirs[changed.get("model", "llama")], batch_size=2,
                       rollout_cache=str(tmp_path), **settings, **TINY)
     counter = _RowCounter(second, monkeypatch)
-    again = second.generate_until(_requests(CONTEXTS[:2], gen_kwargs))
+    again = second.generate_until(requests_for(CONTEXTS[:2], gen_kwargs))
     reused_total = second.get_model_info()["eglr"]["stats"]["reused_rollouts"]["total"]
     if reused:
         assert counter.rows == 0 and reused_total == 2 and again == stored

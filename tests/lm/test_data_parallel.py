@@ -14,17 +14,11 @@ from datetime import timedelta
 import pytest
 import torch
 
+from inputs import CONTEXTS as BASE_CONTEXTS
+
 from eglr_harness.calibrate import calibration_prompts, pooled_threshold
 
-CONTEXTS = [
-    "Question: what is 2 + 3?\nAnswer:",
-    "The capital of France is",
-    "def fibonacci(n):",
-    "Once upon a time, in a land far away, there lived a",
-    "1, 1, 2, 3, 5, 8,",
-    "The three primary colours are",
-    "Water boils at",
-]
+CONTEXTS = [*BASE_CONTEXTS, "The three primary colours are", "Water boils at"]
 GEN = {"until": ["\n\n"], "max_gen_toks": 10, "do_sample": False}
 WORLD = 2
 

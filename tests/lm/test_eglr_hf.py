@@ -3,29 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
+
+from inputs import CONTEXTS, requests_for
 
 from eglr_harness.harness.model import EglrHFLM
 from eglr_harness.rollout import Rollout, rollout_meta
 
-CONTEXTS = [
-    "Question: what is 2 + 3?\nAnswer:",
-    "The capital of France is",
-    "def fibonacci(n):",
-    "Once upon a time, in a land far away, there lived a",
-    "1, 1, 2, 3, 5, 8,",
-]
 GREEDY = {"until": ["\n\n"], "max_gen_toks": 12, "do_sample": False}
-
-
-def _requests(contexts, gen_kwargs, repeats=1, task="unit_task"):
-    out = []
-    for doc_id, context in enumerate(contexts):
-        inst = Instance("generate_until", doc={"i": doc_id}, arguments=(context, dict(gen_kwargs)), idx=0,
-                        metadata=(task, doc_id, repeats))
-        out.extend([inst] * repeats)  # lm-eval passes the same instance `repeats` times
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +27,8 @@ def eglr_lm(llama_dir):
 def test_L0_matches_lm_eval_hf_token_for_token(llama_dir, batch_size):
     hf = HFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=batch_size)
     ours = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=batch_size, L=0)
-    expected = hf.generate_until(_requests(CONTEXTS, GREEDY))
-    got = ours.generate_until(_requests(CONTEXTS, GREEDY))
+    expected = hf.generate_until(requests_for(CONTEXTS, GREEDY))
+    got = ours.generate_until(requests_for(CONTEXTS, GREEDY))
     assert [str(g) for g in got] == expected
     assert all(rollout_meta(g) == {"L": 0, "T": 0.0, "cycle": 0} for g in got)
     assert any(text.strip() for text in expected)
@@ -52,14 +37,14 @@ def test_L0_matches_lm_eval_hf_token_for_token(llama_dir, batch_size):
 def test_infinite_threshold_matches_plain_decoding(llama_dir):
     hf = HFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4)
     ours = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4, L=3, tau_h="inf")
-    assert [str(g) for g in ours.generate_until(_requests(CONTEXTS, GREEDY))] == hf.generate_until(_requests(CONTEXTS, GREEDY))
+    assert [str(g) for g in ours.generate_until(requests_for(CONTEXTS, GREEDY))] == hf.generate_until(requests_for(CONTEXTS, GREEDY))
 
 
 def test_gated_decoding_differs_and_is_accounted(eglr_lm):
     plain = EglrHFLM(pretrained=eglr_lm.pretrained, device="cpu", dtype="float32", batch_size=4, L=0)
     refined = EglrHFLM(pretrained=eglr_lm.pretrained, device="cpu", dtype="float32", batch_size=4, L=4, tau_h=0.0)
-    a = plain.generate_until(_requests(CONTEXTS, GREEDY))
-    b = refined.generate_until(_requests(CONTEXTS, GREEDY))
+    a = plain.generate_until(requests_for(CONTEXTS, GREEDY))
+    b = refined.generate_until(requests_for(CONTEXTS, GREEDY))
     assert [str(x) for x in a] != [str(x) for x in b]
     info = refined.get_model_info()["eglr"]
     total = info["stats"]["total"]
@@ -70,7 +55,7 @@ def test_gated_decoding_differs_and_is_accounted(eglr_lm):
 def test_pool_repeats_cycle_through_cells_and_share_deterministic_work(llama_dir):
     lm = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4, tau_h=0.0)
     pool = {**GREEDY, "eglr_L": "1-4", "eglr_T": 0, "eglr_budget_T": "0.1-1.0:0.1"}
-    out = lm.generate_until(_requests(CONTEXTS[:2], pool, repeats=10))
+    out = lm.generate_until(requests_for(CONTEXTS[:2], pool, repeats=10))
     assert all(isinstance(o, Rollout) for o in out)
     first_doc = out[:10]
     assert [o.L for o in first_doc] == [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
@@ -83,14 +68,14 @@ def test_pool_repeats_cycle_through_cells_and_share_deterministic_work(llama_dir
 def test_pinned_L_moves_the_budget_to_T(llama_dir):
     lm = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4, tau_h=0.0, L=2)
     pool = {**GREEDY, "eglr_L": "1-4", "eglr_T": 0, "eglr_budget_T": "0.1-1.0:0.1"}
-    out = lm.generate_until(_requests(CONTEXTS[:1], pool, repeats=10))
+    out = lm.generate_until(requests_for(CONTEXTS[:1], pool, repeats=10))
     assert [(o.L, o.T) for o in out] == [(2, round(0.1 * i, 6)) for i in range(1, 11)]
 
 
 def test_pool_larger_than_repeats_names_the_task_to_use(llama_dir):
     lm = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", L="1-3")
     with pytest.raises(ValueError, match=r"3 configs .* repeats each problem only 1 time.*_eglr_sc"):
-        lm.generate_until(_requests(CONTEXTS[:1], GREEDY, repeats=1))
+        lm.generate_until(requests_for(CONTEXTS[:1], GREEDY, repeats=1))
 
 
 def test_sampled_rollouts_do_not_depend_on_the_batch(llama_dir):
@@ -98,22 +83,22 @@ def test_sampled_rollouts_do_not_depend_on_the_batch(llama_dir):
     alone = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=1, L=2, tau_h=0.5)
     batched = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4, L=2, tau_h=0.5)
     target = CONTEXTS[1]
-    a = alone.generate_until(_requests([target], sampled))[0]
-    b = batched.generate_until(_requests(CONTEXTS, sampled))[1]
-    c = batched.generate_until(_requests(list(reversed(CONTEXTS)), sampled))[3]
+    a = alone.generate_until(requests_for([target], sampled))[0]
+    b = batched.generate_until(requests_for(CONTEXTS, sampled))[1]
+    c = batched.generate_until(requests_for(list(reversed(CONTEXTS)), sampled))[3]
     assert a == b == c
     other_seeds = [EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4, L=2, tau_h=0.5, seed=s)
                    for s in (7, 8)]
     # a different base seed gives a different draw (two tries: a tiny model may repeat one text)
-    assert any(lm.generate_until(_requests(CONTEXTS, sampled))[1] != b for lm in other_seeds)
+    assert any(lm.generate_until(requests_for(CONTEXTS, sampled))[1] != b for lm in other_seeds)
     assert alone.get_model_info()["eglr"]["stats"]["cells"]["L=2,T=0.9"]["tokens"] > 0
 
 
 def test_greedy_gated_rows_do_not_depend_on_the_batch(llama_dir):
     alone = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=1, L=3, tau_h=0.5)
     batched = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4, L=3, tau_h=0.5)
-    singles = [alone.generate_until(_requests([c], GREEDY))[0] for c in CONTEXTS]
-    assert batched.generate_until(_requests(CONTEXTS, GREEDY)) == singles
+    singles = [alone.generate_until(requests_for([c], GREEDY))[0] for c in CONTEXTS]
+    assert batched.generate_until(requests_for(CONTEXTS, GREEDY)) == singles
 
 
 def test_lm_eval_use_cache_is_refused_with_a_pointer_to_rollout_cache(eglr_lm, tmp_path):
@@ -127,7 +112,7 @@ def test_rollout_cache_resumes_without_recomputing(llama_dir, tmp_path, monkeypa
     pool = {**GREEDY, "eglr_L": "1-4", "eglr_T": 0}
     first = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=2, tau_h=0.0,
                      rollout_cache=str(tmp_path))
-    done = first.generate_until(_requests(CONTEXTS[:2], pool, repeats=4))  # a run "killed" after 2 docs
+    done = first.generate_until(requests_for(CONTEXTS[:2], pool, repeats=4))  # a run "killed" after 2 docs
     second = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=2, tau_h=0.0,
                       rollout_cache=str(tmp_path))
     calls = []
@@ -138,7 +123,7 @@ def test_rollout_cache_resumes_without_recomputing(llama_dir, tmp_path, monkeypa
         return original(self, context, *args, **kwargs)
 
     monkeypatch.setattr(EglrHFLM, "_model_generate", counting)
-    again = second.generate_until(_requests(CONTEXTS[:3], pool, repeats=4))
+    again = second.generate_until(requests_for(CONTEXTS[:3], pool, repeats=4))
     assert again[:8] == done and [o.L for o in again[:8]] == [o.L for o in done]
     assert sum(calls) == 4  # only the third document's four cells were generated
     # the results say that 8 rollouts (2 docs x 4 cells) carry no accounting of this run
@@ -151,13 +136,13 @@ def test_rollout_cache_resumes_without_recomputing(llama_dir, tmp_path, monkeypa
 def test_tau_h_auto_calibrates_once_and_caches(llama_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path))
     lm = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4, L=2, tau_h="auto", calib_limit=3)
-    lm.generate_until(_requests(CONTEXTS, GREEDY, task="calib_task"))
+    lm.generate_until(requests_for(CONTEXTS, GREEDY, task="calib_task"))
     tau = lm.tau_h_by_task["calib_task"]
     assert 0 < tau <= 2.5
     assert (tmp_path / "tau_h.sqlite").is_file()
     again = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4, L=2, tau_h="auto", calib_limit=3)
     monkeypatch.setattr(EglrHFLM, "_model_generate", lambda *a, **k: pytest.fail("calibration was not cached"))
-    assert again.calibrate(_requests(CONTEXTS, GREEDY, task="calib_task")) == {"calib_task": tau}
+    assert again.calibrate(requests_for(CONTEXTS, GREEDY, task="calib_task")) == {"calib_task": tau}
 
 
 @pytest.mark.parametrize("kwargs, message", [

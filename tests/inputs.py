@@ -1,0 +1,48 @@
+"""Inputs shared by the tests: token prompts for the engine, text requests for the adapter."""
+
+from __future__ import annotations
+
+# Text prompts for eglr-hf tests (a tiny random model with SmolLM2's tokenizer).
+CONTEXTS = [
+    "Question: what is 2 + 3?\nAnswer:",
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a land far away, there lived a",
+    "1, 1, 2, 3, 5, 8,",
+]
+
+
+def requests_for(contexts, gen_kwargs, repeats=1, task="unit_task"):
+    """lm-eval ``generate_until`` instances, one document per context, each passed ``repeats`` times."""
+    from lm_eval.api.instance import Instance
+
+    out = []
+    for doc_id, context in enumerate(contexts):
+        inst = Instance("generate_until", doc={"i": doc_id}, arguments=(context, dict(gen_kwargs)), idx=0,
+                        metadata=(task, doc_id, repeats))
+        out.extend([inst] * repeats)  # lm-eval passes the same instance `repeats` times
+    return out
+
+
+ENGINE_VOCAB, ENGINE_PAD = 96, 0  # the engine tests' tiny models
+
+
+def random_prompts(seed: int = 0, lengths=(9, 5, 7, 3), vocab: int = ENGINE_VOCAB) -> list[list[int]]:
+    """Token prompts of different lengths (ids 3..vocab-1: never pad, BOS or EOS)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, vocab, (n,), generator=g).tolist() for n in lengths]
+
+
+def left_pad(prompts, pad: int = ENGINE_PAD):
+    """``(input_ids, attention_mask)``, both (B, S), left-padded as generate expects."""
+    import torch
+
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), pad)
+    mask = torch.zeros_like(ids)
+    for r, p in enumerate(prompts):
+        ids[r, width - len(p):] = torch.tensor(p)
+        mask[r, width - len(p):] = 1
+    return ids, mask
