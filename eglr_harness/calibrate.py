@@ -10,13 +10,15 @@ runs in one process (``distributed.local_gather``) and under ``torch.distributed
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 
 import torch
 
 from eglr_harness.config import TAU_H_CAP
 from eglr_harness.distributed import Gather, local_gather
 
+logger = logging.getLogger(__name__)
 CALIBRATION_QUANTILE = 0.95
 DEFAULT_CALIB_LIMIT = 64
 
@@ -57,3 +59,31 @@ def pooled_threshold(local_entropies: Sequence[float], gather: Gather = local_ga
 def first_reported(local_value, gather: Gather = local_gather):
     """The first non-None value any rank reports (rank order decides), or None: all ranks agree."""
     return next((value for value in gather(local_value) if value is not None), None)
+
+
+def calibrate(local: Sequence[tuple[int, str]], *, limit: int, key_of: Callable[[list[str]], str], cache,
+              decode_entropies: Callable[[list[str]], list[float]], gather: Gather = local_gather,
+              writer: bool = True, label: str = "") -> float:
+    """The calibrated tau_h of one task, the same on every rank (a collective step: call it on all).
+
+    Args:
+        local: this rank's ``(doc_id, context)`` pairs of the task (may be empty).
+        key_of: the cache key of the chosen prompts (model and generation settings folded in).
+        cache: ``get(key) -> record or None`` / ``put(key, record)`` (``stores.TauHCache``).
+        decode_entropies: greedy-decodes the given prompts and returns their per-token entropies.
+        writer: whether this rank writes the cache (one rank is enough).
+    """
+    chosen = calibration_prompts(local, limit, gather)
+    key = key_of([context for _doc, context in chosen])
+    hit = first_reported(cache.get(key), gather)
+    if hit is not None:
+        logger.info("%s: tau_h = %.4f nats (cached calibration of %d prompts)", label, hit["tau_h"], hit["prompts"])
+        return hit["tau_h"]
+    mine = set(local)
+    own = [context for doc, context in chosen if (doc, context) in mine]
+    logger.info("%s: calibrating tau_h on a greedy run of %d prompts (%d here)", label, len(chosen), len(own))
+    tau, tokens = pooled_threshold(decode_entropies(own), gather)
+    if writer:
+        cache.put(key, {"tau_h": tau, "label": label, "prompts": len(chosen), "tokens": tokens})
+    logger.info("%s: tau_h = %.4f nats (95th percentile of %d token entropies, cap %.1f)", label, tau, tokens, TAU_H_CAP)
+    return tau

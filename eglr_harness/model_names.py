@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["model_name", "parse_model_args"]
+__all__ = ["loaded_name", "model_name", "parse_model_args"]
 
 
 def parse_model_args(model_args) -> dict:
@@ -51,3 +51,10 @@ def model_name(model_args) -> str | None:
         return None
     name = str(name).rstrip("/\\")
     return Path(name.replace("\\", "/")).name if _is_local_path(name) else name
+
+
+def loaded_name(pretrained) -> str:
+    """``pretrained`` as HFLM got it: a hub id or folder as given, or the name inside a loaded model object."""
+    if isinstance(pretrained, str):
+        return pretrained
+    return getattr(getattr(pretrained, "config", None), "_name_or_path", None) or type(pretrained).__name__

@@ -18,12 +18,15 @@ The rule (README "Pools"; tasks/README.md says the same):
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from eglr_harness.cell import Cell
 from eglr_harness.specs import parse_L_spec, parse_T_spec
+
+logger = logging.getLogger(__name__)
 
 # gen_kwargs keys through which a task declares its pool; removed before generation.
 TASK_POOL_KEYS = ("eglr_L", "eglr_T", "eglr_budget_L", "eglr_budget_T")
@@ -39,6 +42,14 @@ class PoolPlan:
     def cell_for_repeat(self, repeat: int) -> tuple[Cell, int]:
         """Return ``(cell, cycle)`` for 0-based repeat index ``repeat``."""
         return self.cells[repeat % len(self.cells)], repeat // len(self.cells)
+
+    def log(self, label: str, repeats: int) -> None:
+        """Say which configs the repeats run, and warn when they do not divide evenly."""
+        logger.info("%s: pool of %d configs over %d repeats (%s): %s", label, len(self.cells), repeats, self.reason,
+                    ", ".join(c.label for c in self.cells))
+        if len(self.cells) < repeats and repeats % len(self.cells):
+            logger.warning("%s: %d repeats do not divide evenly over %d configs; configs repeat unevenly in "
+                           "majority votes.", label, repeats, len(self.cells))
 
 
 def task_axes(gen_kwargs: dict) -> dict:

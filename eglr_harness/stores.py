@@ -13,6 +13,7 @@ configs into one answer; the rollout store keys on the concrete cell settings in
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -58,6 +59,30 @@ def model_fingerprint(*, model_id: str, gguf_file: str | None, revision: str | N
         "max_length": max_length, "settings": settings, "decoding_version": DECODING_VERSION,
         "versions": library_versions,
     }
+
+
+def loaded_model_fingerprint(model, hf_args: dict, *, settings: dict, max_length: int,
+                             add_bos_token: bool | None) -> dict:
+    """:func:`model_fingerprint` of a model loaded from ``hf_args`` (HFLM's arguments)."""
+    from eglr_harness.model_names import loaded_name  # noqa: PLC0415 -- a leaf; kept out of import time
+
+    pretrained, gguf = hf_args["pretrained"], hf_args.get("gguf_file")
+    config = model.config
+    local = isinstance(pretrained, str)
+    return model_fingerprint(
+        model_id=loaded_name(pretrained), gguf_file=gguf, revision=hf_args.get("revision"),
+        weights=weights_fingerprint(pretrained, gguf, getattr(config, "_commit_hash", None)) if local else None,
+        dtype=str(model.dtype), attn_implementation=getattr(config, "_attn_implementation", None),
+        add_bos_token=add_bos_token, max_length=max_length, settings=settings,
+        library_versions={name: _version(name) for name in ("transformers", "torch", "eglr-harness")},
+    )
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 class _SqliteTable:

@@ -10,7 +10,6 @@ compute accounting (``accounts.py``) lands in the results JSON under ``config.eg
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 
 from lm_eval.api.instance import Instance
@@ -18,18 +17,18 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
 from eglr_harness.accounts import RunAccounts
-from eglr_harness.calibrate import DEFAULT_CALIB_LIMIT, calibration_prompts, first_reported, pooled_threshold
+from eglr_harness.calibrate import DEFAULT_CALIB_LIMIT, calibrate, first_reported
 from eglr_harness.cell import Cell
-from eglr_harness.config import TAU_H_CAP, EglrConfig
+from eglr_harness.config import EglrConfig
 from eglr_harness.decoding.generate import eglr_generate
 from eglr_harness.decoding.model_parts import find_model_parts
 from eglr_harness.distributed import process_gather
-from eglr_harness.model_names import model_name
+from eglr_harness.model_names import loaded_name, model_name
 from eglr_harness.pool import Job, PoolPlan, assign_jobs
 from eglr_harness.presets import load_preset
 from eglr_harness.rollout import Rollout
 from eglr_harness.settings import RunSettings, cell_config
-from eglr_harness.stores import RolloutStore, TauHCache, content_key, model_fingerprint, weights_fingerprint
+from eglr_harness.stores import RolloutStore, TauHCache, content_key, loaded_model_fingerprint
 
 logger = logging.getLogger(__name__)
 _NO_PRESET = {"model_args": {}, "eglr": {}, "tau_h": {}, "name": None}
@@ -56,8 +55,10 @@ class EglrHFLM(HFLM):
         self.num_layers = find_model_parts(self.model).num_layers
         for value in self.settings.user_L or ():
             EglrConfig(L=value).validate_for_model(self.num_layers)
-        self.model_name = model_name({k: v for k, v in hf_args.items() if isinstance(v, str)}) or _loaded_name(hf_args["pretrained"])
-        self._fingerprint = self._model_fingerprint(hf_args)
+        self.model_name = model_name({k: v for k, v in hf_args.items() if isinstance(v, str)}) or loaded_name(hf_args["pretrained"])
+        self._fingerprint = loaded_model_fingerprint(self.model, hf_args, settings=self.settings.base.as_dict(),
+                                                     max_length=self.max_length,
+                                                     add_bos_token=getattr(self, "add_bos_token", None))
         self._store = RolloutStore(rollout_cache, rank=self.rank) if rollout_cache else None
         self._gather = process_gather(self.world_size)
         self._memo: dict[str, str] = {}
@@ -68,20 +69,6 @@ class EglrHFLM(HFLM):
         self._entropy_sink: list | None = None  # set while calibrating: refiners of greedy batches
         self.calibrate_always = False  # eglr-calibrate sets it to calibrate L=0 runs too
         self._warned_loglikelihood = False
-
-    def _model_fingerprint(self, hf_args: dict) -> dict:
-        pretrained = hf_args["pretrained"]
-        config = self.model.config
-        return model_fingerprint(
-            model_id=pretrained if isinstance(pretrained, str) else _loaded_name(pretrained),
-            gguf_file=hf_args.get("gguf_file"), revision=hf_args.get("revision"),
-            weights=weights_fingerprint(pretrained, hf_args.get("gguf_file"), getattr(config, "_commit_hash", None))
-            if isinstance(pretrained, str) else None,
-            dtype=str(self.model.dtype), attn_implementation=getattr(config, "_attn_implementation", None),
-            add_bos_token=getattr(self, "add_bos_token", None), max_length=self.max_length,
-            settings=self.settings.base.as_dict(),
-            library_versions={name: _version(name) for name in ("transformers", "torch", "eglr-harness")},
-        )
 
     # ------------------------------------------------------------------ lm-eval hooks
     def set_cache_hook(self, cache_hook) -> None:
@@ -151,11 +138,7 @@ class EglrHFLM(HFLM):
             plan = self.settings.pool_plan(task, gen_kwargs, repeats)
             for cell in plan.cells:
                 EglrConfig(L=cell.L).validate_for_model(self.num_layers)
-            logger.info("eglr-hf task %s: pool of %d configs over %d repeats (%s): %s", task, len(plan.cells),
-                        repeats, plan.reason, ", ".join(c.label for c in plan.cells))
-            if len(plan.cells) < repeats and repeats % len(plan.cells):
-                logger.warning("eglr-hf task %s: %d repeats do not divide evenly over %d configs; configs "
-                               "repeat unevenly in majority votes.", task, repeats, len(plan.cells))
+            plan.log(f"eglr-hf task {task}", repeats)
             self._plans[key] = plan
         return self._plans[key]
 
@@ -182,42 +165,28 @@ class EglrHFLM(HFLM):
             self._ensure_tau_h(task, [j for j in jobs if j.task == task], disable_tqdm)
 
     def _ensure_tau_h(self, task: str | None, jobs: list[Job], disable_tqdm: bool) -> None:
-        """tau_h of ``task``: the setting, or the calibration on the task's first ``calib_limit`` documents.
-
-        Collective: runs on every rank, also one without documents of the task."""
-        if task in self.tau_h_by_task:
-            return
+        """tau_h of ``task``: the setting, or the calibration (collective: every rank, with or without jobs)."""
         setting = self.settings.tau_h_setting(task)
-        if setting != "auto":
-            self.tau_h_by_task[task] = setting
+        if task in self.tau_h_by_task or setting != "auto":
+            self.tau_h_by_task.setdefault(task, setting)
             return
-        local = {(j.doc_id, j.context) for j in jobs}
-        chosen = calibration_prompts(sorted(local), self.settings.calib_limit, self._gather)
         task_gen_kwargs = first_reported(jobs[0].gen_kwargs if jobs else None, self._gather) or {}
         greedy = self.settings.concrete_gen_kwargs(task_gen_kwargs, Cell(0, 0.0), 0, None)
-        key = content_key("tau_h", self._fingerprint, [c for _d, c in chosen], greedy)
-        cache = TauHCache()
-        hit = first_reported(cache.get(key), self._gather)
-        if hit is not None:
-            self.tau_h_by_task[task] = hit["tau_h"]
-            logger.info("eglr-hf task %s: tau_h = %.4f nats (cached calibration of %d prompts)", task, hit["tau_h"], hit["prompts"])
-            return
-        mine = [(c, dict(greedy)) for d, c in chosen if (d, c) in local]
-        logger.info("eglr-hf task %s: calibrating tau_h on a greedy run of %d prompts (%d on this rank)",
-                    task, len(chosen), len(mine))
-        # Decoded afresh (stored greedy texts carry no entropies); the texts are reused as L=0 rollouts.
+        self.tau_h_by_task[task] = calibrate(
+            sorted({(j.doc_id, j.context) for j in jobs}), limit=self.settings.calib_limit, gather=self._gather,
+            key_of=lambda prompts: content_key("tau_h", self._fingerprint, prompts, greedy), cache=TauHCache(),
+            decode_entropies=lambda prompts: self._greedy_entropies(prompts, greedy, disable_tqdm),
+            writer=self.rank == 0, label=f"eglr-hf task {task} ({self.model_name})",
+        )
+
+    def _greedy_entropies(self, prompts: list[str], greedy: dict, disable_tqdm: bool) -> list[float]:
+        """Decode afresh (stored texts carry no entropies); the texts are reused as the L=0 rollouts."""
         self._entropy_sink = []
         try:
-            self._generate(mine, disable_tqdm, reuse=False)
-            entropies = [float(e) for refiner in self._entropy_sink for step in refiner.entropies for e in step.tolist()]
+            self._generate([(p, dict(greedy)) for p in prompts], disable_tqdm, reuse=False)
+            return [e for refiner in self._entropy_sink for step in refiner.entropies for e in step.tolist()]
         finally:
             self._entropy_sink = None
-        tau, tokens = pooled_threshold(entropies, self._gather)
-        self.tau_h_by_task[task] = tau
-        if self.rank == 0:
-            cache.put(key, {"tau_h": tau, "task": task, "model": self.model_name, "prompts": len(chosen), "tokens": tokens})
-        logger.info("eglr-hf task %s: tau_h = %.4f nats (95th percentile of %d token entropies, cap %.1f)",
-                    task, tau, tokens, TAU_H_CAP)
 
     # ------------------------------------------------------------------ generation with resume
     def _generate(self, items: list[tuple[str, dict]], disable_tqdm: bool, reuse: bool = True) -> list[str]:
@@ -276,20 +245,6 @@ def _follow_lm_eval_logging() -> None:
     for handler in theirs.handlers:
         ours.addHandler(handler)
     ours.propagate = False
-
-
-def _loaded_name(pretrained) -> str:
-    """A name for a model object handed to HFLM already loaded."""
-    if isinstance(pretrained, str):
-        return pretrained
-    return getattr(getattr(pretrained, "config", None), "_name_or_path", None) or type(pretrained).__name__
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _freeze(value):
