@@ -398,3 +398,32 @@ def test_refinement_allocates_nothing_that_grows_with_the_context(monkeypatch):
         made[context] = tracker.bytes
     assert made[32] > 0
     assert made[256] == made[32], f"refinement allocated {made} bytes at contexts 32 and 256"
+
+
+# ------------------------------------------------------------------ the KL-exit freeze
+def test_a_row_stays_frozen_at_its_kl_exit_when_a_later_kl_rises(monkeypatch):
+    # The tiny models' KLs shrink at every iteration, so no exit ever meets a later, larger KL there.
+    # Script the KLs instead (one value per iteration, for every row): above tau_kl, below it (the
+    # exit: k* = 2), then above it again for the iterations that still run.
+    model = _model("llama", "sdpa")
+    prompts = _prompts(12)
+    settings = dict(L=2, alpha=0.2, tau_kl=0.5, tau_h=0.0)
+    def scripted(values):
+        calls = []
+
+        def kl(logp_new, logp_old):
+            value = values[len(calls) % len(values)]
+            calls.append(value)
+            return torch.full(logp_new.shape[:1], value, device=logp_new.device)
+
+        return kl
+
+    monkeypatch.setattr(refiner_module, "kl_divergence", scripted([1.0, 0.0, 1.0, 1.0]))
+    stats = EglrStats()
+    tokens, scores = _generate(model, prompts, k_max=4, eglr_stats=stats, **settings)
+    monkeypatch.setattr(refiner_module, "kl_divergence", scripted([1.0, 0.0]))
+    exit_tokens, exit_scores = _generate(model, prompts, k_max=2, **settings)
+    generated = sum(len(_trim(r.tolist())) for r in tokens)
+    assert stats.summary()["iteration_hist"] == {"2": generated}  # every token exits at k = 2, none resumes
+    assert torch.equal(tokens, exit_tokens)
+    torch.testing.assert_close(scores, exit_scores, atol=0, rtol=0)  # the exit iteration's logits
