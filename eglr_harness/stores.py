@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -92,10 +93,20 @@ class _SqliteTable:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._table = table
-        self._db = sqlite3.connect(self.path, timeout=120)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        self._db.commit()
+        # Autocommit; writes take the write lock up front (BEGIN IMMEDIATE), which waits on the busy
+        # timeout instead of failing when a reader's snapshot would need upgrading.
+        self._db = sqlite3.connect(self.path, timeout=120, isolation_level=None)
+        # Switching to WAL can answer "database is locked" at once, without waiting for the busy
+        # timeout, while another process opens the same file: retry for as long as the timeout.
+        for attempt in range(1200):
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute(f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                break
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) or attempt == 1199:
+                    raise
+                time.sleep(0.1)
 
     def __len__(self) -> int:
         return self._db.execute(f"SELECT COUNT(*) FROM {self._table}").fetchone()[0]
@@ -105,9 +116,14 @@ class _SqliteTable:
         return None if row is None else json.loads(row[0])
 
     def put_many(self, records: dict) -> None:
-        with self._db:  # one transaction
-            self._db.executemany(f"INSERT OR REPLACE INTO {self._table} (key, value) VALUES (?, ?)",
-                                 [(k, json.dumps(v)) for k, v in records.items()])
+        rows = [(k, json.dumps(v)) for k, v in records.items()]
+        self._db.execute("BEGIN IMMEDIATE")  # one transaction
+        try:
+            self._db.executemany(f"INSERT OR REPLACE INTO {self._table} (key, value) VALUES (?, ?)", rows)
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def put(self, key: str, value) -> None:
         self.put_many({key: value})
