@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 
 import torch
-from transformers import LogitsProcessor
+from transformers import LogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 
 def row_seed(seed: int, salt: str, prompt_tokens: list[int]) -> int:
@@ -43,7 +43,26 @@ class SeededRowSampler(LogitsProcessor):
             if len(self.seeds) != scores.shape[0]:
                 raise ValueError(f"SeededRowSampler got {len(self.seeds)} seeds for a batch of {scores.shape[0]} rows.")
             self._generators = [torch.Generator(device=scores.device).manual_seed(s) for s in self.seeds]
-        probs = torch.softmax(scores.float(), dim=-1)
-        drawn = torch.stack([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, self._generators)])
+        drawn = torch.stack([draw(row, g) for row, g in zip(scores, self._generators)])
         out = torch.full_like(scores, float("-inf"))
         return out.scatter_(1, drawn, 0.0)
+
+
+def draw(scores: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One token from softmax(scores) with the row's own generator.  scores: (V,) warped -> (1,) long."""
+    return torch.multinomial(torch.softmax(scores.float(), dim=-1), 1, generator=generator)
+
+
+def warp(scores: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """Hugging Face's sampling warpers in ``generate``'s order and on its conditions (temperature
+    unless 1, top-k unless 0, top-p below 1), for callers that draw outside ``generate``.
+
+    scores: (B, V) fp32 -> (B, V), removed tokens at -inf.
+    """
+    if temperature != 1.0:
+        scores = TemperatureLogitsWarper(temperature)(None, scores)
+    if top_k:
+        scores = TopKLogitsWarper(top_k=top_k, min_tokens_to_keep=1)(None, scores)
+    if top_p < 1.0:
+        scores = TopPLogitsWarper(top_p=top_p, min_tokens_to_keep=1)(None, scores)
+    return scores

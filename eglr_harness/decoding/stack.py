@@ -1,0 +1,124 @@
+"""The modules of a transformers causal LM that the continuous engine calls one by one.
+
+The continuous engine (``continuous.py``) runs the model's own modules — token embeddings,
+rotary embeddings, decoder layers, final norm, unembedding — in a loop of its own, so that rows
+that refine join the batch in the top L layers only. That needs the model's forward preamble
+(what happens between the embeddings and the first layer) to be the plain one; it is for the
+families below, whose layers take ``(hidden, attention_mask, position_embeddings, position_ids,
+past_key_values)`` and whose embedding modules apply any scale themselves (Gemma). Everything
+else is refused, naming ``engine=hf``, which drives any model through ``generate``.
+
+Shape letters: B rows, Q positions, D hidden size, V vocabulary, d rotary size.
+"""
+
+from __future__ import annotations
+
+import inspect
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from transformers import AttentionInterface
+
+from eglr_harness.decoding.functional import softcap
+from eglr_harness.decoding.model_parts import ModelParts, find_model_parts
+from eglr_harness.decoding.slots import ATTENTION_NAME, slot_attention
+
+SUPPORTED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text")
+FALLBACK = "use engine=hf, which decodes any transformers causal LM through generate"
+
+AttentionInterface.register(ATTENTION_NAME, slot_attention)
+
+
+@dataclass(frozen=True)
+class ModelStack:
+    """A supported causal LM, seen as the parts the continuous engine calls.
+
+    Attributes:
+        parts: layers, final norm, unembedding and final-logit soft-cap (``model_parts``).
+        embed: the token embedding module (scales included).
+        rotary: the rotary embedding module; ``rotary_by_kind`` when it takes the layer kind (Gemma-3).
+        layer_kinds: per layer, ``"full_attention"`` or ``"sliding_attention"``.
+        windows: layer kind -> sliding window W (None = full attention).
+    """
+
+    model: torch.nn.Module
+    parts: ModelParts
+    embed: torch.nn.Module
+    rotary: torch.nn.Module
+    rotary_by_kind: bool
+    layer_kinds: tuple[str, ...]
+    windows: dict
+
+    @classmethod
+    def of(cls, model) -> "ModelStack":
+        """The stack of ``model``, or ``ValueError`` naming why the engine cannot drive it."""
+        config = model.config
+        family = getattr(config, "model_type", None)
+        if family not in SUPPORTED_FAMILIES:
+            raise ValueError(f"engine=continuous cannot drive model_type={family!r} (supported: "
+                             f"{', '.join(SUPPORTED_FAMILIES)}); {FALLBACK}.")
+        if getattr(config, "use_bidirectional_attention", False):
+            raise ValueError(f"engine=continuous does not support bidirectional attention ({family}); {FALLBACK}.")
+        devices = {str(d) for d in (getattr(model, "hf_device_map", None) or {}).values()}
+        if len(devices) > 1:
+            raise ValueError(f"engine=continuous runs a model on one device, not split over {sorted(devices)} "
+                             f"(parallelize / device_map); {FALLBACK}.")
+        parts = find_model_parts(model)
+        decoder = model.get_decoder()
+        rotary = getattr(decoder, "rotary_emb", None)
+        if rotary is None or not hasattr(decoder, "embed_tokens"):
+            raise ValueError(f"engine=continuous found no embed_tokens/rotary_emb on {type(decoder).__name__}; "
+                             f"{FALLBACK}.")
+        kinds = tuple(getattr(config, "layer_types", None) or
+                      ["sliding_attention" if getattr(config, "sliding_window", None) else "full_attention"]
+                      * parts.num_layers)[:parts.num_layers]
+        unknown = set(kinds) - {"full_attention", "sliding_attention"}
+        if unknown:
+            raise ValueError(f"engine=continuous does not know the layer kinds {sorted(unknown)}; {FALLBACK}.")
+        windows = {"full_attention": None}
+        if "sliding_attention" in kinds:
+            windows["sliding_attention"] = int(config.sliding_window)
+        return cls(model=model, parts=parts, embed=decoder.embed_tokens, rotary=rotary,
+                   rotary_by_kind="layer_type" in inspect.signature(rotary.forward).parameters,
+                   layer_kinds=kinds, windows=windows)
+
+    @property
+    def num_layers(self) -> int:
+        return self.parts.num_layers
+
+    @property
+    def device(self) -> torch.device:
+        return self.parts.lm_head.weight.device
+
+    def rotary_angles(self, hidden: torch.Tensor, positions: torch.Tensor) -> dict[str, tuple]:
+        """Per layer kind, (cos, sin) of shape (B, Q, d) for ``positions`` (B, Q)."""
+        if self.rotary_by_kind:
+            return {kind: self.rotary(hidden, positions, kind) for kind in self.windows}
+        angles = self.rotary(hidden, positions)
+        return {kind: angles for kind in self.windows}
+
+    def layer(self, index: int, hidden, mask, angles, positions, cache) -> torch.Tensor:
+        """Decoder layer ``index`` on hidden (G, Q, D) -> (G, Q, D)."""
+        out = self.parts.layers[index](hidden, attention_mask=mask, position_embeddings=angles,
+                                       position_ids=positions, past_key_values=cache, use_cache=True)
+        return out[0] if isinstance(out, tuple) else out
+
+    def logits(self, last_hidden: torch.Tensor) -> torch.Tensor:
+        """Raw logits (before any soft-cap) of h^(N): (G, D) -> (G, V)."""
+        return self.parts.lm_head(self.parts.final_norm(last_hidden[:, None]))[:, 0]
+
+    def emitted(self, raw: torch.Tensor) -> torch.Tensor:
+        """What ``generate`` decodes from: the soft-capped logits in fp32.  (G, V) -> (G, V)."""
+        return softcap(raw, self.parts.logit_softcap).float()
+
+    @contextmanager
+    def slot_attention(self):
+        """The model's attention modules call ``slots.slot_attention`` while the context is open."""
+        config = self.model.config
+        previous = config._attn_implementation_internal
+        config._attn_implementation_internal = ATTENTION_NAME
+        try:
+            yield
+        finally:
+            config._attn_implementation_internal = previous

@@ -1,0 +1,159 @@
+"""The continuous engine (refinement folded into the batch, continuous batching) against the naive
+uncached reference (tests/engine/naive_reference.py) and against transformers' own ``generate``."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+
+from inputs import random_prompts
+from naive_reference import naive_eglr_greedy, naive_eglr_sampled
+from tiny_models import TINY_ARCHS, build_tiny_model
+
+from eglr_harness.config import EglrConfig
+from eglr_harness.decoding.accounting import EglrStats
+from eglr_harness.decoding.continuous import ContinuousEngine, Request
+
+VOCAB, LAYERS, EOS, PAD = 96, 4, 2, 0
+MAX_NEW = 10
+TAU_KL, KL_MARGIN = 4.4e-4, 1e-3  # as in test_engine_vs_naive: chosen so that every observed KL stays clear
+ARCHS = (*TINY_ARCHS, "gemma3")
+# Very different lengths and more prompts than slots: rows finish at different times and later
+# rows join a running batch.
+LENGTHS = (9, 3, 17, 5, 12, 7)
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def model(request):
+    return build_tiny_model(request.param, vocab_size=VOCAB, num_layers=LAYERS, seed=1)
+
+
+def _run(model, prompts, configs, *, max_batch=2, seeds=None, **kwargs):
+    requests = [Request(tuple(p), c, MAX_NEW, seed=None if seeds is None else seeds[i])
+                for i, (p, c) in enumerate(zip(prompts, configs))]
+    return ContinuousEngine(model, max_batch=max_batch, eos_token_ids=[EOS]).run(requests, **kwargs)
+
+
+def _median_entropy(model, prompts) -> float:
+    outcomes = _run(model, prompts, [EglrConfig(L=0)] * len(prompts), record_entropies=True)
+    values = sorted(e for o in outcomes for e in o.entropies)
+    middle = len(values) // 2
+    return (values[middle - 1] + values[middle]) / 2  # halfway between two observed values
+
+
+@pytest.mark.parametrize("L", [1, 2, LAYERS])
+@pytest.mark.parametrize("gate", ["always", "median"])
+def test_greedy_tokens_and_iterations_match_naive_reference(model, L, gate):
+    prompts = random_prompts(0, lengths=LENGTHS, vocab=VOCAB)
+    tau_h = 0.0 if gate == "always" else _median_entropy(model, prompts)
+    settings = dict(L=L, alpha=0.2, k_max=3, tau_kl=TAU_KL, tau_h=tau_h)
+    outcomes = _run(model, prompts, [EglrConfig(**settings)] * len(prompts))
+    gated_somewhere = False
+    for prompt, outcome in zip(prompts, outcomes):
+        kls, ks = [], []
+        ref_tokens, _, gated = naive_eglr_greedy(model, prompt, max_new_tokens=MAX_NEW, eos_ids={EOS},
+                                                 kl_sink=kls, iterations_sink=ks, **settings)
+        closest = min((abs(kl - TAU_KL) / TAU_KL for kl in kls), default=1.0)
+        assert closest > KL_MARGIN, f"a KL lies within {closest:.1e} (relative) of tau_kl: pick another TAU_KL"
+        assert outcome.tokens == ref_tokens
+        assert outcome.gated == sum(gated)
+        assert outcome.iterations == Counter(k for k in ks if k > 0)
+        gated_somewhere |= any(gated)
+    assert gated_somewhere, "the thresholds must make the gate fire"
+
+
+def test_plain_decoding_equals_generate_token_for_token(model):
+    """L=0 (and a gate that never fires) is transformers' greedy generate, each prompt alone."""
+    prompts = random_prompts(3, lengths=(3, 17, 5, 30, 9), vocab=VOCAB)
+    plain = _run(model, prompts, [EglrConfig(L=0)] * len(prompts))
+    never = _run(model, prompts, [EglrConfig(L=2, tau_h=math.inf)] * len(prompts))
+    for prompt, a, b in zip(prompts, plain, never):
+        ids = torch.tensor([prompt])
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_NEW, do_sample=False,
+                             pad_token_id=PAD, eos_token_id=EOS)
+        expected = out[0, len(prompt):].tolist()
+        assert a.tokens == expected
+        assert b.tokens == expected
+
+
+def test_sampled_rows_match_naive_reference_draw_for_draw(model):
+    prompts = random_prompts(5, lengths=LENGTHS[:4], vocab=VOCAB)
+    settings = dict(L=2, alpha=0.2, k_max=3, tau_kl=TAU_KL, tau_h=0.0)
+    config = EglrConfig(T=0.7, top_k=20, top_p=0.9, **settings)
+    seeds = [1000 + i for i in range(len(prompts))]
+    outcomes = _run(model, prompts, [config] * len(prompts), seeds=seeds)
+    for prompt, seed, outcome in zip(prompts, seeds, outcomes):
+        ref_tokens, _, _ = naive_eglr_sampled(
+            model, prompt, max_new_tokens=MAX_NEW, eos_ids={EOS}, temperature=0.7, top_k=20, top_p=0.9,
+            generator=torch.Generator().manual_seed(seed), **settings)
+        assert outcome.tokens == ref_tokens
+
+
+def test_a_row_does_not_depend_on_its_neighbours():
+    """Cells of different L and T share the running batch; each row equals its request decoded alone."""
+    model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=LAYERS, seed=2)
+    prompts = random_prompts(7, lengths=LENGTHS, vocab=VOCAB)
+    configs = [EglrConfig(L=0), EglrConfig(L=1, tau_h=0.0, tau_kl=TAU_KL), EglrConfig(L=4, tau_h=0.0, tau_kl=TAU_KL),
+               EglrConfig(L=2, T=0.8, tau_h=0.0, tau_kl=TAU_KL), EglrConfig(L=0, T=1.0),
+               EglrConfig(L=3, alpha=0.5, tau_h=0.0, tau_kl=TAU_KL)]
+    seeds = [7 * i + 1 for i in range(len(prompts))]
+    together = _run(model, prompts, configs, max_batch=3, seeds=seeds)
+    for i, (prompt, config) in enumerate(zip(prompts, configs)):
+        alone = _run(model, [prompt], [config], max_batch=1, seeds=[seeds[i]])[0]
+        assert together[i].tokens == alone.tokens
+        assert together[i].iterations == alone.iterations
+
+
+def test_accounting_counts_what_ran(model):
+    prompts = random_prompts(4, lengths=LENGTHS, vocab=VOCAB)
+    config = EglrConfig(L=2, tau_h=0.0, tau_kl=TAU_KL, k_max=3)
+    stats = {}
+    outcomes = _run(model, prompts, [config] * len(prompts),
+                    stats_for=lambda c: stats.setdefault(c, EglrStats()))
+    summary = stats[config].summary()
+    generated = sum(len(o.tokens) for o in outcomes)
+    assert summary["tokens"] == generated
+    assert summary["gated_tokens"] == generated  # tau_h = 0 gates every token
+    iterations = sum((o.iterations for o in outcomes), Counter())
+    assert summary["iteration_hist"] == {str(k): iterations[k] for k in sorted(iterations)}
+    expected = 1 + 2 * sum(k * c for k, c in iterations.items()) / (LAYERS * generated)
+    assert summary["flop_ratio"] == pytest.approx(expected)
+    assert summary["batched_flop_ratio"] == pytest.approx(expected)  # no row is computed and discarded
+    assert 0 < summary["p_step_gated"] <= 1
+
+
+def test_recorded_entropies_are_the_plain_pass_entropies():
+    model = build_tiny_model("qwen2", vocab_size=VOCAB, num_layers=LAYERS, seed=3)
+    prompt = random_prompts(8, lengths=(6,), vocab=VOCAB)[0]
+    outcome = _run(model, [prompt], [EglrConfig(L=0)], record_entropies=True)[0]
+    seq, expected = list(prompt), []
+    for token in outcome.tokens:
+        with torch.no_grad():
+            logits = model(torch.tensor([seq])).logits[0, -1].float()
+        logp = torch.log_softmax(logits, -1)
+        expected.append(float(-(logp.exp() * logp).sum()))
+        seq.append(token)
+    assert outcome.entropies == pytest.approx(expected, abs=1e-5)
+
+
+def test_unsupported_models_and_bad_requests_are_refused():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=2, n_head=2)).eval()
+    with pytest.raises(ValueError, match="model_type='gpt2'.*engine=hf"):
+        ContinuousEngine(gpt2, max_batch=2)
+    model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=LAYERS)
+    with pytest.raises(ValueError, match="max_batch"):
+        ContinuousEngine(model, max_batch=0)
+    engine = ContinuousEngine(model, max_batch=2)
+    with pytest.raises(ValueError, match="`L`=5 exceeds the model's 4"):
+        engine.run([Request((5, 6), EglrConfig(L=5), 4)])
+    with pytest.raises(ValueError, match="needs its row `seed`"):
+        Request((5, 6), EglrConfig(L=1, T=0.5), 4)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        Request((5, 6), EglrConfig(L=1), 0)
+    with pytest.raises(ValueError, match="tokenizer"):
+        engine.run([Request((5, 6), EglrConfig(L=1), 4, stop_strings=("\n",))])
