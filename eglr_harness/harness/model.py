@@ -23,6 +23,7 @@ from eglr_harness.config import EglrConfig
 from eglr_harness.decoding.generate import eglr_generate
 from eglr_harness.decoding.model_parts import find_model_parts
 from eglr_harness.distributed import process_gather
+from eglr_harness.harness.continuous import build_engine, check_engine, generate_continuous
 from eglr_harness.model_names import loaded_name, model_name
 from eglr_harness.pool import Job, PoolPlan, assign_jobs
 from eglr_harness.presets import load_preset
@@ -40,7 +41,7 @@ class EglrHFLM(HFLM):
 
     def __init__(self, pretrained=None, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
                  top_k=None, top_p=None, seed=None, model_config=None, calib_limit=DEFAULT_CALIB_LIMIT,
-                 rollout_cache=None, **kwargs):
+                 rollout_cache=None, engine="hf", **kwargs):
         _follow_lm_eval_logging()
         self.preset = load_preset(model_config) if model_config else _NO_PRESET
         hf_args = {**self.preset["model_args"], **kwargs}
@@ -48,6 +49,7 @@ class EglrHFLM(HFLM):
             hf_args["pretrained"] = pretrained
         if "pretrained" not in hf_args:
             raise ValueError("eglr-hf needs `pretrained` (a hub id or folder) or `model_config` (a preset name).")
+        self.engine = check_engine(engine)
         self.settings = RunSettings.from_args(self.preset, L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl,
                                               tau_h=tau_h, top_k=top_k, top_p=top_p, seed=seed, calib_limit=calib_limit)
         super().__init__(**hf_args)
@@ -69,6 +71,7 @@ class EglrHFLM(HFLM):
         self._entropy_sink: list | None = None  # set while calibrating: refiners of greedy batches
         self.calibrate_always = False  # eglr-calibrate sets it to calibrate L=0 runs too
         self._warned_loglikelihood = False
+        self._continuous = build_engine(self) if self.engine == "continuous" else None
 
     # ------------------------------------------------------------------ lm-eval hooks
     def set_cache_hook(self, cache_hook) -> None:
@@ -122,6 +125,7 @@ class EglrHFLM(HFLM):
             "model": self.model_name,
             "num_layers": self.num_layers,
             "preset": self.preset.get("name"),
+            "engine": self.engine,
             "settings": {"alpha": s.alpha, "k_max": s.k_max, "tau_kl": s.tau_kl, "top_k": s.top_k, "top_p": s.top_p, "seed": s.seed},
             "tau_h": dict(self.tau_h_by_task),
             "stats": (self._gathered_accounts or self.accounts).summary(),
@@ -184,7 +188,9 @@ class EglrHFLM(HFLM):
         self._entropy_sink = []
         try:
             self._generate([(p, dict(greedy)) for p in prompts], disable_tqdm, reuse=False)
-            return [e for refiner in self._entropy_sink for step in refiner.entropies for e in step.tolist()]
+            # refiners (hf engine) hold one tensor per step, outcomes (continuous engine) one float per token
+            return [e for source in self._entropy_sink for step in source.entropies
+                    for e in (step.tolist() if hasattr(step, "tolist") else [step])]
         finally:
             self._entropy_sink = None
 
@@ -198,8 +204,14 @@ class EglrHFLM(HFLM):
             logger.info("eglr-hf: %d of %d rollouts reused from earlier work", len(items) - len(missing), len(items))
             self.accounts.reused.update(Cell.of(items[i][1]["eglr_L"], items[i][1]["eglr_T"])
                                         for i, t in enumerate(texts) if t is not None)
+        if missing and self._continuous is not None:
+            fresh = generate_continuous(self, self._continuous, [items[i] for i in missing], disable_tqdm=disable_tqdm,
+                                        record_entropies=self._entropy_sink is not None,
+                                        entropy_sink=self._entropy_sink, on_text=self._remember)
+            for i, text in zip(missing, fresh):
+                texts[i] = text
         # Every rank enters HFLM's loop, also with nothing to do: with batch_size=auto it all-gathers.
-        if missing or self.world_size > 1:
+        elif missing or (self.world_size > 1 and self._continuous is None):
             instances = [Instance("generate_until", doc={}, arguments=items[i], idx=0) for i in missing]
             previous_hook, self.cache_hook = self.cache_hook, _RolloutHook(self)  # HFLM reports each text here
             try:

@@ -1,0 +1,76 @@
+"""eglr-hf with engine=continuous: the same rollouts as engine=hf (and lm-eval's hf at L=0), the same
+accounting, the rollout store, and the errors that send a user back to engine=hf."""
+
+from __future__ import annotations
+
+import pytest
+from lm_eval.models.huggingface import HFLM
+
+from inputs import CONTEXTS, requests_for
+
+from eglr_harness.harness.model import EglrHFLM
+from eglr_harness.rollout import rollout_meta
+
+GREEDY = {"until": ["\n\n", "."], "max_gen_toks": 12, "do_sample": False}
+POOL = {**GREEDY, "eglr_L": "0-4", "eglr_T": 0, "eglr_budget_T": "0.1-1.0:0.1"}
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tiny_model_dir):
+    return str(tiny_model_dir("llama"))
+
+
+def _lm(path, engine, **kwargs):
+    return EglrHFLM(pretrained=path, device="cpu", dtype="float32", engine=engine, **kwargs)
+
+
+def test_L0_matches_lm_eval_hf(llama_dir):
+    expected = HFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4).generate_until(
+        requests_for(CONTEXTS, GREEDY))
+    got = _lm(llama_dir, "continuous", batch_size=2, L=0).generate_until(requests_for(CONTEXTS, GREEDY))
+    assert [str(g) for g in got] == expected
+    assert any(text.strip() for text in expected)
+
+
+@pytest.mark.parametrize("L", [None, 2])  # the task's L pool at T=0, or L pinned: T = 0.1..1.0 sampled
+def test_pool_rollouts_equal_the_hf_engine(llama_dir, L):
+    settings = dict(tau_h=0.0, **({"L": L} if L else {}))
+    hf = _lm(llama_dir, "hf", batch_size=4, **settings)
+    continuous = _lm(llama_dir, "continuous", batch_size=3, **settings)
+    a = hf.generate_until(requests_for(CONTEXTS[:3], POOL, repeats=10))
+    b = continuous.generate_until(requests_for(CONTEXTS[:3], POOL, repeats=10))
+    assert [str(x) for x in a] == [str(x) for x in b]
+    assert [rollout_meta(x) for x in a] == [rollout_meta(x) for x in b]
+    hf_cells = hf.get_model_info()["eglr"]["stats"]["cells"]
+    ours = continuous.get_model_info()["eglr"]
+    assert ours["engine"] == "continuous"
+    for label, stats in ours["stats"]["cells"].items():
+        for key in ("tokens", "gated_tokens", "iteration_hist"):
+            assert stats[key] == hf_cells[label][key], (label, key)
+        assert stats["batched_flop_ratio"] == pytest.approx(stats["flop_ratio"])
+
+
+def test_calibration_and_store_work_through_the_engine(llama_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path / "cache"))
+    hf = _lm(llama_dir, "hf", batch_size=4, L=3, tau_h="auto", calib_limit=4)
+    continuous = _lm(llama_dir, "continuous", batch_size=2, L=3, tau_h="auto", calib_limit=4,
+                     rollout_cache=str(tmp_path / "store"))
+    monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path / "cache2"))  # no cached value: both calibrate
+    a = hf.generate_until(requests_for(CONTEXTS, GREEDY))
+    b = continuous.generate_until(requests_for(CONTEXTS, GREEDY))
+    assert continuous.tau_h_by_task == pytest.approx(hf.tau_h_by_task)
+    assert [str(x) for x in a] == [str(x) for x in b]
+    again = _lm(llama_dir, "continuous", batch_size=2, L=3, tau_h=continuous.tau_h_by_task["unit_task"],
+                rollout_cache=str(tmp_path / "store"))
+    assert [str(x) for x in again.generate_until(requests_for(CONTEXTS, GREEDY))] == [str(x) for x in b]
+    assert again.get_model_info()["eglr"]["stats"]["reused_rollouts"]["total"] == len(CONTEXTS)
+
+
+def test_bad_engine_settings_are_refused(llama_dir):
+    with pytest.raises(ValueError, match="`engine`='vllm' is not allowed; allowed: hf, continuous"):
+        _lm(llama_dir, "vllm")
+    with pytest.raises(ValueError, match="fixed batch_size"):
+        _lm(llama_dir, "continuous", batch_size="auto")
+    lm = _lm(llama_dir, "continuous", batch_size=2, L=0)
+    with pytest.raises(ValueError, match=r"\['repetition_penalty'\] need generate: use engine=hf"):
+        lm.generate_until(requests_for(CONTEXTS[:1], {**GREEDY, "repetition_penalty": 1.3}))
