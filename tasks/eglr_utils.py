@@ -18,7 +18,8 @@ INSTRUCTION = "Please reason step by step, and put your final answer within \\bo
 
 
 def load_benchmark(eglr_benchmark: str, eglr_data_dir: str | None = None, eglr_split: str | None = None,
-                   eglr_demo_n: int | None = None, eglr_demo_seed: int | None = None, **_ignored):
+                   eglr_demo_n: int | None = None, eglr_demo_seed: int | None = None,
+                   eglr_demo_levels=None, **_ignored):
     """``custom_dataset`` of every eglr task: ``{split: Dataset}`` in the internal schema.
 
     lm-eval calls it with the task's ``metadata`` (which also holds ``--metadata`` and the model
@@ -28,6 +29,7 @@ def load_benchmark(eglr_benchmark: str, eglr_data_dir: str | None = None, eglr_s
         eglr_benchmark, split=eglr_split, data_dir=eglr_data_dir,
         demo_n=None if eglr_demo_n is None else int(eglr_demo_n),
         demo_seed=None if eglr_demo_seed is None else int(eglr_demo_seed),
+        demo_levels=eglr_demo_levels,
     )
 
 

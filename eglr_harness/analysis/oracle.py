@@ -16,7 +16,15 @@ from eglr_harness.analysis.accuracy import pool_cells
 from eglr_harness.analysis.load import GREEDY, Grid
 from eglr_harness.cell import Cell
 
-__all__ = ["CORNERS", "union_size", "cumulative_oracle", "oracle_corners", "corner_cells", "expected_random_oracle"]
+__all__ = [
+    "CORNERS",
+    "union_size",
+    "cumulative_oracle",
+    "oracle_corners",
+    "corner_cells",
+    "random_oracle_per_doc",
+    "expected_random_oracle",
+]
 
 # The four named corners of the cumulative oracle and the pool each adds greedy to.
 CORNERS = {"greedy": None, "T-only": "T", "L-only": "L", "joint": "LxT"}
@@ -62,13 +70,11 @@ def corner_cells(grid: Grid) -> dict[Cell, str]:
     return names
 
 
-def expected_random_oracle(solved: Mapping[Cell, frozenset[int]], cells: Sequence[Cell], budget: int) -> float:
-    """Expected number of documents solved by ``budget`` cells drawn uniformly without replacement from ``cells``.
+def random_oracle_per_doc(solved: Mapping[Cell, frozenset[int]], cells: Sequence[Cell], budget: int) -> dict[int, float]:
+    """doc -> probability that ``budget`` cells drawn uniformly without replacement from ``cells`` solve it.
 
-    Exact, not sampled: a document solved by ``s`` of the ``n`` cells is missed by a random
-    ``budget``-subset with probability C(n - s, budget) / C(n, budget). It is the equal-budget
-    yardstick for a pool: an oracle gain that random cells of the same number also reach is budget,
-    not complementarity.
+    Exact: a document solved by ``s`` of the ``n`` cells is missed with probability
+    C(n - s, budget) / C(n, budget). Documents no cell solves are left out (probability 0).
     """
     n = len(cells)
     if not 0 <= budget <= n:
@@ -78,4 +84,14 @@ def expected_random_oracle(solved: Mapping[Cell, frozenset[int]], cells: Sequenc
         for doc in solved.get(cell, frozenset()):
             per_doc[doc] = per_doc.get(doc, 0) + 1
     total = comb(n, budget)
-    return sum(1 - comb(n - s, budget) / total for s in per_doc.values())
+    return {doc: 1 - comb(n - s, budget) / total for doc, s in sorted(per_doc.items())}
+
+
+def expected_random_oracle(solved: Mapping[Cell, frozenset[int]], cells: Sequence[Cell], budget: int) -> float:
+    """Expected number of documents solved by ``budget`` cells drawn uniformly without replacement from ``cells``.
+
+    Exact, not sampled (the sum of :func:`random_oracle_per_doc`). It is the equal-budget
+    yardstick for a pool: an oracle gain that random cells of the same number also reach is budget,
+    not complementarity.
+    """
+    return sum(random_oracle_per_doc(solved, cells, budget).values())

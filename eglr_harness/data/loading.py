@@ -80,6 +80,7 @@ def load_problems(
     data_dir: str | Path | None = None,
     demo_n: int | None = None,
     demo_seed: int | None = None,
+    demo_levels=None,
 ) -> list[dict]:
     """Problems of benchmark ``name`` in the internal schema, in dataset order.
 
@@ -87,13 +88,14 @@ def load_problems(
         name: one of ``gsm8k, math500, minerva_math, amc23, aime24, aime25`` or ``demo``.
         split: dataset split (default: the benchmark's test split).
         data_dir: local folder (overrides ``EGLR_DATA_DIR``); ``None`` = env var, else the hub.
-        demo_n, demo_seed: size and seed of the generated demo set (``demo`` only).
+        demo_n, demo_seed, demo_levels: size, seed and levels (``None``: all; ``"1,2"``, ``[1, 2]``)
+            of the generated demo set (``demo`` only).
     """
     if name == DEMO:
         from eglr_harness.data.demo import DEFAULT_N, DEFAULT_SEED, generate_problems
 
         n = DEFAULT_N if demo_n is None else demo_n
-        return generate_problems(n, seed=DEFAULT_SEED if demo_seed is None else demo_seed)
+        return generate_problems(n, seed=DEFAULT_SEED if demo_seed is None else demo_seed, levels=demo_levels)
     source = benchmark(name)
     split = split or source.split
     folder = Path(data_dir).expanduser() if data_dir else data_dir_from_env()

@@ -134,6 +134,56 @@ def test_demo_size_is_validated(n):
         generate_problems(n)
 
 
+def test_demo_levels_pick_the_default_sets_problems():
+    # levels 1 and 2 are problems 0, 1, 5, 6, 10, ... of the default set (problem i has level i % 5 + 1)
+    subset = generate_problems(6, levels=[1, 2])
+    assert [p["id"] for p in subset] == ["demo-1333-0000", "demo-1333-0001", "demo-1333-0005",
+                                         "demo-1333-0006", "demo-1333-0010", "demo-1333-0011"]
+    assert [p["metadata"]["level"] for p in subset] == ["1", "2", "1", "2", "1", "2"]
+    default = generate_problems(12)
+    assert subset == [default[i] for i in (0, 1, 5, 6, 10, 11)]
+    assert [p["id"] for p in generate_problems(3, seed=7, levels=4)] == ["demo-7-0003", "demo-7-0008", "demo-7-0013"]
+
+
+def test_demo_levels_extend_and_default_is_unchanged():
+    assert generate_problems(9, levels="1,3")[:4] == generate_problems(4, levels="1,3")
+    assert generate_problems(20, levels=None) == generate_problems(20) == generate_problems(20, levels="1-5")
+    assert [p["metadata"]["level"] for p in generate_problems(5, levels="5|2")] == ["2", "5", "2", "5", "2"]
+    assert generate_problems(4, levels="2-3") == generate_problems(4, levels=[3, 2]) == generate_problems(4, levels="2;3")
+    assert load_problems("demo", demo_n=2, demo_levels="3")[1]["id"] == "demo-1333-0007"
+
+
+def test_demo_level_0_is_opt_in_and_never_repeats_before_its_132_problems():
+    zero = generate_problems(3, levels=0)
+    assert [(p["id"], p["problem"], p["answer"]) for p in zero] == [
+        ("demo-1333-level0-0000", "What is 10 more than 14?", "24"),
+        ("demo-1333-level0-0001", "What is 10 more than 69?", "79"),
+        ("demo-1333-level0-0002", "What is 10 more than 49?", "59"),
+    ]
+    assert all(p["metadata"]["level"] == "0" for p in zero)
+    mixed = generate_problems(4, levels="0,1")
+    assert [p["id"] for p in mixed] == ["demo-1333-level0-0000", "demo-1333-0000", "demo-1333-level0-0001", "demo-1333-0005"]
+    assert all(p["metadata"]["level"] != "0" for p in generate_problems(500))  # never in the default set
+    many = generate_problems(140, levels=0, seed=5)
+    texts = [p["problem"] for p in many]
+    assert len(set(texts[:132])) == 132 and texts[132:] == texts[:8]  # 88 "ten more" + 44 doubles, then again
+    for p in many:
+        if m := re.fullmatch(r"What is 10 more than (\d+)\?", p["problem"]):
+            assert 2 <= int(m[1]) <= 89 and p["answer"] == str(int(m[1]) + 10)
+        else:
+            a, b = re.fullmatch(r"What is (\d+) \+ (\d+)\?", p["problem"]).groups()
+            assert a == b and 2 <= int(a) <= 45 and p["answer"] == str(2 * int(a))
+
+
+@pytest.mark.parametrize("levels, bad", [(-1, "level -1"), ("-1", "'-1'"), (6, "level 6"), ("1,7", "level 7"), ("a", "'a'"),
+                                         ("3-1", "'3-1'"), ([], "names no level"), ("", "names no level"),
+                                         (True, "True"), (1.5, "1.5"), (["1"], "'1'")])
+def test_demo_levels_are_validated(levels, bad):
+    with pytest.raises(ValueError, match="demo_levels") as err:
+        generate_problems(5, levels=levels)
+    assert bad in str(err.value) and "allowed: levels 0..5 (default 1-5" in str(err.value)
+
+
 def test_demo_needs_no_files(monkeypatch, tmp_path):
     monkeypatch.setenv("EGLR_DATA_DIR", str(tmp_path))  # empty: the demo must not look there
     assert len(load_problems("demo")) == 50

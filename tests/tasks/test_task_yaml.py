@@ -107,6 +107,18 @@ def test_demo_size_from_metadata():
     assert len(tm.load(["eglr_demo"])["tasks"]["eglr_demo"].eval_docs) == 12
 
 
+def test_demo_levels_from_metadata():
+    from lm_eval.tasks import TaskManager
+
+    tm = TaskManager(include_path=str(TASKS_DIR), include_defaults=False,
+                     metadata={"eglr_demo_n": 4, "eglr_demo_levels": "2,4"})
+    docs = tm.load(["eglr_demo_lxt"])["tasks"]["eglr_demo_lxt"].eval_docs
+    assert [d["id"] for d in docs] == ["demo-1333-0001", "demo-1333-0003", "demo-1333-0006", "demo-1333-0008"]
+    with pytest.raises(ValueError, match="`demo_levels`='9'"):
+        TaskManager(include_path=str(TASKS_DIR), include_defaults=False,
+                    metadata={"eglr_demo_levels": "9"}).load(["eglr_demo"])
+
+
 # --------------------------------------------------------------------------- README pool table
 
 def _readme_pool_rows():

@@ -6,6 +6,7 @@ from eglr_harness.analysis.sections import runs  # noqa: F401  Runs, Grid covera
 from eglr_harness.analysis.sections import accuracy  # noqa: F401  Accuracy per cell
 from eglr_harness.analysis.sections import oracle  # noqa: F401  Cumulative oracle
 from eglr_harness.analysis.sections import pools  # noqa: F401  Pools (Table 5)
+from eglr_harness.analysis.sections import intervals  # noqa: F401  Confidence intervals
 from eglr_harness.analysis.sections import disagreement  # noqa: F401  Disagreement, exclusive, marginal
 from eglr_harness.analysis.sections import budget  # noqa: F401  Majority vote and oracle vs budget
 from eglr_harness.analysis.sections import compute  # noqa: F401  Compute
