@@ -1,8 +1,12 @@
 """EGLR decoding benchmarks on SmolLM2-135M (CPU or GPU), reported as ratios measured in one run.
 
-1. eglr-hf at L=0 vs lm-eval's `hf` (greedy, batch 8): throughput ratio (target >= 1.0).
-2. eglr-hf at L=10 with a calibrated tau_h vs L=0: wall-time ratio, set against the per-row
-   bound 1 + rho*k*L/N and the batched bound 1 + P(any row gated)*k*L/N (target <= 1.15).
+Modes: `hf` = lm-eval's HFLM; `L0`, `L10` = eglr-hf (engine=hf) at L=0 / L=10; `cL0`, `cL10` =
+eglr-hf with engine=continuous (refinement folded into the batch, continuous batching).
+
+1. eglr-hf at L=0 vs lm-eval's `hf` (greedy): throughput ratio, per engine (targets: >= 1.0 for
+   engine=hf, >= 1.3 for engine=continuous).
+2. eglr-hf at L=10 with a calibrated tau_h vs L=0, per engine: wall-time ratio, set against the
+   per-row bound 1 + rho*k*L/N and the batched bound 1 + P(any row gated)*k*L/N (target <= 1.15).
    Each mode is timed `--repeats` times in one warm process; the best run counts.
 3. Peak memory (max RSS of a process running one mode; CUDA peak allocated on GPU).
 
@@ -10,6 +14,7 @@ Each mode runs in its own subprocess (so peak memory is its own) on the same pro
 `--prompts` GSM8K questions of $EGLR_DATA_DIR (default ../shared/data) with SmolLM2's chat template.
 
     python benchmarks/bench_decoding.py --prompts 16 --max_gen_toks 128 --out benchmarks/results.json
+    python benchmarks/bench_decoding.py --modes cL0,cL10,L0,L10 --prompts 32 --batch_size 32 --tau_h 2.5 ...
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODES = ("hf", "L0", "L10")
+MODES = {"hf": None, "L0": ("hf", 0), "L10": ("hf", 10), "cL0": ("continuous", 0), "cL10": ("continuous", 10)}
 
 
 def _prompts(n: int, tokenizer) -> list[str]:
@@ -50,13 +55,14 @@ def run_mode(mode: str, n_prompts: int, max_gen_toks: int, batch_size: int, tau_
     if mode == "hf":
         lm = HFLM(**common)
     else:
-        lm = EglrHFLM(**common, L=0 if mode == "L0" else 10, tau_h=tau_h if tau_h is not None else "auto",
-                      calib_limit=n_prompts)
+        engine, L = MODES[mode]
+        lm = EglrHFLM(**common, L=L, tau_h=tau_h if tau_h is not None else "auto", calib_limit=n_prompts,
+                      engine=engine)
     prompts = _prompts(n_prompts, lm.tokenizer)
     gen = {"until": ["<|im_end|>"], "max_gen_toks": max_gen_toks, "do_sample": False}
     requests = [Instance("generate_until", doc={}, arguments=(p, dict(gen)), idx=0, metadata=("bench", i, 1))
                 for i, p in enumerate(prompts)]
-    if mode == "L10" and tau_h is None:  # calibrate first, outside the timed region
+    if MODES[mode] and MODES[mode][1] > 0 and tau_h is None:  # calibrate first, outside the timed region
         lm.calibrate(requests)
         lm.forget_rollouts()
     if device.startswith("cuda"):
@@ -94,9 +100,14 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--tau_h", type=float, default=None, help="default: calibrated on the same prompts")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs per mode (the best counts)")
+    parser.add_argument("--modes", default="hf,L0,L10", help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--out", default=None, help="write all figures as JSON here")
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # internal: one mode per process
     args = parser.parse_args()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        parser.error(f"--modes {unknown} not allowed; allowed: {', '.join(MODES)}")
 
     if args.mode:
         print(json.dumps(run_mode(args.mode, args.prompts, args.max_gen_toks, args.batch_size, args.tau_h, args.device,
@@ -104,7 +115,7 @@ def main() -> None:
         return
 
     results = {}
-    for mode in MODES:
+    for mode in modes:
         cmd = [sys.executable, __file__, "--mode", mode, "--prompts", str(args.prompts), "--max_gen_toks",
                str(args.max_gen_toks), "--batch_size", str(args.batch_size), "--device", args.device,
                "--repeats", str(args.repeats)]
@@ -115,27 +126,41 @@ def main() -> None:
         print(f"{mode}: {results[mode]['wall_s']:.1f}s, {results[mode]['tokens_per_s']:.1f} tok/s, "
               f"max RSS {results[mode]['max_rss_mib']:.0f} MiB", flush=True)
 
-    hf, l0, l10 = results["hf"], results["L0"], results["L10"]
-    st, n = l10["eglr"], l10["num_layers"]
-    k = st["mean_iterations"]
-    per_row_bound = 1 + st["rho"] * k * 10 / n
-    batched_bound = 1 + st["p_step_gated"] * k * 10 / n  # a step waits for its gated rows
-    summary = {
-        "same_text_L0_vs_hf": [str(t) for t in l0["texts"]] == hf["texts"],
-        "throughput_ratio_L0_vs_hf": l0["tokens_per_s"] / hf["tokens_per_s"],
-        "wall_ratio_L10_vs_L0": l10["wall_s"] / l0["wall_s"],
-        "rho": st["rho"], "p_step_gated": st["p_step_gated"], "mean_iterations": k, "tau_h": l10["tau_h"],
-        "per_row_bound": per_row_bound, "batched_bound": batched_bound,
-        "flop_ratio": st["flop_ratio"],
-        "peak_memory_ratio_L10_vs_L0": l10.get("cuda_peak_mib", l10["max_rss_mib"]) / l0.get("cuda_peak_mib", l0["max_rss_mib"]),
-        "settings": vars(args),
-    }
+    summary = {"settings": vars(args)}
+    for prefix, engine in (("", "hf"), ("c", "continuous")):
+        summary.update(_engine_summary(results, prefix, engine))
+    if "L10" in results and "cL10" in results:
+        summary["same_text_L10_hf_vs_continuous"] = [str(t) for t in results["cL10"]["texts"]] == \
+            [str(t) for t in results["L10"]["texts"]]
     for key, value in summary.items():
         print(f"{key}: {value:.4f}" if isinstance(value, float) else f"{key}: {value}")
     if args.out:
         for r in results.values():
             r.pop("texts", None)
         Path(args.out).write_text(json.dumps({"summary": summary, "runs": results}, indent=1))
+
+
+def _engine_summary(results: dict, prefix: str, engine: str) -> dict:
+    """Ratios of one engine's modes (``L0``/``L10`` or ``cL0``/``cL10``) to each other and to ``hf``."""
+    out = {}
+    hf, l0, l10 = results.get("hf"), results.get(prefix + "L0"), results.get(prefix + "L10")
+    if hf and l0:
+        out[f"same_text_L0_vs_hf[{engine}]"] = [str(t) for t in l0["texts"]] == hf["texts"]
+        out[f"throughput_ratio_L0_vs_hf[{engine}]"] = l0["tokens_per_s"] / hf["tokens_per_s"]
+    if l0 and l10:
+        st, n = l10["eglr"], l10["num_layers"]
+        k = st["mean_iterations"]
+        out.update({
+            f"wall_ratio_L10_vs_L0[{engine}]": l10["wall_s"] / l0["wall_s"],
+            f"rho[{engine}]": st["rho"], f"p_step_gated[{engine}]": st["p_step_gated"],
+            f"mean_iterations[{engine}]": k, f"tau_h[{engine}]": l10["tau_h"],
+            f"per_row_bound[{engine}]": 1 + st["rho"] * k * 10 / n,
+            f"batched_bound[{engine}]": 1 + st["p_step_gated"] * k * 10 / n,  # a step waits for its gated rows
+            f"flop_ratio[{engine}]": st["flop_ratio"],
+            f"peak_memory_ratio_L10_vs_L0[{engine}]": l10.get("cuda_peak_mib", l10["max_rss_mib"]) /
+            l0.get("cuda_peak_mib", l0["max_rss_mib"]),
+        })
+    return out
 
 
 if __name__ == "__main__":

@@ -33,7 +33,9 @@ from transformers import StopStringCriteria
 
 from eglr_harness.config import EglrConfig
 from eglr_harness.decoding.accounting import EglrStats
-from eglr_harness.decoding.functional import entropy, fuse, kl_divergence, norm_match, raise_on_nan_rows, softcap
+from eglr_harness.decoding.functional import (
+    entropy_of_log_probs, fuse, kl_divergence, norm_match, raise_on_nan_rows, softcap,
+)
 from eglr_harness.decoding.sampling import draw, warp
 from eglr_harness.decoding.slots import SlotCache, SlotView, decode_masks, prefill_masks
 from eglr_harness.decoding.stack import ModelStack
@@ -271,21 +273,30 @@ class _Run:
         slots, phases: the G rows of the forward in its order; last_hidden: (G, D) h^(N) before
         the final norm; raw: (G, V) logits before any soft-cap.
         """
-        rows_t = torch.tensor(slots, device=self.device)
-        final = softcap(raw.float(), self.stack.parts.logit_softcap)  # (G, V) fp32, what the gate and KL read
-        logp = torch.log_softmax(final, dim=-1)
-        refined = torch.tensor([p == _REFINE for p in phases], device=self.device)
-        kl = kl_divergence(logp, self.logp_prev[rows_t])  # meaningful for refining rows only
-        measure = torch.where(refined, kl, entropy(final))  # (G,) the KL of refining rows, H of the others
-        self.h_prev[rows_t] = last_hidden.to(self.h_prev.dtype)  # the next iteration starts from here
-        self.logp_prev[rows_t] = logp
-        emitted = final if self.stack.parts.logit_softcap is None else self.stack.emitted(raw)  # what generate decodes
-        greedy = emitted.argmax(dim=-1)
-        host = torch.cat([measure, greedy.to(measure.dtype)]).tolist()  # the step's one read
-        measures, greedy_tokens = host[:len(slots)], host[len(slots):]
-        nan = [m for m, p in zip(measures, phases) if p == _ADVANCE and math.isnan(m)]
-        if nan:
-            raise_on_nan_rows(torch.tensor([math.isnan(m) for m in measures]), "a decoding step of the continuous engine")
+        cap = self.stack.parts.logit_softcap
+        final = softcap(raw.float(), cap)  # (G, V) fp32: what the gate and the KL exit read
+        emitted = final if cap is None else self.stack.emitted(raw)  # what generate decodes from
+        # rows whose distribution is read: advancing rows that may be gated (or whose entropy is
+        # recorded) and refining rows (KL exit); plain rows only need their token
+        gate_rows = [g for g, (s, p) in enumerate(zip(slots, phases))
+                     if p == _ADVANCE and (self.record_entropies or self.rows[s].request.config.refines)]
+        exit_rows = [g for g, p in enumerate(phases) if p == _REFINE]
+        read = [emitted.argmax(dim=-1).float()]  # token ids are exact in fp32 (V < 2^24)
+        if gate_rows or exit_rows:
+            index = torch.tensor(gate_rows + exit_rows, device=self.device)
+            slot_index = torch.tensor([slots[g] for g in gate_rows + exit_rows], device=self.device)
+            logp = torch.log_softmax(final[index], dim=-1)
+            n = len(gate_rows)
+            read.append(entropy_of_log_probs(logp[:n]))
+            read.append(kl_divergence(logp[n:], self.logp_prev[slot_index[n:]]))
+            self.h_prev[slot_index] = last_hidden[index].to(self.h_prev.dtype)  # where an iteration starts from
+            self.logp_prev[slot_index] = logp
+        host = torch.cat(read).tolist()  # the step's one read
+        greedy_tokens = host[:len(slots)]
+        measures = dict(zip(gate_rows + exit_rows, host[len(slots):]))  # row -> entropy, or KL when refining
+        nan = [math.isnan(measures[g]) for g in gate_rows]
+        if any(nan):
+            raise_on_nan_rows(torch.tensor(nan), "a decoding step of the continuous engine")
         for g, (slot, phase) in enumerate(zip(slots, phases)):
             row = self.rows[slot]
             config = row.request.config

@@ -15,7 +15,11 @@ def entropy(logits: torch.Tensor) -> torch.Tensor:
 
     logits: (B, V) raw logits (no temperature) -> (B,) fp32.
     """
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    return entropy_of_log_probs(torch.log_softmax(logits.float(), dim=-1))
+
+
+def entropy_of_log_probs(logp: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy in nats from log-probabilities.  logp: (B, V) fp32 -> (B,)."""
     return -(logp.exp() * logp).sum(dim=-1)
 
 

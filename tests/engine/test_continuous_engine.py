@@ -157,3 +157,22 @@ def test_unsupported_models_and_bad_requests_are_refused():
         Request((5, 6), EglrConfig(L=1), 0)
     with pytest.raises(ValueError, match="tokenizer"):
         engine.run([Request((5, 6), EglrConfig(L=1), 4, stop_strings=("\n",))])
+
+
+def test_tied_embeddings_are_the_models_own():
+    """A model whose unembedding is its embedding matrix decodes exactly as the reference does."""
+    model = build_tiny_model("qwen2", vocab_size=VOCAB, num_layers=LAYERS, seed=4, tie_word_embeddings=True)
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    prompts = random_prompts(9, lengths=LENGTHS[:3], vocab=VOCAB)
+    settings = dict(L=2, alpha=0.2, k_max=3, tau_kl=TAU_KL, tau_h=0.0)
+    outcomes = _run(model, prompts, [EglrConfig(**settings)] * len(prompts))
+    for prompt, outcome in zip(prompts, outcomes):
+        assert outcome.tokens == naive_eglr_greedy(model, prompt, max_new_tokens=MAX_NEW, eos_ids={EOS}, **settings)[0]
+
+
+def test_non_finite_logits_raise():
+    model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=LAYERS, seed=5)
+    with torch.no_grad():
+        model.get_output_embeddings().weight[7, 0] = float("nan")
+    with pytest.raises(FloatingPointError, match="non-finite logits"):
+        _run(model, random_prompts(1, lengths=(4,), vocab=VOCAB), [EglrConfig(L=2, tau_h=0.0)])
