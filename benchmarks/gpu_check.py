@@ -204,12 +204,16 @@ def left_pad(prompts: list[list[int]], device) -> tuple[torch.Tensor, torch.Tens
 
 def decode(model, prompts, new_tokens: int, *, device, eglr: dict | None = None, scores: bool = False,
            sink: list | None = None, stats=None, eos_token_id: int | None = EOS):
-    """Greedy ``generate`` (``eglr=None``) or EGLR with the settings ``eglr``.
+    """Greedy ``generate`` (``eglr=None``) or EGLR with the settings ``eglr``; ``engine="continuous"``
+    in ``eglr`` decodes all prompts through the continuous engine (one slot per prompt).
 
     Returns (rows, scores): each row's new tokens up to and including EOS; scores (B, S_new, V)
     when asked, else None.
     """
     from eglr_harness import eglr_generate
+
+    if eglr is not None and eglr.get("engine") == "continuous":
+        return decode_continuous(model, prompts, new_tokens, eglr=eglr, stats=stats, eos_token_id=eos_token_id), None
 
     ids, mask = left_pad(prompts, device)
     kwargs = dict(attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, pad_token_id=PAD,
@@ -229,6 +233,18 @@ def decode(model, prompts, new_tokens: int, *, device, eglr: dict | None = None,
             tokens = tokens[: tokens.index(eos_token_id) + 1]
         rows.append(tokens)
     return rows, (torch.stack(out.scores, dim=1).float() if scores else None)
+
+
+def decode_continuous(model, prompts, new_tokens: int, *, eglr: dict, stats=None, eos_token_id: int | None = EOS):
+    """Greedy EGLR through ``decoding.continuous.ContinuousEngine``: each row's new tokens."""
+    from eglr_harness.config import EglrConfig
+    from eglr_harness.decoding.continuous import ContinuousEngine, Request
+
+    config = EglrConfig(**{"tau_h": math.inf, **{k: v for k, v in eglr.items() if k != "engine"}})
+    engine = ContinuousEngine(model, max_batch=len(prompts), eos_token_ids=[] if eos_token_id is None else [eos_token_id])
+    outcomes = engine.run([Request(tuple(p), config, new_tokens) for p in prompts],
+                          stats_for=None if stats is None else (lambda _config: stats))
+    return [o.tokens for o in outcomes]
 
 
 def greedy_entropies(model, prompts, new_tokens: int, *, device, eos_token_id: int | None = EOS) -> torch.Tensor:
@@ -517,7 +533,8 @@ def check_speed_and_memory(name: str, args, device: str, checks: set[str]) -> di
     tau_h = calibrate_tau_h(greedy_entropies(model, calib, args.calib_tokens, device=device, eos_token_id=None))
     result: dict = {"layers": n, "L": span, "tau_h_p95": tau_h, "calib_prompts": len(calib),
                     "calib_tokens": args.calib_tokens, "attn": attn}
-    modes = {"generate": None, "L0": dict(L=0), f"L{span}": dict(L=span, tau_h=tau_h, **PAPER)}
+    modes = {"generate": None, "L0": dict(L=0), f"L{span}": dict(L=span, tau_h=tau_h, **PAPER),
+             "cL0": dict(L=0, engine="continuous"), f"cL{span}": dict(L=span, tau_h=tau_h, engine="continuous", **PAPER)}
     if "speed" in checks:
         result["batches"] = {}
         for batch in batches:
@@ -547,6 +564,10 @@ def speed_figures(runs: dict, span: int, n: int) -> dict:
         "flop_ratio": eglr["flop_ratio"], "batched_flop_ratio": eglr["batched_flop_ratio"],
         "per_row_bound": 1 + eglr["rho"] * k * span / n,  # the paper's 1 + rho·k·L/N
         "batched_bound": 1 + eglr["p_step_gated"] * k * span / n,  # a step waits for its gated rows
+        # engine=continuous: refinement folded into the batch
+        "wall_ratio_L0_vs_generate[continuous]": runs["cL0"]["wall_s"] / runs["generate"]["wall_s"],
+        "wall_ratio_L_vs_L0[continuous]": runs[f"cL{span}"]["wall_s"] / runs["cL0"]["wall_s"],
+        "rho[continuous]": runs[f"cL{span}"]["stats"]["rho"],
     }
 
 

@@ -76,9 +76,8 @@ class ModelStack:
         unknown = set(kinds) - {"full_attention", "sliding_attention"}
         if unknown:
             raise ValueError(f"engine=continuous does not know the layer kinds {sorted(unknown)}; {FALLBACK}.")
-        windows = {"full_attention": None}
-        if "sliding_attention" in kinds:
-            windows["sliding_attention"] = int(config.sliding_window)
+        # only the kinds the model has (Gemma-3's rotary module holds angles for those alone)
+        windows = {kind: int(config.sliding_window) if kind == "sliding_attention" else None for kind in sorted(set(kinds))}
         return cls(model=model, parts=parts, embed=decoder.embed_tokens, rotary=rotary,
                    rotary_by_kind="layer_type" in inspect.signature(rotary.forward).parameters,
                    layer_kinds=kinds, windows=windows)

@@ -70,11 +70,12 @@ def test_placement_speed_and_memory_fields(report, family):
     assert speed["L"] == 4 and speed["layers"] == 4  # --speed_L 10 clipped to the tiny depth
     assert set(speed["batches"]) == {"1", "2"}
     for batch, figures in speed["batches"].items():
-        assert set(figures["runs"]) == {"generate", "L0", "L4"}
+        assert set(figures["runs"]) == {"generate", "L0", "L4", "cL0", "cL4"}
         for run in figures["runs"].values():
             assert run["tokens"] == int(batch) * 6 and run["tokens_per_s"] > 0
         for key in ("wall_ratio_L0_vs_generate", "wall_ratio_L_vs_L0", "rho", "p_step_gated", "mean_iterations",
-                    "flop_ratio", "batched_flop_ratio", "per_row_bound", "batched_bound"):
+                    "flop_ratio", "batched_flop_ratio", "per_row_bound", "batched_bound",
+                    "wall_ratio_L0_vs_generate[continuous]", "wall_ratio_L_vs_L0[continuous]", "rho[continuous]"):
             assert figures[key] >= 0, key
         assert figures["per_row_bound"] == pytest.approx(figures["flop_ratio"])
         assert figures["batched_bound"] >= figures["per_row_bound"]
