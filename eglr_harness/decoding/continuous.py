@@ -95,15 +95,20 @@ class ContinuousEngine:
 
     Args:
         model: a transformers causal LM of a family ``stack.ModelStack`` supports, on one device.
-        max_batch: slots of the running batch.
+        max_batch: rows advancing together (the batch size of plain decoding).
         eos_token_ids: tokens that end a row (``generate``'s ``eos_token_id``).
         tokenizer: needed when requests have stop strings.
-        admit_at: prefill waiting requests once this many slots are free (or the batch is empty);
-            fewer, larger prefills read the weights fewer times.
+        admit_at: prefill waiting requests once this many rows can be admitted (or the batch is
+            empty); fewer, larger prefills read the weights fewer times.
+        refine_headroom: extra slots, as a share of ``max_batch``, for rows that are refining. A
+            refining row emits nothing that step; without headroom it would take an advancing
+            row's place, and a step (whose cost is mostly reading the weights on an accelerator)
+            would emit fewer tokens. With it, ``max_batch`` rows keep advancing while the refining
+            ones ride along in the top L layers.
     """
 
     def __init__(self, model, *, max_batch: int, eos_token_ids: Sequence[int] = (), tokenizer=None,
-                 admit_at: int | None = None):
+                 admit_at: int | None = None, refine_headroom: float = 0.5):
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"`max_batch`={max_batch!r} is not allowed; allowed: an int >= 1.")
         self.stack = ModelStack.of(model)
@@ -111,6 +116,9 @@ class ContinuousEngine:
         self.eos = frozenset(int(t) for t in eos_token_ids)
         self.tokenizer = tokenizer
         self.admit_at = admit_at or max(1, max_batch // 8)
+        if not 0 <= refine_headroom <= 1:
+            raise ValueError(f"`refine_headroom`={refine_headroom!r} is not allowed; allowed: [0, 1].")
+        self.refine_headroom = refine_headroom
         self._stop_criteria: dict[tuple[str, ...], StopStringCriteria] = {}
 
     # ---------------------------------------------------------------- public
@@ -152,7 +160,9 @@ class _Run:
         self.outcomes = [Outcome() for _ in requests]
         # longest prompts first, as lm-eval orders them: memory peaks early, slots fill evenly
         self.waiting = deque(sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt)))
-        self.num_slots = min(engine.max_batch, len(requests))
+        self.max_advancing = engine.max_batch
+        headroom = math.ceil(engine.max_batch * engine.refine_headroom) if any(r.config.refines for r in requests) else 0
+        self.num_slots = min(engine.max_batch + headroom, len(requests))
         self.rows: list[_Row | None] = [None] * self.num_slots
         capacity = max(len(r.prompt) + r.max_new_tokens for r in requests)
         self.cache = SlotCache(self.num_slots, capacity)
@@ -165,8 +175,10 @@ class _Run:
     def decode(self) -> None:
         while self.waiting or any(self.rows):
             free = [s for s, row in enumerate(self.rows) if row is None]
-            if self.waiting and free and (len(free) >= min(self.engine.admit_at, len(self.waiting)) or len(free) == self.num_slots):
-                self.prefill(free[:len(self.waiting)])
+            advancing = sum(1 for row in self.rows if row is not None and row.phase == _ADVANCE)
+            admit = min(len(free), self.max_advancing - advancing, len(self.waiting))
+            if admit > 0 and (admit >= min(self.engine.admit_at, len(self.waiting)) or len(free) == self.num_slots):
+                self.prefill(free[:admit])
             if any(self.rows):
                 self.step()
 

@@ -34,7 +34,9 @@ def test_L0_matches_lm_eval_hf(llama_dir):
 
 @pytest.mark.parametrize("L", [None, 2])  # the task's L pool at T=0, or L pinned: T = 0.1..1.0 sampled
 def test_pool_rollouts_equal_the_hf_engine(llama_dir, L):
-    settings = dict(tau_h=0.0, **({"L": L} if L else {}))
+    # tau_kl=0: no KL exit, whose knife-edge cases float noise between batch compositions could flip
+    # (the engine tests check the exit against the naive reference, with margins)
+    settings = dict(tau_h=0.0, tau_kl=0.0, **({"L": L} if L else {}))
     hf = _lm(llama_dir, "hf", batch_size=4, **settings)
     continuous = _lm(llama_dir, "continuous", batch_size=3, **settings)
     a = hf.generate_until(requests_for(CONTEXTS[:3], POOL, repeats=10))
