@@ -84,7 +84,7 @@ def random_oracle_per_doc(solved: Mapping[Cell, frozenset[int]], cells: Sequence
         for doc in solved.get(cell, frozenset()):
             per_doc[doc] = per_doc.get(doc, 0) + 1
     total = comb(n, budget)
-    return {doc: 1 - comb(n - s, budget) / total for doc, s in sorted(per_doc.items())}
+    return {doc: 1 - comb(n - s, budget) / total for doc, s in per_doc.items()}
 
 
 def expected_random_oracle(solved: Mapping[Cell, frozenset[int]], cells: Sequence[Cell], budget: int) -> float:

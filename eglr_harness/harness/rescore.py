@@ -88,8 +88,9 @@ def pool_cells(config: dict | None, task: str, gen_kwargs: dict, repeats: int) -
     plan = RunSettings.from_args(preset, L=args.get("L"), T=args.get("T")).pool_plan(task, gen_kwargs, repeats)
     cells = []
     for repeat in range(repeats):
-        (L, T), cycle = plan.cell_for_repeat(repeat)
-        cells.append((L, T, cycle))
+        cell, cycle = plan.cell_for_repeat(repeat)
+        # as eglr-hf logs it (pool.assign_jobs): a deterministic cell is decoded once, every repeat is cycle 0
+        cells.append((cell.L, cell.T, cycle if cell.sampled else 0))
     return cells
 
 

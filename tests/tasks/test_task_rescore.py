@@ -69,6 +69,22 @@ def test_predict_only_run_is_scored_with_its_pool(predict_only_run, tmp_path):
     assert results["config"]["model"] == "eglr-hf"  # the run's config is kept
 
 
+@pytest.mark.parametrize("model_args, cells", [
+    # one deterministic cell repeated: eglr-hf decodes it once and logs every repeat as cycle 0
+    ("pretrained=x,L=0,T=0", [(0, 0.0, 0), (0, 0.0, 0), (0, 0.0, 0)]),
+    # one sampled cell repeated: a fresh seed per cycle
+    ("pretrained=x,L=0,T=0.5", [(0, 0.5, 0), (0, 0.5, 1), (0, 0.5, 2)]),
+])
+def test_repeats_of_one_cell_get_the_cycles_eglr_hf_logs(predict_only_run, tmp_path, model_args, cells):
+    results_path = predict_only_run / f"results_{STAMP}.json"
+    results = json.loads(results_path.read_text())
+    results["config"]["model_args"] = model_args
+    results_path.write_text(json.dumps(results))
+    rescore_file(predict_only_run / f"samples_toy_eglr_sc_{STAMP}.jsonl", tmp_path / "scored")
+    line = json.loads((tmp_path / "scored" / f"samples_toy_eglr_sc_{STAMP}.jsonl").read_text().splitlines()[0])
+    assert [(r["L"], r["T"], r["cycle"]) for r in line["rollouts"]] == cells
+
+
 def test_without_results_file_the_cells_are_unknown(predict_only_run, tmp_path):
     (predict_only_run / f"results_{STAMP}.json").unlink()
     rescore_file(predict_only_run / f"samples_toy_eglr_sc_{STAMP}.jsonl", tmp_path / "scored")
