@@ -309,6 +309,7 @@ class _Run:
         nan = [math.isnan(measures[g]) for g in gate_rows]
         if any(nan):
             raise_on_nan_rows(torch.tensor(nan), "a decoding step of the continuous engine")
+        emitting = []  # rows of the forward that emit a token this step
         for g, (slot, phase) in enumerate(zip(slots, phases)):
             row = self.rows[slot]
             config = row.request.config
@@ -325,12 +326,24 @@ class _Run:
                     continue  # KL still above the exit threshold: another iteration next step
                 row.outcome.iterations[row.iterations_done] += 1
                 row.phase = _ADVANCE
-            token = int(greedy_tokens[g]) if not config.sampled else self._draw(row, emitted[g])
-            self._emit(slot, row, token)
+            emitting.append(g)
+        drawn = self._draws([g for g in emitting if self.rows[slots[g]].request.config.sampled], slots, emitted)
+        for g in emitting:
+            self._emit(slots[g], self.rows[slots[g]], drawn.get(g, int(greedy_tokens[g])))
 
-    def _draw(self, row: _Row, scores: torch.Tensor) -> int:
-        config = row.request.config
-        return int(draw(warp(scores[None], config.T, config.top_k, config.top_p)[0], row.generator))
+    def _draws(self, sampled: list[int], slots: list[int], emitted: torch.Tensor) -> dict[int, int]:
+        """Tokens of the sampled rows ``sampled`` (indices into ``emitted``, (G, V)), each drawn with
+        its row's generator from its warped scores; one read from the device for all of them."""
+        if not sampled:
+            return {}
+        configs = [self.rows[slots[g]].request.config for g in sampled]
+        tokens = [None] * len(sampled)
+        by_warp = _group_by(range(len(sampled)), lambda i: (configs[i].T, configs[i].top_k, configs[i].top_p))
+        for (temperature, top_k, top_p), members in by_warp.items():
+            scores = warp(emitted[torch.tensor([sampled[i] for i in members], device=self.device)], temperature, top_k, top_p)
+            for i, row_scores in zip(members, scores):
+                tokens[i] = draw(row_scores, self.rows[slots[sampled[i]]].generator)
+        return dict(zip(sampled, torch.cat(tokens).tolist()))
 
     def _emit(self, slot: int, row: _Row, token: int) -> None:
         outcome = row.outcome
