@@ -229,11 +229,8 @@ class _Run:
             query[s] = self.rows[s].position + 1
         for s in refining:
             query[s] = self.rows[s].position
-        for s in advancing + refining:
-            config = self.rows[s].request.config
-            self.steps_by_config[config] += 1
-        for s in refining:
-            self.refining_steps_by_config[self.rows[s].request.config] += 1
+        self.steps_by_config.update({self.rows[s].request.config for s in advancing + refining})  # once per step
+        self.refining_steps_by_config.update({self.rows[s].request.config for s in refining})
         positions = torch.tensor(query, device=self.device)
         is_refining = torch.zeros(self.num_slots, dtype=torch.bool)
         is_refining[refining] = True

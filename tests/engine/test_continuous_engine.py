@@ -176,3 +176,22 @@ def test_non_finite_logits_raise():
         model.get_output_embeddings().weight[7, 0] = float("nan")
     with pytest.raises(FloatingPointError, match="non-finite logits"):
         _run(model, random_prompts(1, lengths=(4,), vocab=VOCAB), [EglrConfig(L=2, tau_h=0.0)])
+
+
+def test_refining_rows_ride_along_without_taking_an_advancing_place():
+    """With refine headroom, max_batch rows keep advancing while others refine: fewer steps for the
+    same rollouts than when a refining row holds one of the max_batch places."""
+    model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=LAYERS, seed=6)
+    prompts = random_prompts(11, lengths=(5, 8, 3, 9, 6, 4, 7, 5, 8, 6, 3, 9), vocab=VOCAB)
+    config = EglrConfig(L=2, tau_h=0.0, tau_kl=TAU_KL)
+    requests = [Request(tuple(p), config, MAX_NEW) for p in prompts]
+    runs = {}
+    for headroom in (0.0, 0.5):
+        stats = {}
+        engine = ContinuousEngine(model, max_batch=4, eos_token_ids=[EOS], refine_headroom=headroom)
+        outcomes = engine.run(requests, stats_for=lambda c: stats.setdefault(c, EglrStats()))
+        runs[headroom] = ([o.tokens for o in outcomes], stats[config].steps)
+    assert runs[0.5][0] == runs[0.0][0]
+    assert runs[0.5][1] < runs[0.0][1]
+    with pytest.raises(ValueError, match="refine_headroom"):
+        ContinuousEngine(model, max_batch=4, refine_headroom=2.0)
