@@ -68,7 +68,8 @@ def interval_rows(ctx: ReportContext, *, n_resamples: int = N_RESAMPLES) -> list
     for p in oracle:
         shares.append((f"SC {_SHORT[p]} (B={len(cells[p])})", sc[p]))
         shares.append((f"oracle {_SHORT[p]} (B={len(cells[p])})", oracle[p]))
-    corners = {name: oracle[p] | (greedy or frozenset()) for name, p in (("T-only", "T"), ("L-only", "L"), ("joint", "LxT")) if p in oracle}
+    corner_pools = (("T-only", "T"), ("L-only", "L"), ("joint", "LxT"))
+    corners = {name: oracle[p] | (greedy or frozenset()) for name, p in corner_pools if p in oracle}
     for name, s in corners.items():
         shares.append((f"corner {name} (pool + greedy)", s))
 
@@ -88,7 +89,8 @@ def interval_rows(ctx: ReportContext, *, n_resamples: int = N_RESAMPLES) -> list
             diffs.append((f"SC: {_SHORT[p]} − greedy", sc[p], greedy))
 
     values = {name: [a - b for a, b in zip(indicator(sa), indicator(sb))] for name, sa, sb in diffs}
-    values.update({name: [a - per_doc.get(d, 0.0) for a, d in zip(indicator(s), docs)] for name, s, per_doc in yardsticks})
+    for name, s, per_doc in yardsticks:
+        values[name] = [a - per_doc.get(d, 0.0) for a, d in zip(indicator(s), docs)]
     boot = bootstrap_intervals(values, n_resamples=n_resamples, seed=ctx.seed)
 
     rows = []
@@ -98,7 +100,8 @@ def interval_rows(ctx: ReportContext, *, n_resamples: int = N_RESAMPLES) -> list
     for name, sa, sb in diffs:
         mean, lo, hi = boot[name]
         only_a, only_b = len(sa - sb), len(sb - sa)
-        rows.append(IntervalRow(name, BOOTSTRAP, len(sa) - len(sb), n, lo, hi, only_a, only_b, sign_test_p(only_a, only_b)))
+        p = sign_test_p(only_a, only_b)
+        rows.append(IntervalRow(name, BOOTSTRAP, len(sa) - len(sb), n, lo, hi, only_a, only_b, p))
     for name, _, _ in yardsticks:
         mean, lo, hi = boot[name]
         rows.append(IntervalRow(name, BOOTSTRAP, mean * n, n, lo, hi))
@@ -128,7 +131,8 @@ class Intervals(Section):
              None if r.only_a is None else f"{r.only_a} / {r.only_b}", num(r.sign_p)]  # fmt: skip
             for r in result
         ]
-        header = ["quantity", f"problems (of {ctx.grid.n_docs})", "%", "95 % CI (%)", "method", "only A / only B", "sign test p"]
+        header = ["quantity", f"problems (of {ctx.grid.n_docs})", "%", "95 % CI (%)", "method", "only A / only B",
+                  "sign test p"]
         return [
             "\n## Confidence intervals\n95 % intervals over problems; differences in percentage points. "
             "Table: `intervals.csv`.\n",
