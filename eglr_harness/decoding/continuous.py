@@ -139,7 +139,8 @@ class ContinuousEngine:
             return []
         started = time.perf_counter()
         run = _Run(self, requests, record_entropies, on_finish)
-        with torch.inference_mode(), self.stack.slot_attention():
+        # no_grad, not inference_mode: under inference_mode the CPU linear layers ran 24 % slower here
+        with torch.no_grad(), self.stack.slot_attention():
             run.decode()
         if stats_for is not None:
             run.account(stats_for, time.perf_counter() - started)
