@@ -47,12 +47,12 @@ def build_engine(lm) -> ContinuousEngine:
 
 
 def generate_continuous(lm, engine: ContinuousEngine, items: list[tuple[str, dict]], *, disable_tqdm: bool,
-                        record_entropies: bool = False, entropy_sink: list | None = None,
+                        entropy_sink: list | None = None,
                         on_text: Callable[[str, dict, str], None] | None = None) -> list[str]:
     """Texts of (context, concrete gen kwargs) items, as ``HFLM.generate_until`` would return them.
 
     on_text(context, gen_kwargs, text) is called as each rollout finishes (the rollout store);
-    entropy_sink receives each request's ``Outcome`` when ``record_entropies`` (tau_h calibration).
+    entropy_sink, when given, receives each request's ``Outcome`` with its entropies (tau_h calibration).
     """
     eos_text = lm.tok_decode(lm.eot_token_id, skip_special_tokens=False)
     encoded: dict[tuple[str, int], tuple[int, ...]] = {}
@@ -88,7 +88,7 @@ def generate_continuous(lm, engine: ContinuousEngine, items: list[tuple[str, dic
         bar.update(1)
 
     try:
-        outcomes = engine.run(requests, record_entropies=record_entropies, on_finish=finished,
+        outcomes = engine.run(requests, record_entropies=entropy_sink is not None, on_finish=finished,
                               stats_for=lambda config: lm.accounts.stats_for(Cell(config.L, config.T)))
     finally:
         bar.close()

@@ -206,7 +206,6 @@ class EglrHFLM(HFLM):
                                         for i, t in enumerate(texts) if t is not None)
         if missing and self._continuous is not None:
             fresh = generate_continuous(self, self._continuous, [items[i] for i in missing], disable_tqdm=disable_tqdm,
-                                        record_entropies=self._entropy_sink is not None,
                                         entropy_sink=self._entropy_sink, on_text=self._remember)
             for i, text in zip(missing, fresh):
                 texts[i] = text
