@@ -14,6 +14,8 @@ from transformers.cache_utils import (
     Cache, DynamicLayer, DynamicSlidingWindowLayer, StaticLayer, StaticSlidingWindowLayer,
 )
 
+from eglr_harness.decoding.cache_kwarg import CACHE_KWARG
+
 SUPPORTED_ATTENTION = ("eager", "sdpa")
 # Exact types: quantized layers subclass DynamicLayer but hand the attention a dequantized copy.
 EXACT_CACHE_LAYERS = (DynamicLayer, DynamicSlidingWindowLayer, StaticLayer, StaticSlidingWindowLayer)
@@ -27,7 +29,7 @@ def check_refinable(model, cache, generation_config, top_layers: range) -> None:
 
     Args:
         model: the causal LM; its ``config._attn_implementation`` is checked.
-        cache: the KV cache ``generate`` prepared (``model_kwargs["past_key_values"]``), or None.
+        cache: the KV cache ``generate`` prepared (``model_kwargs[CACHE_KWARG]``), or None.
         generation_config: names the ``cache_implementation`` the user asked for.
         top_layers: indices of the L layers the refinement re-runs (only their cache layers matter).
     """
@@ -35,7 +37,7 @@ def check_refinable(model, cache, generation_config, top_layers: range) -> None:
     if attention not in SUPPORTED_ATTENTION:
         raise ValueError(f"attn_implementation={attention!r} is not supported with refinement. {_HOW}")
     requested = getattr(generation_config, "cache_implementation", None)
-    setting = f"cache_implementation={requested!r}" if requested else f"past_key_values={type(cache).__name__}"
+    setting = f"cache_implementation={requested!r}" if requested else f"{CACHE_KWARG}={type(cache).__name__}"
     if cache is None:
         raise ValueError(f"EGLR refinement needs the KV cache (use_cache=False was given). {_HOW}")
     if not isinstance(cache, Cache):

@@ -26,6 +26,7 @@ from transformers import GenerationMixin, LogitsProcessorList, StoppingCriteriaL
 
 from eglr_harness.config import DEFAULT_ALPHA, DEFAULT_K_MAX, DEFAULT_SEED, DEFAULT_TAU_KL, EglrConfig
 from eglr_harness.decoding.accounting import EglrStats
+from eglr_harness.decoding.cache_kwarg import CACHE_KWARG
 from eglr_harness.decoding.compat import check_refinable
 from eglr_harness.decoding.model_parts import find_model_parts
 from eglr_harness.decoding.refiner import EglrRefiner
@@ -140,7 +141,7 @@ def eglr_generate(
     config.validate_for_model(parts.num_layers)
     if config.refines:
         top = range(parts.num_layers - config.L, parts.num_layers)
-        cache = model_kwargs.get("past_key_values") if model_kwargs.get("use_cache", True) else None
+        cache = model_kwargs.get(CACHE_KWARG) if model_kwargs.get("use_cache", True) else None
         check_refinable(model, cache, generation_config, top)
         # transformers compiles the forward on accelerators with a static cache; the hooks must see
         # the eager pass (they read the gate and write the replayed slot), so refinement decodes eagerly

@@ -33,10 +33,10 @@ from transformers.cache_utils import StaticLayer, StaticSlidingWindowLayer
 
 from eglr_harness.config import EglrConfig
 from eglr_harness.decoding.accounting import EglrStats
+from eglr_harness.decoding.cache_kwarg import CACHE_KWARG
 from eglr_harness.decoding.functional import entropy, entropy_gate, fuse, kl_divergence, norm_match, raise_on_nan_rows, softcap
 from eglr_harness.decoding.model_parts import ModelParts
 
-_CACHE_KWARGS = ("past_key_values", "past_key_value")
 # Layer kwargs with a query-length axis, and where it is; sliced to the last position.
 _QUERY_AXIS = {"attention_mask": -2, "position_ids": -1, "cache_position": -1}
 _NO_BATCH_AXIS = {"cache_position"}
@@ -60,13 +60,12 @@ class _Attended:
 class _LayerCall:
     """A top layer's call in the normal pass, cut to the last position, without its cache.
 
-    device: where its input hidden state was; cache_kwarg: the name the cache came under.
+    device: where its input hidden state was.
     """
 
     args: tuple
     kwargs: dict
     device: torch.device
-    cache_kwarg: str | None
 
 
 def current_slot(layer, keys: torch.Tensor) -> int | torch.Tensor:
@@ -164,7 +163,7 @@ def _rows_of(call: _LayerCall, lo: int, hi: int, batch: int) -> _LayerCall:
         return value
 
     return _LayerCall(tuple(pick("", a) for a in call.args), {k: pick(k, v) for k, v in call.kwargs.items()},
-                      call.device, call.cache_kwarg)
+                      call.device)
 
 
 @dataclass
@@ -307,12 +306,11 @@ class EglrRefiner:
             if index == self._top[0]:
                 anchor = hidden[:, -1]
                 self._capture.anchor = anchor.clone() if query_len > 1 else anchor
-                self._wrap_cache(next((kwargs[k] for k in _CACHE_KWARGS if kwargs.get(k) is not None), None))
+                self._wrap_cache(kwargs.get(CACHE_KWARG))
             kept = {name: _last_position(value, name, query_len) for name, value in kwargs.items()
-                    if name != "hidden_states" and name not in _CACHE_KWARGS}
+                    if name not in ("hidden_states", CACHE_KWARG)}
             call_args = tuple(_last_position(a, "", query_len) for a in args[1:])
-            cache_kwarg = next((k for k in _CACHE_KWARGS if k in kwargs), None)
-            self._capture.layer_calls[index] = _LayerCall(call_args, kept, hidden.device, cache_kwarg)
+            self._capture.layer_calls[index] = _LayerCall(call_args, kept, hidden.device)
             return None
 
         return hook
@@ -320,7 +318,8 @@ class EglrRefiner:
     def _wrap_cache(self, cache) -> None:
         """Record what each top layer's attention reads from the cache (references, no copy)."""
         if cache is None:
-            raise ValueError("EGLR needs the KV cache: call generate with use_cache=True.")
+            raise ValueError(f"EGLR needs the KV cache: call generate with use_cache=True (the decoder layers "
+                             f"received no {CACHE_KWARG!r} argument).")
         if "update" in cache.__dict__:
             return
         top = set(self._top)  # a layer's cache index is its index in the decoder's layer list
@@ -414,9 +413,7 @@ class EglrRefiner:
         hidden = fused[:, None, :]  # (G, 1, D)
         for i in self._top:
             call = calls[i]
-            kwargs = dict(call.kwargs)
-            if call.cache_kwarg is not None:
-                kwargs[call.cache_kwarg] = replay
+            kwargs = {**call.kwargs, CACHE_KWARG: replay}
             out = self.parts.layers[i](hidden.to(call.device), *call.args, **kwargs)
             hidden = out[0] if isinstance(out, tuple) else out
         return hidden[:, -1]

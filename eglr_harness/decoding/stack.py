@@ -5,7 +5,7 @@ rotary embeddings, decoder layers, final norm, unembedding — in a loop of its 
 that refine join the batch in the top L layers only. That needs the model's forward preamble
 (what happens between the embeddings and the first layer) to be the plain one; it is for the
 families below, whose layers take ``(hidden, attention_mask, position_embeddings, position_ids,
-past_key_values)`` and whose embedding modules apply any scale themselves (Gemma). Everything
+cache)`` (the cache under ``cache_kwarg.CACHE_KWARG``) and whose embedding modules apply any scale themselves (Gemma). Everything
 else is refused, naming ``engine=hf``, which drives any model through ``generate``.
 
 Shape letters: B rows, Q positions, D hidden size, V vocabulary, d rotary size.
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AttentionInterface
 
+from eglr_harness.decoding.cache_kwarg import CACHE_KWARG
 from eglr_harness.decoding.functional import softcap
 from eglr_harness.decoding.model_parts import ModelParts, find_model_parts
 from eglr_harness.decoding.slots import ATTENTION_NAME, slot_attention
@@ -100,7 +101,7 @@ class ModelStack:
     def layer(self, index: int, hidden, mask, angles, positions, cache) -> torch.Tensor:
         """Decoder layer ``index`` on hidden (G, Q, D) -> (G, Q, D)."""
         out = self.parts.layers[index](hidden, attention_mask=mask, position_embeddings=angles,
-                                       position_ids=positions, past_key_values=cache, use_cache=True)
+                                       position_ids=positions, use_cache=True, **{CACHE_KWARG: cache})
         return out[0] if isinstance(out, tuple) else out
 
     def logits(self, last_hidden: torch.Tensor) -> torch.Tensor:

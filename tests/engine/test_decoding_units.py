@@ -11,6 +11,7 @@ from torch import nn
 
 from eglr_harness.config import EglrConfig
 from eglr_harness.decoding import functional as em
+from eglr_harness.decoding.cache_kwarg import CACHE_KWARG
 from eglr_harness.decoding.generate import eglr_generate
 from eglr_harness.decoding.model_parts import find_model_parts
 from eglr_harness.decoding.refiner import EglrRefiner
@@ -113,9 +114,9 @@ def test_refinement_never_writes_the_kv_cache():
         cache = DynamicCache(config=model.config)
         config = EglrConfig(L=3, tau_h=0.0 if refine else math.inf)
         with EglrRefiner(model, parts, config), torch.no_grad():
-            out1 = model(ids, past_key_values=cache, use_cache=True)
+            out1 = model(ids, use_cache=True, **{CACHE_KWARG: cache})
             nxt = out1.logits[:, -1:].argmax(-1) * 0 + 5  # same next token on both sides
-            model(nxt, past_key_values=cache, use_cache=True)
+            model(nxt, use_cache=True, **{CACHE_KWARG: cache})
         return out1.logits[:, -1], [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
 
     refined_logits, refined_cache = step(True)

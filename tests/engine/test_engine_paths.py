@@ -99,12 +99,14 @@ def test_unsupported_attention_is_refused_before_generation(attention):
 def test_unsupported_caches_are_refused_before_generation():
     from transformers import DynamicCache, QuantizedCache
 
+    from eglr_harness.decoding.cache_kwarg import CACHE_KWARG
+
     model = _model("llama", "sdpa")
-    _refused(model, r"past_key_values=QuantizedCache .*cache layer Fp8QuantizedLayer",
-             past_key_values=QuantizedCache(backend="fp8", config=model.config))
+    _refused(model, rf"{CACHE_KWARG}=QuantizedCache .*cache layer Fp8QuantizedLayer",
+             **{CACHE_KWARG: QuantizedCache(backend="fp8", config=model.config)})
     offloaded = DynamicCache(config=model.config)
     offloaded.offloading = True  # what cache_implementation='offloaded' builds (its streams need CUDA)
-    _refused(model, r"past_key_values=DynamicCache \(an offloaded cache\)", past_key_values=offloaded)
+    _refused(model, rf"{CACHE_KWARG}=DynamicCache \(an offloaded cache\)", **{CACHE_KWARG: offloaded})
     _refused(model, r"needs the KV cache \(use_cache=False", use_cache=False)
 
 
