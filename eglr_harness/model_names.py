@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["loaded_name", "model_name", "parse_model_args"]
+__all__ = ["loaded_name", "model_name", "parse_model_args", "run_folder_name"]
 
 
 def parse_model_args(model_args) -> dict:
@@ -51,6 +51,13 @@ def model_name(model_args) -> str | None:
         return None
     name = str(name).rstrip("/\\")
     return Path(name.replace("\\", "/")).name if _is_local_path(name) else name
+
+
+def run_folder_name(model_args) -> str | None:
+    """The model's name as lm-eval's run folder: :func:`model_name` without a ``.gguf`` ending, so that
+    the folder does not look like a file (``SmolLM2-135M-Instruct.Q4_1/``)."""
+    name = model_name(model_args)
+    return name[: -len(".gguf")] if name and name.endswith(".gguf") else name
 
 
 def loaded_name(pretrained) -> str:

