@@ -22,6 +22,17 @@ from eglr_harness.specs import parse_L_spec, parse_T_spec
 CELL_KEYS = ("eglr_L", "eglr_T", "eglr_cycle", "eglr_tau_h")
 
 
+def one_value(name: str, value):
+    """``value`` unchanged, or ``ValueError`` when a model arg that takes one value per run is a list."""
+    if isinstance(value, (list, tuple)) or (isinstance(value, str) and any(sep in value for sep in "|;,")):
+        raise ValueError(
+            f"`{name}`={value!r} is a list; eglr-hf decodes one {name} per run (only L and T are pool axes). "
+            f"To compare values, run `eglr-sweep --sweep {name}=...` (one lm_eval run per value, e.g. "
+            f"eglr-sweep --model_args ... --tasks ... --sweep {name}=v1,v2)."
+        )
+    return value
+
+
 def first(*values):
     """The first value that is not None (the precedence rule)."""
     return next((v for v in values if v is not None), None)
@@ -55,6 +66,8 @@ class RunSettings:
     def from_args(cls, preset: dict, *, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
                   top_k=None, top_p=None, seed=None, calib_limit=DEFAULT_CALIB_LIMIT) -> "RunSettings":
         pe = preset.get("eglr", {})
+        alpha, k_max, tau_kl, tau_h = (one_value(n, v) for n, v in
+                                       (("alpha", alpha), ("k_max", k_max), ("tau_kl", tau_kl), ("tau_h", tau_h)))
         if isinstance(calib_limit, bool) or not isinstance(calib_limit, int) or calib_limit < 1:
             raise ValueError(f"`calib_limit`={calib_limit!r} is not allowed; allowed: an int >= 1.")
         base = EglrConfig(

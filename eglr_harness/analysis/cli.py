@@ -36,6 +36,11 @@ def report_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--seed", type=int, default=DEFAULT_SEED, help=f"seed of the random orders (default {DEFAULT_SEED})"
     )
+    parser.add_argument(
+        "--sections",
+        default=None,
+        help="report sections to write, comma-separated (default all), e.g. runs,ablation for an eglr-sweep",
+    )
     parser.add_argument("--verbosity", "-v", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
 
@@ -46,7 +51,8 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.verbosity, format="%(levelname)s %(name)s: %(message)s")
     try:
         out = build_report(
-            args.run_dirs, args.out, task=args.task, filter_name=args.filter_name, n_orders=args.orders, seed=args.seed
+            args.run_dirs, args.out, task=args.task, filter_name=args.filter_name, n_orders=args.orders, seed=args.seed,
+            sections=None if args.sections is None else [s.strip() for s in args.sections.split(",") if s.strip()],
         )
     except ValueError as err:
         print(f"eglr-report: error: {err}", file=sys.stderr)

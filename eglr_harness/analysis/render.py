@@ -145,3 +145,26 @@ def budget_plot(path: Path, curves: Sequence[tuple[str, Sequence[float], str, st
     fig.tight_layout()
     fig.savefig(path)
     return Path(path)
+
+
+def ablation_plot(path: Path, points: Sequence[tuple[float, float, float, float, bool]], *, axis: str,
+                  title: str) -> Path:
+    """Accuracy (%) with its 95 % interval against the values of one setting; ``points`` =
+    ``(value, accuracy, low, high, is_default)`` (fractions); the default point is marked."""
+    fig = _figure(5.0, 3.6)
+    ax = fig.add_subplot(1, 1, 1)
+    xs = [p[0] for p in points]
+    ys = [100 * p[1] for p in points]
+    err = [[100 * (p[1] - p[2]) for p in points], [100 * (p[3] - p[1]) for p in points]]
+    ax.errorbar(xs, ys, yerr=err, fmt="o-", color="tab:blue", capsize=3, markersize=4, label="accuracy (95 % CI)")
+    for x, y, *_rest, is_default in ((p[0], 100 * p[1], p[4]) for p in points):
+        if is_default:
+            ax.plot([x], [y], marker="*", markersize=14, color="tab:red", linestyle="none", label="default")
+    ax.set_xlabel(axis)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    return Path(path)

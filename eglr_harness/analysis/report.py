@@ -107,6 +107,7 @@ class ReportContext:
     n_orders: int = DEFAULT_ORDERS
     seed: int = DEFAULT_SEED
     results: dict[str, Any] = field(default_factory=dict)  # section name -> its compute() result
+    sections: tuple[str, ...] | None = None  # the sections to run (None: all)
 
     @cached_property
     def accuracy(self) -> dict[Cell, CellAccuracy]:
@@ -122,16 +123,24 @@ def image(figs: dict[str, Path], key: str, alt: str) -> str:
     return f"![{alt}]({figs[key].name})\n" if key in figs else ""
 
 
-def _sections() -> dict[str, Section]:
+def _sections(only: Sequence[str] | None = None) -> dict[str, Section]:
+    """The registered sections in report order (``only``: those names, still in report order)."""
     import eglr_harness.analysis.sections  # noqa: F401, PLC0415 -- registers the built-in sections
 
-    return SECTIONS
+    if only is None:
+        return SECTIONS
+    if unknown := sorted(set(only) - set(SECTIONS)):
+        raise ValueError(f"report sections {unknown} do not exist; allowed: {', '.join(SECTIONS)}.")
+    return {name: s for name, s in SECTIONS.items() if name in only}
 
 
-def compute_report(grid: Grid, *, n_orders: int = DEFAULT_ORDERS, seed: int = DEFAULT_SEED) -> ReportContext:
-    """Every section's numbers for ``grid`` (pure; no files written); ``ctx.results[name]``."""
-    ctx = ReportContext(grid, n_orders, seed)
-    for name, section in _sections().items():
+def compute_report(
+    grid: Grid, *, n_orders: int = DEFAULT_ORDERS, seed: int = DEFAULT_SEED, sections: Sequence[str] | None = None
+) -> ReportContext:
+    """Every section's numbers for ``grid`` (pure; no files written); ``ctx.results[name]``.
+    ``sections``: only these (report order kept); default all."""
+    ctx = ReportContext(grid, n_orders, seed, sections=None if sections is None else tuple(sections))
+    for name, section in _sections(ctx.sections).items():
         ctx.results[name] = section.compute(ctx)
     return ctx
 
@@ -142,9 +151,9 @@ def render_markdown(ctx: ReportContext, figs: dict[str, Path]) -> str:
         f"# EGLR report: `{ctx.grid.task}` · `{ctx.grid.model}`\n",
         "Made by `eglr-report` from saved lm-eval runs only (no model loaded). Definitions at the end.\n",
     ]
-    for name, section in _sections().items():
+    for name, section in _sections(ctx.sections).items():
         parts += section.markdown(ctx, ctx.results[name], figs)
-    definitions = "".join(s.definitions(ctx) for s in _sections().values())
+    definitions = "".join(s.definitions(ctx) for s in _sections(ctx.sections).values())
     return "\n".join([*parts, "\n\n## Definitions\n", definitions])
 
 
@@ -153,7 +162,7 @@ def write_report(ctx: ReportContext, out_dir: Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     figs: dict[str, Path] = {}
-    for name, section in _sections().items():
+    for name, section in _sections(ctx.sections).items():
         for table in section.tables(ctx, ctx.results[name]):
             write_csv(out / table.file, table.header, table.rows)
         figs.update(section.figures(ctx, ctx.results[name], out))
@@ -176,6 +185,7 @@ def build_report(
     filter_name: str | None = None,
     n_orders: int = DEFAULT_ORDERS,
     seed: int = DEFAULT_SEED,
+    sections: Sequence[str] | None = None,
 ) -> Path:
     """Read the runs under ``run_dirs`` (one task, one model), write the report folder, return it.
 
@@ -185,9 +195,10 @@ def build_report(
         task: the task to analyse when the runs hold several.
         filter_name: lm-eval filter whose samples lines to read (default: the first in each file).
         n_orders, seed: random orders of the budget curves.
+        sections: the report sections to write (default all), e.g. ``("runs", "ablation")``.
     """
     if isinstance(run_dirs, (str, Path)):
         run_dirs = [run_dirs]
     grid = load_grid(run_dirs, task=task, filter_name=filter_name)
-    ctx = compute_report(grid, n_orders=n_orders, seed=seed)
+    ctx = compute_report(grid, n_orders=n_orders, seed=seed, sections=sections)
     return write_report(ctx, Path(out_dir) if out_dir is not None else default_out_dir(run_dirs))

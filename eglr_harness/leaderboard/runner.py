@@ -46,6 +46,7 @@ __all__ = [
     "subprocess_executor",
     "RECORD_NAME",
     "finished_run",
+    "execute_run",
     "package_versions",
     "LeaderboardOutcome",
     "run_leaderboard",
@@ -116,7 +117,7 @@ def _read_record(run: PlannedRun) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def _execute(run: PlannedRun, argv: list[str], executor: Executor) -> dict:
+def execute_run(run: PlannedRun, argv: list[str], executor: Executor) -> dict:
     """Run one command, write and return its record."""
     Path(run.output_path).mkdir(parents=True, exist_ok=True)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -190,7 +191,7 @@ def run_leaderboard(
         elif dry_run:
             print(shell_command(argv))
         else:
-            record = _execute(run, argv, executor)
+            record = execute_run(run, argv, executor)
             files = finished_run(run, run.limit)
             if files is None:
                 logger.error(

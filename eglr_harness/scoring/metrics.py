@@ -3,11 +3,12 @@
 The per-document keys (docs/run-format.md) come from :func:`score_document`:
 
 - ``rollouts``: one record per repeat, in repeat order: ``{"repeat", "L", "T", "cycle",
-  "answer", "correct", "cluster"}`` (``answer`` = extracted answer or ``None``; ``L``/``T``/``cycle``
+  "answer", "correct", "cluster", "signals"}`` (``answer`` = extracted answer or ``None``; ``L``/``T``/``cycle``
   are ``None`` for responses that carry no :class:`~eglr_harness.rollout.Rollout` metadata;
   ``cluster`` = index of the answer's equivalence cluster among the document's rollouts, clusters
   numbered in order of first appearance, ``None`` for no answer — so a reader can redo the vote
-  without any equivalence check).
+  without any equivalence check; ``signals`` = the rollout's :mod:`eglr_harness.signals` dict, or
+  ``None`` when the model recorded none).
 - ``acc``: the accuracy of one rollout, averaged over the document's ``B`` rollouts (correct / B).
   The same meaning in every task: for a one-rollout task it is that rollout's correctness; for a
   pool it is the expected accuracy of a rollout drawn from the pool at random (no cell favoured).
@@ -19,6 +20,9 @@ The per-document keys (docs/run-format.md) come from :func:`score_document`:
   harnesses use.
 - ``best_cfg_acc``: the document's correctness per (L, T) cell (:func:`doc_cell_scores`);
   :func:`best_cfg_acc` aggregates it.
+- ``wmaj@B``, ``wmaj@B_top10`` (only when every rollout carries ``signals``): the confidence-weighted
+  vote (:func:`eglr_harness.selection.weighted_majority`, weight = :func:`eglr_harness.signals.confidence`)
+  over all ``B`` rollouts, and over the 10 % most confident (DeepConf's filter; :func:`signal_votes`).
 - with ``sub_pools`` (the grid tasks): ``acc_<name>``, ``maj@n_<name>``, ``oracle@n_<name>`` per
   named sub-pool, voted from the same clusters (:func:`vote_scores`).
 
@@ -42,7 +46,8 @@ from typing import Any
 from eglr_harness.cell import Cell
 from eglr_harness.rollout import rollout_meta
 from eglr_harness.scoring.equivalence import DEFAULT_TIMEOUT_S, is_equivalent
-from eglr_harness.selection import best_cell, majority
+from eglr_harness.selection import best_cell, majority, top_fraction, weighted_majority
+from eglr_harness.signals import confidence
 from eglr_harness.specs import T_DECIMALS, parse_L_spec, parse_T_spec
 
 logger = logging.getLogger(__name__)
@@ -174,6 +179,7 @@ def score_document(
             "answer": answer,
             "correct": ok,
             "cluster": cluster_of[i],
+            "signals": meta.get("signals"),
         })
     B = len(rollouts)
     solved = sum(correct)
@@ -181,6 +187,7 @@ def score_document(
     out["pass@1"] = pass_at_k(B, solved, 1) if B else 0.0
     out[f"pass@{B}"] = pass_at_k(B, solved, B) if B else 0.0
     out["best_cfg_acc"] = doc_cell_scores(rollouts)
+    out.update(signal_votes(rollouts))
     for name, selector in (sub_pools or {}).items():
         members = selector.select(rollouts)
         out.update({f"{key}_{name}": value for key, value in vote_scores(rollouts, members).items()})
@@ -210,6 +217,24 @@ def vote_scores(rollouts: Sequence[Mapping], members: Iterable[int]) -> dict[str
         f"maj@{n}": rollouts[first[winner]]["correct"] if winner is not None else 0,
         f"oracle@{n}": int(solved > 0),
     }
+
+
+DEEPCONF_ETA = 0.1  # DeepConf's aggressive filter: vote among the 10 % most confident rollouts
+
+
+def signal_votes(rollouts: Sequence[Mapping]) -> dict[str, int]:
+    """``wmaj@B`` and ``wmaj@B_top10`` of one document (module docstring); ``{}`` unless every
+    rollout carries signals with a confidence (runs without signals keep their metrics as before)."""
+    weights = [confidence(r.get("signals")) for r in rollouts]
+    if not rollouts or any(w is None for w in weights):
+        return {}
+    B = len(rollouts)
+    labels = [r["cluster"] for r in rollouts]
+    out = {}
+    for name, members in ((f"wmaj@{B}", list(range(B))), (f"wmaj@{B}_top10", top_fraction(weights, DEEPCONF_ETA))):
+        winner = weighted_majority([labels[i] for i in members], [weights[i] for i in members])
+        out[name] = int(rollouts[members[winner]]["correct"]) if winner is not None else 0
+    return out
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -52,7 +52,7 @@ def test_score_document_keys_and_values():
     assert out["maj@4"] == 1 and out["oracle@4"] == 1
     assert out["best_cfg_acc"] == {"L=1,T=0.0": 0.0, "L=2,T=0.0": 1.0, "L=3,T=0.0": 0.0, "L=4,T=0.0": 1.0}
     assert out["rollouts"][2] == {"repeat": 2, "L": 3, "T": 0.0, "cycle": 0, "answer": None, "correct": 0,
-                                  "cluster": None}
+                                  "cluster": None, "signals": None}
     assert [r["correct"] for r in out["rollouts"]] == [0, 1, 0, 1]
     assert [r["cluster"] for r in out["rollouts"]] == [0, 1, None, 1]
 
@@ -60,7 +60,7 @@ def test_score_document_keys_and_values():
 def test_score_document_plain_strings_have_null_metadata():
     out = score_document("7", ["7", "x"])
     assert out["rollouts"][0] == {"repeat": 0, "L": None, "T": None, "cycle": None, "answer": "7", "correct": 1,
-                                  "cluster": 0}
+                                  "cluster": 0, "signals": None}
     assert out["maj@2"] == 1  # 1 vs 1: the first wins
 
 

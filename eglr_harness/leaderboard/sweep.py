@@ -1,0 +1,230 @@
+"""``eglr-sweep``: the paper's ablation (Table 4) in one command, over any EGLR setting.
+
+One axis at a time around the defaults, as the paper does: ``--sweep alpha=0.1,0.2,0.5,0.7,0.9
+--sweep k_max=1-5`` runs the default point once and every other value of each axis with the
+other settings at their defaults, each as one stock ``lm_eval`` run (the leaderboard's machinery:
+:func:`~eglr_harness.leaderboard.plan.build_command`, resume by
+:func:`~eglr_harness.leaderboard.runner.finished_run`, a record per run). ``--rollout_cache DIR``
+gives every run the rollout store, so a killed sweep recomputes only the missing rollouts. Then
+``eglr-report --sections runs,ablation`` over the sweep folder writes the table in the paper's
+layout (value, accuracy with a 95 % interval, ρ, k̄, FLOP ratio) and the figure.
+
+    eglr-sweep --model_args model_config=smollm2-135m-instruct,L=4 --tasks eglr_demo \\
+        --sweep alpha=0.1,0.2,0.5,0.7,0.9 --sweep k_max=1-5 --limit 100 --output_dir out/ablation
+
+Axes (:data:`AXES`): ``alpha``, ``k_max``, ``tau_kl``, ``tau_h`` (nats, ``inf``), ``L``. Each run's
+folder is ``<output_dir>/<axis>_<value>/`` (``default/`` for the default point).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from eglr_harness import config as defaults
+from eglr_harness.analysis.load import parse_model_args
+from eglr_harness.leaderboard.plan import LeaderboardOptions, PlannedRun, build_command, shell_command
+from eglr_harness.leaderboard.runner import Executor, execute_run, finished_run, subprocess_executor
+
+__all__ = ["AXES", "SweepPoint", "parse_axis", "axis_default", "plan_sweep", "sweep_parser", "main"]
+
+logger = logging.getLogger(__name__)
+
+# axis -> (value parser, built-in default); defaults come from the preset when it names them.
+AXES = {
+    "alpha": (float, defaults.DEFAULT_ALPHA),
+    "k_max": (int, defaults.DEFAULT_K_MAX),
+    "tau_kl": (float, defaults.DEFAULT_TAU_KL),
+    "tau_h": (float, None),  # the preset's value (or the run's calibration)
+    "L": (int, defaults.DEFAULT_L),
+}
+
+
+def _values(axis: str, spec: str) -> tuple:
+    """``'0.1,0.5'`` -> (0.1, 0.5); ``'1-5'`` (ints only) -> (1, 2, 3, 4, 5); ``|`` also separates."""
+    kind = AXES[axis][0]
+    out: list = []
+    for part in spec.replace("|", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if kind is int and "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if hi < lo:
+                    raise ValueError
+                out.extend(range(lo, hi + 1))
+            else:
+                out.append(kind(part))
+        except ValueError:
+            raise ValueError(
+                f"`--sweep {axis}={spec}`: {part!r} is not a value of {axis}; allowed: "
+                + ("ints or an inclusive range (1-5)" if kind is int else "numbers (0.1,0.5)")
+                + ", comma-separated."
+            ) from None
+    if not out:
+        raise ValueError(f"`--sweep {axis}={spec}` gives no value; e.g. --sweep {axis}=...,...")
+    return tuple(dict.fromkeys(out))
+
+
+def parse_axis(spec: str) -> tuple[str, tuple]:
+    """``'alpha=0.1,0.2'`` -> ``('alpha', (0.1, 0.2))``; unknown axis -> ``ValueError`` naming the known ones."""
+    axis, sep, values = spec.partition("=")
+    axis = axis.strip()
+    if not sep or axis not in AXES:
+        raise ValueError(
+            f"`--sweep {spec}` is not allowed; allowed: AXIS=VALUES with AXIS one of {', '.join(AXES)} "
+            "(e.g. --sweep alpha=0.1,0.2,0.5 --sweep k_max=1-5)."
+        )
+    return axis, _values(axis, values)
+
+
+def axis_default(axis: str, model_args: dict) -> object:
+    """The value a run gets when the sweep does not set ``axis``: model arg > preset > built-in default."""
+    kind, builtin = AXES[axis]
+    if axis in model_args:
+        return kind(model_args[axis])
+    name = model_args.get("model_config")
+    if name is not None:
+        from eglr_harness.presets import load_preset  # noqa: PLC0415 -- only presets need it
+
+        preset = load_preset(name)
+        if axis == "tau_h":
+            table = preset.get("tau_h") or {}
+            value = table.get("default")
+            return None if value is None else float(value)
+        if axis in (preset.get("eglr") or {}):
+            return kind(preset["eglr"][axis])
+    return builtin
+
+
+def _label(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One run of the sweep: the axes it moves off their defaults (empty: the default point)."""
+
+    changes: tuple[tuple[str, object], ...]
+    run: PlannedRun
+
+    @property
+    def name(self) -> str:
+        return self.run.name
+
+
+def plan_sweep(
+    model_args: str, task: str, axes: Sequence[tuple[str, tuple]], output_dir: Path, *,
+    limit: float | None = None, max_gen_toks: int | None = None, rollout_cache: str | None = None,
+) -> list[SweepPoint]:
+    """The default point, then each axis's other values (one axis off its default per run)."""
+    args = parse_model_args(model_args)
+    seen_axes = [a for a, _ in axes]
+    if dupes := sorted({a for a in seen_axes if seen_axes.count(a) > 1}):
+        raise ValueError(f"`--sweep` names {dupes} twice; give each axis once.")
+    for axis, _ in axes:
+        if axis in args:
+            raise ValueError(
+                f"`{axis}` is both in --model_args ({args[axis]!r}) and swept; drop it from --model_args "
+                f"(the sweep's default point is the preset's or built-in {axis})."
+            )
+    base = model_args.strip(",")
+    if rollout_cache:
+        base += f",rollout_cache={rollout_cache}"
+    tokens = (("max_gen_toks", max_gen_toks),) if max_gen_toks else ()
+
+    def point(changes: tuple) -> SweepPoint:
+        name = "_".join(f"{a}_{_label(v)}" for a, v in changes) or "default"
+        extra = "".join(f",{a}={_label(v)}" for a, v in changes)
+        run = PlannedRun("sweep", name, task, task, "eglr-hf", base + extra, tokens, Path(output_dir) / name,
+                         limit=limit)
+        return SweepPoint(changes, run)
+
+    points = [point(())]
+    for axis, values in axes:
+        default = axis_default(axis, args)
+        if default is None and axis == "tau_h":
+            logger.warning("no preset tau_h: the default point calibrates it (tau_h=auto)")
+        points += [point(((axis, v),)) for v in values if v != default]
+    return points
+
+
+def sweep_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="eglr-sweep",
+        description="One-axis-at-a-time ablation of EGLR settings (paper Table 4), each point a stock "
+        "lm_eval run; resumable; then the report's ablation section.",
+    )
+    parser.add_argument("--model_args", required=True, nargs="+", help="eglr-hf model args shared by every run")
+    parser.add_argument("--tasks", required=True, help="one task, e.g. math500_eglr or eglr_demo")
+    parser.add_argument("--sweep", action="append", required=True, metavar="AXIS=VALUES",
+                        help=f"an axis and its values, repeatable; axes: {', '.join(AXES)}")
+    parser.add_argument("--limit", type=float, default=None, help="lm_eval --limit")
+    parser.add_argument("--max_gen_toks", type=int, default=None, help="max new tokens (gen kwarg)")
+    parser.add_argument("--batch_size", default=None, help="lm_eval --batch_size")
+    parser.add_argument("--device", default=None, help="lm_eval --device")
+    parser.add_argument("--metadata", default=None, help="lm_eval --metadata (JSON), e.g. the demo's levels")
+    parser.add_argument("--apply_chat_template", action="store_true", help="pass --apply_chat_template to lm_eval")
+    parser.add_argument("--rollout_cache", default=None, help="rollout store folder shared by every run (resume)")
+    parser.add_argument("--output_dir", required=True, help="one folder per point under it, then report/")
+    parser.add_argument("--lm_eval_args", default="", help="extra lm_eval flags, one quoted string")
+    parser.add_argument("--python", default=sys.executable, help="interpreter that runs `-m lm_eval`")
+    parser.add_argument("--no_report", action="store_true", help="run only; no eglr-report afterwards")
+    parser.add_argument("--dry_run", action="store_true", help="print the commands of unfinished runs, run nothing")
+    parser.add_argument("--verbosity", "-v", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_executor) -> int:
+    """Console entry point of ``eglr-sweep``: 0 when every point finished, 1 otherwise, 2 on bad input."""
+    args = sweep_parser().parse_args(argv)
+    logging.basicConfig(level=args.verbosity, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        model_args = ",".join(a.strip(",") for a in args.model_args)
+        tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+        if len(tasks) != 1:
+            raise ValueError(f"`--tasks`={args.tasks!r}: a sweep runs one task; give one (e.g. math500_eglr).")
+        extra = shlex.split(args.lm_eval_args)
+        if args.metadata:
+            extra += ["--metadata", args.metadata]
+        opts = LeaderboardOptions(
+            model_args=model_args, tasks=tuple(tasks), output_dir=Path(args.output_dir), beams=(),
+            batch_size=args.batch_size, device=args.device, apply_chat_template=args.apply_chat_template,
+            lm_eval_args=tuple(extra), python=args.python,
+        )
+        points = plan_sweep(model_args, tasks[0], [parse_axis(s) for s in args.sweep], Path(args.output_dir),
+                            limit=args.limit, max_gen_toks=args.max_gen_toks, rollout_cache=args.rollout_cache)
+    except ValueError as err:
+        print(f"eglr-sweep: error: {err}", file=sys.stderr)
+        return 2
+    failed = []
+    for p in points:
+        argv_run = build_command(p.run, opts)
+        if finished_run(p.run, p.run.limit) is not None:
+            logger.info("skip %s: finished", p.name)
+        elif args.dry_run:
+            print(shell_command(argv_run))
+        else:
+            execute_run(p.run, argv_run, executor)
+            if finished_run(p.run, p.run.limit) is None:
+                logger.error("%s failed (no results file in %s)", p.name, p.run.output_path)
+                failed.append(p.name)
+    if args.dry_run or args.no_report:
+        return 1 if failed else 0
+    done = [p.run.output_path for p in points if finished_run(p.run, p.run.limit) is not None]
+    if done:
+        from eglr_harness.analysis.report import build_report  # noqa: PLC0415
+
+        out = build_report(done, Path(args.output_dir) / "report", task=tasks[0], sections=("runs", "ablation"))
+        print(out / "report.md")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
