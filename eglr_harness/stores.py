@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 # Bump when a change to eglr_harness/decoding can change generated text: every stored rollout and
 # cached threshold made before then stops matching.
-DECODING_VERSION = 2
+DECODING_VERSION = 3  # 3: sampled draws are Gumbel-max with counter-hash noise (decoding/sampling.py), both engines
 
 
 def content_key(*parts) -> str:

@@ -1,9 +1,25 @@
-"""Per-row seeded sampling, so that a sampled rollout does not depend on its batch.
+"""Per-row reproducible sampling, so that a sampled rollout does not depend on its batch.
 
 Hugging Face's sampler draws the whole batch from the global RNG, so a row's tokens change with
-the batch it lands in. Here every row owns a ``torch.Generator`` seeded from (seed, config,
-repeat cycle, the row's prompt tokens). The temperature / top-k / top-p warpers stay Hugging
-Face's own; this processor only performs the draw.
+the batch it lands in. Here a draw is Gumbel-max with noise that is a pure function of
+(row seed, token index, vocabulary id): token n of a row is
+
+    argmax_v  warped_scores[v] + g(seed, n, v),   g = -log(-log(u)),  u = (hash(seed, n, v) + 0.5) / 2^24
+
+which is a draw from softmax(warped_scores). The hash is counter-based integer arithmetic (below)
+computed in int64 without overflow, so it is the same on CPU and CUDA, eager or compiled, for the
+whole batch at once, and a row's draws do not depend on its neighbours, its slot or the step in
+which it is drawn. Both engines draw this way (``generate``'s through ``SeededRowSampler``, after
+transformers' warpers; the continuous engine through ``sample_rows``, whose warpers are HF's
+applied per row).
+
+The hash (32-bit words held in int64; ``mix`` is Wellons' lowbias32 finaliser):
+    mix(x)   = x ^= x>>16; x = x*0x7feb352d mod 2^32; x ^= x>>15; x = x*0x846ca68b mod 2^32; x ^= x>>16
+    row      = mix(mix((seed mod 2^32) ^ 0x9e3779b9) ^ (seed >> 32 mod 2^32))
+    step     = mix(row ^ mix((n + 0x632be5ab) mod 2^32))
+    bits     = mix(mix(step ^ v) ^ 0x85ebca6b);  u uses the top 24 bits (exact in fp32)
+
+Shape letters: B rows, V vocabulary, C candidate tokens of a draw.
 """
 
 from __future__ import annotations
@@ -11,7 +27,9 @@ from __future__ import annotations
 import hashlib
 
 import torch
-from transformers import LogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+from transformers import LogitsProcessor
+
+_MASK32 = 0xFFFFFFFF
 
 
 def row_seed(seed: int, salt: str, prompt_tokens: list[int]) -> int:
@@ -27,42 +45,99 @@ def prompt_token_lists(input_ids: torch.Tensor, attention_mask: torch.Tensor | N
     return [row[mask.bool()].tolist() for row, mask in zip(input_ids, attention_mask)]
 
 
-class SeededRowSampler(LogitsProcessor):
-    """Draw each row's next token with its own generator; keep only that token's score.
+# ---------------------------------------------------------------- the counter-based hash
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """x * c mod 2^32 for x in [0, 2^32) (int64), without int64 overflow: 16-bit halves of x."""
+    low = (x & 0xFFFF) * c
+    high = (((x >> 16) * c) & 0xFFFF) << 16
+    return (low + high) & _MASK32
 
-    Put it last in the processor list and decode greedily: argmax then returns the drawn token.
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """lowbias32: a bijection of 32-bit words with good avalanche.  int64 in [0, 2^32) -> same."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def row_keys(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """The key of each row's draw number ``counters``.  seeds: (B,) int64 >= 0; counters: (B,) int64 -> (B,)."""
+    row = _mix(_mix((seeds & _MASK32) ^ 0x9E3779B9) ^ ((seeds >> 32) & _MASK32))
+    return _mix(row ^ _mix((counters + 0x632BE5AB) & _MASK32))
+
+
+def gumbel_noise(keys: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """Gumbel noise of each row's candidate tokens.  keys: (B,) from ``row_keys``; token_ids: (B, C) -> (B, C) fp32."""
+    bits = _mix(_mix(keys[:, None] ^ token_ids) ^ 0x85EBCA6B)
+    u = ((bits >> 8).float() + 0.5) * (1.0 / (1 << 24))  # in (0, 1), exact in fp32
+    return -torch.log(-torch.log(u))
+
+
+# ---------------------------------------------------------------- warpers, per row
+def warp_candidates(scores: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                    num_candidates: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' warpers in ``generate``'s order (temperature, top-k, top-p), each row with its
+    own settings, on the ``num_candidates`` best tokens of each row.
+
+    scores: (B, V) fp32 logits; temperature: (B,) > 0; top_k: (B,) int (0 = off); top_p: (B,) in
+    (0, 1] (1 = off); num_candidates: C >= every row's top_k (V when a row has top_k = 0).
+    Returns (warped (B, C) with removed tokens at -inf, their token ids (B, C)), best first.
+    Tokens tied with a row's k-th best are kept, as ``TopKLogitsWarper`` keeps them, up to C.
+    """
+    scaled = scores / temperature[:, None]
+    values, ids = torch.topk(scaled, num_candidates, dim=-1)  # (B, C) descending
+    kth = values.gather(1, (top_k.clamp(min=1, max=num_candidates) - 1)[:, None])
+    values = values.masked_fill((top_k[:, None] > 0) & (values < kth), float("-inf"))
+    # TopPLogitsWarper: ascending order, drop tokens whose cumulative mass (them and all worse) <= 1 - top_p
+    ascending = values.flip(-1)
+    mass = ascending.softmax(dim=-1).cumsum(dim=-1)
+    drop = mass <= (1 - top_p.double()).float()[:, None]
+    drop[:, -1] = False  # min_tokens_to_keep = 1: the best token stays
+    drop = drop & (top_p[:, None] < 1.0)
+    return ascending.masked_fill(drop, float("-inf")).flip(-1), ids
+
+
+def sample_rows(scores: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                seeds: torch.Tensor, counters: torch.Tensor, num_candidates: int) -> torch.Tensor:
+    """One draw per row from its warped scores, Gumbel-max with the row's own noise.
+
+    scores: (B, V) fp32; temperature, top_k, top_p, seeds, counters: (B,) -> (B,) int64 token ids.
+    Rows with temperature 0 must be given a positive placeholder temperature (their draw is unused).
+    """
+    warped, ids = warp_candidates(scores, temperature, top_k, top_p, num_candidates)
+    noisy = warped + gumbel_noise(row_keys(seeds, counters), ids)
+    return ids.gather(1, noisy.argmax(dim=-1, keepdim=True))[:, 0]
+
+
+class SeededRowSampler(LogitsProcessor):
+    """Draw each row's next token with its own seeded noise; keep only that token's score.
+
+    Put it last in the processor list (after transformers' warpers) and decode greedily: argmax
+    then returns the drawn token. Draw n of the sampler is token n of every row of the batch.
     scores: (B, V) warped scores -> (B, V) with 0 at the drawn token and -inf elsewhere.
     """
 
     def __init__(self, seeds: list[int]):
         self.seeds = list(seeds)
-        self._generators: list[torch.Generator] | None = None
+        self.draws = 0
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self._generators is None:
-            if len(self.seeds) != scores.shape[0]:
-                raise ValueError(f"SeededRowSampler got {len(self.seeds)} seeds for a batch of {scores.shape[0]} rows.")
-            self._generators = [torch.Generator(device=scores.device).manual_seed(s) for s in self.seeds]
-        drawn = torch.stack([draw(row, g) for row, g in zip(scores, self._generators)])
+        if len(self.seeds) != scores.shape[0]:
+            raise ValueError(f"SeededRowSampler got {len(self.seeds)} seeds for a batch of {scores.shape[0]} rows.")
+        seeds = torch.tensor(self.seeds, dtype=torch.long, device=scores.device)
+        counters = torch.full_like(seeds, self.draws)
+        self.draws += 1
+        drawn = draw(scores, seeds, counters)
         out = torch.full_like(scores, float("-inf"))
-        return out.scatter_(1, drawn, 0.0)
+        return out.scatter_(1, drawn[:, None], 0.0)
 
 
-def draw(scores: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One token from softmax(scores) with the row's own generator.  scores: (V,) warped -> (1,) long."""
-    return torch.multinomial(torch.softmax(scores.float(), dim=-1), 1, generator=generator)
+def draw(scores: torch.Tensor, seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """Gumbel-max over already warped scores (removed tokens at -inf), every vocabulary entry a candidate.
 
-
-def warp(scores: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
-    """Hugging Face's sampling warpers in ``generate``'s order and on its conditions (temperature
-    unless 1, top-k unless 0, top-p below 1), for callers that draw outside ``generate``.
-
-    scores: (B, V) fp32 -> (B, V), removed tokens at -inf.
+    scores: (B, V); seeds, counters: (B,) int64 -> (B,) int64.
     """
-    if temperature != 1.0:
-        scores = TemperatureLogitsWarper(temperature)(None, scores)
-    if top_k:
-        scores = TopKLogitsWarper(top_k=top_k, min_tokens_to_keep=1)(None, scores)
-    if top_p < 1.0:
-        scores = TopPLogitsWarper(top_p=top_p, min_tokens_to_keep=1)(None, scores)
-    return scores
+    ids = torch.arange(scores.shape[-1], device=scores.device).expand(scores.shape[0], -1)
+    return (scores.float() + gumbel_noise(row_keys(seeds, counters), ids)).argmax(dim=-1)

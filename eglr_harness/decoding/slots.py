@@ -43,26 +43,54 @@ class SlotView:
 class SlotCache:
     """The KV slots of every layer; stands in for transformers' cache in the layers' calls.
 
+    Storage per layer: (B, Hkv, 1 + C, d) for B slots (the engine's slots plus one trash slot that
+    padding rows of a fixed-shape step write to) and a capacity of C positions. C is a length
+    bucket (``length_bucket``): it grows and shrinks by buckets between steps (``resize``), never
+    per token, and a decoding step's attention reads all 1 + C columns, so the attention sees as
+    many distinct widths as there are buckets.
+
     ``rows`` and ``columns`` name, before each layer, where the layer's G rows write: a decoding
     step writes one column per row (1 + position, or 0 for a refining row's scratch); a prefill
-    writes columns 1..Q of its rows. Storage is allocated at the first write of each layer.
+    writes columns 1..Q of its rows. Storage is allocated at the first (prefill) write of each layer.
     """
 
-    def __init__(self, num_slots: int, capacity: int):
+    def __init__(self, num_slots: int, capacity: int, *, static_addresses: bool = False):
         self.num_slots, self.capacity = num_slots, capacity  # capacity: positions per slot
+        self.static_addresses = static_addresses  # mark storage for CUDA graphs (torch.compile)
         self.keys: dict[int, torch.Tensor] = {}
         self.values: dict[int, torch.Tensor] = {}
         self.rows: torch.Tensor | None = None  # (G,)
         self.columns: torch.Tensor | None = None  # (G,), decoding steps only
-        self.width = 1  # columns the attention reads: scratch + positions 0..width-2
         self.prefill = False
+
+    @property
+    def width(self) -> int:
+        """Columns a decoding step's attention reads: the scratch column and C positions."""
+        return 1 + self.capacity
+
+    def _new(self, like: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
+        storage = like.new_zeros((self.num_slots, heads, 1 + self.capacity, head_dim))
+        if self.static_addresses:
+            torch._dynamo.mark_static_address(storage)
+        return storage
 
     def _storage(self, layer_idx: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if layer_idx not in self.keys:
-            shape = (self.num_slots, like.shape[1], 1 + self.capacity, like.shape[3])
-            self.keys[layer_idx] = like.new_zeros(shape)
-            self.values[layer_idx] = like.new_zeros(shape)
+            self.keys[layer_idx] = self._new(like, like.shape[1], like.shape[3])
+            self.values[layer_idx] = self._new(like, like.shape[1], like.shape[3])
         return self.keys[layer_idx], self.values[layer_idx]
+
+    def resize(self, capacity: int) -> None:
+        """Re-allocate every layer's storage for ``capacity`` positions, keeping the first ones (eager)."""
+        if capacity == self.capacity:
+            return
+        keep = 1 + min(capacity, self.capacity)
+        self.capacity = capacity
+        for store in (self.keys, self.values):
+            for layer_idx, old in store.items():
+                new = self._new(old, old.shape[1], old.shape[3])
+                new[:, :, :keep] = old[:, :, :keep]
+                store[layer_idx] = new
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         """key_states, value_states: (G, Hkv, Q, d). Returns what the layer's attention reads."""
@@ -74,7 +102,17 @@ class SlotCache:
             return key_states, value_states  # a prefill attends to its own fresh keys
         keys[self.rows, :, self.columns] = key_states[:, :, 0]
         values[self.rows, :, self.columns] = value_states[:, :, 0]
-        return keys[:, :, :self.width], values[:, :, :self.width]
+        return keys, values
+
+
+def length_bucket(positions: int, base: int) -> int:
+    """The smallest bucket >= ``positions``: base · 1, 1.5, 2, 3, 4, 6, 8, 12, ... (at most 1.5x too large,
+    log-many distinct sizes).  base: an even int >= 2."""
+    size, step = base, 0
+    while size < positions:
+        size = size * 3 // 2 if step % 2 == 0 else size * 4 // 3
+        step += 1
+    return size
 
 
 def decode_masks(positions: torch.Tensor, refining: torch.Tensor, width: int, windows: dict[str, int | None]
@@ -82,9 +120,10 @@ def decode_masks(positions: torch.Tensor, refining: torch.Tensor, width: int, wi
     """One (B, 1, 1, width) bool mask per layer kind for a decoding step.
 
     positions: (B,) the query position of each slot (newest position when advancing, the pending
-    position t when refining, 0 when idle); refining: (B,) bool. An advancing query sees positions
-    0..p; a refining one sees positions < t and its scratch column; a sliding window of W keeps
-    the positions > p - W. windows: layer kind -> W (None = full attention).
+    position t when refining, 0 when idle: it sees position 0 only, so that no row of the attention
+    is fully masked); refining: (B,) bool. An advancing query sees positions 0..p; a refining one
+    sees positions < t and its scratch column; a sliding window of W keeps the positions > p - W.
+    windows: layer kind -> W (None = full attention).
     """
     column = torch.arange(width, device=positions.device)[None]  # (1, width)
     key_pos = column - 1  # column 0 is the scratch column

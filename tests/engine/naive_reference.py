@@ -6,7 +6,8 @@ overwritten by a forward pre-hook on layer N-L+1 (0-based index N-L). By causali
 re-applying the top L layers at that position against the original keys/values of the past.
 
 Sampling (``naive_eglr_sampled``) warps the refined logits by temperature, top-k and top-p, written
-here from their definitions, and draws with ``torch.multinomial`` from the caller's generator.
+here from their definitions, and draws by Gumbel-max with the noise the engines' spec names
+(eglr_harness/decoding/sampling.py's docstring), computed here in Python integers, one token at a time.
 """
 
 from __future__ import annotations
@@ -118,16 +119,38 @@ def warp(logits, *, temperature, top_k, top_p):
     return scores
 
 
+def _lowbias32(x: int) -> int:
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+def gumbel(seed: int, n: int, token: int) -> torch.Tensor:
+    """The noise of token ``token`` at draw ``n`` of the row seeded ``seed``: a 0-dim fp32 tensor."""
+    row = _lowbias32(_lowbias32((seed & 0xFFFFFFFF) ^ 0x9E3779B9) ^ ((seed >> 32) & 0xFFFFFFFF))
+    key = _lowbias32(row ^ _lowbias32((n + 0x632BE5AB) & 0xFFFFFFFF))
+    bits = _lowbias32(_lowbias32(key ^ token) ^ 0x85EBCA6B)
+    u = torch.tensor(((bits >> 8) + 0.5) / 2 ** 24, dtype=torch.float32)  # exact: 24 bits and a half
+    return -torch.log(-torch.log(u))
+
+
 def naive_eglr_sampled(model, prompt, *, L, alpha, k_max, tau_kl, tau_h, max_new_tokens, eos_ids, temperature,
-                       top_k, top_p, generator, kl_sink=None, iterations_sink=None):
-    """Sampled EGLR for one prompt: each step draws from the warped refined logits with ``generator``.
+                       top_k, top_p, seed, kl_sink=None, iterations_sink=None):
+    """Sampled EGLR for one prompt: draw n is argmax over the kept tokens of warped score + gumbel(seed, n, token).
 
     Returns (new tokens, refined logits per step before warping, gated flags); sinks as in
     ``naive_eglr_greedy``.
     """
+    drawn = []
+
     def draw(logits):
-        probs = torch.softmax(warp(logits, temperature=temperature, top_k=top_k, top_p=top_p), -1)
-        return int(torch.multinomial(probs, 1, generator=generator))
+        scores = warp(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+        kept = [v for v in range(scores.numel()) if scores[v] != float("-inf")]
+        noisy = {v: float(scores[v] + gumbel(seed, len(drawn), v)) for v in kept}
+        drawn.append(max(kept, key=lambda v: (noisy[v], -v)))  # ties: the lowest id, as argmax
+        return drawn[-1]
 
     return _decode(model, prompt, L=L, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h,
                    max_new_tokens=max_new_tokens, eos_ids=eos_ids, pick=draw, kl_sink=kl_sink,

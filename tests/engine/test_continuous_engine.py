@@ -88,7 +88,7 @@ def test_sampled_rows_match_naive_reference_draw_for_draw(model):
     for prompt, seed, outcome in zip(prompts, seeds, outcomes):
         ref_tokens, _, _ = naive_eglr_sampled(
             model, prompt, max_new_tokens=MAX_NEW, eos_ids={EOS}, temperature=0.7, top_k=20, top_p=0.9,
-            generator=torch.Generator().manual_seed(seed), **settings)
+            seed=seed, **settings)
         assert outcome.tokens == ref_tokens
 
 

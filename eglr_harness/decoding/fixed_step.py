@@ -1,0 +1,136 @@
+"""One decoding step of the continuous engine as a function of fixed-shape tensors.
+
+A step takes A advancing slots and R refining slots (index tensors whose sizes are buckets chosen
+by the host; padding entries name the trash slot, whose results are never read) and runs
+
+- layers 0 .. join-1 on the A advancing rows (their newest token, embedded),
+- layers join .. N-1 on the A + R rows, the refining rows entering at ``join`` = N - max L with
+  their fused state u; a refining row of a smaller L has u put back at its own layer N - L (a
+  masked select: the few layers it ran before are discarded, shapes never change),
+- the final norm and unembedding, then ``settle``: the entropy gate, the iteration counters and
+  the KL exit as masks, the token (argmax, or the per-row Gumbel-max draw), the per-slot state
+  updates as scatters, and the one small read the host needs (``slot_state.READ_FIELDS``).
+
+Nothing here branches on a tensor value, reads a tensor on the host or makes a data-dependent
+shape, so ``torch.compile(decode_step, fullgraph=True)`` traces it whole (tests/engine/
+test_fixed_step.py), and on CUDA it can be captured as a CUDA graph per (A, R, width) bucket.
+
+What holds for "a row's tokens depend only on its own request": the row's draws depend only on
+its seed and token index (``sampling.py``); its attention reads its own slot only (masks by slot);
+every other op is row-wise. On CPU in fp32 the tokens are the same alone or in any batch and any
+slot (tested). On a GPU (bf16 especially) a matmul's kernel and its reduction order may depend on
+the number of rows it is called with: here that is the step's (A, R) buckets (and the prefill's
+row count), never the neighbours' lengths or positions, since the K/V width is a length bucket of
+the running batch. A row's logits can therefore differ in the last bits between two runs whose
+buckets differ (another max_batch, or a run whose other rows finish earlier), as with any batched
+decoding; with the same buckets and the same inputs the step is deterministic.
+
+Shape letters: B slots (+1 trash), A advancing rows, R refining rows, G = A + R, D hidden, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from eglr_harness.decoding.functional import entropy_of_log_probs, kl_divergence, norm_match, softcap
+from eglr_harness.decoding.sampling import sample_rows
+from eglr_harness.decoding.slot_state import SlotState, StepPlan
+from eglr_harness.decoding.slots import SlotCache, SlotView, decode_masks
+
+
+def fuse_rows(anchor: torch.Tensor, refined: torch.Tensor, alpha: torch.Tensor, one_minus_alpha: torch.Tensor
+              ) -> torch.Tensor:
+    """u = (1 - alpha)·a + alpha·ĥ with a per-row alpha, rounded as ``functional.fuse`` with a Python alpha is.
+
+    anchor, refined: (R, D) model dtype; alpha, one_minus_alpha: (R,) fp32 -> (R, D) model dtype.
+    """
+    dtype = anchor.dtype
+    kept = (one_minus_alpha[:, None] * anchor.float()).to(dtype)
+    moved = (alpha[:, None] * refined.float()).to(dtype)
+    return kept + moved
+
+
+def settle(stack, plan: StepPlan, state: SlotState, rows: torch.Tensor, refining: torch.Tensor,
+           last_hidden: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
+    """Gate the rows that advanced, run the KL exit of the rows that refined, pick tokens, update the slots.
+
+    rows: (G,) slots; refining: (G,) bool; last_hidden: (G, D) h^(N) before the final norm;
+    raw: (G, V) logits before any soft-cap. Returns the step's read: (G, len(READ_FIELDS)) fp32.
+    """
+    final = softcap(raw.float(), plan.logit_softcap)  # fp32: what the gate, the KL exit and log-probs read
+    emitted = final if plan.logit_softcap is None else stack.emitted(raw)  # what generate decodes from
+    logp = torch.log_softmax(final, dim=-1)
+    entropy = entropy_of_log_probs(logp)  # (G,)
+    kl = kl_divergence(logp, state.logp_prev[rows])  # (G,), read for refining rows only
+    iterations = torch.where(refining, state.iterations[rows] + 1, 0)
+    gated = ~refining & (entropy.double() > state.tau_h[rows])
+    done = ~(kl.double() >= state.tau_kl[rows]) | (iterations >= state.k_max[rows])  # KL exit or k_max
+    emits = (~refining & ~gated) | (refining & done)
+    token = emitted.argmax(dim=-1)
+    if plan.sampled:
+        drawn = sample_rows(emitted, state.temperature[rows], state.top_k[rows], state.top_p[rows],
+                            state.seed[rows], state.drawn[rows], plan.num_candidates)
+        token = torch.where(state.sampled[rows], drawn, token)
+    logprob = logp.gather(1, token[:, None])[:, 0]
+    nan = torch.where(refining, kl.isnan() | entropy.isnan(), entropy.isnan())
+    # the slots' state: where the next iteration starts from, counters, the token to feed next
+    state.h_prev.index_copy_(0, rows, last_hidden.to(state.h_prev.dtype))
+    state.logp_prev.index_copy_(0, rows, logp)
+    state.iterations.index_copy_(0, rows, iterations)
+    state.token.index_copy_(0, rows, torch.where(emits, token, state.token[rows]))
+    state.drawn.index_add_(0, rows, emits.long())
+    read = [torch.where(emits, token, -1).float(), gated.float(), emits.float(), entropy, logprob,
+            torch.where(refining, kl, 0.0), iterations.float(), nan.float()]
+    return torch.stack(read, dim=1)
+
+
+def decode_step(stack, plan: StepPlan, state: SlotState, cache: SlotCache, advancing: torch.Tensor,
+                refining: torch.Tensor) -> torch.Tensor:
+    """One decoding step of every running row.
+
+    advancing: (A,) slots that feed their newest token; refining: (R,) slots that run one iteration
+    (R may be 0); padding entries of both are the trash slot. Returns settle's read, (A + R, F).
+    """
+    slots, num_layers = state.position.shape[0], plan.num_layers
+    num_adv, num_ref = advancing.shape[0], refining.shape[0]
+    phase = torch.zeros(slots, dtype=torch.long, device=advancing.device)
+    phase = phase.index_fill(0, advancing, 1).index_fill(0, refining, 2)
+    is_refining = phase == 2
+    query = torch.where(phase == 1, state.position + 1, torch.where(is_refining, state.position, 0))  # (B,)
+    masks = decode_masks(query, is_refining, cache.width, stack.windows)
+    angles_all = stack.rotary_angles(state.anchor[:, None], query[:, None])  # per kind (B, 1, d)
+
+    hidden = stack.embed(state.token[advancing][:, None])  # (A, 1, D)
+    # column 1 + p of the new position p; the clamp only ever bites the trash slot, whose position runs on
+    rows, columns = advancing, (state.position[advancing] + 2).clamp(max=cache.width - 1)
+    if num_ref:
+        anchor = state.anchor[refining]
+        fused = fuse_rows(anchor, norm_match(state.h_prev[refining], anchor), state.alpha[refining],
+                          state.one_minus_alpha[refining])[:, None]  # (R, 1, D)
+        entry = num_layers - state.L[refining]  # (R,) the layer each refining row enters at
+    adv_entry = num_layers - state.L[advancing]  # (A,) where each advancing row's anchor is taken
+    views = angles = None
+    for index in range(num_layers):
+        if num_ref and index == plan.join_layer:
+            hidden = torch.cat([hidden, fused.to(hidden.dtype)])
+            rows = torch.cat([advancing, refining])
+            columns = torch.cat([columns, torch.zeros_like(refining)])  # a refined key/value goes to the scratch column
+            views = None
+        elif num_ref and index in plan.entry_layers and index > plan.join_layer:
+            enters = (entry == index)[:, None, None]
+            hidden = torch.cat([hidden[:num_adv], torch.where(enters, fused.to(hidden.dtype), hidden[num_adv:])])
+        if index in plan.entry_layers:
+            takes = (adv_entry == index)[:, None]
+            state.anchor.index_copy_(0, advancing, torch.where(takes, hidden[:num_adv, 0], state.anchor[advancing]))
+        if views is None:
+            cache.rows, cache.columns = rows, columns
+            views = {kind: SlotView(rows, mask) for kind, mask in masks.items()}
+            angles = {kind: (cos[rows], sin[rows]) for kind, (cos, sin) in angles_all.items()}
+            positions = query[rows][:, None]
+        kind = stack.layer_kinds[index]
+        hidden = stack.layer(index, hidden, views[kind], angles[kind], positions, cache)
+    state.position.index_add_(0, advancing, torch.ones_like(advancing))
+    last_hidden = hidden[:, 0]
+    is_ref_row = torch.cat([torch.zeros(num_adv, dtype=torch.bool, device=advancing.device),
+                            torch.ones(num_ref, dtype=torch.bool, device=advancing.device)])
+    return settle(stack, plan, state, rows, is_ref_row, last_hidden, stack.logits(last_hidden))

@@ -1,0 +1,127 @@
+"""The per-slot device state of the continuous engine, and the static plan of one run.
+
+Every tensor here has the engine's B slots plus one trash slot (index B) as its first dimension,
+for the whole run: a decoding step reads and writes them by slot index (``fixed_step.py``), and
+the host writes a request's settings into its slot when it is admitted, between steps.
+
+Shape letters: B slots (+1 trash), D hidden size, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import torch
+
+from eglr_harness.config import EglrConfig
+
+READ_FIELDS = ("token", "gated", "emitted", "entropy", "logprob", "kl", "iterations", "nan")
+"""Columns of the one (G, len(READ_FIELDS)) fp32 read per step: the emitted token (-1 when none), whether
+an advancing row was gated (it refines next), whether the row emitted, the normal pass's raw-logit
+entropy (advancing rows), the emitted token's log-probability, the KL of the iteration (refining
+rows), the iteration count k (refining rows), and whether the row's logits were non-finite."""
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What a run's steps share, fixed for the run (a compiled step specialises on it).
+
+    join_layer: N - max L of the refining configs, where refining rows enter the step (N: none).
+    entry_layers: the layers N - L of every refining L (anchors are saved there, refined states enter).
+    sampled: whether any request samples (else the draw is left out of the step).
+    num_candidates: tokens a draw considers per row (>= every top_k; V when some top_k is 0).
+    logit_softcap: the model's final-logit soft-cap, or None.
+    """
+
+    num_layers: int
+    join_layer: int
+    entry_layers: tuple[int, ...]
+    sampled: bool
+    num_candidates: int
+    logit_softcap: float | None
+
+    @classmethod
+    def of(cls, configs: list[EglrConfig], num_layers: int, vocab: int, logit_softcap: float | None) -> "StepPlan":
+        spans = sorted({c.L for c in configs if c.refines})
+        sampled = [c for c in configs if c.sampled]
+        if any(c.top_k == 0 for c in sampled):
+            candidates = vocab
+        else:
+            # a margin of 8 keeps tokens tied with a row's k-th best, as TopKLogitsWarper keeps them
+            candidates = min(vocab, max((c.top_k for c in sampled), default=1) + 8)
+        return cls(num_layers=num_layers, join_layer=num_layers - max(spans, default=0),
+                   entry_layers=tuple(num_layers - L for L in reversed(spans)), sampled=bool(sampled),
+                   num_candidates=candidates, logit_softcap=logit_softcap)
+
+
+@dataclass
+class SlotState:
+    """Per-slot tensors (first dimension B + 1). Settings are written at admission; the rest by the steps.
+
+    token: the row's newest token (fed when it advances); position: its last position with a key/value
+    in the slot; iterations: refinement iterations done at the pending position; drawn: tokens emitted
+    so far (the draw counter of the sampling noise); anchor, h_prev: (B+1, D) a and h^(N'k) of the
+    pending position; logp_prev: (B+1, V) fp32 log-probabilities of the last distribution computed.
+    """
+
+    token: torch.Tensor
+    position: torch.Tensor
+    iterations: torch.Tensor
+    drawn: torch.Tensor
+    L: torch.Tensor
+    alpha: torch.Tensor  # fp32
+    one_minus_alpha: torch.Tensor  # fp32, 1 - alpha taken in float64 as a Python scalar would be
+    k_max: torch.Tensor
+    tau_kl: torch.Tensor  # float64: compared as the Python floats of the config
+    tau_h: torch.Tensor  # float64; inf for configs that never refine
+    temperature: torch.Tensor  # fp32; 1.0 (a placeholder) for greedy rows
+    top_k: torch.Tensor
+    top_p: torch.Tensor  # fp32
+    sampled: torch.Tensor  # bool
+    seed: torch.Tensor
+    anchor: torch.Tensor
+    h_prev: torch.Tensor
+    logp_prev: torch.Tensor
+
+    @classmethod
+    def allocate(cls, num_slots: int, hidden: int, vocab: int, dtype, device, *, static_addresses: bool = False):
+        n = num_slots + 1  # the trash slot
+        long = dict(dtype=torch.long, device=device)
+        f32, f64 = dict(dtype=torch.float32, device=device), dict(dtype=torch.float64, device=device)
+        state = cls(
+            token=torch.zeros(n, **long), position=torch.zeros(n, **long), iterations=torch.zeros(n, **long),
+            drawn=torch.zeros(n, **long), L=torch.zeros(n, **long), alpha=torch.zeros(n, **f32),
+            one_minus_alpha=torch.ones(n, **f32), k_max=torch.ones(n, **long), tau_kl=torch.zeros(n, **f64),
+            tau_h=torch.full((n,), math.inf, **f64), temperature=torch.ones(n, **f32), top_k=torch.zeros(n, **long),
+            top_p=torch.ones(n, **f32), sampled=torch.zeros(n, dtype=torch.bool, device=device),
+            seed=torch.zeros(n, **long), anchor=torch.zeros(n, hidden, dtype=dtype, device=device),
+            h_prev=torch.zeros(n, hidden, dtype=dtype, device=device), logp_prev=torch.zeros(n, vocab, **f32),
+        )
+        if static_addresses:  # CUDA graphs replay on these very tensors
+            for f in fields(state):
+                torch._dynamo.mark_static_address(getattr(state, f.name))
+        return state
+
+    def admit(self, slots: list[int], configs: list[EglrConfig], seeds: list[int | None],
+              positions: list[int]) -> None:
+        """Write the settings of newly admitted requests into ``slots`` (host -> device, eager)."""
+        index = torch.tensor(slots, device=self.L.device)
+
+        def put(tensor, values):
+            tensor.index_copy_(0, index, torch.tensor(values, dtype=tensor.dtype).to(tensor.device))
+
+        put(self.L, [c.L for c in configs])
+        put(self.alpha, [c.alpha for c in configs])
+        put(self.one_minus_alpha, [1.0 - c.alpha for c in configs])
+        put(self.k_max, [c.k_max for c in configs])
+        put(self.tau_kl, [c.tau_kl for c in configs])
+        put(self.tau_h, [c.tau_h if c.refines else math.inf for c in configs])
+        put(self.temperature, [c.T if c.sampled else 1.0 for c in configs])
+        put(self.top_k, [c.top_k for c in configs])
+        put(self.top_p, [c.top_p for c in configs])
+        put(self.sampled, [c.sampled for c in configs])
+        put(self.seed, [s or 0 for s in seeds])
+        put(self.position, positions)
+        put(self.iterations, [0] * len(slots))
+        put(self.drawn, [0] * len(slots))
