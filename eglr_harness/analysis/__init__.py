@@ -2,24 +2,23 @@
 
 Reads only what ``lm_eval --output_path DIR --log_samples`` writes (docs/run-format.md); never
 imports torch, transformers or lm_eval, never loads a model, never runs one (the leaderboard
-runner, which does, is :mod:`eglr_harness.leaderboard`). Three layers:
+runner, which does, is :mod:`eglr_harness.leaderboard`). Three layers, one folder each:
 
-- :mod:`~eglr_harness.analysis.load` — the one loader: run files -> runs, tasks, rollout rows ->
-  the L×T grid of one task and one model;
-- metrics by the paper's sections (pure functions of the grid):
-  :mod:`~eglr_harness.analysis.accuracy` (per-cell accuracy, pools, best cell, majority vote),
-  :mod:`~eglr_harness.analysis.oracle` (cumulative oracle, corners, random-cell yardstick),
-  :mod:`~eglr_harness.analysis.disagreement`, :mod:`~eglr_harness.analysis.budget` (budget
-  curves), :mod:`~eglr_harness.analysis.compute` (ρ, iterations, FLOP ratio);
+- :mod:`~eglr_harness.analysis.load` — the one loader, a module per job: ``files`` (find and read
+  run files), ``runs`` (a run's facts), ``rollouts`` (samples -> rollout rows), ``grid`` (merge into
+  the L×T grid of one task and one model);
+- :mod:`~eglr_harness.analysis.metrics` — the numbers, pure functions of loaded runs: ``accuracy``
+  (per-cell accuracy, pools, best cell, majority vote), ``oracle``, ``disagreement``, ``budget``
+  (budget curves), ``compute`` (ρ, iterations, FLOP ratio), ``intervals``, ``ablation``, ``selection``;
 - the report: :mod:`~eglr_harness.analysis.report` (the section registry and ``build_report``),
-  :mod:`~eglr_harness.analysis.sections` (one module per report part: compute, CSV rows,
-  Markdown, figure), :mod:`~eglr_harness.analysis.render` (CSV, Markdown, PNG helpers) and
+  :mod:`~eglr_harness.analysis.sections` (one module per report part: calls the metrics, writes CSV
+  rows, Markdown, figures), :mod:`~eglr_harness.analysis.render` (CSV, Markdown, PNG helpers) and
   :mod:`~eglr_harness.analysis.cli` (``eglr-report``).
 """
 
 from __future__ import annotations
 
-from eglr_harness.analysis.accuracy import (
+from eglr_harness.analysis.metrics.accuracy import (
     POOLS,
     CellAccuracy,
     best_in_pool,
@@ -30,9 +29,9 @@ from eglr_harness.analysis.accuracy import (
     solved_sets,
     vote_is_correct,
 )
-from eglr_harness.analysis.budget import BudgetCurve, RunningVote, budget_curve, random_order_curve
-from eglr_harness.analysis.compute import Compute, cell_compute, combine_compute, run_compute
-from eglr_harness.analysis.disagreement import (
+from eglr_harness.analysis.metrics.budget import BudgetCurve, RunningVote, budget_curve, random_order_curve
+from eglr_harness.analysis.metrics.compute import Compute, cell_compute, combine_compute, run_compute
+from eglr_harness.analysis.metrics.disagreement import (
     DisagreementMatrix,
     disagreement_matrix,
     disagreement_slices,
@@ -61,7 +60,7 @@ from eglr_harness.analysis.load import (
     rollouts_of_sample,
     run_info,
 )
-from eglr_harness.analysis.oracle import (
+from eglr_harness.analysis.metrics.oracle import (
     CORNERS,
     cumulative_oracle,
     expected_random_oracle,

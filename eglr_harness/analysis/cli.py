@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from eglr_harness.analysis.budget import DEFAULT_ORDERS, DEFAULT_SEED
+from eglr_harness.analysis.metrics.budget import DEFAULT_ORDERS, DEFAULT_SEED
 from eglr_harness.analysis.report import build_report
 
 __all__ = ["report_main", "report_parser"]

@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eglr_harness.analysis.accuracy import best_in_pool, cell_accuracy, oracle_solved, sc_solved
-from eglr_harness.analysis.compute import cell_compute, run_compute
+from eglr_harness.analysis.metrics.accuracy import best_in_pool, cell_accuracy, oracle_solved, sc_solved
+from eglr_harness.analysis.metrics.compute import cell_compute, run_compute
 from eglr_harness.analysis.load import (
     VOTE_STRINGS,
     RunFiles,

@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 
 from eglr_harness.analysis import load_grid
-from eglr_harness.analysis.intervals import bootstrap_intervals, sign_test_p, wilson_interval
-from eglr_harness.analysis.oracle import random_oracle_per_doc
+from eglr_harness.analysis.metrics.intervals import bootstrap_intervals, sign_test_p, wilson_interval
+from eglr_harness.analysis.metrics.oracle import random_oracle_per_doc
 from eglr_harness.analysis.report import build_report, compute_report
 from eglr_harness.analysis.sections.intervals import interval_rows
 

@@ -3,7 +3,7 @@ that differ in their settings (``eglr-sweep``). Silent when the runs share their
 
 from __future__ import annotations
 
-from eglr_harness.analysis.ablation import ablation
+from eglr_harness.analysis.metrics.ablation import ablation
 from eglr_harness.analysis.render import ablation_plot, markdown_table, num, pct
 from eglr_harness.analysis.report import ReportContext, Section, Table, image, register_section
 

@@ -3,7 +3,7 @@ accounting leaves out."""
 
 from __future__ import annotations
 
-from eglr_harness.analysis.compute import Compute, cell_compute, combine_compute, reused_rollouts, run_compute
+from eglr_harness.analysis.metrics.compute import Compute, cell_compute, combine_compute, reused_rollouts, run_compute
 from eglr_harness.analysis.render import markdown_table, num
 from eglr_harness.analysis.report import ReportContext, Section, Table, register_section
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from eglr_harness.analysis.accuracy import POOL_TITLES, POOLS, oracle_solved, pool_cells, sc_solved
-from eglr_harness.analysis.intervals import N_RESAMPLES, bootstrap_intervals, sign_test_p, wilson_interval
+from eglr_harness.analysis.metrics.accuracy import POOL_TITLES, POOLS, oracle_solved, pool_cells, sc_solved
+from eglr_harness.analysis.metrics.intervals import N_RESAMPLES, bootstrap_intervals, sign_test_p, wilson_interval
 from eglr_harness.analysis.load import GREEDY
-from eglr_harness.analysis.oracle import random_oracle_per_doc
+from eglr_harness.analysis.metrics.oracle import random_oracle_per_doc
 from eglr_harness.analysis.render import markdown_table, num, pct
 from eglr_harness.analysis.report import ReportContext, Section, Table, register_section
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eglr_harness.analysis.oracle import corner_cells, cumulative_oracle, oracle_corners
+from eglr_harness.analysis.metrics.oracle import corner_cells, cumulative_oracle, oracle_corners
 from eglr_harness.analysis.render import lxt_heatmap, markdown_table, pct
 from eglr_harness.analysis.report import ReportContext, Section, Table, image, register_section
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from eglr_harness.analysis.accuracy import (
+from eglr_harness.analysis.metrics.accuracy import (
     POOL_TITLES,
     POOLS,
     CellAccuracy,
@@ -17,7 +17,7 @@ from eglr_harness.analysis.accuracy import (
     solved_sets,
 )
 from eglr_harness.analysis.load import GREEDY, VOTE_STRINGS, Grid
-from eglr_harness.analysis.oracle import expected_random_oracle
+from eglr_harness.analysis.metrics.oracle import expected_random_oracle
 from eglr_harness.analysis.render import markdown_table, pct
 from eglr_harness.analysis.report import ReportContext, Section, Table, register_section
 from eglr_harness.cell import Cell

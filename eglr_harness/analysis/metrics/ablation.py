@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from eglr_harness import config as defaults
-from eglr_harness.analysis.compute import run_compute
-from eglr_harness.analysis.intervals import bootstrap_intervals, wilson_interval
+from eglr_harness.analysis.metrics.compute import run_compute
+from eglr_harness.analysis.metrics.intervals import bootstrap_intervals, wilson_interval
 from eglr_harness.analysis.load import RunPart
 
 __all__ = ["ABLATION_KEYS", "AblationPoint", "Ablation", "point_settings", "ablation"]

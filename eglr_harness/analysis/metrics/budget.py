@@ -2,7 +2,7 @@
 
 Two orders: the *stated* order (the pool order, L-major) and the mean over ``n_orders`` random
 orders drawn with ``random.Random(seed)``. Adding a configuration adds all its rollouts (cycles
-in order) to every document's vote; the vote is :func:`eglr_harness.analysis.accuracy.vote_is_correct`'s.
+in order) to every document's vote; the vote is :func:`eglr_harness.analysis.metrics.accuracy.vote_is_correct`'s.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ DEFAULT_SEED = 0
 class RunningVote:
     """A majority vote that grows one rollout at a time (for budget curves).
 
-    Equivalent to :func:`~eglr_harness.analysis.accuracy.vote_is_correct` over the rollouts added
+    Equivalent to :func:`~eglr_harness.analysis.metrics.accuracy.vote_is_correct` over the rollouts added
     so far: a vote only raises the key ``(count, -first_index)`` of its own label, so the winner is
     the old winner or that label (the rule of :func:`eglr_harness.selection.majority`).
     """

@@ -2,7 +2,7 @@
 
 Oracle counts are sizes of unions of solved sets; their denominator is every document of the grid.
 The cumulative oracle at ``(L, T)`` covers the rectangle ``[0..L]×[0..T]``, so its named corners
-are the pools of :mod:`~eglr_harness.analysis.accuracy` with greedy added (the rectangle
+are the pools of :mod:`~eglr_harness.analysis.metrics.accuracy` with greedy added (the rectangle
 ``[0..0]×[0..T_max]`` holds the greedy cell): greedy = (0, 0); T-only = T pool ∪ greedy; L-only =
 L pool ∪ greedy; joint = every cell. These are the paper's 11×11 grid corners (§7).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from math import comb
 
-from eglr_harness.analysis.accuracy import pool_cells
+from eglr_harness.analysis.metrics.accuracy import pool_cells
 from eglr_harness.analysis.load import GREEDY, Grid
 from eglr_harness.cell import Cell
 

@@ -1,0 +1,107 @@
+"""Finding lm-eval's run files and reading them: results JSON, samples JSONL (layout: the
+:mod:`eglr_harness.analysis.load` docstring)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["RunFiles", "date_id_of", "find_runs", "read_results", "read_samples"]
+
+logger = logging.getLogger(__name__)
+
+# e.g. 2025-06-01T12-30-05.123456 (isoformat with ':' -> '-'); microseconds may be absent.
+_DATE_ID = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)$")
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """One lm-eval run: its results JSON, its per-task samples files and its name for reports.
+
+    Attributes:
+        results: path of the results JSON.
+        samples: task name -> path of ``samples_<task>_<date_id>.jsonl`` (empty without
+            ``--log_samples``).
+        name: the results file relative to the folder it was found under, led by that folder's
+            own name (``eglr_sc/<model>/results_<date>.json``): what reports print, never an
+            absolute path.
+    """
+
+    results: Path
+    samples: dict[str, Path] = field(default_factory=dict)
+    name: str = ""
+
+
+def date_id_of(results_path: Path) -> str:
+    """The ``date_id`` suffix of a results file name (``results_<date_id>.json``)."""
+    match = _DATE_ID.search(Path(results_path).stem)
+    if match is None:
+        raise ValueError(
+            f"{results_path}: the file name has no lm-eval date suffix; expected "
+            "'results_<YYYY-MM-DDTHH-MM-SS.ffffff>.json' as lm-eval writes it."
+        )
+    return match.group(1)
+
+
+def _samples_of(results_path: Path) -> dict[str, Path]:
+    suffix = f"_{date_id_of(results_path)}.jsonl"
+    found = {}
+    for path in sorted(results_path.parent.glob(f"samples_*{suffix}")):
+        task = path.name[len("samples_") : -len(suffix)]
+        if task:
+            found[task] = path
+    return found
+
+
+def find_runs(path: str | Path) -> list[RunFiles]:
+    """All lm-eval runs under ``path`` (a folder searched recursively, or one results JSON).
+
+    Raises ``ValueError`` when ``path`` does not exist or holds no results file.
+    """
+    path = Path(path)
+    if path.is_file():
+        results_files, root = [path], path.parent
+    elif path.is_dir():
+        results_files, root = sorted(p for p in path.rglob("results_*.json") if _DATE_ID.search(p.stem)), path
+    else:
+        raise ValueError(f"run path {str(path)!r} does not exist; pass a folder given to lm_eval --output_path.")
+    if not results_files:
+        raise ValueError(
+            f"no lm-eval results file (results_<date>.json) under {str(path)!r}; pass the folder given "
+            "to `lm_eval ... --output_path DIR --log_samples` (or its model subfolder)."
+        )
+    top = root.resolve().name
+    runs = [
+        RunFiles(results=p, samples=_samples_of(p), name=str(Path(top, p.relative_to(root)) if top else p.name))
+        for p in results_files
+    ]
+    for run in runs:
+        logger.debug("found run %s with samples for %s", run.results, sorted(run.samples))
+    return runs
+
+
+def read_results(path: Path) -> dict:
+    """Parse one results JSON; a clear ``ValueError`` when it is not lm-eval's results file."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err}); is it an lm-eval results file?") from None
+    if not isinstance(data, dict) or "results" not in data:
+        raise ValueError(f"{path}: no 'results' key; expected an lm-eval results_<date>.json file.")
+    return data
+
+
+def read_samples(path: Path) -> Iterator[dict]:
+    """Yield the per-document dicts of one ``samples_*.jsonl`` file, in file order."""
+    with open(path, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{line_no}: not valid JSON ({err}).") from None

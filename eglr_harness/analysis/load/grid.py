@@ -1,0 +1,240 @@
+"""Merging runs' rollouts of one task into the L×T :class:`Grid` (rules: the
+:mod:`eglr_harness.analysis.load` docstring), and loading it from run folders."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from eglr_harness.analysis.load.files import find_runs, read_results
+from eglr_harness.analysis.load.rollouts import RolloutRow, TaskSamples, read_task_samples
+from eglr_harness.analysis.load.runs import RunInfo, run_info
+from eglr_harness.cell import Cell
+
+__all__ = ["GREEDY", "VOTE_CLUSTERS", "VOTE_STRINGS", "VOTE_MIXED", "RunPart", "Grid", "vote_labels", "build_grid",
+           "load_parts", "load_grid"]
+
+logger = logging.getLogger(__name__)
+
+GREEDY = Cell(0, 0.0)
+
+# How a grid's votes were labelled (said in every report).
+VOTE_CLUSTERS = "equivalence clusters (logged by the task)"
+VOTE_STRINGS = "exact answer strings (the runs log no cluster ids)"
+VOTE_MIXED = "equivalence clusters where the runs log them (exact answer strings elsewhere)"
+
+
+@dataclass(frozen=True)
+class RunPart:
+    """One task's samples from one run, with that run's facts."""
+
+    info: RunInfo
+    samples: TaskSamples
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Rollouts of one task arranged by cell and document.
+
+    Attributes:
+        task, model: what the grid is of.
+        docs: every document id seen in any run (sorted); the denominator of oracle and SC.
+        by_cell: cell -> doc_id -> rollouts of that cell on that document, by cycle.
+        parts: the merged runs, in the order given.
+        unplaced: rollouts without (L, T) metadata (ignored).
+        duplicates: rollouts dropped because an earlier run had the same (doc, L, T, cycle).
+        repeated: rollouts dropped because their own run already had that (doc, L, T, cycle).
+        vote_rule: how votes were labelled (:data:`VOTE_CLUSTERS`, :data:`VOTE_STRINGS`, ...).
+    """
+
+    task: str
+    model: str
+    docs: tuple[int, ...]
+    by_cell: dict[Cell, dict[int, tuple[RolloutRow, ...]]]
+    parts: tuple[RunPart, ...] = ()
+    unplaced: int = 0
+    duplicates: int = 0
+    repeated: int = 0
+    notes: tuple[str, ...] = field(default=())
+    vote_rule: str = VOTE_STRINGS
+
+    @property
+    def L_values(self) -> tuple[int, ...]:
+        return tuple(sorted({c.L for c in self.by_cell}))
+
+    @property
+    def T_values(self) -> tuple[float, ...]:
+        return tuple(sorted({c.T for c in self.by_cell}))
+
+    @property
+    def cells(self) -> tuple[Cell, ...]:
+        """Cells that have rollouts, L-major (L ascending, then T ascending)."""
+        return tuple(sorted(self.by_cell))
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.docs)
+
+    @property
+    def n_rollouts(self) -> int:
+        return sum(len(rs) for docs in self.by_cell.values() for rs in docs.values())
+
+    def missing_cells(self) -> list[Cell]:
+        """Cells of the rectangle ``L_values × T_values`` without any rollout."""
+        return [Cell(L, T) for L in self.L_values for T in self.T_values if (L, T) not in self.by_cell]
+
+    def incomplete_cells(self) -> dict[Cell, int]:
+        """Present cells that lack some documents: cell -> number of documents missing."""
+        return {c: self.n_docs - len(d) for c, d in sorted(self.by_cell.items()) if len(d) < self.n_docs}
+
+    def rollouts_in(self, cells: Iterable[Cell], doc_id: int) -> list[RolloutRow]:
+        """The rollouts of ``doc_id`` over ``cells``, in the order of ``cells`` then cycle."""
+        out: list[RolloutRow] = []
+        for cell in cells:
+            out.extend(self.by_cell.get(cell, {}).get(doc_id, ()))
+        return out
+
+
+def vote_labels(rows: Sequence[tuple[int, RolloutRow]]) -> list[int | None]:
+    """Vote labels of one document's rollouts, given as ``(part index, row)``: rollouts in one cluster
+    of one run, or with equal answer strings, get one label (the module docstring); None = no answer."""
+    parent: dict[object, object] = {}  # union-find over answer strings and (run, cluster id) pairs
+
+    def root(node):
+        while parent.setdefault(node, node) != node:
+            node = parent[node]
+        return node
+
+    for part, row in rows:
+        if row.answer is not None and row.cluster is not None:
+            parent[root(("cluster", part, row.cluster))] = root(("answer", row.answer))
+    numbers: dict[object, int] = {}
+    return [
+        None if row.answer is None else numbers.setdefault(root(("answer", row.answer)), len(numbers))
+        for _, row in rows
+    ]
+
+
+def _vote_rule(parts: Sequence[RunPart]) -> str:
+    flags = {p.samples.has_clusters for p in parts if any(r.answer is not None for r in p.samples.rollouts)}
+    if flags == {True}:
+        return VOTE_CLUSTERS
+    return VOTE_MIXED if True in flags else VOTE_STRINGS
+
+
+def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
+    """Merge the runs' rollouts of ``task`` into one grid (rules in the module docstring)."""
+    if not parts:
+        raise ValueError(f"no run holds samples of task {task!r}; nothing to analyse.")
+    models: dict[str, list[str]] = {}
+    for part in parts:
+        models.setdefault(part.info.model, []).append(part.info.name or part.info.path.name)
+    if len(models) > 1:
+        listing = "; ".join(f"{m!r} in {names}" for m, names in models.items())
+        raise ValueError(f"runs of different models cannot share one grid: {listing}. Pass runs of one model.")
+
+    doc_hashes: dict[int, tuple[str, Path]] = {}
+    seen: dict[tuple[int, int, float, int], int] = {}  # key -> index of the part it was first read from
+    kept: dict[int, list[tuple[int, RolloutRow]]] = {}  # doc -> (part index, row), to label the votes
+    unplaced = duplicates = repeated = 0
+    for index, part in enumerate(parts):
+        for doc_id, doc_hash in part.samples.doc_hashes.items():
+            first = doc_hashes.setdefault(doc_id, (doc_hash, part.samples.path))
+            if doc_hash and first[0] and first[0] != doc_hash:
+                raise ValueError(
+                    f"doc {doc_id} differs between {first[1]} and {part.samples.path} (doc_hash "
+                    f"{first[0]} vs {doc_hash}); merge only runs over the same data."
+                )
+        for row in part.samples.rollouts:
+            if row.cell is None:
+                unplaced += 1
+                continue
+            key = (row.doc_id, row.L, row.T, row.cycle if row.cycle is not None else row.repeat)
+            if key in seen:
+                if seen[key] == index:
+                    repeated += 1
+                else:
+                    duplicates += 1
+                continue
+            seen[key] = index
+            kept.setdefault(row.doc_id, []).append((index, row))
+
+    cells: dict[Cell, dict[int, list[RolloutRow]]] = {}
+    for doc_id, rows in kept.items():
+        for (_, row), label in zip(rows, vote_labels(rows)):
+            cells.setdefault(row.cell, {}).setdefault(doc_id, []).append(replace(row, vote=label))
+
+    notes = []
+    if unplaced:
+        notes.append(f"{unplaced} rollouts carry no (L, T) (a model other than eglr-hf) and are ignored.")
+        logger.warning("%s: %s", task, notes[-1])
+    if duplicates:
+        notes.append(
+            f"{duplicates} rollouts repeat a (doc, L, T, cycle) of an earlier run; the earlier run's are kept."
+        )
+        logger.warning("%s: %s", task, notes[-1])
+    if repeated:
+        notes.append(
+            f"{repeated} rollouts repeat a deterministic (doc, L, T) within their own run (the task repeats "
+            "the cell, eglr-hf decodes it once); each is counted once."
+        )
+        logger.info("%s: %s", task, notes[-1])
+    by_cell = {
+        cell: {d: tuple(sorted(rs, key=lambda r: (r.cycle or 0, r.repeat))) for d, rs in sorted(docs.items())}
+        for cell, docs in sorted(cells.items())
+    }
+    return Grid(
+        task=task,
+        model=parts[0].info.model,
+        docs=tuple(sorted(doc_hashes)),
+        by_cell=by_cell,
+        parts=tuple(parts),
+        unplaced=unplaced,
+        duplicates=duplicates,
+        repeated=repeated,
+        notes=tuple(notes),
+        vote_rule=_vote_rule(parts),
+    )
+
+
+def load_parts(
+    run_paths: Sequence[str | Path], task: str | None = None, filter_name: str | None = None
+) -> tuple[str, list[RunPart]]:
+    """Find the runs under ``run_paths`` and read the samples of one task.
+
+    Returns ``(task, parts)``. With ``task=None`` the runs must hold exactly one task with samples;
+    several tasks is a ``ValueError`` naming them.
+    """
+    if not run_paths:
+        raise ValueError("no run folder given; pass at least one folder written by lm_eval --output_path.")
+    runs = [run for path in run_paths for run in find_runs(path)]
+    infos = [(run, run_info(read_results(run.results), run.results, run.name)) for run in runs]
+    with_samples = sorted({t for run, _ in infos for t in run.samples})
+    if not with_samples:
+        raise ValueError(
+            f"the runs under {[str(p) for p in run_paths]} have no samples files; rerun lm_eval with --log_samples."
+        )
+    if task is None:
+        if len(with_samples) > 1:
+            raise ValueError(
+                f"the runs hold several tasks {with_samples}; one grid is one task: pass --task NAME "
+                "(or task=...) with one of them."
+            )
+        task = with_samples[0]
+    elif task not in with_samples:
+        raise ValueError(f"task {task!r} has no samples in these runs; tasks with samples: {with_samples}.")
+    parts = []
+    for run, info in infos:
+        if task in run.samples:
+            parts.append(RunPart(info=info, samples=read_task_samples(run.samples[task], filter_name)))
+        elif task in info.tasks:
+            logger.warning("%s has results for %s but no samples file (run without --log_samples?)", run.name, task)
+    return task, parts
+
+
+def load_grid(run_paths: Sequence[str | Path], task: str | None = None, filter_name: str | None = None) -> Grid:
+    """Read and merge the runs under ``run_paths`` into the grid of one task."""
+    task, parts = load_parts(run_paths, task, filter_name)
+    return build_grid(task, parts)
