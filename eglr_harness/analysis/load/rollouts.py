@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from eglr_harness.analysis.load.files import read_samples
@@ -29,6 +30,7 @@ class RolloutRow:
     correct: int
     cluster: int | None = None
     vote: object = None
+    signals: Mapping | None = field(default=None, compare=False)  # eglr_harness.signals dict; None: not recorded
 
     def __post_init__(self) -> None:
         if self.vote is None and self.answer is not None:
@@ -81,6 +83,7 @@ def _rollout(item, doc_id: int, index: int, where: str) -> RolloutRow:
         answer=None if answer is None else str(answer),
         correct=1 if item["correct"] else 0,
         cluster=None if cluster is None or answer is None else int(cluster),
+        signals=item.get("signals") if isinstance(item.get("signals"), Mapping) else None,
     )
 
 
