@@ -1,0 +1,111 @@
+"""The ablation: eglr-sweep's plan and resume (fake executor), the metric and the report section."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+import lmeval_fakes
+from eglr_harness.analysis import build_report, load_grid
+from eglr_harness.analysis.metrics.ablation import ablation
+from eglr_harness.analysis.metrics.intervals import wilson_interval
+from eglr_harness.leaderboard import sweep
+from eglr_harness.model_names import parse_model_args
+from eglr_harness.settings import RunSettings
+
+TASK = "toy_eglr"
+
+
+def _eglr(alpha=0.2, k_max=3, rho_gated=50):
+    block = lmeval_fakes.eglr_block(gated=rho_gated, task=TASK)
+    block["settings"] = {**block["settings"], "alpha": alpha, "k_max": k_max}
+    return block
+
+
+def _one_rollout_run(path, solved: set[int], n=10, limit=None, **settings):
+    docs = {d: [{"repeat": 0, "L": 4, "T": 0.0, "cycle": 0, "answer": f"g{d}" if d in solved else "x",
+                 "correct": int(d in solved), "cluster": 0}] for d in range(n)}
+    lmeval_fakes.write_run(path, task=TASK, docs=docs, eglr=_eglr(**settings), limit=limit)
+
+
+def test_ablation_axes_default_and_intervals(tmp_path):
+    _one_rollout_run(tmp_path / "default", set(range(5)))
+    _one_rollout_run(tmp_path / "a01", set(range(6)), alpha=0.1)
+    _one_rollout_run(tmp_path / "a09", set(range(1)), alpha=0.9, rho_gated=90)
+    _one_rollout_run(tmp_path / "k1", set(range(4)), k_max=1)
+    grid = load_grid([tmp_path / "default", tmp_path / "a01", tmp_path / "a09", tmp_path / "k1"])
+    result = ablation(grid.parts, grid.task)
+    assert set(result.axes) == {"alpha", "k_max"}
+    assert result.default["alpha"] == 0.2 and result.default["k_max"] == 3
+    alpha = result.axes["alpha"]
+    assert [p.value for p in alpha] == [0.1, 0.2, 0.9]
+    assert [p.correct for p in alpha] == [6, 5, 1] and [p.is_default for p in alpha] == [False, True, False]
+    assert (alpha[2].low, alpha[2].high) == pytest.approx(wilson_interval(1, 10))
+    assert alpha[2].rho == pytest.approx(0.09)
+    assert [p.value for p in result.axes["k_max"]] == [1, 3]
+
+
+def test_ablation_report_and_silence_without_a_sweep(tmp_path):
+    _one_rollout_run(tmp_path / "default", set(range(5)))
+    _one_rollout_run(tmp_path / "a05", set(range(2)), alpha=0.5)
+    out = build_report([tmp_path / "default", tmp_path / "a05"], tmp_path / "rep", sections=("runs", "ablation"))
+    text = (out / "report.md").read_text()
+    assert "## Ablation" in text and "0.2 (default)" in text and (out / "ablation_alpha.png").is_file()
+    assert (out / "ablation.csv").read_text().splitlines()[0].startswith("axis,value,default")
+    single = build_report([tmp_path / "default"], tmp_path / "rep1")
+    text = (single / "report.md").read_text()
+    assert "Ablation" not in text and not (single / "ablation.csv").exists()
+
+
+def test_plan_one_axis_at_a_time():
+    points = sweep.plan_sweep("model_config=smollm2-135m-instruct,L=4", "eglr_demo",
+                              [sweep.parse_axis("alpha=0.1,0.2,0.5"), sweep.parse_axis("k_max=1-3")], Path("o"),
+                              rollout_cache="o/rollouts")
+    assert [p.name for p in points] == ["default", "alpha_0.1", "alpha_0.5", "k_max_1", "k_max_2"]
+    args = parse_model_args(points[1].run.model_args)
+    assert args["alpha"] == "0.1" and args["rollout_cache"] == "o/rollouts" and "k_max" not in args
+
+
+@pytest.mark.parametrize("spec", ["beta=1", "alpha", "k_max=1.5", "k_max=3-1", "alpha="])
+def test_bad_axis_is_refused(spec):
+    with pytest.raises(ValueError):
+        sweep.parse_axis(spec)
+
+
+def test_axis_in_model_args_is_refused():
+    with pytest.raises(ValueError, match="both in --model_args"):
+        sweep.plan_sweep("pretrained=x,alpha=0.3", "t", [sweep.parse_axis("alpha=0.1,0.2")], Path("o"))
+
+
+@pytest.mark.parametrize("name", ["alpha", "k_max", "tau_kl", "tau_h"])
+def test_model_arg_lists_name_the_sweep_command(name):
+    with pytest.raises(ValueError, match="eglr-sweep --sweep " + name):
+        RunSettings.from_args({}, **{name: "1|2"})
+
+
+def test_sweep_runs_resumes_and_reports(tmp_path, capsys):
+    calls = []
+    accuracy = {"default": 5, "alpha_0.5": 2, "k_max_1": 4}
+
+    def fake_lm_eval(argv):  # writes what lm_eval would, from the command line it was given
+        calls.append(argv)
+        out = Path(argv[argv.index("--output_path") + 1])
+        args = parse_model_args(argv[argv.index("--model_args") + 1])
+        assert "--metadata" in argv and "--apply_chat_template" in argv
+        settings = {k: t(args[k]) for k, t in (("alpha", float), ("k_max", int)) if k in args}
+        limit = float(argv[argv.index("--limit") + 1])
+        _one_rollout_run(out, set(range(accuracy[out.name])), limit=limit, **settings)
+        return 0
+
+    argv = shlex.split(
+        f"--model_args pretrained=x --tasks {TASK} --sweep alpha=0.2,0.5 --sweep k_max=1,3 --limit 10 "
+        f"--apply_chat_template --metadata '{{\"n\": 10}}' --output_dir {tmp_path / 'sw'}"
+    )
+    assert sweep.main(argv, executor=fake_lm_eval) == 0
+    assert [Path(c[c.index("--output_path") + 1]).name for c in calls] == ["default", "alpha_0.5", "k_max_1"]
+    text = (tmp_path / "sw" / "report" / "report.md").read_text()
+    assert "### alpha" in text and "### k_max" in text
+    calls.clear()
+    assert sweep.main(argv, executor=fake_lm_eval) == 0 and calls == []  # resume: all finished
