@@ -1,0 +1,149 @@
+"""``eglr-export RUN... --out FILE.jsonl|FILE.parquet``: saved runs -> one row per rollout, for RL
+(GRPO groups) and best-of-N / reranking pipelines.
+
+Columns (:data:`COLUMNS`): ``prompt`` (the context lm-eval sent, chat template applied),
+``completion`` (the rollout's text, lm-eval's ``resps``) — the names TRL's GRPO and best-of-N
+utilities read —, ``reward`` (1.0 when the extracted answer is right, else 0.0), ``correct``,
+``answer`` (extracted, null = none), ``gold``, ``group_id`` (one per problem:
+``<task>/<doc_hash>``, shared by the problem's rollouts in every run exported; a GRPO group), ``deterministic`` (T == 0:
+greedy-decoded cells, identical on a rerun), the cell ``L``, ``T``, ``cycle``, ``repeat``, the
+other settings from ``config.eglr`` (``alpha``, ``k_max``, ``tau_kl``, ``tau_h``), ``signals``
+(:mod:`eglr_harness.signals` dict, null when not recorded), ``cluster``, ``task``, ``doc_id``,
+``doc_hash``, ``model`` and ``run`` (the results file, relative). Reads only lm-eval's files.
+
+    eglr-export out/demo --out pool.parquet
+    python -c "import datasets; print(datasets.load_dataset('parquet', data_files='pool.parquet'))"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from eglr_harness.analysis.load import find_runs, read_results, read_samples, run_info
+
+__all__ = ["COLUMNS", "prompt_of", "completions_of", "export_rows", "write_rows", "main"]
+
+logger = logging.getLogger(__name__)
+
+COLUMNS = (
+    "prompt", "completion", "reward", "correct", "answer", "gold", "group_id", "deterministic", "L", "T", "cycle",
+    "repeat", "alpha", "k_max", "tau_kl", "tau_h", "signals", "cluster", "task", "doc_id", "doc_hash", "model", "run",
+)
+
+
+def prompt_of(sample: Mapping) -> str:
+    """The context of a samples line's (first) request: lm-eval 0.4.13 logs ``arguments`` as
+    ``{"gen_args_0": {"arg_0": context, "arg_1": gen_kwargs}}``; older writers as ``[[context, kwargs], ...]``."""
+    args = sample.get("arguments")
+    if isinstance(args, Mapping) and args:
+        first = next(iter(args.values()))
+        if isinstance(first, Mapping) and "arg_0" in first:
+            return str(first["arg_0"])
+    if isinstance(args, Sequence) and not isinstance(args, str) and args:
+        first = args[0]
+        if isinstance(first, Sequence) and not isinstance(first, str) and first:
+            return str(first[0])
+    raise ValueError(f"doc {sample.get('doc_id')!r}: `arguments` is {str(args)[:80]!r}; expected lm-eval's logged request.")
+
+
+def completions_of(sample: Mapping, n: int) -> list[str]:
+    """The ``n`` rollout texts of a samples line: one request with ``n`` repeats (``[[r0, ..., rn]]``),
+    or ``n`` requests of one response each (``[[r0], [r1], ...]``)."""
+    resps = sample.get("resps") or []
+    if len(resps) == 1 and isinstance(resps[0], list) and len(resps[0]) == n:
+        return [str(r) for r in resps[0]]
+    if len(resps) == n and all(isinstance(r, list) and r for r in resps):
+        return [str(r[0]) for r in resps]
+    raise ValueError(f"doc {sample.get('doc_id')!r}: `resps` does not hold {n} rollout texts; was it an eglr task?")
+
+
+def export_rows(run_paths: Sequence[str | Path], task: str | None = None) -> Iterator[dict]:
+    """Rows (:data:`COLUMNS`) of every rollout of the runs under ``run_paths`` (first filter of each file)."""
+    for path in run_paths:
+        for files in find_runs(path):
+            results = read_results(files.results)
+            info = run_info(results, files.results, files.name)
+            eglr = info.eglr or {}
+            settings = eglr.get("settings") or {}
+            for name, samples_path in sorted(files.samples.items()):
+                if task is not None and name != task:
+                    continue
+                tau_h = (eglr.get("tau_h") or {}).get(name) if isinstance(eglr.get("tau_h"), Mapping) else None
+                chosen = None
+                for sample in read_samples(samples_path):
+                    chosen = sample.get("filter") if chosen is None else chosen
+                    if sample.get("filter") != chosen or not isinstance(sample.get("rollouts"), list):
+                        continue
+                    rollouts = sample["rollouts"]
+                    prompt = prompt_of(sample)
+                    texts = completions_of(sample, len(rollouts))
+                    doc_hash = str(sample.get("doc_hash") or sample["doc_id"])
+                    for r, text in zip(rollouts, texts):
+                        T = r.get("T")
+                        yield {
+                            "prompt": prompt, "completion": text, "reward": float(bool(r.get("correct"))),
+                            "correct": int(bool(r.get("correct"))), "answer": r.get("answer"),
+                            "gold": None if sample.get("target") is None else str(sample["target"]),
+                            "group_id": f"{name}/{doc_hash}", "deterministic": None if T is None else T == 0,
+                            "L": r.get("L"), "T": None if T is None else float(T), "cycle": r.get("cycle"),
+                            "repeat": r.get("repeat"), "alpha": settings.get("alpha"), "k_max": settings.get("k_max"),
+                            "tau_kl": settings.get("tau_kl"), "tau_h": None if tau_h is None else float(tau_h),
+                            "signals": r.get("signals"), "cluster": r.get("cluster"), "task": name,
+                            "doc_id": int(sample["doc_id"]), "doc_hash": doc_hash, "model": info.model,
+                            "run": files.name,
+                        }  # fmt: skip
+
+
+def write_rows(rows: Sequence[dict], out: str | Path) -> Path:
+    """Write ``rows`` as JSON lines (``.jsonl``/``.json``) or Parquet (``.parquet``)."""
+    out = Path(out)
+    suffix = out.suffix.lower()
+    if suffix not in {".jsonl", ".json", ".parquet"}:
+        raise ValueError(f"`--out`={str(out)!r}: allowed endings: .jsonl (JSON lines) or .parquet.")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if suffix == ".parquet":
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError as err:  # pragma: no cover - pyarrow comes with datasets
+            raise ImportError("Parquet export needs pyarrow: pip install pyarrow (or write .jsonl).") from err
+        pq.write_table(pa.Table.from_pylist(list(rows)), out)
+    else:
+        with open(out, "w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point of ``eglr-export``; 0 on success, 2 on bad input."""
+    parser = argparse.ArgumentParser(
+        prog="eglr-export",
+        description="One row per rollout of saved lm-eval runs (prompt, completion, reward, group_id, cell, "
+        "settings, signals) as JSON lines or Parquet, for GRPO groups and best-of-N.",
+    )
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN", help="folder given to lm_eval --output_path")
+    parser.add_argument("--out", "-o", required=True, help="FILE.jsonl or FILE.parquet")
+    parser.add_argument("--task", "-t", default=None, help="only this task (default: every task with samples)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level="INFO", format="%(levelname)s %(name)s: %(message)s")
+    try:
+        rows = list(export_rows(args.run_dirs, args.task))
+        if not rows:
+            raise ValueError(f"no rollouts under {args.run_dirs}: were the runs made with --log_samples on eglr tasks?")
+        out = write_rows(rows, args.out)
+    except ValueError as err:
+        print(f"eglr-export: error: {err}", file=sys.stderr)
+        return 2
+    groups = len({r["group_id"] for r in rows})
+    print(f"{out}: {len(rows)} rollouts in {groups} groups")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
