@@ -2,6 +2,9 @@
 
 Rollouts taken from the rollout store or repeated within the run carry no accounting, so the
 results say per cell how many there were (``reused_rollouts``): the compute figures cover the rest.
+tau_h calibration (a greedy run on the task's first prompts) is accounted apart, per task, with
+the number of prompts and token entropies the threshold came from: it is not part of the pool, so
+it is in neither the cells nor the total; the pool's greedy rollouts that it decoded count as reused.
 """
 
 from __future__ import annotations
@@ -20,17 +23,25 @@ class RunAccounts:
         self.num_layers = num_layers
         self.stats: dict[Cell, EglrStats] = defaultdict(lambda: EglrStats(num_layers=num_layers))
         self.reused: Counter = Counter()
+        self.calibration: dict[str, EglrStats] = defaultdict(lambda: EglrStats(num_layers=num_layers))
+        self.calibration_source: dict[str, dict] = {}  # task -> {"prompts", "entropy_tokens", "cached"}
 
     def stats_for(self, cell: Cell) -> EglrStats:
         return self.stats[cell]
 
+    def calibration_for(self, task: str) -> EglrStats:
+        return self.calibration[task]
+
     def gathered(self, gather: Gather = local_gather) -> "RunAccounts":
         """The accounts of all ranks together (call on every rank: it is a collective step)."""
         merged = RunAccounts(self.num_layers)
-        for stats, reused in gather((dict(self.stats), dict(self.reused))):
+        for stats, reused, calibration in gather((dict(self.stats), dict(self.reused), dict(self.calibration))):
             for cell, part in stats.items():
                 merged.stats[cell].merge(part)
             merged.reused.update(reused)
+            for task, part in calibration.items():
+                merged.calibration[task].merge(part)
+        merged.calibration_source = dict(self.calibration_source)  # the same on every rank
         return merged
 
     def summary(self) -> dict:
@@ -44,5 +55,9 @@ class RunAccounts:
             "reused_rollouts": {
                 "total": sum(self.reused.values()),
                 "cells": {cell.label: n for cell, n in sorted(self.reused.items())},
+            },
+            "calibration": {
+                str(task): {**source, "compute": self.calibration[task].summary() if task in self.calibration else None}
+                for task, source in sorted(self.calibration_source.items(), key=lambda item: str(item[0]))
             },
         }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -21,6 +22,32 @@ from eglr_harness.distributed import Gather, local_gather
 logger = logging.getLogger(__name__)
 CALIBRATION_QUANTILE = 0.95
 DEFAULT_CALIB_LIMIT = 64
+# A 95th percentile from fewer token entropies than this moves a lot with the prompts drawn.
+MIN_TRUSTED_TOKENS = 1000
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A task's calibrated tau_h and what it came from (results: ``config.eglr.stats.calibration``).
+
+    entropy_tokens is None for a cache record written before it was kept.
+    """
+
+    tau_h: float
+    prompts: int
+    entropy_tokens: int | None
+    cached: bool
+
+    def as_dict(self) -> dict:
+        return {"tau_h": self.tau_h, "prompts": self.prompts, "entropy_tokens": self.entropy_tokens,
+                "cached": self.cached}
+
+    def warn_if_few(self, label: str) -> None:
+        if self.entropy_tokens is not None and self.entropy_tokens < MIN_TRUSTED_TOKENS:
+            logger.warning("%s: tau_h = %.4f comes from only %d token entropies of %d prompts (fewer than %d): "
+                           "too few to trust. Calibrate on more prompts (a larger --limit, calib_limit, or "
+                           "eglr-calibrate) or give tau_h.", label, self.tau_h, self.entropy_tokens, self.prompts,
+                           MIN_TRUSTED_TOKENS)
 
 
 def calibrated_threshold(entropies: torch.Tensor, quantile: float = CALIBRATION_QUANTILE, cap: float = TAU_H_CAP) -> float:
@@ -63,8 +90,8 @@ def first_reported(local_value, gather: Gather = local_gather):
 
 def calibrate(local: Sequence[tuple[int, str]], *, limit: int, key_of: Callable[[list[str]], str], cache,
               decode_entropies: Callable[[list[str]], list[float]], gather: Gather = local_gather,
-              writer: bool = True, label: str = "") -> float:
-    """The calibrated tau_h of one task, the same on every rank (a collective step: call it on all).
+              writer: bool = True, label: str = "") -> Calibration:
+    """The calibrated tau_h of one task and its source, the same on every rank (a collective step: call it on all).
 
     Args:
         local: this rank's ``(doc_id, context)`` pairs of the task (may be empty).
@@ -77,13 +104,19 @@ def calibrate(local: Sequence[tuple[int, str]], *, limit: int, key_of: Callable[
     key = key_of([context for _doc, context in chosen])
     hit = first_reported(cache.get(key), gather)
     if hit is not None:
-        logger.info("%s: tau_h = %.4f nats (cached calibration of %d prompts)", label, hit["tau_h"], hit["prompts"])
-        return hit["tau_h"]
+        result = Calibration(hit["tau_h"], hit["prompts"], hit.get("tokens"), cached=True)
+        logger.info("%s: tau_h = %.4f nats (cached calibration of %d prompts, %s token entropies)", label,
+                    result.tau_h, result.prompts, result.entropy_tokens if result.entropy_tokens is not None else "?")
+        result.warn_if_few(label)
+        return result
     mine = set(local)
     own = [context for doc, context in chosen if (doc, context) in mine]
     logger.info("%s: calibrating tau_h on a greedy run of %d prompts (%d here)", label, len(chosen), len(own))
     tau, tokens = pooled_threshold(decode_entropies(own), gather)
     if writer:
         cache.put(key, {"tau_h": tau, "label": label, "prompts": len(chosen), "tokens": tokens})
-    logger.info("%s: tau_h = %.4f nats (95th percentile of %d token entropies, cap %.1f)", label, tau, tokens, TAU_H_CAP)
-    return tau
+    logger.info("%s: tau_h = %.4f nats (95th percentile of %d token entropies of %d prompts, cap %.1f)", label, tau,
+                tokens, len(chosen), TAU_H_CAP)
+    result = Calibration(tau, len(chosen), tokens, cached=False)
+    result.warn_if_few(label)
+    return result

@@ -46,9 +46,12 @@ def load_preset(name_or_path: str) -> dict:
     """Return ``{"name", "path", "model_args", "eglr", "tau_h"}`` of a preset, validated."""
     path = preset_path(name_or_path)
     data = yaml.safe_load(path.read_text()) or {}
-    unknown = set(data) - {"name", "description", "model_args", "eglr", "tau_h", "chat_template", "notes"}
+    if "chat_template" in data:  # a model cannot turn lm-eval's prompt formatting on
+        raise ValueError(f"{path}: `chat_template` is not a preset key (it did nothing): run lm_eval with "
+                         "--apply_chat_template for chat models.")
+    unknown = set(data) - {"name", "description", "model_args", "eglr", "tau_h", "notes"}
     if unknown:
-        raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: model_args, eglr, tau_h, chat_template, description, notes.")
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: model_args, eglr, tau_h, description, notes.")
     eglr = dict(data.get("eglr") or {})
     if bad := set(eglr) - _EGLR_KEYS:
         raise ValueError(f"{path}: unknown eglr keys {sorted(bad)}; allowed: {sorted(_EGLR_KEYS)}.")
@@ -61,7 +64,6 @@ def load_preset(name_or_path: str) -> dict:
         "model_args": model_args,
         "eglr": eglr,
         "tau_h": {str(k): float(v) for k, v in (data.get("tau_h") or {}).items()},
-        "chat_template": data.get("chat_template"),
     }
 
 

@@ -19,6 +19,7 @@ import functools
 import importlib
 import importlib.abc
 import importlib.machinery
+import logging
 import os
 import sys
 
@@ -92,8 +93,13 @@ def _patch_fail_fast(evaluator_module) -> None:
         from eglr_harness.model_args import USE_CACHE_REFUSAL
 
         model = kwargs.get("model", args[0] if args else None)
-        if kwargs.get("use_cache") and (model == MODEL_NAME or type(model).__name__ == "EglrHFLM"):
+        ours = model == MODEL_NAME or type(model).__name__ == "EglrHFLM"
+        if ours and kwargs.get("use_cache"):
             raise ValueError(USE_CACHE_REFUSAL)
+        if ours and kwargs.get("gen_kwargs"):  # lm-eval warns about do_sample whenever --gen_kwargs is given
+            logging.getLogger("lm_eval.eglr_hf").info(
+                "eglr-hf: lm-eval's warning \"Ensure 'do_sample=True' for non-greedy decoding\" does not apply: "
+                "eglr-hf sets do_sample per cell of the pool (cells with T > 0 draw from their own seeded streams).")
         return original(*args, **kwargs)
 
     simple_evaluate._eglr_patched = True

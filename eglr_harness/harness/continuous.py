@@ -48,7 +48,8 @@ def build_engine(lm) -> ContinuousEngine:
 
 def generate_continuous(lm, engine: ContinuousEngine, items: list[tuple[str, dict]], *, disable_tqdm: bool,
                         entropy_sink: list | None = None,
-                        on_text: Callable[[str, dict, str], None] | None = None) -> list[str]:
+                        on_text: Callable[[str, dict, str], None] | None = None,
+                        desc: str = "eglr-hf generation (continuous engine)") -> list[str]:
     """Texts of (context, concrete gen kwargs) items, as ``HFLM.generate_until`` would return them.
 
     on_text(context, gen_kwargs, text) is called as each rollout finishes (the rollout store);
@@ -79,7 +80,7 @@ def generate_continuous(lm, engine: ContinuousEngine, items: list[tuple[str, dic
         untils.append(until)
 
     texts: list[str | None] = [None] * len(items)
-    bar = tqdm(total=len(items), disable=disable_tqdm or lm.rank != 0, desc="eglr-hf continuous engine")
+    bar = tqdm(total=len(items), disable=disable_tqdm or lm.rank != 0, desc=desc)
 
     def finished(index: int, outcome: Outcome) -> None:
         texts[index] = _text(lm, outcome.tokens, untils[index])
@@ -89,7 +90,7 @@ def generate_continuous(lm, engine: ContinuousEngine, items: list[tuple[str, dic
 
     try:
         outcomes = engine.run(requests, record_entropies=entropy_sink is not None, on_finish=finished,
-                              stats_for=lambda config: lm.accounts.stats_for(Cell(config.L, config.T)))
+                              stats_for=lambda config: lm.stats_for(Cell(config.L, config.T)))
     finally:
         bar.close()
     if entropy_sink is not None:

@@ -16,6 +16,7 @@ import logging
 from lm_eval.api.instance import Instance
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
+from tqdm import tqdm
 from transformers import PreTrainedModel
 
 from eglr_harness.accounts import RunAccounts
@@ -76,6 +77,7 @@ class EglrHFLM(HFLM):
         self.tau_h_by_task: dict[str, float] = {}
         self._plans: dict = {}
         self._entropy_sink: list | None = None  # set while calibrating: refiners of greedy batches
+        self._calibrating: str | None = None  # the task whose tau_h is being calibrated
         self.calibrate_always = False  # eglr-calibrate sets it to calibrate L=0 runs too
         self._warned_loglikelihood = False
         self._continuous = build_engine(self) if self.engine == "continuous" else None
@@ -101,6 +103,7 @@ class EglrHFLM(HFLM):
 
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
         jobs = self._jobs(requests)
+        self._log_plan(jobs)
         self._ensure_tau_h_of(jobs, disable_tqdm, every_task=self.calibrate_always)
         # Identical (context, concrete cell) jobs -- deterministic cells across cycles -- run once.
         items = [(j.context, self._concrete(j)) for j in jobs]
@@ -116,7 +119,7 @@ class EglrHFLM(HFLM):
         extra = {"eglr_refiner_sink": self._entropy_sink} if self._entropy_sink is not None else {}
         return super()._model_generate(
             context, max_length, stop, **hf_kwargs, custom_generate=eglr_generate, eglr_config=config,
-            seed_salt=f"{cell.label},cycle={cycle}", eglr_stats=self.accounts.stats_for(cell),
+            seed_salt=f"{cell.label},cycle={cycle}", eglr_stats=self.stats_for(cell),
             eglr_stop_strings=list(stop or []), eglr_tokenizer=self.tokenizer,  # rows stop on their own stop strings
             **extra,
         )
@@ -134,6 +137,32 @@ class EglrHFLM(HFLM):
             "stats": (self._gathered_accounts or self.accounts).summary(),
         }
         return info
+
+    def _log_plan(self, jobs: list[Job]) -> None:
+        """Say once, before the first token, what this call will decode: a long run should not look hung."""
+        for task in sorted({j.task for j in jobs}, key=str):
+            mine = [j for j in jobs if j.task == task]
+            cells = sorted({j.cell for j in mine})
+            decodes = len({(j.context, j.cell, j.cycle if j.cell.sampled else 0) for j in mine})
+            max_tokens = max(int(j.gen_kwargs.get("max_gen_toks", self.max_gen_toks)) for j in mine)
+            setting = self.settings.tau_h_setting(task)
+            if task in self.tau_h_by_task or setting != "auto" or not any(c.L > 0 for c in cells):
+                tau = "tau_h not needed (L=0 only)" if not any(c.L > 0 for c in cells) else \
+                    f"tau_h = {self.tau_h_by_task.get(task, setting)}"
+            else:
+                prompts = min(self.settings.calib_limit, len({j.context for j in mine}))
+                tau = f"tau_h = auto: a greedy calibration on the first {prompts} prompts (unless cached)"
+            logger.info("eglr-hf plan, task %s: %d problems x %d cells (%s) = %d rollouts, %d to decode "
+                        "(deterministic cells once; fewer if stored), at most %d new tokens each, batch %s, engine %s; %s",
+                        task, len({j.doc_id for j in mine}), len(cells), ", ".join(c.label for c in cells[:4])
+                        + (", ..." if len(cells) > 4 else ""), len(mine), decodes, max_tokens, self.batch_size,
+                        self.engine, tau)
+
+    def stats_for(self, cell: Cell):
+        """The accounting that a decode of ``cell`` adds to: the cell's, or the calibration's while calibrating."""
+        if self._calibrating is not None:
+            return self.accounts.calibration_for(self._calibrating)
+        return self.accounts.stats_for(cell)
 
     # ------------------------------------------------------------------ pools and cells
     def _jobs(self, requests: list[Instance]) -> list[Job]:
@@ -179,18 +208,25 @@ class EglrHFLM(HFLM):
             return
         task_gen_kwargs = first_reported(jobs[0].gen_kwargs if jobs else None, self._gather) or {}
         greedy = self.settings.concrete_gen_kwargs(task_gen_kwargs, Cell(0, 0.0), 0, None)
-        self.tau_h_by_task[task] = calibrate(
-            sorted({(j.doc_id, j.context) for j in jobs}), limit=self.settings.calib_limit, gather=self._gather,
-            key_of=lambda prompts: content_key("tau_h", self._fingerprint, prompts, greedy), cache=TauHCache(),
-            decode_entropies=lambda prompts: self._greedy_entropies(prompts, greedy, disable_tqdm),
-            writer=self.rank == 0, label=f"eglr-hf task {task} ({self.model_name})",
-        )
+        self._calibrating = task
+        try:
+            result = calibrate(
+                sorted({(j.doc_id, j.context) for j in jobs}), limit=self.settings.calib_limit, gather=self._gather,
+                key_of=lambda prompts: content_key("tau_h", self._fingerprint, prompts, greedy), cache=TauHCache(),
+                decode_entropies=lambda prompts: self._greedy_entropies(prompts, greedy, disable_tqdm),
+                writer=self.rank == 0, label=f"eglr-hf task {task} ({self.model_name})",
+            )
+        finally:
+            self._calibrating = None
+        self.tau_h_by_task[task] = result.tau_h
+        self.accounts.calibration_source[task] = result.as_dict()
 
     def _greedy_entropies(self, prompts: list[str], greedy: dict, disable_tqdm: bool) -> list[float]:
         """Decode afresh (stored texts carry no entropies); the texts are reused as the L=0 rollouts."""
         self._entropy_sink = []
         try:
-            self._generate([(p, dict(greedy)) for p in prompts], disable_tqdm, reuse=False)
+            self._generate([(p, dict(greedy)) for p in prompts], disable_tqdm, reuse=False,
+                           desc=f"eglr-hf tau_h calibration ({len(prompts)} greedy prompts)")
             # refiners (hf engine) hold one tensor per step, outcomes (continuous engine) one float per token
             return [e for source in self._entropy_sink for step in source.entropies
                     for e in (step.tolist() if hasattr(step, "tolist") else [step])]
@@ -198,8 +234,11 @@ class EglrHFLM(HFLM):
             self._entropy_sink = None
 
     # ------------------------------------------------------------------ generation with resume
-    def _generate(self, items: list[tuple[str, dict]], disable_tqdm: bool, reuse: bool = True) -> list[str]:
-        """Generate (context, concrete gen kwargs) items, reusing finished rollouts when ``reuse``."""
+    def _generate(self, items: list[tuple[str, dict]], disable_tqdm: bool, reuse: bool = True,
+                  desc: str | None = None) -> list[str]:
+        """Generate (context, concrete gen kwargs) items, reusing finished rollouts when ``reuse``.
+
+        desc: the progress bar's label when it is not the pool's generation (calibration)."""
         keys = [content_key(self._fingerprint, c, g) for c, g in items]
         texts = [self._lookup(key) if reuse else None for key in keys]
         missing = [i for i, t in enumerate(texts) if t is None]
@@ -209,7 +248,8 @@ class EglrHFLM(HFLM):
                                         for i, t in enumerate(texts) if t is not None)
         if missing and self._continuous is not None:
             fresh = generate_continuous(self, self._continuous, [items[i] for i in missing], disable_tqdm=disable_tqdm,
-                                        entropy_sink=self._entropy_sink, on_text=self._remember)
+                                        entropy_sink=self._entropy_sink, on_text=self._remember,
+                                        desc=desc or "eglr-hf generation (continuous engine)")
             for i, text in zip(missing, fresh):
                 texts[i] = text
         # Every rank enters HFLM's loop, also with nothing to do: with batch_size=auto it all-gathers.
@@ -217,7 +257,10 @@ class EglrHFLM(HFLM):
             instances = [Instance("generate_until", doc={}, arguments=items[i], idx=0) for i in missing]
             previous_hook, self.cache_hook = self.cache_hook, _RolloutHook(self)  # HFLM reports each text here
             try:
-                fresh = HFLM.generate_until(self, instances, disable_tqdm=disable_tqdm)
+                if desc is None:  # HFLM's own bar: "Running generate_until requests"
+                    fresh = HFLM.generate_until(self, instances, disable_tqdm=disable_tqdm)
+                else:  # a bar of our own label over HFLM's batches
+                    fresh = _labelled_generate_until(self, instances, disable_tqdm, desc)
             finally:
                 self.cache_hook = previous_hook
             for i, text in zip(missing, fresh):
@@ -236,6 +279,18 @@ class EglrHFLM(HFLM):
         self._memo[key] = text
         if self._store is not None:
             self._store.put(key, {"text": text})
+
+
+def _labelled_generate_until(lm: EglrHFLM, instances: list[Instance], disable_tqdm: bool, desc: str) -> list[str]:
+    """``HFLM.generate_until`` batch by batch under one progress bar labelled ``desc``."""
+    size = lm.batch_size if isinstance(lm.batch_size, int) and lm.batch_size > 0 else len(instances)
+    texts = []
+    with tqdm(total=len(instances), desc=desc, disable=disable_tqdm or lm.rank != 0) as bar:
+        for start in range(0, len(instances), size):
+            chunk = instances[start:start + size]
+            texts += HFLM.generate_until(lm, chunk, disable_tqdm=True)
+            bar.update(len(chunk))
+    return texts
 
 
 class _RolloutHook:

@@ -130,3 +130,32 @@ def test_rollout_store_never_serves_other_settings(model_dirs, tmp_path, monkeyp
         assert counter.rows == 0 and reused_total == 2 and again == stored
     else:
         assert counter.rows == 2 and reused_total == 0
+
+
+@pytest.mark.parametrize("engine", ["hf", "continuous"])
+def test_calibration_is_accounted_apart_from_the_pool(model_dirs, tmp_path, monkeypatch, caplog, capsys, engine):
+    # pool L = 1..2 at T = 0 (no L=0 cell): calibration decodes 3 greedy prompts that are not in the pool
+    monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path))
+    lm = EglrHFLM(pretrained=model_dirs["llama"], batch_size=2, tau_h="auto", calib_limit=3, engine=engine, **TINY)
+    pool = {**GREEDY, "eglr_L": "1-2", "eglr_T": 0}
+    with caplog.at_level("INFO", logger="eglr_harness"):
+        lm.generate_until(requests_for(CONTEXTS[:4], pool, repeats=2, task="acct_task"))
+    stats = lm.get_model_info()["eglr"]["stats"]
+    assert set(stats["cells"]) == {"L=1,T=0.0", "L=2,T=0.0"}  # no L=0 cell from the calibration
+    assert stats["total"]["tokens"] == sum(c["tokens"] for c in stats["cells"].values()) == 4 * 2 * GREEDY["max_gen_toks"]
+    calibration = stats["calibration"]["acct_task"]
+    assert calibration["prompts"] == 3 and calibration["cached"] is False
+    assert calibration["entropy_tokens"] == calibration["compute"]["tokens"] == 3 * GREEDY["max_gen_toks"]
+    assert calibration["tau_h"] == lm.get_model_info()["eglr"]["tau_h"]["acct_task"]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("too few to trust" in m and "24 token entropies of 3 prompts" in m for m in messages)
+    plan = next(m for m in messages if m.startswith("eglr-hf plan, task acct_task"))
+    assert "4 problems x 2 cells" in plan and "8 rollouts" in plan and f"at most {GREEDY['max_gen_toks']} new tokens" in plan
+    assert "greedy calibration on the first 3 prompts" in plan
+    assert "eglr-hf tau_h calibration (3 greedy prompts)" in capsys.readouterr().err  # its own progress bar
+
+    # the next run reads the cached value and says where it came from, without decoding it again
+    again = EglrHFLM(pretrained=model_dirs["llama"], batch_size=2, tau_h="auto", calib_limit=3, engine=engine, **TINY)
+    again.generate_until(requests_for(CONTEXTS[:4], pool, repeats=2, task="acct_task"))
+    cached = again.get_model_info()["eglr"]["stats"]["calibration"]["acct_task"]
+    assert cached["cached"] is True and cached["entropy_tokens"] == 24 and cached["compute"] is None

@@ -73,3 +73,15 @@ def test_cli_names_close_tasks_when_one_is_not_found():
     assert result.returncode != 0
     assert "Tasks not found: aime_eglr_sc" in result.stderr
     assert "did you mean aime24_eglr_sc, aime25_eglr_sc" in result.stderr
+
+
+def test_presets_hold_only_keys_that_do_something(tmp_path):
+    from eglr_harness.presets import load_preset
+    from eglr_harness.resources import model_configs_dir
+
+    for preset in sorted(model_configs_dir().glob("*.yaml")):
+        assert set(load_preset(str(preset))) == {"name", "path", "model_args", "eglr", "tau_h"}
+    stale = tmp_path / "stale.yaml"
+    stale.write_text("model_args: {pretrained: x}\nchat_template: true\n")
+    with pytest.raises(ValueError, match="--apply_chat_template"):
+        load_preset(str(stale))

@@ -1,0 +1,58 @@
+"""The figures that the READMEs quote agree with the committed files they cite.
+
+Each check reads a README table and the file its text names as the source, so that a rerun that
+changes the file, or a hand edit of the README, shows here.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _table_after(markdown: Path, heading: str) -> dict[str, list[str]]:
+    """The body of the first Markdown table after ``heading``: first cell -> the other cells."""
+    lines = markdown.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(heading))
+    table = []
+    for line in lines[start + 1:]:
+        if line.startswith("|"):
+            table.append([c.strip() for c in line.strip().strip("|").split("|")])
+        elif table:
+            break
+    return {cells[0]: cells[1:] for cells in table[2:]}  # after the header and its |---| line
+
+
+def test_results_readme_gsm8k_pools_table_matches_the_report():
+    rows = _table_after(ROOT / "results/README.md", "### L pool vs T pool on GSM8K")
+    with open(ROOT / "results/smollm2-135m-instruct/gsm8k_pools/report/pools.csv") as f:
+        pools = {row["pool"]: row for row in csv.DictReader(f)}
+    columns = ["T", "L", "LuT"]  # the table's T pool, L pool and L ∪ T columns
+    assert rows["oracle of the pool alone"][1:] == [pools[p]["oracle_solved"] for p in columns]
+    assert rows["majority vote"][1:] == [pools[p]["sc_solved"] for p in columns]
+    expected = [float(pools[p]["random_oracle"]) * int(pools[p]["docs"]) for p in columns]
+    quoted = [float(re.match(r"[\d.]+", cell).group()) for cell in rows["oracle of as many random cells of these 21 (expected)"][1:]]
+    assert quoted == pytest.approx(expected, abs=0.05)
+
+
+def _benchmark_json(name: str) -> dict:
+    return json.loads((ROOT / "benchmarks/results" / name).read_text())
+
+
+def test_benchmarks_readme_quotes_the_hf_engine_figures_of_its_json():
+    rows = _table_after(ROOT / "benchmarks/README.md", "### What the committed JSON also holds")
+    for label, cells in rows.items():
+        source, key, quoted = cells[0].strip("`"), cells[1].strip("`"), float(cells[2])
+        value = _benchmark_json(source)
+        for part in key.split("."):
+            value = value[part]
+        assert float(value) == pytest.approx(quoted, abs=0.0051), (label, source, key)
+    assert len(rows) >= 2, "the table of figures from the committed JSON is missing"
+    assert {"summary.throughput_ratio_L0_vs_hf[hf]", "summary.peak_memory_ratio_L10_vs_L0[hf]"} <= \
+        {cells[1].strip("`") for cells in rows.values()}
