@@ -44,6 +44,8 @@ def test_ablation_axes_default_and_intervals(tmp_path):
     assert [p.correct for p in alpha] == [6, 5, 1] and [p.is_default for p in alpha] == [False, True, False]
     assert (alpha[2].low, alpha[2].high) == pytest.approx(wilson_interval(1, 10))
     assert alpha[2].rho == pytest.approx(0.09)
+    assert (alpha[0].gained, alpha[0].lost, alpha[2].gained, alpha[2].lost) == (1, 0, 0, 4)
+    assert alpha[2].vs_default[0] == pytest.approx(-0.4) and alpha[1].vs_default is None
     assert [p.value for p in result.axes["k_max"]] == [1, 3]
 
 

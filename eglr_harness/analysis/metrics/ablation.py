@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from eglr_harness import config as defaults
 from eglr_harness.analysis.metrics.compute import run_compute
-from eglr_harness.analysis.metrics.intervals import bootstrap_intervals, wilson_interval
+from eglr_harness.analysis.metrics.intervals import bootstrap_intervals, sign_test_p, wilson_interval
 from eglr_harness.analysis.load import RunPart
 
 __all__ = ["ABLATION_KEYS", "AblationPoint", "Ablation", "point_settings", "ablation"]
@@ -45,6 +45,10 @@ class AblationPoint:
     rho: float | None
     mean_iterations: float | None
     flop_ratio: float | None
+    vs_default: tuple[float, float, float] | None = None  # paired bootstrap of accuracy − default's (problems)
+    gained: int | None = None  # problems this point solves and the default point does not (one rollout each)
+    lost: int | None = None
+    sign_p: float | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,24 @@ def _default_value(key: str, values: Sequence) -> object:
     return _BUILTIN[key] if _BUILTIN.get(key) in values else values[0]
 
 
+def _per_doc(part: RunPart) -> dict[int, float]:
+    per_doc: dict[int, list[int]] = {}
+    for r in part.samples.rollouts:
+        per_doc.setdefault(r.doc_id, []).append(r.correct)
+    return {d: sum(v) / len(v) for d, v in per_doc.items()}
+
+
+def _vs_default(point: dict[int, float], default: dict[int, float]) -> tuple:
+    """(bootstrap (mean, low, high) of the difference, gained, lost, sign test p) over shared problems."""
+    shared = sorted(set(point) & set(default))
+    if not shared:
+        return None, None, None, None
+    diff = [point[d] - default[d] for d in shared]
+    gained = sum(point[d] > default[d] for d in shared)
+    lost = sum(point[d] < default[d] for d in shared)
+    return bootstrap_intervals({"d": diff})["d"], gained, lost, sign_test_p(gained, lost)
+
+
 def _accuracy(part: RunPart) -> tuple[int, int, int, float, float, float]:
     """(docs, rollouts, correct, accuracy, low, high): Wilson over problems when each problem has one
     rollout, else a bootstrap over problems of the per-problem accuracy."""
@@ -107,6 +129,8 @@ def ablation(parts: Sequence[RunPart], task: str) -> Ablation | None:
     default = {k: _default_value(k, [s[k] for s in settings]) for k in ABLATION_KEYS}
     found: dict[str, list[AblationPoint]] = {k: [] for k in varying}
     off_axis = []
+    center = next((p for p, s in zip(parts, settings) if all(s[k] == default[k] for k in ABLATION_KEYS)), None)
+    center_docs = _per_doc(center) if center is not None else None
     for part, s in zip(parts, settings):
         moved = [k for k in ABLATION_KEYS if s[k] != default[k]]
         if len(moved) > 1:
@@ -114,11 +138,12 @@ def ablation(parts: Sequence[RunPart], task: str) -> Ablation | None:
             continue
         compute = run_compute(part.info)
         docs, rollouts, correct, acc, low, high = _accuracy(part)
+        paired = (None,) * 4 if center_docs is None or not moved else _vs_default(_per_doc(part), center_docs)
         for axis in moved or varying:  # the default point is a point of every axis
             found[axis].append(AblationPoint(
                 axis, s[axis], not moved, part.info.name, docs, rollouts, correct, acc, low, high,
                 compute.rho if compute else None, compute.mean_iterations if compute else None,
-                compute.flop_ratio if compute else None,
+                compute.flop_ratio if compute else None, *paired,
             ))
     axes = {}
     for axis, points in found.items():

@@ -8,11 +8,19 @@ from eglr_harness.analysis.render import ablation_plot, markdown_table, num, pct
 from eglr_harness.analysis.report import ReportContext, Section, Table, image, register_section
 
 _HEADER = ["axis", "value", "default", "run", "docs", "rollouts", "correct", "accuracy", "ci_low", "ci_high", "rho",
-           "mean_iterations", "flop_ratio"]
+           "mean_iterations", "flop_ratio", "diff_vs_default", "diff_low", "diff_high", "gained", "lost",
+           "sign_test_p"]
 
 
 def _value(v) -> str:
     return "—" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _paired(p) -> str | None:
+    if p.vs_default is None:
+        return None
+    mean, low, high = (100 * x for x in p.vs_default)
+    return f"{mean:+.1f} ({low:+.1f} … {high:+.1f}); {p.gained} / {p.lost}; p = {p.sign_p:.3g}"
 
 
 @register_section("ablation")
@@ -21,7 +29,9 @@ class AblationSection(Section):
 - Ablation: each run is a point; the default point shares, per setting, the value most runs have. A run that
   differs from it in one setting is a point of that axis. Accuracy = correct rollouts / rollouts with a 95 %
   Wilson interval over problems (one rollout per problem; a bootstrap over problems otherwise); ρ, k̄ (mean
-  iterations of a gated token) and the FLOP ratio are the run's `config.eglr.stats.total`.
+  iterations of a gated token) and the FLOP ratio are the run's `config.eglr.stats.total`. "vs default": the
+  difference in accuracy from the default point on the same problems (paired bootstrap, 95 %), the problems
+  gained and lost, and the exact sign test on them.
 """
 
     def compute(self, ctx: ReportContext):
@@ -35,7 +45,8 @@ class AblationSection(Section):
             return []
         rows = [
             [p.axis, p.value, int(p.is_default), p.run, p.docs, p.rollouts, p.correct, round(p.accuracy, 6),
-             round(p.low, 6), round(p.high, 6), p.rho, p.mean_iterations, p.flop_ratio]
+             round(p.low, 6), round(p.high, 6), p.rho, p.mean_iterations, p.flop_ratio,
+             *((round(x, 6) for x in p.vs_default) if p.vs_default else (None,) * 3), p.gained, p.lost, p.sign_p]
             for points in result.axes.values() for p in points
         ]  # fmt: skip
         return [Table("ablation.csv", _HEADER, rows)]
@@ -64,13 +75,14 @@ class AblationSection(Section):
             rows = [
                 [_value(p.value) + (" (default)" if p.is_default else ""), f"{p.correct}/{p.rollouts}",
                  f"{pct(p.accuracy)} ({pct(p.low)}–{pct(p.high)})", num(p.rho), num(p.mean_iterations, 2),
-                 num(p.flop_ratio)]
+                 num(p.flop_ratio), _paired(p)]
                 for p in points
             ]  # fmt: skip
             parts += [
                 f"\n### {axis}\n",
                 image(figs, f"ablation_{axis}", f"accuracy vs {axis}"),
-                markdown_table([axis, "correct", "accuracy % (95 % CI)", "ρ", "k̄", "FLOP ratio"], rows),
+                markdown_table([axis, "correct", "accuracy % (95 % CI)", "ρ", "k̄", "FLOP ratio",
+                                "vs default: points (95 % CI); gained / lost; sign test p"], rows),
             ]
         if result.off_axis:
             parts.append(f"\nRuns that move several settings at once (not on any axis): {', '.join(result.off_axis)}.")
