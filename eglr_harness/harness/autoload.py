@@ -106,14 +106,20 @@ def _patch_fail_fast(evaluator_module) -> None:
     evaluator_module.simple_evaluate = simple_evaluate
 
 
-def _patch_task_not_found(config_module) -> None:
-    """lm-eval's "Tasks not found: x" with the closest task names (``aime_eglr_sc`` -> ``aime24_eglr_sc``)."""
+def _patch_task_lookup(config_module) -> None:
+    """eglr-hf's model args checked before lm-eval indexes its tasks; lm-eval's "Tasks not found: x"
+    with the closest task names (``aime_eglr_sc`` -> ``aime24_eglr_sc``)."""
     config_cls = config_module.EvaluatorConfig
     if getattr(config_cls, "_eglr_patched", False):
         return
     original = config_cls.process_tasks
 
     def process_tasks(self, *args, **kwargs):
+        if getattr(self, "model", None) == MODEL_NAME:  # before lm-eval indexes every task (~10 s)
+            from eglr_harness.harness.model import check_eglr_model_args
+            from eglr_harness.model_names import parse_model_args
+
+            check_eglr_model_args(parse_model_args(getattr(self, "model_args", None)))
         try:
             return original(self, *args, **kwargs)
         except ValueError as err:
@@ -136,7 +142,7 @@ _POST_IMPORT = {
     "lm_eval.tasks.manager": _patch_task_manager,
     "lm_eval.loggers.evaluation_tracker": _patch_run_names,
     "lm_eval.evaluator": _patch_fail_fast,
-    "lm_eval.config.evaluate_config": _patch_task_not_found,
+    "lm_eval.config.evaluate_config": _patch_task_lookup,
 }
 
 

@@ -38,6 +38,13 @@ from eglr_harness.stores import RolloutStore, TauHCache, content_key, loaded_mod
 logger = logging.getLogger(__name__)
 # what HFLM takes by name, and what it forwards to from_pretrained
 _PASSTHROUGH_ARGS = (*inspect.signature(HFLM.__init__).parameters, *inspect.signature(PreTrainedModel.from_pretrained).parameters)
+
+
+def check_eglr_model_args(args: dict) -> None:
+    """Refuse a model arg that neither eglr-hf, nor HFLM, nor from_pretrained takes (``model_args.py``)."""
+    check_model_args(args, _PASSTHROUGH_ARGS)
+
+
 _NO_PRESET = {"model_args": {}, "eglr": {}, "tau_h": {}, "name": None}
 
 
@@ -49,9 +56,9 @@ class EglrHFLM(HFLM):
                  top_k=None, top_p=None, seed=None, model_config=None, calib_limit=DEFAULT_CALIB_LIMIT,
                  rollout_cache=None, engine="hf", **kwargs):
         _follow_lm_eval_logging()
-        check_model_args(kwargs, _PASSTHROUGH_ARGS)
+        check_eglr_model_args(kwargs)
         self.preset = load_preset(model_config) if model_config else _NO_PRESET
-        check_model_args(self.preset["model_args"], _PASSTHROUGH_ARGS)
+        check_eglr_model_args(self.preset["model_args"])
         hf_args = {**self.preset["model_args"], **kwargs}
         if pretrained is not None:
             hf_args["pretrained"] = pretrained

@@ -85,3 +85,13 @@ def test_presets_hold_only_keys_that_do_something(tmp_path):
     stale.write_text("model_args: {pretrained: x}\nchat_template: true\n")
     with pytest.raises(ValueError, match="--apply_chat_template"):
         load_preset(str(stale))
+
+
+def test_cli_refuses_a_typo_before_indexing_tasks():
+    result = subprocess.run(
+        [sys.executable, "-m", "lm_eval", "--model", "eglr-hf", "--model_args", "model_config=smollm2-135m-instruct,l=4",
+         "--tasks", "eglr_demo", "--limit", "1"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "HF_DATASETS_OFFLINE": "1"},
+    )
+    assert result.returncode != 0 and "unknown eglr-hf model arg `l`. Did you mean `L`?" in result.stderr
+    assert "Selected Tasks" not in result.stderr  # refused before lm-eval looked the tasks up

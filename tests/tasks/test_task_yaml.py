@@ -55,6 +55,14 @@ def test_every_task_loads_with_local_data(loaded):
         assert [f.name for f in task._filters][0] == "pool"
 
 
+def test_counts_carry_no_better_direction(loaded):
+    # lm-eval's table draws an arrow for True/False; the number of rollouts scored is neither better nor worse
+    for name, task in loaded["tasks"].items():
+        directions = task.higher_is_better()
+        assert directions["rollouts"] is None, name
+        assert directions["acc"] is True, name
+
+
 def test_pool_keys_per_variant(loaded):
     for name, task in loaded["tasks"].items():
         axes = task_axes(task.config.generation_kwargs)
