@@ -122,12 +122,13 @@ class ContinuousEngine:
             ones ride along in the top L layers.
         kv_bucket: the smallest K/V length bucket (positions); storage grows by ``slots.length_bucket``.
         compile: run the step through ``torch.compile(fullgraph=True)``; ``compile_mode`` is passed on
-            (``"reduce-overhead"`` on CUDA: CUDA graphs per (rows, width) bucket). Default eager.
+            (``"reduce-overhead"`` on CUDA: CUDA graphs per (rows, width) bucket), and ``compile_backend``
+            (``"eager"`` / ``"aot_eager"`` trace without generating code: a quick check). Default eager.
     """
 
     def __init__(self, model, *, max_batch: int, eos_token_ids: Sequence[int] = (), tokenizer=None,
                  admit_at: int | None = None, refine_headroom: float = 0.5, kv_bucket: int = 128,
-                 compile: bool = False, compile_mode: str | None = None):
+                 compile: bool = False, compile_mode: str | None = None, compile_backend: str = "inductor"):
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"`max_batch`={max_batch!r} is not allowed; allowed: an int >= 1.")
         self.stack = ModelStack.of(model)
@@ -145,7 +146,8 @@ class ContinuousEngine:
         self.compile = compile
         self.step_fn = decode_step
         if compile:
-            self.step_fn = torch.compile(decode_step, fullgraph=True, dynamic=False, mode=compile_mode)
+            self.step_fn = torch.compile(decode_step, fullgraph=True, dynamic=False, mode=compile_mode,
+                                         backend=compile_backend)
         self._stop_criteria: dict[tuple[str, ...], StopStringCriteria] = {}
 
     # ---------------------------------------------------------------- public
