@@ -13,11 +13,19 @@ Checks (``--checks``, all by default):
    (sdpa, eager, and flash_attention_2 in bf16 when ``flash_attn`` is importable, reported apart:
    FA2 has no fp32 kernels, so bf16 noise between a cached and an uncached pass may flip a token);
    L=0 equals ``generate`` token for token (fp32 and bf16); bf16 EGLR runs end with finite logits.
+   The continuous engine (its own slot attention, whatever ``--attn``) equals the naive reference
+   too, for the same L and gates (``continuous_fp32``).
 2. ``placement``: a ``device_map`` that puts half the layers on the GPU and the rest on the CPU
    (accelerate's CPU offload, what ``parallelize=True`` gives) yields the same tokens as one device.
-3. ``speed`` (full shapes, bf16): tokens/s of ``generate``, EGLR L=0 and EGLR L=10 at batch 1, 16
-   and 64 with ``--new_tokens`` 512; wall ratios; rho, P(step gated), mean iterations, the FLOP
-   ratio and the per-row and batched bounds from ``EglrStats``.
+3. ``speed`` (full shapes, bf16): tokens/s of ``generate``, ``generate`` with a static cache
+   (``generate_static``: transformers compiles it on CUDA; the anchor), EGLR L=0 and L=10 with both
+   engines, and on CUDA the continuous engine's step compiled (``cL0c``/``cL10c``, mode
+   reduce-overhead: CUDA graphs per bucket), at batch 1, 16 and 64 with ``--new_tokens`` 512. Each
+   mode is warmed up over the full length, then timed ``--repeats`` times (>= 3 at full size): the
+   median and the min are reported, ratios use the medians. Also rho, P(step gated), mean
+   iterations, the FLOP ratio, the per-row and batched bounds from ``EglrStats``, and on CUDA a
+   profile of each mode (``--profile_tokens`` tokens): GPU kernel time / wall, kernel launches and
+   host syncs per step.
 4. ``memory`` (CUDA only): peak allocated memory of EGLR L=10 / L=0 at a 3,072-token context.
 
 tau_h is set per model from its own greedy (L=0) entropies: the 95th percentile (rho ~ 5 %).
@@ -144,9 +152,9 @@ DEFAULT_FAMILIES = ("qwen2.5-3b", "llama-3.1-8b", "mistral-7b-v0.3", "gemma-3-4b
 # Per-size defaults of the flags left unset: full = the issue's sizes; tiny = seconds on a CPU.
 SIZE_DEFAULTS = {
     "full": dict(exact_layers=6, exact_new_tokens=16, batches="1,16,64", new_tokens=512, prompt_len=64,
-                 calib_tokens=128, mem_context=3072, mem_batch=16, mem_new_tokens=16),
+                 calib_tokens=128, mem_context=3072, mem_batch=16, mem_new_tokens=16, repeats=3, profile_tokens=32),
     "tiny": dict(exact_layers=4, exact_new_tokens=12, batches="1,4", new_tokens=16, prompt_len=8,
-                 calib_tokens=16, mem_context=64, mem_batch=2, mem_new_tokens=4),
+                 calib_tokens=16, mem_context=64, mem_batch=2, mem_new_tokens=4, repeats=1, profile_tokens=4),
 }
 
 
@@ -240,11 +248,21 @@ def decode_continuous(model, prompts, new_tokens: int, *, eglr: dict, stats=None
     from eglr_harness.config import EglrConfig
     from eglr_harness.decoding.continuous import ContinuousEngine, Request
 
-    config = EglrConfig(**{"tau_h": math.inf, **{k: v for k, v in eglr.items() if k != "engine"}})
-    engine = ContinuousEngine(model, max_batch=len(prompts), eos_token_ids=[] if eos_token_id is None else [eos_token_id])
+    config = EglrConfig(**{"tau_h": math.inf, **{k: v for k, v in eglr.items() if k not in ("engine", "compile")}})
+    compiled = eglr.get("compile", False)
+    engine = _continuous_engine(model, len(prompts), () if eos_token_id is None else (eos_token_id,), compiled)
     outcomes = engine.run([Request(tuple(p), config, new_tokens) for p in prompts],
                           stats_for=None if stats is None else (lambda _config: stats))
     return [o.tokens for o in outcomes]
+
+
+@functools.lru_cache(maxsize=8)
+def _continuous_engine(model, max_batch: int, eos: tuple, compiled: bool):
+    """One engine per (model, batch, EOS, compiled): a compiled step keeps its graphs across runs."""
+    from eglr_harness.decoding.continuous import ContinuousEngine
+
+    mode = "reduce-overhead" if compiled and next(model.parameters()).is_cuda else None
+    return ContinuousEngine(model, max_batch=max_batch, eos_token_ids=list(eos), compile=compiled, compile_mode=mode)
 
 
 def greedy_entropies(model, prompts, new_tokens: int, *, device, eos_token_id: int | None = EOS) -> torch.Tensor:
@@ -354,6 +372,22 @@ def compare_with_naive(model, prompts, *, L: int, tau_h: float, tau_kl: float, n
     }
 
 
+def continuous_vs_naive(model, prompts, *, L: int, tau_h: float, tau_kl: float, new_tokens: int, device) -> dict:
+    """The continuous engine's greedy tokens against the naive reference at one L (tokens only)."""
+    naive = naive_reference()
+    settings = dict(L=L, alpha=PAPER["alpha"], k_max=PAPER["k_max"], tau_kl=tau_kl, tau_h=tau_h)
+    rows, _ = decode(model, prompts, new_tokens, device=device, eglr=dict(settings, engine="continuous"))
+    with inputs_on(model, device):
+        ref = [naive(model, p, max_new_tokens=new_tokens, eos_ids={EOS}, **settings) for p in prompts]
+    ref_rows = [r[0] for r in ref]
+    divergence = next(({"row": r, "step": next(i for i, (a, b) in enumerate(zip(got + [None], want)) if a != b)}
+                       for r, (got, want) in enumerate(zip(rows, ref_rows)) if got != want), None)
+    return {"L": L, "tau_h": tau_h, "tau_kl": tau_kl, "tokens_equal": rows == ref_rows,
+            "rows_equal": sum(a == b for a, b in zip(rows, ref_rows)), "rows": len(rows),
+            "tokens": sum(map(len, ref_rows)), "gated_tokens": sum(sum(r[2]) for r in ref),
+            "first_divergence": divergence}
+
+
 def _finite(value: float) -> float | None:
     """JSON has no infinity: None stands for 'no value observed'."""
     return value if math.isfinite(value) else None
@@ -384,6 +418,14 @@ def check_exactness(name: str, args, device: str) -> dict:
                 cases[f"{gate}/L{L}"] = compare_with_naive(model, prompts, L=L, tau_h=threshold, tau_kl=PAPER["tau_kl"],
                                                            new_tokens=args.exact_new_tokens, device=device)
         result["fp32"][attn] = {"L0_equals_generate": stock == plain, "vs_naive": cases}
+    # the continuous engine runs its own slot attention, whatever the model's attn setting; the
+    # thresholds are the ones the hf engine's cases settled on (moved off observed values)
+    first = result["fp32"][attns[0]]["vs_naive"]
+    cont_plain, _ = decode(model, prompts, args.exact_new_tokens, device=device, eglr=dict(L=0, engine="continuous"))
+    result["continuous_fp32"] = {"L0_equals_generate": cont_plain == stock, "vs_naive": {
+        key: continuous_vs_naive(model, prompts, L=case["L"], tau_h=case["tau_h"], tau_kl=case["tau_kl"],
+                                 new_tokens=args.exact_new_tokens, device=device)
+        for key, case in first.items()}}
 
     model.to(torch.bfloat16)
     model.set_attn_implementation(attns[0])
@@ -421,7 +463,7 @@ def bf16_checks(model, prompts, args, device, *, span: int, tau_h: float, vs_nai
 def exactness_ok(result: dict) -> bool:
     """Every fp32 case equals the naive reference, L=0 equals generate, bf16 is finite (FA2 is informational)."""
     fp32 = all(v["L0_equals_generate"] and all(c["tokens_equal"] for c in v["vs_naive"].values())
-               for v in result["fp32"].values())
+               for v in [*result["fp32"].values(), result["continuous_fp32"]])
     bf16 = result["bf16"]
     return bool(fp32 and bf16["L0_equals_generate"] and bf16["finite_p95"] and bf16["finite_always"])
 
@@ -493,30 +535,80 @@ def _sync(device: str) -> None:
 def _free(device: str) -> None:
     import gc
 
+    _continuous_engine.cache_clear()  # engines hold their model
     gc.collect()
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
 
 
-def timed_decode(model, prompts, new_tokens: int, *, device: str, eglr: dict | None, repeats: int) -> dict:
-    """Best-of-``repeats`` wall time of one greedy decode (every row runs ``new_tokens``: no EOS)."""
+def decode_with(model, prompts, new_tokens: int, *, device: str, mode: str, eglr: dict | None, stats=None):
+    """One greedy decode of ``mode``: ``generate_static`` is ``generate`` with a static cache (compiled
+    by transformers on CUDA), any other mode goes through ``decode``."""
+    if mode != "generate_static":
+        return decode(model, prompts, new_tokens, device=device, eglr=eglr, stats=stats, eos_token_id=None)[0]
+    ids, mask = left_pad(prompts, device)
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, pad_token_id=PAD,
+                             eos_token_id=None, cache_implementation="static")
+    return out[:, ids.shape[1]:].tolist()
+
+
+def timed_decode(model, prompts, new_tokens: int, *, device: str, mode: str, eglr: dict | None, repeats: int) -> dict:
+    """Wall times of ``repeats`` greedy decodes (every row runs ``new_tokens``: no EOS) after one warm-up
+    decode of the full length (the caching allocator, matmul plans and compiled graphs grow with the
+    K/V length). Reports the median (``wall_s``, what ratios use) and the min."""
+    import statistics
+
     from eglr_harness.decoding.accounting import EglrStats
 
+    decode_with(model, prompts, new_tokens, device=device, mode=mode, eglr=eglr)  # warm-up, full length
     walls, stats = [], None
     for _ in range(repeats):
         stats = EglrStats() if eglr is not None else None
         _sync(device)
         started = time.perf_counter()
-        rows, _ = decode(model, prompts, new_tokens, device=device, eglr=eglr, stats=stats, eos_token_id=None)
+        rows = decode_with(model, prompts, new_tokens, device=device, mode=mode, eglr=eglr, stats=stats)
         _sync(device)
         walls.append(time.perf_counter() - started)
     tokens = sum(map(len, rows))
     if tokens != len(prompts) * new_tokens:
         raise RuntimeError(f"expected {len(prompts) * new_tokens} new tokens without EOS, got {tokens}")
-    out = {"wall_s": min(walls), "walls_s": walls, "tokens": tokens, "tokens_per_s": tokens / min(walls)}
+    median = statistics.median(walls)
+    out = {"wall_s": median, "wall_s_min": min(walls), "walls_s": walls, "tokens": tokens,
+           "tokens_per_s": tokens / median}
     if stats is not None:
         out["stats"] = stats.summary()
     return out
+
+
+def profile_decode(model, prompts, new_tokens: int, *, device: str, mode: str, eglr: dict | None) -> dict:
+    """torch.profiler over one (warm) decode of ``new_tokens``: GPU kernel time / wall, kernel
+    launches and host syncs per step (steps: the engine's own count for EGLR, ``new_tokens`` else)."""
+    if not device.startswith("cuda"):
+        return {"skipped": "no cuda"}
+    from torch.profiler import ProfilerActivity, profile
+
+    from eglr_harness.decoding.accounting import EglrStats
+
+    stats = EglrStats() if eglr is not None else None
+    _sync(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        started = time.perf_counter()
+        decode_with(model, prompts, new_tokens, device=device, mode=mode, eglr=eglr, stats=stats)
+        _sync(device)
+        wall = time.perf_counter() - started
+    events = prof.events()
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernel_s = sum(e.device_time_total for e in kernels) / 1e6
+    syncs = sum(1 for e in events if e.name.startswith(("cudaStreamSynchronize", "cudaDeviceSynchronize",
+                                                          "cudaEventSynchronize"))
+                or e.name in ("cudaMemcpy", "cudaMemcpy2D"))
+    launches = sum(1 for e in events if e.name.startswith(("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch",
+                                                             "cudaLaunchKernelExC")))
+    steps = (stats.steps if stats is not None and getattr(stats, "steps", 0) else new_tokens) or 1
+    return {"new_tokens": new_tokens, "wall_s": wall, "gpu_kernel_s": kernel_s, "gpu_busy": kernel_s / wall,
+            "steps": steps, "kernels_per_step": len(kernels) / steps, "launch_calls_per_step": launches / steps,
+            "host_syncs_per_step": syncs / steps, "ms_per_step": 1000 * wall / steps}
 
 
 def check_speed_and_memory(name: str, args, device: str, checks: set[str]) -> dict:
@@ -532,19 +624,19 @@ def check_speed_and_memory(name: str, args, device: str, checks: set[str]) -> di
     calib = prompts[: min(16, len(prompts))]
     tau_h = calibrate_tau_h(greedy_entropies(model, calib, args.calib_tokens, device=device, eos_token_id=None))
     result: dict = {"layers": n, "L": span, "tau_h_p95": tau_h, "calib_prompts": len(calib),
-                    "calib_tokens": args.calib_tokens, "attn": attn}
-    modes = {"generate": None, "L0": dict(L=0), f"L{span}": dict(L=span, tau_h=tau_h, **PAPER),
-             "cL0": dict(L=0, engine="continuous"), f"cL{span}": dict(L=span, tau_h=tau_h, engine="continuous", **PAPER)}
+                    "calib_tokens": args.calib_tokens, "attn": attn, "repeats": args.repeats}
+    modes = speed_modes(span, tau_h, compiled=args.continuous_compile)
     if "speed" in checks:
         result["batches"] = {}
         for batch in batches:
             rows = prompts[:batch]
-            runs = {}
+            runs, profiles = {}, {}
             for mode, eglr in modes.items():
-                decode(model, rows, 4, device=device, eglr=eglr, eos_token_id=None)  # warm-up
                 logger.info("%s speed: batch %d, %s", name, batch, mode)
-                runs[mode] = timed_decode(model, rows, args.new_tokens, device=device, eglr=eglr, repeats=args.repeats)
-            result["batches"][str(batch)] = speed_figures(runs, span, n)
+                runs[mode] = timed_decode(model, rows, args.new_tokens, device=device, mode=mode, eglr=eglr,
+                                          repeats=args.repeats)
+                profiles[mode] = profile_decode(model, rows, args.profile_tokens, device=device, mode=mode, eglr=eglr)
+            result["batches"][str(batch)] = {**speed_figures(runs, span, n), "profile": profiles}
     if "memory" in checks:
         result["memory"] = check_memory(model, config, args, device, span)
     del model
@@ -552,11 +644,22 @@ def check_speed_and_memory(name: str, args, device: str, checks: set[str]) -> di
     return result
 
 
+def speed_modes(span: int, tau_h: float, *, compiled: bool) -> dict:
+    """Mode -> EGLR settings (None: transformers' own ``generate``)."""
+    eglr = dict(L=span, tau_h=tau_h, **PAPER)
+    modes = {"generate": None, "generate_static": None, "L0": dict(L=0), f"L{span}": eglr,
+             "cL0": dict(L=0, engine="continuous"), f"cL{span}": dict(eglr, engine="continuous")}
+    if compiled:
+        modes.update({"cL0c": dict(L=0, engine="continuous", compile=True),
+                      f"cL{span}c": dict(eglr, engine="continuous", compile=True)})
+    return modes
+
+
 def speed_figures(runs: dict, span: int, n: int) -> dict:
-    """Wall ratios and cost bounds of one batch size (eglr-method.md §4)."""
+    """Wall ratios (medians) and cost bounds of one batch size (eglr-method.md §4)."""
     eglr = runs[f"L{span}"]["stats"]
     k = eglr["mean_iterations"]
-    return {
+    out = {
         "runs": runs,
         "wall_ratio_L0_vs_generate": runs["L0"]["wall_s"] / runs["generate"]["wall_s"],
         "wall_ratio_L_vs_L0": runs[f"L{span}"]["wall_s"] / runs["L0"]["wall_s"],
@@ -564,11 +667,20 @@ def speed_figures(runs: dict, span: int, n: int) -> dict:
         "flop_ratio": eglr["flop_ratio"], "batched_flop_ratio": eglr["batched_flop_ratio"],
         "per_row_bound": 1 + eglr["rho"] * k * span / n,  # the paper's 1 + rho·k·L/N
         "batched_bound": 1 + eglr["p_step_gated"] * k * span / n,  # a step waits for its gated rows
+        # the anchor: transformers' static-cache generate (compiled on CUDA)
+        "wall_ratio_generate_static_vs_generate": runs["generate_static"]["wall_s"] / runs["generate"]["wall_s"],
         # engine=continuous: refinement folded into the batch
         "wall_ratio_L0_vs_generate[continuous]": runs["cL0"]["wall_s"] / runs["generate"]["wall_s"],
+        "wall_ratio_L0_vs_generate_static[continuous]": runs["cL0"]["wall_s"] / runs["generate_static"]["wall_s"],
         "wall_ratio_L_vs_L0[continuous]": runs[f"cL{span}"]["wall_s"] / runs["cL0"]["wall_s"],
         "rho[continuous]": runs[f"cL{span}"]["stats"]["rho"],
     }
+    if "cL0c" in runs:
+        out.update({
+            "wall_ratio_L0_vs_generate_static[continuous,compiled]": runs["cL0c"]["wall_s"] / runs["generate_static"]["wall_s"],
+            "wall_ratio_L_vs_L0[continuous,compiled]": runs[f"cL{span}c"]["wall_s"] / runs["cL0c"]["wall_s"],
+        })
+    return out
 
 
 def check_memory(model, config, args, device: str, span: int) -> dict:
@@ -637,7 +749,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--speed_L", type=int, default=10, help="EGLR layer span of the speed and memory runs")
     parser.add_argument("--speed_attn", default="sdpa", choices=("sdpa", "eager", "flash_attention_2"),
                         help="attention implementation of the speed runs (a family without it uses its own first)")
-    parser.add_argument("--repeats", type=int, default=1, help="timed runs per mode, the best counts")
+    parser.add_argument("--repeats", type=int, help="timed runs per mode after a full-length warm-up; median and "
+                                                   "min reported (full: 3)")
+    parser.add_argument("--profile_tokens", type=int, help="new tokens of each mode's profiled decode (CUDA; full: 32)")
+    parser.add_argument("--continuous_compile", default="auto", choices=("auto", "on", "off"),
+                        help="also time the continuous engine with its step compiled (cL0c, cLc; CUDA graphs "
+                             "on CUDA); auto = on with CUDA")
     parser.add_argument("--mem_context", type=int, help="prompt + new tokens of the memory check (full: 3072)")
     parser.add_argument("--mem_batch", type=int, help="batch of the memory check (full: 16)")
     parser.add_argument("--mem_new_tokens", type=int, help="new tokens of the memory check (full: 16)")
@@ -658,7 +775,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except ValueError:
         raise ValueError(f"--batches={args.batches!r}: expected comma-separated positive integers, e.g. 1,16,64") from None
     for flag in ("exact_layers", "exact_new_tokens", "new_tokens", "prompt_len", "calib_tokens", "speed_L", "repeats",
-                 "mem_batch", "mem_new_tokens"):
+                 "mem_batch", "mem_new_tokens", "profile_tokens"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag}={getattr(args, flag)}: must be >= 1")
     if min(args.batches) < 1:
@@ -671,6 +788,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device={args.device}: CUDA is not available on this machine; use --device cpu")
+    args.continuous_compile = (args.continuous_compile == "on" or
+                               (args.continuous_compile == "auto" and args.device.startswith("cuda")))
     return args
 
 
@@ -722,11 +841,18 @@ def summarise(report: dict) -> dict:
         line = {}
         if "exactness" in entry:
             line["exact"] = entry["exactness"]["ok"]
+            cont = entry["exactness"].get("continuous_fp32")
+            if cont:
+                line["exact[continuous]"] = cont["L0_equals_generate"] and all(
+                    c["tokens_equal"] for c in cont["vs_naive"].values())
         if "placement" in entry:
             line["placement"] = entry["placement"].get("ok")
         for batch, figures in entry.get("speed", {}).get("batches", {}).items():
-            line[f"b{batch}"] = {k: round(figures[k], 3) for k in ("wall_ratio_L0_vs_generate", "wall_ratio_L_vs_L0",
-                                                                 "per_row_bound", "batched_bound", "rho")}
+            line[f"b{batch}"] = {k: round(figures[k], 3) for k in (
+                "wall_ratio_L0_vs_generate", "wall_ratio_L_vs_L0", "wall_ratio_generate_static_vs_generate",
+                "wall_ratio_L0_vs_generate_static[continuous]", "wall_ratio_L_vs_L0[continuous]",
+                "wall_ratio_L0_vs_generate_static[continuous,compiled]", "wall_ratio_L_vs_L0[continuous,compiled]",
+                "per_row_bound", "batched_bound", "rho") if k in figures}
         if "error" in entry.get("speed", {}):
             line["speed"] = entry["speed"]["error"]
         if "memory" in entry.get("speed", {}):

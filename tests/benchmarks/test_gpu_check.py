@@ -39,6 +39,7 @@ def test_report_records_environment_and_settings(report, gpu_check):
     settings = report["settings"]
     assert settings["size"] == "tiny" and settings["families"] == list(gpu_check.DEFAULT_FAMILIES)
     assert settings["batches"] == [1, 2] and settings["new_tokens"] == 6
+    assert settings["repeats"] == 1 and settings["continuous_compile"] is False  # tiny defaults on a CPU
     assert report["paper_settings"] == {"alpha": 0.2, "k_max": 3, "tau_kl": 5e-4}
 
 
@@ -57,6 +58,12 @@ def test_exactness_holds_at_tiny_sizes(report, family):
             assert case["tokens_equal"] is True and case["first_divergence"] is None, (attn, name)
             assert case["gated_tokens"] > 0, f"{attn} {name}: the gate never fired, the case checks nothing"
             assert case["max_abs_logit_diff"] < 1e-4
+    continuous = exact["continuous_fp32"]
+    assert continuous["L0_equals_generate"] is True
+    assert set(continuous["vs_naive"]) == {f"{g}/L{L}" for g in ("p95", "always") for L in (1, 2, 4)}
+    for name, case in continuous["vs_naive"].items():
+        assert case["tokens_equal"] is True and case["first_divergence"] is None, name
+        assert case["gated_tokens"] > 0, name
     assert exact["bf16"]["L0_equals_generate"] and exact["bf16"]["finite_p95"] and exact["bf16"]["finite_always"]
     assert exact["flash_attention_2_bf16"] == {"skipped": "no cuda"}
 
@@ -70,12 +77,16 @@ def test_placement_speed_and_memory_fields(report, family):
     assert speed["L"] == 4 and speed["layers"] == 4  # --speed_L 10 clipped to the tiny depth
     assert set(speed["batches"]) == {"1", "2"}
     for batch, figures in speed["batches"].items():
-        assert set(figures["runs"]) == {"generate", "L0", "L4", "cL0", "cL4"}
+        assert set(figures["runs"]) == {"generate", "generate_static", "L0", "L4", "cL0", "cL4"}
         for run in figures["runs"].values():
             assert run["tokens"] == int(batch) * 6 and run["tokens_per_s"] > 0
+            assert run["wall_s_min"] <= run["wall_s"] and len(run["walls_s"]) == 1
+        assert set(figures["profile"]) == set(figures["runs"])
+        assert all(p == {"skipped": "no cuda"} for p in figures["profile"].values())
         for key in ("wall_ratio_L0_vs_generate", "wall_ratio_L_vs_L0", "rho", "p_step_gated", "mean_iterations",
                     "flop_ratio", "batched_flop_ratio", "per_row_bound", "batched_bound",
-                    "wall_ratio_L0_vs_generate[continuous]", "wall_ratio_L_vs_L0[continuous]", "rho[continuous]"):
+                    "wall_ratio_L0_vs_generate[continuous]", "wall_ratio_L_vs_L0[continuous]", "rho[continuous]",
+                    "wall_ratio_generate_static_vs_generate", "wall_ratio_L0_vs_generate_static[continuous]"):
             assert figures[key] >= 0, key
         assert figures["per_row_bound"] == pytest.approx(figures["flop_ratio"])
         assert figures["batched_bound"] >= figures["per_row_bound"]
@@ -103,6 +114,7 @@ def test_exactness_reports_false_when_the_reference_disagrees(gpu_check, monkeyp
     (["--attn", "flash"], "--attn='flash'"),
     (["--batches", "1,x"], "--batches='1,x'"),
     (["--exact_layers", "1"], "--exact_layers=1"),
+    (["--repeats", "0"], "--repeats=0"),
     (["--size", "tiny", "--mem_context", "4", "--mem_new_tokens", "4"], "--mem_context=4"),
 ])
 def test_bad_flags_raise_value_error(gpu_check, argv, message):
