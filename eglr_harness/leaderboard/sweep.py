@@ -109,10 +109,12 @@ def _label(value) -> str:
 
 @dataclass(frozen=True)
 class SweepPoint:
-    """One run of the sweep: the axes it moves off their defaults (empty: the default point)."""
+    """One run of the sweep: the axes it moves off their defaults (empty: the default point), and
+    the value of every axis it should run with (None: not known before the run, e.g. a calibrated tau_h)."""
 
     changes: tuple[tuple[str, object], ...]
     run: PlannedRun
+    expected: tuple[tuple[str, object], ...] = ()
 
     @property
     def name(self) -> str:
@@ -139,12 +141,14 @@ def plan_sweep(
         base += f",rollout_cache={rollout_cache}"
     tokens = (("max_gen_toks", max_gen_toks),) if max_gen_toks else ()
 
+    defaults_all = {axis: axis_default(axis, args) for axis in AXES}
+
     def point(changes: tuple) -> SweepPoint:
         name = "_".join(f"{a}_{_label(v)}" for a, v in changes) or "default"
         extra = "".join(f",{a}={_label(v)}" for a, v in changes)
         run = PlannedRun("sweep", name, task, task, "eglr-hf", base + extra, tokens, Path(output_dir) / name,
                          limit=limit)
-        return SweepPoint(changes, run)
+        return SweepPoint(changes, run, tuple({**defaults_all, **dict(changes)}.items()))
 
     points = [point(())]
     for axis, values in axes:
@@ -153,6 +157,40 @@ def plan_sweep(
             logger.warning("no preset tau_h: the default point calibrates it (tau_h=auto)")
         points += [point(((axis, v),)) for v in values if v != default]
     return points
+
+
+def run_settings(results: dict, task: str) -> dict[str, object]:
+    """The axes' values a finished run was made with, from its ``config.eglr`` (L from its cells)."""
+    eglr = (results.get("config") or {}).get("eglr") or {}
+    settings = eglr.get("settings") or {}
+    tau_h = eglr.get("tau_h") or {}
+    Ls = {label.split(",")[0].removeprefix("L=") for label in ((eglr.get("stats") or {}).get("cells") or {})}
+    return {"alpha": settings.get("alpha"), "k_max": settings.get("k_max"), "tau_kl": settings.get("tau_kl"),
+            "tau_h": tau_h.get(task) if isinstance(tau_h, dict) else None,
+            "L": int(next(iter(Ls))) if len(Ls) == 1 else None}  # fmt: skip
+
+
+def _same(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(a)))
+
+
+def finished_point(p: SweepPoint):
+    """The point's finished run (:func:`finished_run`), or None; a run in the point's folder made with
+    other settings (where both say: the sweep's defaults changed) is not reused, with a warning."""
+    from eglr_harness.analysis.load import read_results  # noqa: PLC0415
+
+    files = finished_run(p.run, p.run.limit)
+    if files is None:
+        return None
+    found = run_settings(read_results(files.results), p.run.task)
+    wrong = {a: (v, found.get(a)) for a, v in p.expected
+             if v is not None and found.get(a) is not None and not _same(v, found.get(a))}  # fmt: skip
+    if wrong:
+        logger.warning("%s holds a run made with other settings %s (wanted, found); not reused", p.name, wrong)
+        return None
+    return files
 
 
 def sweep_parser() -> argparse.ArgumentParser:
@@ -206,18 +244,18 @@ def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_exec
     failed = []
     for p in points:
         argv_run = build_command(p.run, opts)
-        if finished_run(p.run, p.run.limit) is not None:
+        if finished_point(p) is not None:
             logger.info("skip %s: finished", p.name)
         elif args.dry_run:
             print(shell_command(argv_run))
         else:
             execute_run(p.run, argv_run, executor)
-            if finished_run(p.run, p.run.limit) is None:
+            if finished_point(p) is None:
                 logger.error("%s failed (no results file in %s)", p.name, p.run.output_path)
                 failed.append(p.name)
     if args.dry_run or args.no_report:
         return 1 if failed else 0
-    done = [p.run.output_path for p in points if finished_run(p.run, p.run.limit) is not None]
+    done = [p.run.output_path for p in points if finished_point(p) is not None]
     if done:
         from eglr_harness.analysis.report import build_report  # noqa: PLC0415
 

@@ -19,7 +19,7 @@ TASK = "toy_eglr"
 
 
 def _eglr(alpha=0.2, k_max=3, rho_gated=50):
-    block = lmeval_fakes.eglr_block(gated=rho_gated, task=TASK)
+    block = lmeval_fakes.eglr_block(gated=rho_gated, task=TASK, cells={"L=4,T=0.0": {"tokens": 10}})
     block["settings"] = {**block["settings"], "alpha": alpha, "k_max": k_max}
     return block
 
@@ -111,3 +111,8 @@ def test_sweep_runs_resumes_and_reports(tmp_path, capsys):
     assert "### alpha" in text and "### k_max" in text
     calls.clear()
     assert sweep.main(argv, executor=fake_lm_eval) == 0 and calls == []  # resume: all finished
+    # the defaults moved (k_max=2 for every point): nothing made with k_max=3 is reused
+    argv2 = [*argv[: argv.index("--sweep")], "--sweep", "alpha=0.2,0.5", *argv[argv.index("--limit"):]]
+    argv2[argv2.index("pretrained=x")] = "pretrained=x,k_max=2"
+    assert sweep.main(argv2, executor=fake_lm_eval) == 0
+    assert [Path(c[c.index("--output_path") + 1]).name for c in calls] == ["default", "alpha_0.5"]
