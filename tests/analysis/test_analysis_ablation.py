@@ -116,3 +116,14 @@ def test_sweep_runs_resumes_and_reports(tmp_path, capsys):
     argv2[argv2.index("pretrained=x")] = "pretrained=x,k_max=2"
     assert sweep.main(argv2, executor=fake_lm_eval) == 0
     assert [Path(c[c.index("--output_path") + 1]).name for c in calls] == ["default", "alpha_0.5"]
+
+
+def test_plain_L0_run_without_tau_h_is_a_point_of_the_L_axis(tmp_path):
+    _one_rollout_run(tmp_path / "default", set(range(5)))
+    docs = {d: [{"repeat": 0, "L": 0, "T": 0.0, "cycle": 0, "answer": "x", "correct": 0, "cluster": 0}]
+            for d in range(10)}
+    block = _eglr()
+    block["tau_h"] = {}  # an L=0 run calibrates and records no tau_h
+    lmeval_fakes.write_run(tmp_path / "L0", task=TASK, docs=docs, eglr=block)
+    result = ablation(load_grid([tmp_path / "default", tmp_path / "L0"]).parts, TASK)
+    assert [(p.value, p.correct) for p in result.axes["L"]] == [(0, 0), (4, 5)] and not result.off_axis

@@ -5,8 +5,9 @@ Each run (one :class:`~eglr_harness.analysis.load.RunPart`) is a point: its sett
 rollouts). The *default point* takes, per setting, the value most runs share (an axis swept one at
 a time leaves every other axis at its default); where no value is shared by more runs than
 another (a single swept axis), the built-in default of :mod:`eglr_harness.config` when a run has
-it, else the first run's. A run that differs from the default point in exactly one setting is a
-point of that setting's axis; the default point belongs to every axis; runs that differ in
+it, else the first run's. A setting a run does not record (an L=0 run has no tau_h) does not count
+as a difference. A run that differs from the default point in exactly one setting is a point of
+that setting's axis; the default point belongs to every axis; runs that differ in
 several settings are listed as off-axis. Pure: no files.
 """
 
@@ -123,16 +124,17 @@ def _accuracy(part: RunPart) -> tuple[int, int, int, float, float, float]:
 def ablation(parts: Sequence[RunPart], task: str) -> Ablation | None:
     """The ablation of ``parts`` (module docstring); None when the runs do not differ in any setting."""
     settings = [point_settings(p, task) for p in parts]
-    varying = [k for k in ABLATION_KEYS if len({s[k] for s in settings}) > 1]
+    known = {k: [s[k] for s in settings if s[k] is not None] for k in ABLATION_KEYS}  # None: the run does not say
+    varying = [k for k in ABLATION_KEYS if len(set(known[k])) > 1]
     if not varying:
         return None
-    default = {k: _default_value(k, [s[k] for s in settings]) for k in ABLATION_KEYS}
+    default = {k: _default_value(k, known[k]) if known[k] else None for k in ABLATION_KEYS}
     found: dict[str, list[AblationPoint]] = {k: [] for k in varying}
     off_axis = []
     center = next((p for p, s in zip(parts, settings) if all(s[k] == default[k] for k in ABLATION_KEYS)), None)
     center_docs = _per_doc(center) if center is not None else None
     for part, s in zip(parts, settings):
-        moved = [k for k in ABLATION_KEYS if s[k] != default[k]]
+        moved = [k for k in ABLATION_KEYS if s[k] is not None and s[k] != default[k]]
         if len(moved) > 1:
             off_axis.append(part.info.name)
             continue
