@@ -10,6 +10,8 @@ tokens only, in order):
 - ``iterations``: refinement iterations k* of the token (0 = not gated);
 - ``final_kl``: KL(p⁽ᵏ*⁾ ‖ p⁽ᵏ*⁻¹⁾) of the token's last iteration (ignored where iterations is 0);
 
+(the continuous engine's ``Outcome.entropies``, ``.logprobs``, ``.token_iterations``, ``.final_kls``)
+
 and :func:`rollout_signals` turns them into the per-rollout dict that the tasks log in
 ``rollouts[i]["signals"]`` (docs/run-format.md). Standard library only: the tasks, the analysis
 and the export read it without torch.
@@ -86,12 +88,12 @@ def rollout_signals(
             f"per-token arrays of unequal length: entropies {n}, logprobs {len(logprobs)}, iterations "
             f"{len(iterations)}, final_kl {len(final_kl)}; allowed: one value per generated token each."
         )
-    for name, values in (("entropies", entropies), ("logprobs", logprobs), ("final_kl", final_kl)):
-        if any(not math.isfinite(float(v)) for v in values):
-            raise ValueError(f"`{name}` holds a non-finite value; allowed: finite floats (a -inf logprob is a bug).")
     if any(int(k) < 0 for k in iterations):
         raise ValueError("`iterations` holds a negative count; allowed: ints >= 0 (0 = not gated).")
     gated = [i for i, k in enumerate(iterations) if int(k) > 0]
+    for name, values in (("entropies", entropies), ("logprobs", logprobs), ("final_kl", [final_kl[i] for i in gated])):
+        if any(not math.isfinite(float(v)) for v in values):
+            raise ValueError(f"`{name}` holds a non-finite value; allowed: finite floats (a -inf logprob is a bug).")
     return {
         "mean_entropy": _mean([float(v) for v in entropies]),
         "max_entropy": max((float(v) for v in entropies), default=None),

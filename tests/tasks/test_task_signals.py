@@ -46,6 +46,13 @@ def test_rollout_signals_refuses_bad_arrays(bad):
         rollout_signals(**bad)
 
 
+def test_final_kl_is_read_at_gated_tokens_only():
+    s = rollout_signals([1.0, 2.0], [-0.5, -0.5], [0, 2], [math.nan, 0.25])
+    assert s["mean_final_kl"] == 0.25
+    with pytest.raises(ValueError):
+        rollout_signals([1.0], [-0.5], [1], [math.nan])
+
+
 def test_every_signal_has_a_direction():
     assert set(HIGHER_IS_BETTER) == set(SIGNALS)
 
