@@ -1,0 +1,42 @@
+"""The ablation figures results/README.md quotes agree with the committed report's ablation.csv."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "results" / "README.md"
+CSV = ROOT / "results" / "smollm2-135m-instruct" / "demo_level0_ablation" / "report" / "ablation.csv"
+
+
+def _table(first_header: str) -> dict[str, list[str]]:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} | solved of 200"))
+    rows = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        rows[re.sub(r"\*|\s*\(.*\)", "", cells[0]).strip()] = cells[1:]
+    return rows
+
+
+@pytest.mark.skipif(not CSV.is_file(), reason="the committed ablation report is absent")
+@pytest.mark.parametrize(("axis", "header"), [("alpha", "alpha"), ("k_max", "K_max"), ("L", "L")])
+def test_readme_ablation_tables_match_the_csv(axis, header):
+    with open(CSV, encoding="utf-8") as handle:
+        points = {f"{float(r['value']):g}": r for r in csv.DictReader(handle) if r["axis"] == axis}
+    table = _table(header)
+    assert set(table) == set(points)
+    for value, cells in table.items():
+        row = points[value]
+        assert cells[0].split()[0] == row["correct"], (axis, value)
+        if axis != "L":  # the L table quotes solved and the paired difference only
+            assert cells[1:4] == [f"{float(row[k]):.3f}" if k != "mean_iterations" else f"{float(row[k]):.2f}"
+                                  for k in ("rho", "mean_iterations", "flop_ratio")], (axis, value)
+        if row["gained"]:
+            assert f"{row['gained']} / {row['lost']}" in cells[-1], (axis, value)
