@@ -20,6 +20,7 @@ from eglr_harness.decoding.continuous import ContinuousEngine, Outcome, Request
 from eglr_harness.decoding.sampling import row_seed
 from eglr_harness.decoding.stack import FALLBACK
 from eglr_harness.settings import cell_config
+from eglr_harness.signals import rollout_signals
 
 ENGINES = ("hf", "continuous")
 # generation options the continuous engine applies itself; any other is generate's business
@@ -48,11 +49,12 @@ def build_engine(lm) -> ContinuousEngine:
 
 def generate_continuous(lm, engine: ContinuousEngine, items: list[tuple[str, dict]], *, disable_tqdm: bool,
                         entropy_sink: list | None = None,
-                        on_text: Callable[[str, dict, str], None] | None = None,
+                        on_text: Callable[[str, dict, str, dict | None], None] | None = None,
                         desc: str = "eglr-hf generation (continuous engine)") -> list[str]:
     """Texts of (context, concrete gen kwargs) items, as ``HFLM.generate_until`` would return them.
 
-    on_text(context, gen_kwargs, text) is called as each rollout finishes (the rollout store);
+    on_text(context, gen_kwargs, text, signals) is called as each rollout finishes (the rollout store),
+    with the rollout's ``eglr_harness.signals`` dict;
     entropy_sink, when given, receives each request's ``Outcome`` with its entropies (tau_h calibration).
     """
     eos_text = lm.tok_decode(lm.eot_token_id, skip_special_tokens=False)
@@ -85,7 +87,7 @@ def generate_continuous(lm, engine: ContinuousEngine, items: list[tuple[str, dic
     def finished(index: int, outcome: Outcome) -> None:
         texts[index] = _text(lm, outcome.tokens, untils[index])
         if on_text is not None:
-            on_text(*items[index], texts[index])
+            on_text(*items[index], texts[index], outcome_signals(outcome))
         bar.update(1)
 
     try:
@@ -96,6 +98,11 @@ def generate_continuous(lm, engine: ContinuousEngine, items: list[tuple[str, dic
     if entropy_sink is not None:
         entropy_sink.extend(outcomes)
     return texts
+
+
+def outcome_signals(outcome: Outcome) -> dict:
+    """The rollout's signals (``eglr_harness.signals``) from the engine's per-token values."""
+    return rollout_signals(outcome.entropies, outcome.logprobs, outcome.token_iterations, outcome.final_kls)
 
 
 def _text(lm, tokens: list[int], until: list[str]) -> str:

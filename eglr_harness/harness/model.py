@@ -78,7 +78,7 @@ class EglrHFLM(HFLM):
                                                      add_bos_token=getattr(self, "add_bos_token", None))
         self._store = RolloutStore(rollout_cache, rank=self.rank) if rollout_cache else None
         self._gather = process_gather(self.world_size)
-        self._memo: dict[str, str] = {}
+        self._memo: dict[str, dict] = {}  # rollout key -> {"text", "signals"} (as in the rollout store)
         self.accounts = RunAccounts(self.num_layers)
         self._gathered_accounts: RunAccounts | None = None
         self.tau_h_by_task: dict[str, float] = {}
@@ -118,7 +118,8 @@ class EglrHFLM(HFLM):
         unique = dict(zip(keys, items))
         texts = dict(zip(unique, self._generate(list(unique.values()), disable_tqdm)))
         self._gathered_accounts = self.accounts.gathered(self._gather)
-        return [Rollout(texts[key], L=j.cell.L, T=j.cell.T, cycle=j.cycle) for key, j in zip(keys, jobs)]
+        return [Rollout(texts[key], L=j.cell.L, T=j.cell.T, cycle=j.cycle, signals=self._memo[key].get("signals"))
+                for key, j in zip(keys, jobs)]
 
     def _model_generate(self, context, max_length, stop, **generation_kwargs):
         config, cycle, hf_kwargs = cell_config(self.settings, generation_kwargs)
@@ -247,7 +248,7 @@ class EglrHFLM(HFLM):
 
         desc: the progress bar's label when it is not the pool's generation (calibration)."""
         keys = [content_key(self._fingerprint, c, g) for c, g in items]
-        texts = [self._lookup(key) if reuse else None for key in keys]
+        texts = [record["text"] if reuse and (record := self._lookup(key)) else None for key in keys]
         missing = [i for i, t in enumerate(texts) if t is None]
         if len(missing) < len(items):
             logger.info("eglr-hf: %d of %d rollouts reused from earlier work", len(items) - len(missing), len(items))
@@ -274,18 +275,20 @@ class EglrHFLM(HFLM):
                 texts[i] = text
         return texts
 
-    def _lookup(self, key: str) -> str | None:
-        text = self._memo.get(key)
-        if text is None and self._store is not None:
+    def _lookup(self, key: str) -> dict | None:
+        """``{"text", "signals"}`` of a finished rollout from this run or the rollout store, or None."""
+        record = self._memo.get(key)
+        if record is None and self._store is not None:
             record = self._store.get(key)
-            text = None if record is None else record["text"]
-        return text
+            if record is not None:
+                self._memo[key] = record
+        return record
 
-    def _remember(self, context: str, gen_kwargs: dict, text: str) -> None:
+    def _remember(self, context: str, gen_kwargs: dict, text: str, signals: dict | None = None) -> None:
         key = content_key(self._fingerprint, context, gen_kwargs)
-        self._memo[key] = text
+        self._memo[key] = {"text": text, "signals": signals}
         if self._store is not None:
-            self._store.put(key, {"text": text})
+            self._store.put(key, self._memo[key])
 
 
 def _labelled_generate_until(lm: EglrHFLM, instances: list[Instance], disable_tqdm: bool, desc: str) -> list[str]:

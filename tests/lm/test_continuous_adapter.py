@@ -42,7 +42,13 @@ def test_pool_rollouts_equal_the_hf_engine(llama_dir, L):
     a = hf.generate_until(requests_for(CONTEXTS[:3], POOL, repeats=10))
     b = continuous.generate_until(requests_for(CONTEXTS[:3], POOL, repeats=10))
     assert [str(x) for x in a] == [str(x) for x in b]
-    assert [rollout_meta(x) for x in a] == [rollout_meta(x) for x in b]
+    assert [(x.L, x.T, x.cycle) for x in a] == [(x.L, x.T, x.cycle) for x in b]
+    # the continuous engine records each rollout's signals (tau_h = 0: every token of an L > 0 cell is gated)
+    assert all(x.signals is None for x in a)
+    for x in b:
+        assert rollout_meta(x)["signals"] is x.signals and x.signals["tokens"] >= 1
+        assert x.signals["gated_fraction"] == (1.0 if x.L > 0 else 0.0)
+        assert x.signals["mean_logprob"] <= 0.0 and x.signals["max_entropy"] >= x.signals["mean_entropy"] > 0.0
     hf_cells = hf.get_model_info()["eglr"]["stats"]["cells"]
     ours = continuous.get_model_info()["eglr"]
     assert ours["engine"] == "continuous"
@@ -64,8 +70,10 @@ def test_calibration_and_store_work_through_the_engine(llama_dir, tmp_path, monk
     assert [str(x) for x in a] == [str(x) for x in b]
     again = _lm(llama_dir, "continuous", batch_size=2, L=3, tau_h=continuous.tau_h_by_task["unit_task"],
                 rollout_cache=str(tmp_path / "store"))
-    assert [str(x) for x in again.generate_until(requests_for(CONTEXTS, GREEDY))] == [str(x) for x in b]
+    reused = again.generate_until(requests_for(CONTEXTS, GREEDY))
+    assert [str(x) for x in reused] == [str(x) for x in b]
     assert again.get_model_info()["eglr"]["stats"]["reused_rollouts"]["total"] == len(CONTEXTS)
+    assert [x.signals for x in reused] == [x.signals for x in b] and all(x.signals for x in b)  # stored with the text
 
 
 def test_bad_engine_settings_are_refused(llama_dir):
