@@ -1,38 +1,45 @@
-"""Generated texts that remember which (L, T) cell and cycle produced them.
+"""Generated texts that remember which (L, T) cell and cycle produced them, and the model's signals.
 
 ``eglr-hf`` returns :class:`Rollout` objects from ``generate_until``. They are plain ``str``
 for lm-eval (filters, caching, JSON), and the task code reads :func:`rollout_meta` to know
-the configuration of each repeat. Texts from other models have no metadata (``None``).
+the configuration of each repeat and, when the engine recorded them, the rollout's signals
+(``eglr_harness.signals``: entropies, log-probabilities, refinement). Texts from other models have
+no metadata (``None``).
 """
 
 from __future__ import annotations
 
 
 class Rollout(str):
-    """A ``str`` with ``L``, ``T`` and ``cycle`` attributes."""
+    """A ``str`` with ``L``, ``T``, ``cycle`` and ``signals`` (a dict, or None when not recorded)."""
 
     L: int
     T: float
     cycle: int
+    signals: dict | None
 
-    def __new__(cls, text: str, *, L: int, T: float, cycle: int = 0) -> "Rollout":
+    def __new__(cls, text: str, *, L: int, T: float, cycle: int = 0, signals: dict | None = None) -> "Rollout":
         obj = super().__new__(cls, text)
-        obj.L, obj.T, obj.cycle = int(L), float(T), int(cycle)
+        obj.L, obj.T, obj.cycle, obj.signals = int(L), float(T), int(cycle), signals
         return obj
 
     def __reduce__(self):
-        return (_rebuild, (str(self), self.L, self.T, self.cycle))
+        return (_rebuild, (str(self), self.L, self.T, self.cycle, self.signals))
 
     def meta(self) -> dict:
-        return {"L": self.L, "T": self.T, "cycle": self.cycle}
+        """``{"L", "T", "cycle"}``, plus ``"signals"`` when they were recorded."""
+        meta = {"L": self.L, "T": self.T, "cycle": self.cycle}
+        if self.signals is not None:
+            meta["signals"] = self.signals
+        return meta
 
 
-def _rebuild(text: str, L: int, T: float, cycle: int) -> Rollout:
-    return Rollout(text, L=L, T=T, cycle=cycle)
+def _rebuild(text: str, L: int, T: float, cycle: int, signals: dict | None = None) -> Rollout:
+    return Rollout(text, L=L, T=T, cycle=cycle, signals=signals)
 
 
 def rollout_meta(response) -> dict | None:
-    """``{"L", "T", "cycle"}`` of a response from eglr-hf, or ``None`` for a plain string."""
+    """``{"L", "T", "cycle"[, "signals"]}`` of a response from eglr-hf, or ``None`` for a plain string."""
     return response.meta() if isinstance(response, Rollout) else None
 
 

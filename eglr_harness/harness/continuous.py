@@ -10,6 +10,7 @@ own ``postprocess_generated_text``, so a rollout's text is what the ``hf`` engin
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
@@ -20,17 +21,47 @@ from eglr_harness.decoding.continuous import ContinuousEngine, Outcome, Request
 from eglr_harness.decoding.sampling import row_seed
 from eglr_harness.decoding.stack import FALLBACK
 from eglr_harness.settings import cell_config
+from eglr_harness.signals import rollout_signals
 
-ENGINES = ("hf", "continuous")
+ENGINES = ("auto", "continuous", "hf")
+DEFAULT_ENGINE = "auto"
 # generation options the continuous engine applies itself; any other is generate's business
 _ENGINE_OPTIONS = {"do_sample", "temperature", "top_k", "top_p"}
+logger = logging.getLogger(__name__)
 
 
 def check_engine(engine: str) -> str:
     if engine not in ENGINES:
-        raise ValueError(f"`engine`={engine!r} is not allowed; allowed: {', '.join(ENGINES)} "
-                         "(hf: transformers' generate, continuous: refinement folded into the batch).")
+        raise ValueError(f"`engine`={engine!r} is not allowed; allowed: {', '.join(ENGINES)} (auto: continuous "
+                         "where it can drive the model, else hf; continuous: refinement folded into the batch; "
+                         "hf: transformers' generate).")
     return engine
+
+
+def choose_engine(lm, engine: str) -> ContinuousEngine | None:
+    """The continuous engine for ``lm``, or None for ``generate`` (the hf engine).
+
+    ``auto`` takes the continuous engine where it can drive the model and says in one log line why
+    not otherwise (another family, a split device_map, ``batch_size=auto``, generation-config
+    processors it does not apply); ``continuous`` raises those reasons instead.
+    """
+    if engine == "hf":
+        return None
+    try:
+        return build_engine(lm)
+    except ValueError as err:
+        if engine == "continuous":
+            raise
+        logger.info("eglr-hf: decoding with engine=hf: %s", err)
+        return None
+
+
+def unsupported_options(lm, gen_kwargs: dict) -> list[str]:
+    """The generation options of one request that the continuous engine does not apply (beam search,
+    repetition penalties, caches, ...): such a request needs ``generate``."""
+    kwargs = normalize_gen_kwargs(dict(gen_kwargs), lm.max_gen_toks)
+    kwargs.pop("until", None), kwargs.pop("max_gen_toks", None)
+    return sorted(set(cell_config(lm.settings, kwargs)[2]) - _ENGINE_OPTIONS)
 
 
 def build_engine(lm) -> ContinuousEngine:
@@ -48,11 +79,12 @@ def build_engine(lm) -> ContinuousEngine:
 
 def generate_continuous(lm, engine: ContinuousEngine, items: list[tuple[str, dict]], *, disable_tqdm: bool,
                         entropy_sink: list | None = None,
-                        on_text: Callable[[str, dict, str], None] | None = None,
+                        on_text: Callable[[str, dict, str, dict | None], None] | None = None,
                         desc: str = "eglr-hf generation (continuous engine)") -> list[str]:
     """Texts of (context, concrete gen kwargs) items, as ``HFLM.generate_until`` would return them.
 
-    on_text(context, gen_kwargs, text) is called as each rollout finishes (the rollout store);
+    on_text(context, gen_kwargs, text, signals) is called as each rollout finishes (the rollout store),
+    with the rollout's ``eglr_harness.signals`` dict;
     entropy_sink, when given, receives each request's ``Outcome`` with its entropies (tau_h calibration).
     """
     eos_text = lm.tok_decode(lm.eot_token_id, skip_special_tokens=False)
@@ -63,7 +95,7 @@ def generate_continuous(lm, engine: ContinuousEngine, items: list[tuple[str, dic
         until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
         max_gen_toks = kwargs.pop("max_gen_toks")
         config, cycle, options = cell_config(lm.settings, kwargs)
-        other = sorted(set(options) - _ENGINE_OPTIONS)
+        other = unsupported_options(lm, gen_kwargs)
         if other:
             raise ValueError(f"engine=continuous applies temperature, top_k and top_p only; the generation "
                              f"options {other} need generate: {FALLBACK}.")
@@ -85,7 +117,7 @@ def generate_continuous(lm, engine: ContinuousEngine, items: list[tuple[str, dic
     def finished(index: int, outcome: Outcome) -> None:
         texts[index] = _text(lm, outcome.tokens, untils[index])
         if on_text is not None:
-            on_text(*items[index], texts[index])
+            on_text(*items[index], texts[index], outcome_signals(outcome))
         bar.update(1)
 
     try:
@@ -96,6 +128,11 @@ def generate_continuous(lm, engine: ContinuousEngine, items: list[tuple[str, dic
     if entropy_sink is not None:
         entropy_sink.extend(outcomes)
     return texts
+
+
+def outcome_signals(outcome: Outcome) -> dict:
+    """The rollout's signals (``eglr_harness.signals``) from the engine's per-token values."""
+    return rollout_signals(outcome.entropies, outcome.logprobs, outcome.token_iterations, outcome.final_kls)
 
 
 def _text(lm, tokens: list[int], until: list[str]) -> str:

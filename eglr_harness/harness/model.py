@@ -26,7 +26,9 @@ from eglr_harness.config import EglrConfig
 from eglr_harness.decoding.generate import eglr_generate
 from eglr_harness.decoding.model_parts import find_model_parts
 from eglr_harness.distributed import process_gather
-from eglr_harness.harness.continuous import build_engine, check_engine, generate_continuous
+from eglr_harness.harness.continuous import (
+    DEFAULT_ENGINE, check_engine, choose_engine, generate_continuous, unsupported_options,
+)
 from eglr_harness.model_args import USE_CACHE_REFUSAL, check_model_args
 from eglr_harness.model_names import loaded_name, model_name
 from eglr_harness.pool import Job, PoolPlan, assign_jobs
@@ -54,7 +56,7 @@ class EglrHFLM(HFLM):
 
     def __init__(self, pretrained=None, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
                  top_k=None, top_p=None, seed=None, model_config=None, calib_limit=DEFAULT_CALIB_LIMIT,
-                 rollout_cache=None, engine="hf", **kwargs):
+                 rollout_cache=None, engine=DEFAULT_ENGINE, **kwargs):
         _follow_lm_eval_logging()
         check_eglr_model_args(kwargs)
         self.preset = load_preset(model_config) if model_config else _NO_PRESET
@@ -78,7 +80,7 @@ class EglrHFLM(HFLM):
                                                      add_bos_token=getattr(self, "add_bos_token", None))
         self._store = RolloutStore(rollout_cache, rank=self.rank) if rollout_cache else None
         self._gather = process_gather(self.world_size)
-        self._memo: dict[str, str] = {}
+        self._memo: dict[str, dict] = {}  # rollout key -> {"text", "signals"} (as in the rollout store)
         self.accounts = RunAccounts(self.num_layers)
         self._gathered_accounts: RunAccounts | None = None
         self.tau_h_by_task: dict[str, float] = {}
@@ -87,7 +89,8 @@ class EglrHFLM(HFLM):
         self._calibrating: str | None = None  # the task whose tau_h is being calibrated
         self.calibrate_always = False  # eglr-calibrate sets it to calibrate L=0 runs too
         self._warned_loglikelihood = False
-        self._continuous = build_engine(self) if self.engine == "continuous" else None
+        self._continuous = choose_engine(self, self.engine)
+        self._fallback_reasons: set[tuple[str, ...]] = set()  # options that sent requests to generate
 
     # ------------------------------------------------------------------ lm-eval hooks
     def set_cache_hook(self, cache_hook) -> None:
@@ -118,7 +121,8 @@ class EglrHFLM(HFLM):
         unique = dict(zip(keys, items))
         texts = dict(zip(unique, self._generate(list(unique.values()), disable_tqdm)))
         self._gathered_accounts = self.accounts.gathered(self._gather)
-        return [Rollout(texts[key], L=j.cell.L, T=j.cell.T, cycle=j.cycle) for key, j in zip(keys, jobs)]
+        return [Rollout(texts[key], L=j.cell.L, T=j.cell.T, cycle=j.cycle, signals=self._memo[key].get("signals"))
+                for key, j in zip(keys, jobs)]
 
     def _model_generate(self, context, max_length, stop, **generation_kwargs):
         config, cycle, hf_kwargs = cell_config(self.settings, generation_kwargs)
@@ -138,7 +142,8 @@ class EglrHFLM(HFLM):
             "model": self.model_name,
             "num_layers": self.num_layers,
             "preset": self.preset.get("name"),
-            "engine": self.engine,
+            "engine": self.engine_used,
+            "engine_requested": self.engine,
             "settings": {"alpha": s.alpha, "k_max": s.k_max, "tau_kl": s.tau_kl, "top_k": s.top_k, "top_p": s.top_p, "seed": s.seed},
             "tau_h": dict(self.tau_h_by_task),
             "stats": (self._gathered_accounts or self.accounts).summary(),
@@ -163,7 +168,7 @@ class EglrHFLM(HFLM):
                         "(deterministic cells once; fewer if stored), at most %d new tokens each, batch %s, engine %s; %s",
                         task, len({j.doc_id for j in mine}), len(cells), ", ".join(c.label for c in cells[:4])
                         + (", ..." if len(cells) > 4 else ""), len(mine), decodes, max_tokens, self.batch_size,
-                        self.engine, tau)
+                        self.engine_used, tau)
 
     def stats_for(self, cell: Cell):
         """The accounting that a decode of ``cell`` adds to: the cell's, or the calibration's while calibrating."""
@@ -247,20 +252,23 @@ class EglrHFLM(HFLM):
 
         desc: the progress bar's label when it is not the pool's generation (calibration)."""
         keys = [content_key(self._fingerprint, c, g) for c, g in items]
-        texts = [self._lookup(key) if reuse else None for key in keys]
+        texts = [record["text"] if reuse and (record := self._lookup(key)) else None for key in keys]
         missing = [i for i, t in enumerate(texts) if t is None]
         if len(missing) < len(items):
             logger.info("eglr-hf: %d of %d rollouts reused from earlier work", len(items) - len(missing), len(items))
             self.accounts.reused.update(Cell.of(items[i][1]["eglr_L"], items[i][1]["eglr_T"])
                                         for i, t in enumerate(texts) if t is not None)
-        if missing and self._continuous is not None:
-            fresh = generate_continuous(self, self._continuous, [items[i] for i in missing], disable_tqdm=disable_tqdm,
+        by_generate = self._needs_generate([items[i] for i in missing])
+        continuous = [i for i, needs in zip(missing, by_generate) if not needs]
+        missing = [i for i, needs in zip(missing, by_generate) if needs]
+        if continuous:
+            fresh = generate_continuous(self, self._continuous, [items[i] for i in continuous], disable_tqdm=disable_tqdm,
                                         entropy_sink=self._entropy_sink, on_text=self._remember,
                                         desc=desc or "eglr-hf generation (continuous engine)")
-            for i, text in zip(missing, fresh):
+            for i, text in zip(continuous, fresh):
                 texts[i] = text
         # Every rank enters HFLM's loop, also with nothing to do: with batch_size=auto it all-gathers.
-        elif missing or (self.world_size > 1 and self._continuous is None):
+        if missing or (self.world_size > 1 and self._continuous is None):
             instances = [Instance("generate_until", doc={}, arguments=items[i], idx=0) for i in missing]
             previous_hook, self.cache_hook = self.cache_hook, _RolloutHook(self)  # HFLM reports each text here
             try:
@@ -274,18 +282,43 @@ class EglrHFLM(HFLM):
                 texts[i] = text
         return texts
 
-    def _lookup(self, key: str) -> str | None:
-        text = self._memo.get(key)
-        if text is None and self._store is not None:
-            record = self._store.get(key)
-            text = None if record is None else record["text"]
-        return text
+    @property
+    def engine_used(self) -> str:
+        """The engine that decodes (``auto`` resolved): ``continuous`` or ``hf``."""
+        return "hf" if self._continuous is None else "continuous"
 
-    def _remember(self, context: str, gen_kwargs: dict, text: str) -> None:
+    def _needs_generate(self, items: list[tuple[str, dict]]) -> list[bool]:
+        """Per item, whether it goes through ``generate``: always under the hf engine; under ``auto``
+        when it asks for options the continuous engine does not apply (said once per set of options);
+        under ``continuous`` never (the engine refuses them by name)."""
+        if self._continuous is None:
+            return [True] * len(items)
+        if self.engine == "continuous":
+            return [False] * len(items)
+        needs = []
+        for _context, gen_kwargs in items:
+            other = tuple(unsupported_options(self, gen_kwargs))
+            if other and other not in self._fallback_reasons:
+                self._fallback_reasons.add(other)
+                logger.info("eglr-hf: requests with generation options %s decode with engine=hf (the continuous "
+                            "engine applies temperature, top_k and top_p only)", list(other))
+            needs.append(bool(other))
+        return needs
+
+    def _lookup(self, key: str) -> dict | None:
+        """``{"text", "signals"}`` of a finished rollout from this run or the rollout store, or None."""
+        record = self._memo.get(key)
+        if record is None and self._store is not None:
+            record = self._store.get(key)
+            if record is not None:
+                self._memo[key] = record
+        return record
+
+    def _remember(self, context: str, gen_kwargs: dict, text: str, signals: dict | None = None) -> None:
         key = content_key(self._fingerprint, context, gen_kwargs)
-        self._memo[key] = text
+        self._memo[key] = {"text": text, "signals": signals}
         if self._store is not None:
-            self._store.put(key, {"text": text})
+            self._store.put(key, self._memo[key])
 
 
 def _labelled_generate_until(lm: EglrHFLM, instances: list[Instance], disable_tqdm: bool, desc: str) -> list[str]:

@@ -20,6 +20,8 @@ from eglr_harness.harness.model import EglrHFLM
 # A stop string a random model will not write: the independent run below needs no stop handling.
 GREEDY = {"until": ["@@@@@@"], "max_gen_toks": 8, "do_sample": False}
 TINY = dict(device="cpu", dtype="float32")
+# the tests that count generate's rows run the hf engine (the reuse logic is the same for both engines)
+TINY_HF = {**TINY, "engine": "hf"}
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +88,7 @@ def test_deterministic_cells_are_decoded_once_per_prompt(model_dirs, tmp_path, m
     # pool L = 0..2 at T = 0 over 6 repeats: three greedy cells, each decoded once per prompt; the
     # L=0 cell is the calibration run itself
     monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path))
-    lm = EglrHFLM(pretrained=model_dirs["llama"], batch_size=4, tau_h="auto", **TINY)
+    lm = EglrHFLM(pretrained=model_dirs["llama"], batch_size=4, tau_h="auto", **TINY_HF)
     counter = _RowCounter(lm, monkeypatch)
     pool = {**GREEDY, "eglr_L": "0-2", "eglr_T": 0}
     out = lm.generate_until(requests_for(CONTEXTS[:3], pool, repeats=6))
@@ -96,7 +98,7 @@ def test_deterministic_cells_are_decoded_once_per_prompt(model_dirs, tmp_path, m
 
 
 def test_sampled_cells_are_decoded_once_per_cycle(model_dirs, monkeypatch):
-    lm = EglrHFLM(pretrained=model_dirs["llama"], batch_size=4, tau_h=0.5, L=1, T=0.8, **TINY)
+    lm = EglrHFLM(pretrained=model_dirs["llama"], batch_size=4, tau_h=0.5, L=1, T=0.8, **TINY_HF)
     counter = _RowCounter(lm, monkeypatch)
     out = lm.generate_until(requests_for(CONTEXTS[:2], GREEDY, repeats=3))
     assert [o.cycle for o in out[:3]] == [0, 1, 2]
@@ -116,13 +118,13 @@ SAMPLED = {**GREEDY, "do_sample": True, "temperature": 0.8}
 ], ids=["same", "tau_h", "alpha", "seed", "model"])
 def test_rollout_store_never_serves_other_settings(model_dirs, tmp_path, monkeypatch, changed, gen_kwargs, reused):
     base = dict(L=2, tau_h=0.0, alpha=0.2, seed=1333)
-    first = EglrHFLM(pretrained=model_dirs["llama"], batch_size=2, rollout_cache=str(tmp_path), **base, **TINY)
+    first = EglrHFLM(pretrained=model_dirs["llama"], batch_size=2, rollout_cache=str(tmp_path), **base, **TINY_HF)
     stored = first.generate_until(requests_for(CONTEXTS[:2], gen_kwargs))
     assert list(tmp_path.glob("rollouts_rank0.sqlite"))
 
     settings = {**base, **{k: v for k, v in changed.items() if k != "model"}}
     second = EglrHFLM(pretrained=model_dirs[changed.get("model", "llama")], batch_size=2,
-                      rollout_cache=str(tmp_path), **settings, **TINY)
+                      rollout_cache=str(tmp_path), **settings, **TINY_HF)
     counter = _RowCounter(second, monkeypatch)
     again = second.generate_until(requests_for(CONTEXTS[:2], gen_kwargs))
     reused_total = second.get_model_info()["eglr"]["stats"]["reused_rollouts"]["total"]

@@ -40,7 +40,9 @@ def llama_dir(tiny_model_dir):
 
 
 def _lm(model_dir, store, **kwargs):
-    args = dict(pretrained=model_dir, device="cpu", dtype="float32", batch_size=3, L=2, tau_h=0.0, rollout_cache=store)
+    # engine=hf: the tests count generate's rows (the store and its keys are the same for both engines)
+    args = dict(pretrained=model_dir, device="cpu", dtype="float32", batch_size=3, L=2, tau_h=0.0, rollout_cache=store,
+                engine="hf")
     return EglrHFLM(**{**args, **kwargs})
 
 
