@@ -29,6 +29,7 @@ from eglr_harness.analysis.metrics.accuracy import (
     solved_sets,
     vote_is_correct,
 )
+from eglr_harness.analysis.metrics.ablation import Ablation, AblationPoint, ablation
 from eglr_harness.analysis.metrics.budget import BudgetCurve, RunningVote, budget_curve, random_order_curve
 from eglr_harness.analysis.metrics.compute import Compute, cell_compute, combine_compute, run_compute
 from eglr_harness.analysis.metrics.disagreement import (
@@ -67,6 +68,7 @@ from eglr_harness.analysis.metrics.oracle import (
     oracle_corners,
     union_size,
 )
+from eglr_harness.analysis.metrics.selection import Aggregator, Selection, l_agreement, selection
 from eglr_harness.analysis.report import (
     SECTIONS,
     ReportContext,
@@ -79,6 +81,9 @@ from eglr_harness.analysis.report import (
 from eglr_harness.analysis.sections.pools import PoolSummary, summarize_pool
 
 __all__ = [
+    "Ablation",
+    "AblationPoint",
+    "Aggregator",
     "BudgetCurve",
     "CORNERS",
     "CellAccuracy",
@@ -96,7 +101,9 @@ __all__ = [
     "RunningVote",
     "SECTIONS",
     "Section",
+    "Selection",
     "TaskSamples",
+    "ablation",
     "best_in_pool",
     "budget_curve",
     "build_grid",
@@ -111,6 +118,7 @@ __all__ = [
     "exclusive_counts",
     "expected_random_oracle",
     "find_runs",
+    "l_agreement",
     "load_grid",
     "load_parts",
     "marginal_over_greedy",
@@ -130,6 +138,7 @@ __all__ = [
     "run_compute",
     "run_info",
     "sc_solved",
+    "selection",
     "solved_sets",
     "summarize_pool",
     "union_size",

@@ -203,18 +203,11 @@ def vote_scores(rollouts: Sequence[Mapping], members: Iterable[int]) -> dict[str
     """
     members = sorted(members)  # repeat order: a tie goes to the cluster seen first among them
     n = len(members)
-    sizes: dict[int, int] = {}
-    first: dict[int, int] = {}
-    for i in members:
-        k = rollouts[i]["cluster"]
-        if k is not None:
-            sizes[k] = sizes.get(k, 0) + 1
-            first.setdefault(k, i)
-    winner = min(sizes, key=lambda k: (-sizes[k], first[k])) if sizes else None
+    winner = majority([rollouts[i]["cluster"] for i in members])  # the one vote rule (selection.py)
     solved = sum(rollouts[i]["correct"] for i in members)
     return {
         "acc": solved / n if n else 0.0,
-        f"maj@{n}": rollouts[first[winner]]["correct"] if winner is not None else 0,
+        f"maj@{n}": rollouts[members[winner]]["correct"] if winner is not None else 0,
         f"oracle@{n}": int(solved > 0),
     }
 
