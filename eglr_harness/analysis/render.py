@@ -49,6 +49,18 @@ def t_label(T: float) -> str:
     return f"{T:g}"
 
 
+def _save_accuracy_plot(fig, ax, xlabel: str, title: str, path: Path) -> Path:
+    """Label an accuracy (%) plot, add its grid and legend, and write the PNG."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    return Path(path)
+
+
 def _figure(width: float, height: float):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -137,14 +149,7 @@ def budget_plot(path: Path, curves: Sequence[tuple[str, Sequence[float], str, st
                 marker=".",
                 markersize=3,
             )
-    ax.set_xlabel("budget b (configurations)")
-    ax.set_ylabel("accuracy (%)")
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    return Path(path)
+    return _save_accuracy_plot(fig, ax, "budget b (configurations)", title, path)
 
 
 def ablation_plot(path: Path, points: Sequence[tuple[float, float, float, float, bool]], *, axis: str,
@@ -160,11 +165,4 @@ def ablation_plot(path: Path, points: Sequence[tuple[float, float, float, float,
     for x, y, *_rest, is_default in ((p[0], 100 * p[1], p[4]) for p in points):
         if is_default:
             ax.plot([x], [y], marker="*", markersize=14, color="tab:red", linestyle="none", label="default")
-    ax.set_xlabel(axis)
-    ax.set_ylabel("accuracy (%)")
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    return Path(path)
+    return _save_accuracy_plot(fig, ax, axis, title, path)
