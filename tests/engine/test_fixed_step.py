@@ -141,8 +141,7 @@ def test_a_nan_kl_raises():
     state.logp_prev[1] = float("nan")
     from eglr_harness.decoding.fixed_step import settle
 
-    rows, refining = torch.tensor([0, 1]), torch.tensor([True, True])
-    read = settle(engine.stack, plan, state, rows, refining, torch.randn(2, 32), torch.randn(2, VOCAB))
+    read = settle(engine.stack, plan, state, torch.tensor([0, 1]), 2, torch.randn(2, 32), torch.randn(2, VOCAB))
     assert read[:, READ_FIELDS.index("nan")].tolist() == [0.0, 1.0]
 
 
@@ -179,6 +178,16 @@ def test_the_hash_noise_follows_the_spec_in_python_integers():
 
     seeds = [0, 1, 1333, 2**40 + 7, 2**63 - 1]
     tokens = torch.tensor([[0, 1, 95, 50_000]] * len(seeds))
+    # every noise value is finite, the largest u included (its 24-bit form rounded to 1.0 in fp32: inf)
+    many = gumbel_noise(row_keys(torch.arange(64), torch.zeros(64, dtype=torch.long)), torch.arange(65_536).expand(64, -1))
+    assert torch.isfinite(many).all()
+    from eglr_harness.decoding import sampling
+    top = sampling._mix  # a hash whose bits are all ones gives the largest u
+    try:
+        sampling._mix = lambda x: x * 0 + 0xFFFFFFFF
+        assert torch.isfinite(gumbel_noise(torch.tensor([1]), torch.tensor([[3]]))).all()
+    finally:
+        sampling._mix = top
     for n in (0, 1, 4095):
         noise = gumbel_noise(row_keys(torch.tensor(seeds), torch.full((len(seeds),), n)), tokens)
         expected = [[float(gumbel(s, n, int(v))) for v in row] for s, row in zip(seeds, tokens)]
