@@ -215,3 +215,21 @@ def test_per_row_warpers_equal_transformers_warpers():
             row = TopKLogitsWarper(k)(None, row) if k else row
             row = TopPLogitsWarper(p)(None, row) if p < 1.0 else row
             assert int(ours[r]) == int(draw(row, seeds[r:r + 1], counters[r:r + 1])[0])
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+@pytest.mark.parametrize("k_max", [1, 2])
+def test_the_iteration_budget_ends_refinement_as_in_the_reference(arch, k_max):
+    """tau_kl = 0: the KL exit (almost) never fires, so k_max ends every refinement (the KL exit
+    tests above exit early and never reach the budget)."""
+    model = build_tiny_model(arch, vocab_size=VOCAB, num_layers=LAYERS, seed=1)
+    prompts = random_prompts(4, lengths=(9, 3, 12), vocab=VOCAB)
+    settings = dict(L=2, alpha=0.2, k_max=k_max, tau_kl=0.0, tau_h=0.0)
+    outcomes = ContinuousEngine(model, max_batch=2, eos_token_ids=[EOS]).run(
+        [Request(tuple(p), EglrConfig(**settings), 6) for p in prompts])
+    for prompt, outcome in zip(prompts, outcomes):
+        ks = []
+        tokens, _, _ = naive_eglr_greedy(model, prompt, max_new_tokens=6, eos_ids={EOS}, iterations_sink=ks, **settings)
+        assert outcome.tokens == tokens
+        assert outcome.token_iterations == ks
+        assert max(ks) == k_max
