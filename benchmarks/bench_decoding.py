@@ -1,7 +1,9 @@
 """EGLR decoding benchmarks on SmolLM2-135M (CPU or GPU), reported as ratios measured in one run.
 
 Modes: `hf` = lm-eval's HFLM; `L0`, `L10` = eglr-hf (engine=hf) at L=0 / L=10; `cL0`, `cL10` =
-eglr-hf with engine=continuous (refinement folded into the batch, continuous batching).
+eglr-hf with engine=continuous (refinement folded into the batch, continuous batching); `oL0`,
+`oL10` = the same with the eglr_harness of another checkout (``--other_checkout``, e.g. a git
+worktree of an earlier commit), to time an engine against its earlier self in one run.
 
 1. eglr-hf at L=0 vs lm-eval's `hf` (greedy): throughput ratio, per engine (targets: >= 1.0 for
    engine=hf, >= 1.3 for engine=continuous).
@@ -29,7 +31,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODES = {"hf": None, "L0": ("hf", 0), "L10": ("hf", 10), "cL0": ("continuous", 0), "cL10": ("continuous", 10)}
+MODES = {"hf": None, "L0": ("hf", 0), "L10": ("hf", 10), "cL0": ("continuous", 0), "cL10": ("continuous", 10),
+         "oL0": ("continuous", 0), "oL10": ("continuous", 10)}
 
 
 def _prompts(n: int, tokenizer) -> list[str]:
@@ -78,9 +81,10 @@ def run_mode(mode: str, n_prompts: int, max_gen_toks: int, batch_size: int, tau_
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         walls.append(time.perf_counter() - started)
-    wall = min(walls)
+    wall = min(walls)  # the best run; the median is in the JSON too
+    median = sorted(walls)[len(walls) // 2]
     tokens = sum(len(lm.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
-    result = {"mode": mode, "wall_s": wall, "walls_s": walls, "tokens": tokens, "tokens_per_s": tokens / wall,
+    result = {"mode": mode, "wall_s": wall, "wall_s_median": median, "walls_s": walls, "tokens": tokens, "tokens_per_s": tokens / wall,
               "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "texts": texts}
     if device.startswith("cuda"):
         result["cuda_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
@@ -102,12 +106,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="timed runs per mode (the best counts)")
     parser.add_argument("--modes", default="hf,L0,L10", help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--out", default=None, help="write all figures as JSON here")
+    parser.add_argument("--other_checkout", default=None, help="repository root whose eglr_harness the o* modes import")
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # internal: one mode per process
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = sorted(set(modes) - set(MODES))
     if unknown:
         parser.error(f"--modes {unknown} not allowed; allowed: {', '.join(MODES)}")
+    if any(m.startswith("o") for m in modes) and not args.other_checkout:
+        parser.error("the o* modes need --other_checkout (the repository root of the other eglr_harness)")
 
     if args.mode:
         print(json.dumps(run_mode(args.mode, args.prompts, args.max_gen_toks, args.batch_size, args.tau_h, args.device,
@@ -121,17 +128,25 @@ def main() -> None:
                "--repeats", str(args.repeats)]
         if args.tau_h is not None:
             cmd += ["--tau_h", str(args.tau_h)]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, "EGLR_CACHE_DIR": os.environ.get("EGLR_CACHE_DIR", "/tmp/eglr_bench_cache")})
+        env = {**os.environ, "EGLR_CACHE_DIR": os.environ.get("EGLR_CACHE_DIR", "/tmp/eglr_bench_cache")}
+        if mode.startswith("o"):  # the other checkout's package first on the path
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (args.other_checkout, env.get("PYTHONPATH")) if p)
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
         results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"{mode}: {results[mode]['wall_s']:.1f}s, {results[mode]['tokens_per_s']:.1f} tok/s, "
               f"max RSS {results[mode]['max_rss_mib']:.0f} MiB", flush=True)
 
     summary = {"settings": vars(args)}
-    for prefix, engine in (("", "hf"), ("c", "continuous")):
+    for prefix, engine in (("", "hf"), ("c", "continuous"), ("o", "other")):
         summary.update(_engine_summary(results, prefix, engine))
-    if "L10" in results and "cL10" in results:
-        summary["same_text_L10_hf_vs_continuous"] = [str(t) for t in results["cL10"]["texts"]] == \
-            [str(t) for t in results["L10"]["texts"]]
+    for a, b, key in (("L10", "cL10", "same_text_L10_hf_vs_continuous"), ("L0", "cL0", "same_text_L0_hf_vs_continuous"),
+                      ("oL10", "cL10", "same_text_L10_other_vs_continuous"),
+                      ("oL0", "cL0", "same_text_L0_other_vs_continuous")):
+        if a in results and b in results:
+            summary[key] = [str(t) for t in results[b]["texts"]] == [str(t) for t in results[a]["texts"]]
+    for mode in ("cL0", "cL10"):
+        if mode in results and "o" + mode[1:] in results:
+            summary[f"wall_ratio_{mode}_vs_other"] = results[mode]["wall_s"] / results["o" + mode[1:]]["wall_s"]
     for key, value in summary.items():
         print(f"{key}: {value:.4f}" if isinstance(value, float) else f"{key}: {value}")
     if args.out:

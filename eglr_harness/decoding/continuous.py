@@ -16,8 +16,9 @@ distribution computed; then it advances again. Finished rows leave and waiting r
 prefilled into the free slots, so the batch stays full.
 
 The step itself (``fixed_step.decode_step``) is a function of fixed-shape tensors: the per-slot
-state (``slot_state.py``), K/V storage sized by length buckets, and two index tensors whose sizes
-are buckets (advancing rows up to ``max_batch``, refining rows up to the slot count). This module is
+state (``slot_state.py``), K/V storage sized by length buckets, and two index tensors of the
+advancing and the refining slots, padded to row-count buckets when the step is compiled (one
+graph per bucket; eager steps take the exact counts, since padding rows would cost compute). This module is
 the host side: between steps it reads one small tensor (tokens and flags), admits and retires rows,
 checks EOS, stop strings and lengths, and grows or shrinks the K/V storage by buckets. Sampling
 draws per row from noise of (row seed, token index) (``sampling.py``), so a rollout does not depend
@@ -121,7 +122,8 @@ class ContinuousEngine:
             would emit fewer tokens. With it, ``max_batch`` rows keep advancing while the refining
             ones ride along in the top L layers.
         kv_bucket: the smallest K/V length bucket (positions); storage grows by ``slots.length_bucket``.
-        compile: run the step through ``torch.compile(fullgraph=True)``; ``compile_mode`` is passed on
+        compile: run the step through ``torch.compile(fullgraph=True)``, its row counts padded to
+            buckets (powers of two, ``max_batch``, the slot count); ``compile_mode`` is passed on
             (``"reduce-overhead"`` on CUDA: CUDA graphs per (rows, width) bucket), and ``compile_backend``
             (``"eager"`` / ``"aot_eager"`` trace without generating code: a quick check). Default eager.
     """
@@ -277,8 +279,7 @@ class _Run:
             hidden = self.stack.layer(index, hidden, views[kind], angles[kind], positions, cache)
         last_hidden = hidden[picked, last]  # (G, D)
         cache.prefill = False
-        refining = torch.zeros(len(slots), dtype=torch.bool, device=self.device)
-        read = settle(self.stack, self.plan, self.state, rows, refining, last_hidden, self.stack.logits(last_hidden))
+        read = settle(self.stack, self.plan, self.state, rows, 0, last_hidden, self.stack.logits(last_hidden))
         self.absorb(read.tolist(), slots, [_ADVANCE] * len(slots))
 
     def step(self) -> None:
@@ -288,8 +289,11 @@ class _Run:
         self.steps_by_config.update({self.rows[s].request.config for s in advancing + refining})  # once per step
         self.refining_steps_by_config.update({self.rows[s].request.config for s in refining})
         self._fit(max((self.rows[s].position + 3 for s in advancing), default=1))
-        num_adv = _bucket(len(advancing), self.advance_sizes) if advancing else 1
-        num_ref = _bucket(len(refining), self.refine_sizes) if refining else 0
+        if self.engine.compile:  # few distinct shapes: a compiled step (a CUDA graph) per bucket
+            num_adv = _bucket(len(advancing), self.advance_sizes) if advancing else 1
+            num_ref = _bucket(len(refining), self.refine_sizes) if refining else 0
+        else:  # eager: any shape costs nothing extra, padding rows would
+            num_adv, num_ref = max(len(advancing), 1), len(refining)
         pad = lambda slots, size: torch.tensor(slots + [self.trash] * (size - len(slots)), dtype=torch.long, device=self.device)
         read = self.engine.step_fn(self.stack, self.plan, self.state, self.cache, pad(advancing, num_adv),
                                    pad(refining, num_ref))

@@ -50,18 +50,21 @@ def fuse_rows(anchor: torch.Tensor, refined: torch.Tensor, alpha: torch.Tensor, 
     return kept + moved
 
 
-def settle(stack, plan: StepPlan, state: SlotState, rows: torch.Tensor, refining: torch.Tensor,
+def settle(stack, plan: StepPlan, state: SlotState, rows: torch.Tensor, num_refining: int,
            last_hidden: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
     """Gate the rows that advanced, run the KL exit of the rows that refined, pick tokens, update the slots.
 
-    rows: (G,) slots; refining: (G,) bool; last_hidden: (G, D) h^(N) before the final norm;
-    raw: (G, V) logits before any soft-cap. Returns the step's read: (G, len(READ_FIELDS)) fp32.
+    rows: (G,) slots, the last ``num_refining`` of them refining; last_hidden: (G, D) h^(N) before
+    the final norm; raw: (G, V) logits before any soft-cap. Returns the read: (G, len(READ_FIELDS)) fp32.
     """
     final = softcap(raw.float(), plan.logit_softcap)  # fp32: what the gate, the KL exit and log-probs read
     emitted = final if plan.logit_softcap is None else stack.emitted(raw)  # what generate decodes from
     logp = torch.log_softmax(final, dim=-1)
     entropy = entropy_of_log_probs(logp)  # (G,)
-    kl = kl_divergence(logp, state.logp_prev[rows])  # (G,), read for refining rows only
+    num_adv = rows.shape[0] - num_refining
+    refining = torch.arange(rows.shape[0], device=rows.device) >= num_adv  # (G,)
+    kl = kl_divergence(logp[num_adv:], state.logp_prev[rows[num_adv:]])  # (R,): the refining rows only
+    kl = torch.cat([torch.zeros(num_adv, dtype=kl.dtype, device=kl.device), kl])  # (G,)
     iterations = torch.where(refining, state.iterations[rows] + 1, 0)
     gated = ~refining & (entropy.double() > state.tau_h[rows])
     done = ~(kl.double() >= state.tau_kl[rows]) | (iterations >= state.k_max[rows])  # KL exit or k_max
@@ -131,6 +134,4 @@ def decode_step(stack, plan: StepPlan, state: SlotState, cache: SlotCache, advan
         hidden = stack.layer(index, hidden, views[kind], angles[kind], positions, cache)
     state.position.index_add_(0, advancing, torch.ones_like(advancing))
     last_hidden = hidden[:, 0]
-    is_ref_row = torch.cat([torch.zeros(num_adv, dtype=torch.bool, device=advancing.device),
-                            torch.ones(num_ref, dtype=torch.bool, device=advancing.device)])
-    return settle(stack, plan, state, rows, is_ref_row, last_hidden, stack.logits(last_hidden))
+    return settle(stack, plan, state, rows, num_ref, last_hidden, stack.logits(last_hidden))

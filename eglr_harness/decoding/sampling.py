@@ -4,7 +4,7 @@ Hugging Face's sampler draws the whole batch from the global RNG, so a row's tok
 the batch it lands in. Here a draw is Gumbel-max with noise that is a pure function of
 (row seed, token index, vocabulary id): token n of a row is
 
-    argmax_v  warped_scores[v] + g(seed, n, v),   g = -log(-log(u)),  u = (hash(seed, n, v) + 0.5) / 2^24
+    argmax_v  warped_scores[v] + g(seed, n, v),   g = -log(-log(u)),  u = ((hash(seed, n, v) >> 9) + 0.5) / 2^23
 
 which is a draw from softmax(warped_scores). The hash is counter-based integer arithmetic (below)
 computed in int64 without overflow, so it is the same on CPU and CUDA, eager or compiled, for the
@@ -17,7 +17,8 @@ The hash (32-bit words held in int64; ``mix`` is Wellons' lowbias32 finaliser):
     mix(x)   = x ^= x>>16; x = x*0x7feb352d mod 2^32; x ^= x>>15; x = x*0x846ca68b mod 2^32; x ^= x>>16
     row      = mix(mix((seed mod 2^32) ^ 0x9e3779b9) ^ (seed >> 32 mod 2^32))
     step     = mix(row ^ mix((n + 0x632be5ab) mod 2^32))
-    bits     = mix(mix(step ^ v) ^ 0x85ebca6b);  u uses the top 24 bits (exact in fp32)
+    bits     = mix(mix(step ^ v) ^ 0x85ebca6b);  u uses the top 23 bits: exact in fp32 and < 1
+               (with 24 bits the largest u rounds to 1.0 in fp32 and its noise is inf)
 
 Shape letters: B rows, V vocabulary, C candidate tokens of a draw.
 """
@@ -71,7 +72,7 @@ def row_keys(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
 def gumbel_noise(keys: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
     """Gumbel noise of each row's candidate tokens.  keys: (B,) from ``row_keys``; token_ids: (B, C) -> (B, C) fp32."""
     bits = _mix(_mix(keys[:, None] ^ token_ids) ^ 0x85EBCA6B)
-    u = ((bits >> 8).float() + 0.5) * (1.0 / (1 << 24))  # in (0, 1), exact in fp32
+    u = ((bits >> 9).float() + 0.5) * (1.0 / (1 << 23))  # in (0, 1), exact in fp32: 1 - 2^-24 at most
     return -torch.log(-torch.log(u))
 
 

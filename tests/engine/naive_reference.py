@@ -132,7 +132,7 @@ def gumbel(seed: int, n: int, token: int) -> torch.Tensor:
     row = _lowbias32(_lowbias32((seed & 0xFFFFFFFF) ^ 0x9E3779B9) ^ ((seed >> 32) & 0xFFFFFFFF))
     key = _lowbias32(row ^ _lowbias32((n + 0x632BE5AB) & 0xFFFFFFFF))
     bits = _lowbias32(_lowbias32(key ^ token) ^ 0x85EBCA6B)
-    u = torch.tensor(((bits >> 8) + 0.5) / 2 ** 24, dtype=torch.float32)  # exact: 24 bits and a half
+    u = torch.tensor(((bits >> 9) + 0.5) / 2 ** 23, dtype=torch.float32)  # exact: 23 bits and a half, below 1
     return -torch.log(-torch.log(u))
 
 

@@ -141,8 +141,7 @@ def test_a_nan_kl_raises():
     state.logp_prev[1] = float("nan")
     from eglr_harness.decoding.fixed_step import settle
 
-    rows, refining = torch.tensor([0, 1]), torch.tensor([True, True])
-    read = settle(engine.stack, plan, state, rows, refining, torch.randn(2, 32), torch.randn(2, VOCAB))
+    read = settle(engine.stack, plan, state, torch.tensor([0, 1]), 2, torch.randn(2, 32), torch.randn(2, VOCAB))
     assert read[:, READ_FIELDS.index("nan")].tolist() == [0.0, 1.0]
 
 
@@ -179,6 +178,16 @@ def test_the_hash_noise_follows_the_spec_in_python_integers():
 
     seeds = [0, 1, 1333, 2**40 + 7, 2**63 - 1]
     tokens = torch.tensor([[0, 1, 95, 50_000]] * len(seeds))
+    # every noise value is finite, the largest u included (its 24-bit form rounded to 1.0 in fp32: inf)
+    many = gumbel_noise(row_keys(torch.arange(64), torch.zeros(64, dtype=torch.long)), torch.arange(65_536).expand(64, -1))
+    assert torch.isfinite(many).all()
+    from eglr_harness.decoding import sampling
+    top = sampling._mix  # a hash whose bits are all ones gives the largest u
+    try:
+        sampling._mix = lambda x: x * 0 + 0xFFFFFFFF
+        assert torch.isfinite(gumbel_noise(torch.tensor([1]), torch.tensor([[3]]))).all()
+    finally:
+        sampling._mix = top
     for n in (0, 1, 4095):
         noise = gumbel_noise(row_keys(torch.tensor(seeds), torch.full((len(seeds),), n)), tokens)
         expected = [[float(gumbel(s, n, int(v))) for v in row] for s, row in zip(seeds, tokens)]
@@ -206,3 +215,21 @@ def test_per_row_warpers_equal_transformers_warpers():
             row = TopKLogitsWarper(k)(None, row) if k else row
             row = TopPLogitsWarper(p)(None, row) if p < 1.0 else row
             assert int(ours[r]) == int(draw(row, seeds[r:r + 1], counters[r:r + 1])[0])
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+@pytest.mark.parametrize("k_max", [1, 2])
+def test_the_iteration_budget_ends_refinement_as_in_the_reference(arch, k_max):
+    """tau_kl = 0: the KL exit (almost) never fires, so k_max ends every refinement (the KL exit
+    tests above exit early and never reach the budget)."""
+    model = build_tiny_model(arch, vocab_size=VOCAB, num_layers=LAYERS, seed=1)
+    prompts = random_prompts(4, lengths=(9, 3, 12), vocab=VOCAB)
+    settings = dict(L=2, alpha=0.2, k_max=k_max, tau_kl=0.0, tau_h=0.0)
+    outcomes = ContinuousEngine(model, max_batch=2, eos_token_ids=[EOS]).run(
+        [Request(tuple(p), EglrConfig(**settings), 6) for p in prompts])
+    for prompt, outcome in zip(prompts, outcomes):
+        ks = []
+        tokens, _, _ = naive_eglr_greedy(model, prompt, max_new_tokens=6, eos_ids={EOS}, iterations_sink=ks, **settings)
+        assert outcome.tokens == tokens
+        assert outcome.token_iterations == ks
+        assert max(ks) == k_max
