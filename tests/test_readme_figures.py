@@ -56,3 +56,13 @@ def test_benchmarks_readme_quotes_the_hf_engine_figures_of_its_json():
     assert len(rows) >= 2, "the table of figures from the committed JSON is missing"
     assert {"summary.throughput_ratio_L0_vs_hf[hf]", "summary.peak_memory_ratio_L10_vs_L0[hf]"} <= \
         {cells[1].strip("`") for cells in rows.values()}
+
+
+def test_results_readme_selection_table_matches_the_report():
+    rows = _table_after(ROOT / "results/README.md", "### Selection by the recorded signals")
+    with open(ROOT / "results/smollm2-135m-instruct/demo_level0_signals/report/selection.csv") as f:
+        solved = {(row["pool"], row["aggregator"]): int(row["solved"]) for row in csv.DictReader(f)}
+    columns = ["majority vote", "DeepConf weighted vote", "best by mean_logprob", "fitted combination: weighted vote"]
+    for label, pool in (("T pool (L=0, T 0.1..1.0)", "T"), ("L pool (L 1..10, T = 0)", "L"), ("L ∪ T", "LuT")):
+        quoted = [int(re.match(r"\d+", cell).group()) for cell in rows[label][1:]]
+        assert quoted == [solved[(pool, c)] for c in columns], label
