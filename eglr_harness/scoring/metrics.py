@@ -20,7 +20,7 @@ The per-document keys (docs/run-format.md) come from :func:`score_document`:
   harnesses use.
 - ``best_cfg_acc``: the document's correctness per (L, T) cell (:func:`doc_cell_scores`);
   :func:`best_cfg_acc` aggregates it.
-- ``wmaj@B``, ``wmaj@B_top10`` (only when every rollout carries ``signals``): the confidence-weighted
+- ``wmaj@B``, ``wmaj@B_top10`` (only for pools, B > 1, whose every rollout carries ``signals``): the confidence-weighted
   vote (:func:`eglr_harness.selection.weighted_majority`, weight = :func:`eglr_harness.signals.confidence`)
   over all ``B`` rollouts, and over the 10 % most confident (DeepConf's filter; :func:`signal_votes`).
 - with ``sub_pools`` (the grid tasks): ``acc_<name>``, ``maj@n_<name>``, ``oracle@n_<name>`` per
@@ -216,10 +216,11 @@ DEEPCONF_ETA = 0.1  # DeepConf's aggressive filter: vote among the 10 % most con
 
 
 def signal_votes(rollouts: Sequence[Mapping]) -> dict[str, int]:
-    """``wmaj@B`` and ``wmaj@B_top10`` of one document (module docstring); ``{}`` unless every
-    rollout carries signals with a confidence (runs without signals keep their metrics as before)."""
+    """``wmaj@B`` and ``wmaj@B_top10`` of one document (module docstring); ``{}`` unless there is a
+    pool to vote over (B > 1; one rollout's vote is its ``acc``) and every rollout carries signals
+    with a confidence (runs without signals keep their metrics as before)."""
     weights = [confidence(r.get("signals")) for r in rollouts]
-    if not rollouts or any(w is None for w in weights):
+    if len(rollouts) < 2 or any(w is None for w in weights):
         return {}
     B = len(rollouts)
     labels = [r["cluster"] for r in rollouts]

@@ -100,3 +100,9 @@ def test_score_document_without_signals_has_no_weighted_vote(monkeypatch):
     monkeypatch.setattr(metrics, "rollout_meta", _fake_meta({"3": {"mean_logprob": -1.0}}))
     out = metrics.score_document("4", ["3", "4"])  # "4" has no signals
     assert "wmaj@2" not in out and out["rollouts"][1]["signals"] is None
+
+
+def test_one_rollout_has_no_weighted_vote(monkeypatch):
+    monkeypatch.setattr(metrics, "rollout_meta", _fake_meta({"4": {"mean_logprob": -1.0}}))
+    out = metrics.score_document("4", ["4"])  # a one-rollout task: its vote is its acc
+    assert "wmaj@1" not in out and out["rollouts"][0]["signals"] == {"mean_logprob": -1.0}
