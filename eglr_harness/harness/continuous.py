@@ -61,7 +61,12 @@ def unsupported_options(lm, gen_kwargs: dict) -> list[str]:
     repetition penalties, caches, ...): such a request needs ``generate``."""
     kwargs = normalize_gen_kwargs(dict(gen_kwargs), lm.max_gen_toks)
     kwargs.pop("until", None), kwargs.pop("max_gen_toks", None)
-    return sorted(set(cell_config(lm.settings, kwargs)[2]) - _ENGINE_OPTIONS)
+    return _foreign(cell_config(lm.settings, kwargs)[2])
+
+
+def _foreign(options: dict) -> list[str]:
+    """The names among a cell's HF generation options that the continuous engine does not apply."""
+    return sorted(set(options) - _ENGINE_OPTIONS)
 
 
 def build_engine(lm) -> ContinuousEngine:
@@ -95,7 +100,7 @@ def generate_continuous(lm, engine: ContinuousEngine, items: list[tuple[str, dic
         until = handle_stop_sequences(kwargs.pop("until", None), eos=eos_text)
         max_gen_toks = kwargs.pop("max_gen_toks")
         config, cycle, options = cell_config(lm.settings, kwargs)
-        other = unsupported_options(lm, gen_kwargs)
+        other = _foreign(options)
         if other:
             raise ValueError(f"engine=continuous applies temperature, top_k and top_p only; the generation "
                              f"options {other} need generate: {FALLBACK}.")
