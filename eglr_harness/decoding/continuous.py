@@ -33,66 +33,22 @@ import math
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from transformers import StopStringCriteria
 
 from eglr_harness.config import EglrConfig
 from eglr_harness.decoding.accounting import EglrStats
+from eglr_harness.decoding.contract import Outcome, Request
 from eglr_harness.decoding.fixed_step import decode_step, settle
-from eglr_harness.decoding.generation_options import check_generation_config
+from eglr_harness.decoding.processors import LogitsOptions
 from eglr_harness.decoding.slot_state import READ_FIELDS, SlotState, StepPlan
 from eglr_harness.decoding.slots import SlotCache, SlotView, length_bucket, prefill_masks
-from eglr_harness.decoding.stack import ModelStack
+from eglr_harness.decoding.stack import FALLBACK, ModelStack
 
-_IDLE, _ADVANCE, _REFINE = 0, 1, 2
+_ADVANCE, _REFINE = 1, 2
 _F = {name: i for i, name in enumerate(READ_FIELDS)}
-
-
-@dataclass(frozen=True)
-class Request:
-    """One rollout to decode.
-
-    prompt: its token ids (no padding); config: its EGLR cell (L, T, alpha, k_max, tau_kl, tau_h,
-    top_k, top_p); seed: the row's sampling seed when T > 0; stop_strings: texts that end it.
-    """
-
-    prompt: tuple[int, ...]
-    config: EglrConfig
-    max_new_tokens: int
-    seed: int | None = None
-    stop_strings: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.prompt:
-            raise ValueError("a Request needs a prompt of at least one token.")
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ValueError(f"`max_new_tokens`={self.max_new_tokens!r} is not allowed; allowed: an int >= 1.")
-        if self.config.sampled and self.seed is None:
-            raise ValueError(f"a sampled Request (T={self.config.T}) needs its row `seed`.")
-
-
-@dataclass
-class Outcome:
-    """What one request produced: its new tokens (the stop token included), why it ended
-    (``"eos"``, ``"stop"`` or ``"length"``), its accounting, and per emitted token:
-
-    entropies: the raw-logit entropy (nats) of the token's normal pass;
-    logprobs: the token's log-probability under the distribution it was decoded from (log_softmax
-        of the final, refined when gated, soft-capped fp32 logits at temperature 1, before top-k/top-p);
-    final_kls: the KL of the token's last refinement iteration (0.0 when not gated);
-    token_iterations: the token's refinement iterations k* (0 when not gated).
-    """
-
-    tokens: list[int] = field(default_factory=list)
-    finish: str = ""
-    gated: int = 0
-    iterations: Counter = field(default_factory=Counter)  # k* -> gated tokens
-    entropies: list[float] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    final_kls: list[float] = field(default_factory=list)
-    token_iterations: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -108,9 +64,9 @@ class ContinuousEngine:
     """Decodes many requests with EGLR through one running batch of ``max_batch`` slots.
 
     Args:
-        model: a transformers causal LM of a family ``stack.ModelStack`` supports, on one device,
-            whose ``generation_config`` asks for no logits processor beyond temperature / top-k /
-            top-p (``generation_options.py``; else ``ValueError`` naming the setting and engine=hf).
+        model: a transformers causal LM of a family ``stack.ModelStack`` supports, on one device. Its
+            ``generation_config``'s logits processors are applied as ``generate`` applies them, where
+            ``processors.py`` knows them; a request that needs another is refused (``unsupported``).
         max_batch: rows advancing together (the batch size of plain decoding).
         eos_token_ids: tokens that end a row (``generate``'s ``eos_token_id``).
         tokenizer: needed when requests have stop strings.
@@ -134,7 +90,7 @@ class ContinuousEngine:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"`max_batch`={max_batch!r} is not allowed; allowed: an int >= 1.")
         self.stack = ModelStack.of(model)
-        check_generation_config(getattr(model, "generation_config", None))
+        self.generation_config = getattr(model, "generation_config", None)
         self.max_batch = max_batch
         self.eos = frozenset(int(t) for t in eos_token_ids)
         self.tokenizer = tokenizer
@@ -153,25 +109,39 @@ class ContinuousEngine:
         self._stop_criteria: dict[tuple[str, ...], StopStringCriteria] = {}
 
     # ---------------------------------------------------------------- public
-    def run(self, requests: Sequence[Request], *, record_entropies: bool = False,
-            stats_for: Callable[[EglrConfig], EglrStats] | None = None,
+    def logits_options(self, request: Request) -> LogitsOptions:
+        """The processors of ``request``, or ``ValueError`` naming what this engine does not apply."""
+        try:
+            return LogitsOptions.resolve(self.generation_config, dict(request.options))
+        except ValueError as err:
+            raise ValueError(f"{err}; {FALLBACK}.") from None
+
+    def unsupported(self, request: Request) -> str | None:
+        """Why this engine cannot decode ``request`` (generate's options it does not apply), or None."""
+        try:
+            self.logits_options(request)
+        except ValueError as err:
+            return str(err)
+        return None
+
+    def run(self, requests: Sequence[Request], *, stats_for: Callable[[EglrConfig], EglrStats] | None = None,
             on_finish: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
         """Decode every request; returns their outcomes in request order.
 
-        record_entropies: kept for callers of the earlier API; every outcome now carries its
-        per-token entropies, log-probabilities, final KLs and iterations.
         stats_for: the accounting each config's rows add to (tokens, gated tokens, iterations,
         FLOP ratios; steps and wall time shared out by the rows' layer evaluations).
         on_finish: called with (request index, outcome) as each request ends (progress, storage).
         """
+        options = []
         for request in requests:
             request.config.validate_for_model(self.stack.num_layers)
             if request.stop_strings and self.tokenizer is None:
                 raise ValueError("requests with stop strings need the engine's `tokenizer`.")
+            options.append(self.logits_options(request))
         if not requests:
             return []
         started = time.perf_counter()
-        run = _Run(self, requests, on_finish)
+        run = _Run(self, requests, options, on_finish)
         # no_grad, not inference_mode: under inference_mode the CPU linear layers ran 24 % slower here
         with torch.no_grad(), self.stack.slot_attention():
             run.decode()
@@ -201,8 +171,9 @@ def _bucket(count: int, sizes: list[int]) -> int:
 class _Run:
     """The state of one ``ContinuousEngine.run``: slots, rows, device state, accounting."""
 
-    def __init__(self, engine: ContinuousEngine, requests: Sequence[Request], on_finish):
+    def __init__(self, engine: ContinuousEngine, requests: Sequence[Request], options: list[LogitsOptions], on_finish):
         self.engine, self.stack, self.requests, self.on_finish = engine, engine.stack, requests, on_finish
+        self.options = options
         self.outcomes = [Outcome() for _ in requests]
         # longest prompts first, as lm-eval orders them: memory peaks early, slots fill evenly
         self.waiting = deque(sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt)))
@@ -215,11 +186,12 @@ class _Run:
         self.device = self.stack.device
         parts = self.stack.parts
         vocab, hidden = parts.lm_head.weight.shape
-        self.plan = StepPlan.of(configs, self.stack.num_layers, vocab, parts.logit_softcap)
+        self.plan = StepPlan.of(configs, self.stack.num_layers, vocab, parts.logit_softcap, options)
         static = engine.compile and self.device.type == "cuda"
-        self.state = SlotState.allocate(self.num_slots, hidden, vocab, parts.lm_head.weight.dtype, self.device,
-                                        static_addresses=static)
         self.cache = SlotCache(self.num_slots + 1, engine.kv_bucket, static_addresses=static)
+        self.state = SlotState.allocate(self.num_slots, hidden, vocab, parts.lm_head.weight.dtype, self.device,
+                                        static_addresses=static, processors=self.plan.processors,
+                                        eos_token_ids=sorted(engine.eos), history_width=self.cache.width)
         # advancing rows: up to max_batch, more for a step when refining rows exit together
         self.advance_sizes = row_buckets(self.num_slots, self.max_advancing)
         self.refine_sizes = row_buckets(self.num_slots)
@@ -243,6 +215,8 @@ class _Run:
         need = length_bucket(max(positions_needed, live), self.engine.kv_bucket)
         if need > self.cache.capacity or need * 2 <= self.cache.capacity:
             self.cache.resize(need)
+            if self.plan.processors.ngram_size:
+                self.state.resize_history(self.cache.width)
 
     def prefill(self, slots: list[int]) -> None:
         """Admit waiting requests into ``slots``: one (eager) forward of their prompts, right-padded."""
@@ -251,11 +225,11 @@ class _Run:
             request = self.requests[index]
             self.rows[slot] = _Row(request, self.outcomes[index], index, position=len(request.prompt) - 1)
         requests = [self.rows[s].request for s in slots]
-        self.state.admit(slots, [r.config for r in requests], [r.seed for r in requests],
-                         [len(r.prompt) - 1 for r in requests])
         prompts = [r.prompt for r in requests]
         width = max(map(len, prompts))
         self._fit(width + 1)
+        self.state.admit(slots, [r.config for r in requests], [r.seed for r in requests], prompts,
+                         [self.options[self.rows[s].index] for s in slots])
         ids = torch.zeros(len(slots), width, dtype=torch.long)
         for g, prompt in enumerate(prompts):
             ids[g, :len(prompt)] = torch.tensor(prompt)

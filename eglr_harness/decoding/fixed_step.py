@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 
 from eglr_harness.decoding.functional import entropy_of_log_probs, kl_divergence, norm_match, softcap
+from eglr_harness.decoding.processors import ban_ngram_repeats, ban_tokens, penalize_repeats
 from eglr_harness.decoding.sampling import sample_rows
 from eglr_harness.decoding.slot_state import SlotState, StepPlan
 from eglr_harness.decoding.slots import SlotCache, SlotView, decode_masks
@@ -48,6 +49,37 @@ def fuse_rows(anchor: torch.Tensor, refined: torch.Tensor, alpha: torch.Tensor, 
     kept = (one_minus_alpha[:, None] * anchor.float()).to(dtype)
     moved = (alpha[:, None] * refined.float()).to(dtype)
     return kept + moved
+
+
+def process(plan: StepPlan, state: SlotState, rows: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """generate's logits processors, in its order, on the logits a step emits from (``processors.py``).
+
+    rows: (G,) slots; scores: (G, V) fp32 -> (G, V). Only the processors some row of the run uses run.
+    """
+    used = plan.processors
+    if used.penalty:
+        scores = penalize_repeats(scores, state.seen[rows], state.penalty[rows])
+    if used.ngram_size:
+        scores = ban_ngram_repeats(scores, state.history[rows], state.position[rows] + 1, used.ngram_size,
+                                   state.ngram[rows])
+    if used.eos_block:
+        scores = ban_tokens(scores, (state.drawn[rows] < state.eos_blocked_until[rows])[:, None] & state.eos[None])
+    if used.suppress:
+        scores = ban_tokens(scores, state.suppress[rows])
+    if used.begin_suppress:
+        scores = ban_tokens(scores, state.begin_suppress[rows] & (state.drawn[rows] == 0)[:, None])
+    return scores
+
+
+def remember_tokens(plan: StepPlan, state: SlotState, rows: torch.Tensor, token: torch.Tensor,
+                    emits: torch.Tensor) -> None:
+    """What the processors of later tokens read: the emitted tokens as seen, and by position.  rows, token, emits: (G,)."""
+    if plan.processors.penalty:
+        seen = state.seen[rows, token]
+        state.seen.index_put_((rows, token), seen | emits)
+    if plan.processors.ngram_size:
+        at = (state.position[rows] + 1).clamp(max=state.history.shape[1] - 1)  # the emitted token's position
+        state.history.index_put_((rows, at), torch.where(emits, token, state.history[rows, at]))
 
 
 def settle(stack, plan: StepPlan, state: SlotState, rows: torch.Tensor, num_refining: int,
@@ -69,10 +101,12 @@ def settle(stack, plan: StepPlan, state: SlotState, rows: torch.Tensor, num_refi
     gated = ~refining & (entropy.double() > state.tau_h[rows])
     done = ~(kl.double() >= state.tau_kl[rows]) | (iterations >= state.k_max[rows])  # KL exit or k_max
     emits = (~refining & ~gated) | (refining & done)
-    token = emitted.argmax(dim=-1)
+    scores = process(plan, state, rows, emitted)
+    token = scores.argmax(dim=-1)
     if plan.sampled:
-        drawn = sample_rows(emitted, state.temperature[rows], state.top_k[rows], state.top_p[rows],
-                            state.seed[rows], state.drawn[rows], plan.num_candidates)
+        drawn = sample_rows(scores, state.temperature[rows], state.top_k[rows], state.top_p[rows],
+                            state.seed[rows], state.drawn[rows], plan.num_candidates,
+                            min_p=state.min_p[rows] if plan.processors.min_p else None)
         token = torch.where(state.sampled[rows], drawn, token)
     logprob = logp.gather(1, token[:, None])[:, 0]
     nan = torch.where(refining, kl.isnan() | entropy.isnan(), entropy.isnan())
@@ -81,6 +115,7 @@ def settle(stack, plan: StepPlan, state: SlotState, rows: torch.Tensor, num_refi
     state.logp_prev.index_copy_(0, rows, logp)
     state.iterations.index_copy_(0, rows, iterations)
     state.token.index_copy_(0, rows, torch.where(emits, token, state.token[rows]))
+    remember_tokens(plan, state, rows, token, emits)
     state.drawn.index_add_(0, rows, emits.long())
     read = [torch.where(emits, token, -1).float(), gated.float(), emits.float(), entropy, logprob,
             torch.where(refining, kl, 0.0), iterations.float(), nan.float()]
