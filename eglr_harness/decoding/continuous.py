@@ -29,7 +29,9 @@ Shape letters: B slots, G rows of a forward, D hidden size, V vocabulary, Q prom
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Sequence
@@ -42,12 +44,14 @@ from eglr_harness.config import EglrConfig
 from eglr_harness.decoding.accounting import EglrStats
 from eglr_harness.decoding.contract import Outcome, Request
 from eglr_harness.decoding.fixed_step import decode_step, settle
+from eglr_harness.decoding.functional import raise_on_nan_rows
 from eglr_harness.decoding.processors import LogitsOptions
 from eglr_harness.decoding.slot_state import READ_FIELDS, SlotState, StepPlan
 from eglr_harness.decoding.slots import SlotCache, SlotView, length_bucket, prefill_masks
 from eglr_harness.decoding.stack import FALLBACK, ModelStack
 
 _ADVANCE, _REFINE = 1, 2
+logger = logging.getLogger(__name__)
 _F = {name: i for i, name in enumerate(READ_FIELDS)}
 
 
@@ -67,7 +71,8 @@ class ContinuousEngine:
         model: a transformers causal LM of a family ``stack.ModelStack`` supports, on one device. Its
             ``generation_config``'s logits processors are applied as ``generate`` applies them, where
             ``processors.py`` knows them; a request that needs another is refused (``unsupported``).
-        max_batch: rows advancing together (the batch size of plain decoding).
+        max_batch: rows advancing together (the batch size of plain decoding), or ``"auto"``: as many as
+            the free memory holds for each run's longest request (``auto_batch``), logged with the figure.
         eos_token_ids: tokens that end a row (``generate``'s ``eos_token_id``).
         tokenizer: needed when requests have stop strings.
         admit_at: prefill waiting requests once this many rows can be admitted (or the batch is
@@ -87,14 +92,14 @@ class ContinuousEngine:
     def __init__(self, model, *, max_batch: int, eos_token_ids: Sequence[int] = (), tokenizer=None,
                  admit_at: int | None = None, refine_headroom: float = 0.5, kv_bucket: int = 128,
                  compile: bool = False, compile_mode: str | None = None, compile_backend: str = "inductor"):
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise ValueError(f"`max_batch`={max_batch!r} is not allowed; allowed: an int >= 1.")
+        if max_batch != "auto" and (isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1):
+            raise ValueError(f"`max_batch`={max_batch!r} is not allowed; allowed: an int >= 1 or 'auto'.")
         self.stack = ModelStack.of(model)
         self.generation_config = getattr(model, "generation_config", None)
         self.max_batch = max_batch
         self.eos = frozenset(int(t) for t in eos_token_ids)
         self.tokenizer = tokenizer
-        self.admit_at = admit_at or max(1, max_batch // 8)
+        self.admit_at = admit_at
         if not 0 <= refine_headroom <= 1:
             raise ValueError(f"`refine_headroom`={refine_headroom!r} is not allowed; allowed: [0, 1].")
         self.refine_headroom = refine_headroom
@@ -149,10 +154,58 @@ class ContinuousEngine:
             run.account(stats_for, time.perf_counter() - started)
         return run.outcomes
 
+    def auto_batch(self, requests: Sequence[Request]) -> int:
+        """``max_batch=auto``: the running rows whose K/V (at the longest request's length bucket) and
+        step activations fit in AUTO_MEMORY_SHARE of the device's free memory, refining headroom included."""
+        longest = max(len(r.prompt) + r.max_new_tokens for r in requests)
+        positions = length_bucket(longest + 2, self.kv_bucket)
+        per_row = bytes_per_row(self.stack, positions)
+        free = free_memory(self.stack.device)
+        rows = int(free * AUTO_MEMORY_SHARE // (per_row * (1 + self.refine_headroom)))
+        chosen = max(1, min(rows, len(requests)))
+        logger.info("engine=continuous batch_size=auto: %d running rows (%.2f GiB free on %s, %.1f MiB per row "
+                    "at %d positions, %d requests)", chosen, free / 2**30, self.stack.device, per_row / 2**20,
+                    positions, len(requests))
+        return chosen
+
     def stop_criterion(self, stop_strings: tuple[str, ...]) -> StopStringCriteria:
         if stop_strings not in self._stop_criteria:
             self._stop_criteria[stop_strings] = StopStringCriteria(tokenizer=self.tokenizer, stop_strings=list(stop_strings))
         return self._stop_criteria[stop_strings]
+
+
+AUTO_MEMORY_SHARE = 0.8  # of the free memory: the rest is the allocator's slack and the weights' workspace
+
+
+def free_memory(device: torch.device) -> int:
+    """Free bytes on ``device``: CUDA's own figure, else the host's available memory."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def bytes_per_row(stack: ModelStack, positions: int) -> int:
+    """Memory one running row takes: its K/V over every layer at ``positions`` (+ the scratch column),
+    its slot state and a step's activations (logits and their fp32 copies, the MLP's widest tensor)."""
+    config = stack.model.config
+    config = getattr(config, "text_config", None) or config
+    weight = stack.parts.lm_head.weight
+    vocab, hidden = weight.shape
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    size = weight.element_size()
+    kv = 2 * stack.num_layers * kv_heads * head_dim * (positions + 1) * size
+    state = vocab * 4 + 2 * hidden * size + positions * 8  # logp_prev, anchor and h_prev, token history
+    step = vocab * 4 * 8 + 3 * getattr(config, "intermediate_size", 4 * hidden) * size  # logits, log-probs, noise, ...
+    return kv + state + step
 
 
 def row_buckets(limit: int, *also: int) -> list[int]:
@@ -177,10 +230,12 @@ class _Run:
         self.outcomes = [Outcome() for _ in requests]
         # longest prompts first, as lm-eval orders them: memory peaks early, slots fill evenly
         self.waiting = deque(sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt)))
-        self.max_advancing = engine.max_batch
+        max_batch = engine.max_batch if engine.max_batch != "auto" else engine.auto_batch(requests)
+        self.max_advancing = max_batch
+        self.admit_at = engine.admit_at or max(1, max_batch // 8)
         configs = [r.config for r in requests]
-        headroom = math.ceil(engine.max_batch * engine.refine_headroom) if any(c.refines for c in configs) else 0
-        self.num_slots = min(engine.max_batch + headroom, len(requests))
+        headroom = math.ceil(max_batch * engine.refine_headroom) if any(c.refines for c in configs) else 0
+        self.num_slots = min(max_batch + headroom, len(requests))
         self.trash = self.num_slots  # padding rows of a step write to this slot
         self.rows: list[_Row | None] = [None] * self.num_slots
         self.device = self.stack.device
@@ -204,7 +259,7 @@ class _Run:
             free = [s for s, row in enumerate(self.rows) if row is None]
             advancing = sum(1 for row in self.rows if row is not None and row.phase == _ADVANCE)
             admit = min(len(free), self.max_advancing - advancing, len(self.waiting))
-            if admit > 0 and (admit >= min(self.engine.admit_at, len(self.waiting)) or len(free) == self.num_slots):
+            if admit > 0 and (admit >= min(self.admit_at, len(self.waiting)) or len(free) == self.num_slots):
                 self.prefill(free[:admit])
             if any(self.rows):
                 self.step()
@@ -280,11 +335,8 @@ class _Run:
     # ---------------------------------------------------------------- after a forward
     def absorb(self, read: list[list[float]], slots: list[int], phases: list[int]) -> None:
         """Apply a forward's read (one row per slot of ``slots``): gates, exits, emitted tokens, finishes."""
-        nan = [slot for slot, values in zip(slots, read) if values[_F["nan"]]]
-        if nan:
-            raise FloatingPointError(
-                f"EGLR: non-finite logits at a decoding step of the continuous engine (slots {nan}); the model "
-                "produced NaN/inf. Try dtype=float32 or bfloat16 instead of float16.")
+        raise_on_nan_rows([slot for slot, values in zip(slots, read) if values[_F["nan"]]],
+                          "a decoding step of the continuous engine")
         emitted: list[tuple[int, _Row]] = []
         for slot, phase, values in zip(slots, phases, read):
             row = self.rows[slot]

@@ -32,23 +32,13 @@ from __future__ import annotations
 
 import torch
 
-from eglr_harness.decoding.functional import entropy_of_log_probs, kl_divergence, norm_match, softcap
+from eglr_harness.decoding.functional import (
+    entropy_gate, entropy_of_log_probs, fuse, kl_divergence, non_finite, norm_match, refinement_done, softcap,
+)
 from eglr_harness.decoding.processors import ban_ngram_repeats, ban_tokens, penalize_repeats
 from eglr_harness.decoding.sampling import sample_rows
 from eglr_harness.decoding.slot_state import SlotState, StepPlan
 from eglr_harness.decoding.slots import SlotCache, SlotView, decode_masks
-
-
-def fuse_rows(anchor: torch.Tensor, refined: torch.Tensor, alpha: torch.Tensor, one_minus_alpha: torch.Tensor
-              ) -> torch.Tensor:
-    """u = (1 - alpha)·a + alpha·ĥ with a per-row alpha, rounded as ``functional.fuse`` with a Python alpha is.
-
-    anchor, refined: (R, D) model dtype; alpha, one_minus_alpha: (R,) fp32 -> (R, D) model dtype.
-    """
-    dtype = anchor.dtype
-    kept = (one_minus_alpha[:, None] * anchor.float()).to(dtype)
-    moved = (alpha[:, None] * refined.float()).to(dtype)
-    return kept + moved
 
 
 def process(plan: StepPlan, state: SlotState, rows: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -98,8 +88,8 @@ def settle(stack, plan: StepPlan, state: SlotState, rows: torch.Tensor, num_refi
     kl = kl_divergence(logp[num_adv:], state.logp_prev[rows[num_adv:]])  # (R,): the refining rows only
     kl = torch.cat([torch.zeros(num_adv, dtype=kl.dtype, device=kl.device), kl])  # (G,)
     iterations = torch.where(refining, state.iterations[rows] + 1, 0)
-    gated = ~refining & (entropy.double() > state.tau_h[rows])
-    done = ~(kl.double() >= state.tau_kl[rows]) | (iterations >= state.k_max[rows])  # KL exit or k_max
+    gated = entropy_gate(entropy, state.tau_h[rows], ~refining)
+    done = refinement_done(kl, state.tau_kl[rows], iterations, state.k_max[rows])  # KL exit or k_max
     emits = (~refining & ~gated) | (refining & done)
     scores = process(plan, state, rows, emitted)
     token = scores.argmax(dim=-1)
@@ -109,7 +99,7 @@ def settle(stack, plan: StepPlan, state: SlotState, rows: torch.Tensor, num_refi
                             min_p=state.min_p[rows] if plan.processors.min_p else None)
         token = torch.where(state.sampled[rows], drawn, token)
     logprob = logp.gather(1, token[:, None])[:, 0]
-    nan = torch.where(refining, kl.isnan() | entropy.isnan(), entropy.isnan())
+    nan = non_finite(entropy, kl)
     # the slots' state: where the next iteration starts from, counters, the token to feed next
     state.h_prev.index_copy_(0, rows, last_hidden.to(state.h_prev.dtype))
     state.logp_prev.index_copy_(0, rows, logp)
@@ -143,7 +133,7 @@ def decode_step(stack, plan: StepPlan, state: SlotState, cache: SlotCache, advan
     rows, columns = advancing, (state.position[advancing] + 2).clamp(max=cache.width - 1)
     if num_ref:
         anchor = state.anchor[refining]
-        fused = fuse_rows(anchor, norm_match(state.h_prev[refining], anchor), state.alpha[refining],
+        fused = fuse(anchor, norm_match(state.h_prev[refining], anchor), state.alpha[refining],
                           state.one_minus_alpha[refining])[:, None]  # (R, 1, D)
         entry = num_layers - state.L[refining]  # (R,) the layer each refining row enters at
     adv_entry = num_layers - state.L[advancing]  # (A,) where each advancing row's anchor is taken
