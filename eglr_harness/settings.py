@@ -166,8 +166,9 @@ class RunSettings:
         for name, given, values in (("L", self.L_given, self.user_L or ()), ("preset L", self.default_L, (self.default_L,))):
             too_big = [v for v in values if v > num_layers]
             if too_big:
-                raise ValueError(f"`{name}`={given!r}: layer span {max(too_big)} exceeds the model's {num_layers} decoder "
-                                 f"layers; allowed: 0..{num_layers}.")
+                span = "" if values == (given,) else f": layer span {max(too_big)}"
+                raise ValueError(f"`{name}`={given!r}{span} exceeds the model's {num_layers} decoder layers; "
+                                 f"allowed: 0..{num_layers}.")
 
     @staticmethod
     def check_cells(cells, num_layers: int) -> None:

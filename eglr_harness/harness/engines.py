@@ -68,10 +68,14 @@ def log_plan(lm, jobs, items) -> None:
         cells = sorted({jobs[i].cell for i in mine})
         distinct, stored = lm.decoder.stored([items[i] for i in mine])
         max_tokens = max(int(jobs[i].gen_kwargs.get("max_gen_toks", lm.max_gen_toks)) for i in mine)
+        source = lm.accounts.calibration_source.get(task)
         if not any(c.L > 0 for c in cells):
             tau = "tau_h not needed (L=0 only)"
+        elif source is None:
+            tau = f"tau_h = {lm.tau_h_by_task.get(task, lm.settings.tau_h_setting(task))} (model arg or preset)"
         else:
-            tau = f"tau_h = {lm.tau_h_by_task.get(task, lm.settings.tau_h_setting(task))}"
+            how = "cached" if source.get("cached") else "decoded above"
+            tau = f"tau_h = {source['tau_h']:.4f} from a greedy calibration on the first {source['prompts']} prompts ({how})"
         logger.info("eglr-hf plan, task %s: %d problems x %d cells (%s) = %d rollouts, %d distinct (deterministic "
                     "cells once), %d stored, %d to decode, at most %d new tokens each, batch %s, engine %s; %s",
                     task, len({jobs[i].doc_id for i in mine}), len(cells),

@@ -7,6 +7,8 @@ from lm_eval.models.huggingface import HFLM
 
 from inputs import CONTEXTS, requests_for
 
+from eglr_harness.decoding.continuous import ContinuousEngine
+from eglr_harness.decoding.hook_engine import HookEngine
 from eglr_harness.harness.model import EglrHFLM
 from eglr_harness.rollout import Rollout, rollout_meta
 
@@ -117,13 +119,13 @@ def test_rollout_cache_resumes_without_recomputing(llama_dir, tmp_path, monkeypa
     second = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=2, tau_h=0.0,
                       rollout_cache=str(tmp_path), engine="hf")
     calls = []
-    original = EglrHFLM._model_generate
+    original = HookEngine._generate
 
-    def counting(self, context, *args, **kwargs):
-        calls.append(context.shape[0])
-        return original(self, context, *args, **kwargs)
+    def counting(self, batch, *args, **kwargs):
+        calls.append(len(batch))
+        return original(self, batch, *args, **kwargs)
 
-    monkeypatch.setattr(EglrHFLM, "_model_generate", counting)
+    monkeypatch.setattr(HookEngine, "_generate", counting)
     again = second.generate_until(requests_for(CONTEXTS[:3], pool, repeats=4))
     assert again[:8] == done and [o.L for o in again[:8]] == [o.L for o in done]
     assert sum(calls) == 4  # only the third document's four cells were generated
@@ -142,7 +144,8 @@ def test_tau_h_auto_calibrates_once_and_caches(llama_dir, tmp_path, monkeypatch)
     assert 0 < tau <= 2.5
     assert (tmp_path / "tau_h.sqlite").is_file()
     again = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4, L=2, tau_h="auto", calib_limit=3)
-    monkeypatch.setattr(EglrHFLM, "_model_generate", lambda *a, **k: pytest.fail("calibration was not cached"))
+    for engine in (HookEngine, ContinuousEngine):
+        monkeypatch.setattr(engine, "run", lambda *a, **k: pytest.fail("calibration was not cached"))
     assert again.calibrate(requests_for(CONTEXTS, GREEDY, task="calib_task")) == {"calib_task": tau}
 
 

@@ -95,3 +95,26 @@ def test_cli_refuses_a_typo_before_indexing_tasks():
     )
     assert result.returncode != 0 and "unknown eglr-hf model arg `l`. Did you mean `L`?" in result.stderr
     assert "Selected Tasks" not in result.stderr  # refused before lm-eval looked the tasks up
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"k_max": 2.5}, r"`k_max`=2\.5 is not allowed; allowed: an int >= 1"),
+    ({"top_k": 2.7}, r"`top_k`=2\.7 is not allowed; allowed: an int >= 0"),
+    ({"seed": 1.5}, r"`seed`=1\.5 is not allowed; allowed: an int"),
+    ({"seed": "abc"}, r"`seed`='abc' is not allowed; allowed: an int"),
+    ({"k_max": "2.5"}, r"`k_max`='2\.5' is not allowed"),
+    ({"alpha": "abc"}, r"`alpha`='abc' is not allowed; allowed: a float in \[0, 1\]"),
+    ({"calib_limit": 3.5}, r"`calib_limit`=3\.5 is not allowed"),
+    # the GGUF's config says 30 layers: refused before the weights load, naming the value as written
+    ({"L": 99}, r"`L`=99 exceeds the model's 30 decoder layers; allowed: 0\.\.30"),
+    ({"L": "1-99"}, r"`L`='1-99': layer span 99 exceeds the model's 30 decoder layers; allowed: 0\.\.30"),
+])
+def test_bad_values_are_refused_before_loading_never_truncated(no_loading, args, message):
+    with pytest.raises(ValueError, match=message):
+        EglrHFLM(model_config="smollm2-135m-instruct", **args)
+
+
+def test_integer_args_written_as_whole_numbers_pass(no_loading):
+    # lm-eval parses "k_max=3.0" as a float and "seed=7" as an int: both are whole numbers
+    with pytest.raises(AssertionError, match="HFLM.__init__ ran"):
+        EglrHFLM(model_config="smollm2-135m-instruct", k_max=3.0, seed="7", top_k="20", L=30)

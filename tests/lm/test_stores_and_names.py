@@ -10,6 +10,7 @@ import pytest
 from lm_eval.api.instance import Instance
 
 from eglr_harness import stores
+from eglr_harness.decoding.hook_engine import HookEngine
 from eglr_harness.harness.model import EglrHFLM
 from eglr_harness.stores import RolloutStore, TauHCache
 
@@ -24,13 +25,13 @@ def _requests(task="store_task"):
 
 def _decoded_rows(monkeypatch) -> list:
     rows: list = []
-    original = EglrHFLM._model_generate
+    original = HookEngine._generate
 
-    def counting(self, context, *args, **kwargs):
-        rows.append(context.shape[0])
-        return original(self, context, *args, **kwargs)
+    def counting(self, batch, *args, **kwargs):
+        rows.append(len(batch))
+        return original(self, batch, *args, **kwargs)
 
-    monkeypatch.setattr(EglrHFLM, "_model_generate", counting)
+    monkeypatch.setattr(HookEngine, "_generate", counting)
     return rows
 
 
