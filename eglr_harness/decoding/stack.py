@@ -9,13 +9,15 @@ position_embeddings, position_ids, cache)`` (the cache under ``cache_kwarg.CACHE
 attention goes through transformers' attention interface (so that it calls ``slots.slot_attention``)
 and whose rotary angles depend on the position alone:
 
-- Llama, Mistral, Mixtral (MoE), Qwen2, Qwen3, Qwen3-MoE, Phi-3 (fused QKV, partial rotary),
-  OLMo-2 (QK norm, post-norms), SmolLM3 (layers without rotary), GLM and GLM-4 (partial rotary),
-  StableLM (partial rotary, QK layer norm, parallel residual), Cohere (layer norm, parallel
-  residual, a logit scale): all of that happens inside the layers or is the logit scale;
-- Granite: embeddings times ``embedding_multiplier`` before the first layer (``Preamble``), logits
-  divided by ``logits_scaling`` (``model_parts.LOGIT_SCALES``; residual and attention multipliers
-  are inside the layers);
+- Llama, Mistral, Mixtral, Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE (experts routed per token),
+  Phi-3 (fused QKV, partial rotary), OLMo-2 (QK norm, post-norms), OLMo-3 (sliding and full layers,
+  rotary angles per layer kind), SmolLM3 (layers without rotary), GLM and GLM-4 (partial rotary),
+  StableLM (partial rotary, QK layer norm, parallel residual), Starcoder2 (layer norms, biases),
+  Cohere (layer norm, parallel residual, a logit scale): all of that happens inside the layers,
+  in the per-kind layer list and rotary module the engine already follows, or is the logit scale;
+- Granite and Granite-MoE: embeddings times ``embedding_multiplier`` before the first layer
+  (``Preamble``), logits divided by ``logits_scaling`` (``model_parts.LOGIT_SCALES``; residual and
+  attention multipliers are inside the layers);
 - Gemma, Gemma-2, Gemma-3 (text): their embedding modules apply the embedding scale themselves.
 
 A logit scale is applied wherever the engine makes logits (``ModelStack.logits``), so the entropy
@@ -56,9 +58,9 @@ class Preamble:
 PLAIN = Preamble()
 FAMILIES: dict[str, Preamble] = {
     **{family: PLAIN for family in (
-        "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "phi3", "olmo2", "smollm3", "glm", "glm4",
-        "stablelm", "cohere", "gemma", "gemma2", "gemma3_text")},
-    "granite": Preamble(embedding_multiplier="embedding_multiplier"),
+        "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3", "olmo2", "olmo3", "smollm3",
+        "glm", "glm4", "stablelm", "starcoder2", "cohere", "gemma", "gemma2", "gemma3_text")},
+    **{family: Preamble(embedding_multiplier="embedding_multiplier") for family in ("granite", "granitemoe")},
 }
 """model_type -> its preamble: the families the continuous engine drives. Their logit scales (Granite,
 Cohere) are ``model_parts.LOGIT_SCALES``'s, shared with engine=hf."""

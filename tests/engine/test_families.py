@@ -31,7 +31,7 @@ from eglr_harness.harness.continuous import choose_engine
 VOCAB, LAYERS, MAX_NEW = engine_checks.VOCAB, engine_checks.LAYERS, engine_checks.MAX_NEW
 TAU_KL = engine_checks.TAU_KL
 # seed 1 as in the other engine tests; another where a KL of seed 1 lies within KL_MARGIN of TAU_KL
-SEEDS = {"phi3": 2}
+SEEDS = {"phi3": 2, "smollm3": 2, "starcoder2": 2}
 
 
 @pytest.fixture(scope="module", params=MORE_ARCHS)
@@ -64,11 +64,13 @@ def test_sampled_rows_of_every_L_match_naive_reference_draw_for_draw(model):
     outcomes = engine_checks._run(model, prompts, configs, seeds=seeds)
     gated = 0
     for prompt, config, seed, outcome in zip(prompts, configs, seeds, outcomes):
-        ks = []
+        kls, ks = [], []
         ref_tokens, _, ref_gated = naive_eglr_sampled(
             model, prompt, max_new_tokens=MAX_NEW, eos_ids={engine_checks.EOS}, temperature=config.T,
-            top_k=config.top_k, top_p=config.top_p, seed=seed, iterations_sink=ks, L=config.L, alpha=config.alpha,
-            k_max=config.k_max, tau_kl=config.tau_kl, tau_h=config.tau_h)
+            top_k=config.top_k, top_p=config.top_p, seed=seed, kl_sink=kls, iterations_sink=ks, L=config.L,
+            alpha=config.alpha, k_max=config.k_max, tau_kl=config.tau_kl, tau_h=config.tau_h)
+        closest = min((abs(kl - TAU_KL) / TAU_KL for kl in kls), default=1.0)
+        assert closest > engine_checks.KL_MARGIN, f"a KL lies within {closest:.1e} (relative) of tau_kl: another seed"
         assert outcome.tokens == ref_tokens
         assert outcome.iterations == Counter(k for k in ks if k > 0)
         gated += sum(ref_gated)
