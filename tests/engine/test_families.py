@@ -77,7 +77,7 @@ def test_sampled_rows_of_every_L_match_naive_reference_draw_for_draw(model):
     assert 0 < gated < sum(len(o.tokens) for o in outcomes), "the median gate must gate some tokens, not all"
 
 
-@pytest.mark.parametrize("arch", sorted({"granite", "cohere"} & set(MORE_ARCHS)))
+@pytest.mark.parametrize("arch", ["granite", "cohere"])
 def test_the_hf_engine_gates_on_the_scaled_logits(arch):
     """engine=hf hooks the unembedding, whose output the model scales afterwards (model_parts.LOGIT_SCALES):
     its gate and KL exit read the scaled logits, as the naive reference and the continuous engine do."""
