@@ -246,7 +246,8 @@ def decode(model, prompts, new_tokens: int, *, device, eglr: dict | None = None,
 def decode_continuous(model, prompts, new_tokens: int, *, eglr: dict, stats=None, eos_token_id: int | None = EOS):
     """Greedy EGLR through ``decoding.continuous.ContinuousEngine``: each row's new tokens."""
     from eglr_harness.config import EglrConfig
-    from eglr_harness.decoding.continuous import ContinuousEngine, Request
+    from eglr_harness.decoding.continuous import ContinuousEngine
+    from eglr_harness.decoding.contract import Request
 
     config = EglrConfig(**{"tau_h": math.inf, **{k: v for k, v in eglr.items() if k not in ("engine", "compile")}})
     compiled = eglr.get("compile", False)

@@ -143,3 +143,12 @@ def assign_jobs(requests: Iterable[tuple], plan_for: Callable[[str | None, dict,
         jobs.append(Job(task=task, doc_id=doc_id, context=context, gen_kwargs=gen_kwargs, cell=cell,
                         cycle=cycle if cell.sampled else 0))
     return jobs
+
+
+def frozen(value):
+    """A hashable, order-independent form of gen kwargs (a pool plan's cache key)."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(frozen(v) for v in value)
+    return value

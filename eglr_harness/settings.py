@@ -2,7 +2,8 @@
 
 :class:`RunSettings` is built once from the model args and the preset, validated, and then answers
 per request: the pool defaults, the sampling filters of a cell, the tau_h setting of a task, and
-the concrete generation kwargs of one (cell, cycle) — which also serve as that rollout's key.
+the :class:`RolloutSpec` of one (cell, cycle): the one object that carries a rollout from the pool
+to the engine request, the store key and the results row.
 """
 
 from __future__ import annotations
@@ -15,11 +16,9 @@ from eglr_harness.benchmarks import benchmark_of
 from eglr_harness.calibrate import DEFAULT_CALIB_LIMIT
 from eglr_harness.cell import Cell
 from eglr_harness.config import EglrConfig, parse_tau_h
+from eglr_harness.decoding.sampling import row_seed
 from eglr_harness.pool import TASK_POOL_KEYS, PoolPlan, resolve_pool, task_axes
 from eglr_harness.specs import parse_L_spec, parse_T_spec
-
-# Gen kwargs that carry one concrete cell from generate_until to _model_generate (and into the key).
-CELL_KEYS = ("eglr_L", "eglr_T", "eglr_cycle", "eglr_tau_h")
 
 
 def one_value(name: str, value):
@@ -36,6 +35,71 @@ def one_value(name: str, value):
 def first(*values):
     """The first value that is not None (the precedence rule)."""
     return next((v for v in values if v is not None), None)
+
+
+def as_int(name: str, value, allowed: str) -> int:
+    """An integer model arg (lm-eval passes ints, floats or strings): 3, 3.0 and "3" are 3; 2.5, "2.5"
+    and "abc" are refused naming the argument, never truncated."""
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value.strip()) if value.strip() else value
+        except ValueError:
+            number = value
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or (
+            isinstance(number, float) and not number.is_integer()):
+        raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {allowed}.")
+    return int(number)
+
+
+def as_float(name: str, value, allowed: str) -> float:
+    """A real model arg: a number or its text; "abc" is refused naming the argument."""
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {allowed}.") from None
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """One rollout's settings, built once per (task gen kwargs, cell, cycle) and read everywhere after.
+
+    config: the cell's whole EGLR config (tau_h concrete: the task's value when L > 0, inf at L = 0);
+    cycle: which draw of a sampled cell this is (a fresh seed per cycle; 0 for greedy cells);
+    task_kwargs: the gen kwargs lm-eval handed over, without the pool keys, as sorted pairs
+    (``until``, ``max_gen_toks`` and generate's options such as ``repetition_penalty``).
+    """
+
+    config: EglrConfig
+    cycle: int
+    task_kwargs: tuple[tuple[str, object], ...]
+
+    @property
+    def cell(self) -> Cell:
+        return Cell(self.config.L, self.config.T)
+
+    def seed(self, prompt: list[int]) -> int | None:
+        """The row seed of a sampled rollout of ``prompt`` (token ids); None when greedy."""
+        if not self.config.sampled:
+            return None
+        return row_seed(self.config.seed, f"{self.cell.label},cycle={self.cycle}", list(prompt))
+
+    def key_fields(self) -> dict:
+        """What the rollout store keys on beside the model and the prompt: the generation kwargs with the
+        cell's concrete settings (the layout of DECODING_VERSION 3's keys, so earlier stores stay readable)."""
+        c = self.config
+        gk = dict(self.task_kwargs)
+        if c.sampled:
+            gk.update(do_sample=True, temperature=c.T, top_k=c.top_k, top_p=c.top_p, eglr_cycle=self.cycle)
+        else:
+            gk.update(do_sample=False, temperature=0.0)
+            gk.pop("top_k", None), gk.pop("top_p", None)
+        gk.update(eglr_L=c.L, eglr_T=c.T)
+        if c.L > 0:
+            gk["eglr_tau_h"] = c.tau_h
+        return gk
 
 
 @dataclass(frozen=True)
@@ -61,6 +125,7 @@ class RunSettings:
     calib_limit: int = DEFAULT_CALIB_LIMIT
     explicit_sampling: dict = field(default_factory=dict)  # top_k / top_p given as model args
     preset_sampling: dict = field(default_factory=dict)
+    L_given: object = None  # the L model arg as written, for messages
 
     @classmethod
     def from_args(cls, preset: dict, *, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
@@ -68,15 +133,16 @@ class RunSettings:
         pe = preset.get("eglr", {})
         alpha, k_max, tau_kl, tau_h = (one_value(n, v) for n, v in
                                        (("alpha", alpha), ("k_max", k_max), ("tau_kl", tau_kl), ("tau_h", tau_h)))
-        if isinstance(calib_limit, bool) or not isinstance(calib_limit, int) or calib_limit < 1:
+        calib_limit = as_int("calib_limit", calib_limit, "an int >= 1")
+        if calib_limit < 1:
             raise ValueError(f"`calib_limit`={calib_limit!r} is not allowed; allowed: an int >= 1.")
         base = EglrConfig(
-            L=0, alpha=float(first(alpha, pe.get("alpha"), defaults.DEFAULT_ALPHA)),
-            k_max=int(first(k_max, pe.get("k_max"), defaults.DEFAULT_K_MAX)),
-            tau_kl=float(first(tau_kl, pe.get("tau_kl"), defaults.DEFAULT_TAU_KL)),
-            top_k=int(first(top_k, pe.get("top_k"), defaults.DEFAULT_TOP_K)),
-            top_p=float(first(top_p, pe.get("top_p"), defaults.DEFAULT_TOP_P)),
-            seed=int(first(seed, pe.get("seed"), defaults.DEFAULT_SEED)),
+            L=0, alpha=as_float("alpha", first(alpha, pe.get("alpha"), defaults.DEFAULT_ALPHA), "a float in [0, 1]"),
+            k_max=as_int("k_max", first(k_max, pe.get("k_max"), defaults.DEFAULT_K_MAX), "an int >= 1"),
+            tau_kl=as_float("tau_kl", first(tau_kl, pe.get("tau_kl"), defaults.DEFAULT_TAU_KL), "a float >= 0"),
+            top_k=as_int("top_k", first(top_k, pe.get("top_k"), defaults.DEFAULT_TOP_K), "an int >= 0 (0 disables top-k)"),
+            top_p=as_float("top_p", first(top_p, pe.get("top_p"), defaults.DEFAULT_TOP_P), "a float in (0, 1]"),
+            seed=as_int("seed", first(seed, pe.get("seed"), defaults.DEFAULT_SEED), "an int"),
         )
         return cls(
             base=base,
@@ -89,7 +155,25 @@ class RunSettings:
             calib_limit=calib_limit,
             explicit_sampling={k: v for k, v in (("top_k", top_k), ("top_p", top_p)) if v is not None},
             preset_sampling={k: pe[k] for k in ("top_k", "top_p") if k in pe},
+            L_given=L,
         )
+
+    def check_layers(self, num_layers: int | None) -> None:
+        """The pinned L axis (and the preset's default L) against the model's decoder layer count N;
+        None (not known yet) checks nothing. ``ValueError`` naming the value as written."""
+        if num_layers is None:
+            return
+        for name, given, values in (("L", self.L_given, self.user_L or ()), ("preset L", self.default_L, (self.default_L,))):
+            too_big = [v for v in values if v > num_layers]
+            if too_big:
+                raise ValueError(f"`{name}`={given!r}: layer span {max(too_big)} exceeds the model's {num_layers} decoder "
+                                 f"layers; allowed: 0..{num_layers}.")
+
+    @staticmethod
+    def check_cells(cells, num_layers: int) -> None:
+        """A task's pool against the model's layer count (the task, not the user, chose these L)."""
+        for cell in cells:
+            EglrConfig(L=cell.L).validate_for_model(num_layers)
 
     def pool_plan(self, task: str | None, gen_kwargs: dict, repeats: int) -> PoolPlan:
         """The pool of a request (``pool.resolve_pool`` with this run's pinned axes and defaults)."""
@@ -110,30 +194,14 @@ class RunSettings:
         return first(self.explicit_sampling.get(name), gen_kwargs.get(name), self.preset_sampling.get(name),
                      getattr(self.base, name))
 
-    def concrete_gen_kwargs(self, task_gen_kwargs: dict, cell: Cell, cycle: int, tau_h: float | None) -> dict:
-        """The task's gen kwargs with its pool keys replaced by one concrete cell (HF generation options
-        plus the ``CELL_KEYS``). Sampled cells carry their cycle (a fresh seed per cycle)."""
-        gk = {k: v for k, v in task_gen_kwargs.items() if k not in TASK_POOL_KEYS}
-        if cell.sampled:
-            gk.update(do_sample=True, temperature=cell.T, top_k=int(self.sampling_value("top_k", gk)),
-                      top_p=float(self.sampling_value("top_p", gk)), eglr_cycle=cycle)
-        else:
-            gk.update(do_sample=False, temperature=0.0)
-            gk.pop("top_k", None), gk.pop("top_p", None)
-        gk.update(eglr_L=cell.L, eglr_T=cell.T)
-        if cell.L > 0:
-            gk["eglr_tau_h"] = tau_h
-        return gk
-
-
-def cell_config(settings: RunSettings, gen_kwargs: dict) -> tuple[EglrConfig, int, dict]:
-    """Split concrete gen kwargs into ``(EglrConfig of the cell, cycle, HF generation kwargs)``."""
-    hf_kwargs = {k: v for k, v in gen_kwargs.items() if k not in CELL_KEYS}
-    cell = Cell.of(int(gen_kwargs.get("eglr_L", 0)), float(gen_kwargs.get("eglr_T", 0.0)))
-    tau_h = gen_kwargs.get("eglr_tau_h")
-    b = settings.base
-    config = EglrConfig(L=cell.L, T=cell.T, alpha=b.alpha, k_max=b.k_max, tau_kl=b.tau_kl,
-                        tau_h=math.inf if tau_h is None else float(tau_h),
-                        top_k=int(hf_kwargs.get("top_k") or 0) if cell.sampled else b.top_k,
-                        top_p=float(hf_kwargs.get("top_p") or 1.0) if cell.sampled else b.top_p, seed=b.seed)
-    return config, int(gen_kwargs.get("eglr_cycle", 0)), hf_kwargs
+    def rollout(self, task_gen_kwargs: dict, cell: Cell, cycle: int, tau_h: float | None) -> RolloutSpec:
+        """The spec of one rollout of ``cell``: the task's gen kwargs without its pool keys, the cell's
+        config (sampling filters by precedence, tau_h when it refines) and the cycle of a sampled cell."""
+        kwargs = {k: v for k, v in task_gen_kwargs.items() if k not in TASK_POOL_KEYS}
+        b = self.base
+        top_k, top_p = (int(self.sampling_value("top_k", kwargs)), float(self.sampling_value("top_p", kwargs))) \
+            if cell.sampled else (b.top_k, b.top_p)
+        config = EglrConfig(L=cell.L, T=cell.T, alpha=b.alpha, k_max=b.k_max, tau_kl=b.tau_kl,
+                            tau_h=math.inf if cell.L == 0 or tau_h is None else float(tau_h),
+                            top_k=top_k, top_p=top_p, seed=b.seed)
+        return RolloutSpec(config, cycle if cell.sampled else 0, tuple(sorted(kwargs.items(), key=lambda kv: kv[0])))

@@ -29,70 +29,30 @@ Shape letters: B slots, G rows of a forward, D hidden size, V vocabulary, Q prom
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from transformers import StopStringCriteria
 
 from eglr_harness.config import EglrConfig
 from eglr_harness.decoding.accounting import EglrStats
+from eglr_harness.decoding.contract import Outcome, Request
 from eglr_harness.decoding.fixed_step import decode_step, settle
-from eglr_harness.decoding.generation_options import check_generation_config
+from eglr_harness.decoding.functional import raise_on_nan_rows
+from eglr_harness.decoding.processors import LogitsOptions
 from eglr_harness.decoding.slot_state import READ_FIELDS, SlotState, StepPlan
 from eglr_harness.decoding.slots import SlotCache, SlotView, length_bucket, prefill_masks
-from eglr_harness.decoding.stack import ModelStack
+from eglr_harness.decoding.stack import FALLBACK, ModelStack
 
-_IDLE, _ADVANCE, _REFINE = 0, 1, 2
+_ADVANCE, _REFINE = 1, 2
+logger = logging.getLogger(__name__)
 _F = {name: i for i, name in enumerate(READ_FIELDS)}
-
-
-@dataclass(frozen=True)
-class Request:
-    """One rollout to decode.
-
-    prompt: its token ids (no padding); config: its EGLR cell (L, T, alpha, k_max, tau_kl, tau_h,
-    top_k, top_p); seed: the row's sampling seed when T > 0; stop_strings: texts that end it.
-    """
-
-    prompt: tuple[int, ...]
-    config: EglrConfig
-    max_new_tokens: int
-    seed: int | None = None
-    stop_strings: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.prompt:
-            raise ValueError("a Request needs a prompt of at least one token.")
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ValueError(f"`max_new_tokens`={self.max_new_tokens!r} is not allowed; allowed: an int >= 1.")
-        if self.config.sampled and self.seed is None:
-            raise ValueError(f"a sampled Request (T={self.config.T}) needs its row `seed`.")
-
-
-@dataclass
-class Outcome:
-    """What one request produced: its new tokens (the stop token included), why it ended
-    (``"eos"``, ``"stop"`` or ``"length"``), its accounting, and per emitted token:
-
-    entropies: the raw-logit entropy (nats) of the token's normal pass;
-    logprobs: the token's log-probability under the distribution it was decoded from (log_softmax
-        of the final, refined when gated, soft-capped fp32 logits at temperature 1, before top-k/top-p);
-    final_kls: the KL of the token's last refinement iteration (0.0 when not gated);
-    token_iterations: the token's refinement iterations k* (0 when not gated).
-    """
-
-    tokens: list[int] = field(default_factory=list)
-    finish: str = ""
-    gated: int = 0
-    iterations: Counter = field(default_factory=Counter)  # k* -> gated tokens
-    entropies: list[float] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    final_kls: list[float] = field(default_factory=list)
-    token_iterations: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -108,10 +68,11 @@ class ContinuousEngine:
     """Decodes many requests with EGLR through one running batch of ``max_batch`` slots.
 
     Args:
-        model: a transformers causal LM of a family ``stack.ModelStack`` supports, on one device,
-            whose ``generation_config`` asks for no logits processor beyond temperature / top-k /
-            top-p (``generation_options.py``; else ``ValueError`` naming the setting and engine=hf).
-        max_batch: rows advancing together (the batch size of plain decoding).
+        model: a transformers causal LM of a family ``stack.ModelStack`` supports, on one device. Its
+            ``generation_config``'s logits processors are applied as ``generate`` applies them, where
+            ``processors.py`` knows them; a request that needs another is refused (``unsupported``).
+        max_batch: rows advancing together (the batch size of plain decoding), or ``"auto"``: as many as
+            the free memory holds for each run's longest request (``auto_batch``), logged with the figure.
         eos_token_ids: tokens that end a row (``generate``'s ``eos_token_id``).
         tokenizer: needed when requests have stop strings.
         admit_at: prefill waiting requests once this many rows can be admitted (or the batch is
@@ -131,14 +92,14 @@ class ContinuousEngine:
     def __init__(self, model, *, max_batch: int, eos_token_ids: Sequence[int] = (), tokenizer=None,
                  admit_at: int | None = None, refine_headroom: float = 0.5, kv_bucket: int = 128,
                  compile: bool = False, compile_mode: str | None = None, compile_backend: str = "inductor"):
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise ValueError(f"`max_batch`={max_batch!r} is not allowed; allowed: an int >= 1.")
+        if max_batch != "auto" and (isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1):
+            raise ValueError(f"`max_batch`={max_batch!r} is not allowed; allowed: an int >= 1 or 'auto'.")
         self.stack = ModelStack.of(model)
-        check_generation_config(getattr(model, "generation_config", None))
+        self.generation_config = getattr(model, "generation_config", None)
         self.max_batch = max_batch
         self.eos = frozenset(int(t) for t in eos_token_ids)
         self.tokenizer = tokenizer
-        self.admit_at = admit_at or max(1, max_batch // 8)
+        self.admit_at = admit_at
         if not 0 <= refine_headroom <= 1:
             raise ValueError(f"`refine_headroom`={refine_headroom!r} is not allowed; allowed: [0, 1].")
         self.refine_headroom = refine_headroom
@@ -153,25 +114,39 @@ class ContinuousEngine:
         self._stop_criteria: dict[tuple[str, ...], StopStringCriteria] = {}
 
     # ---------------------------------------------------------------- public
-    def run(self, requests: Sequence[Request], *, record_entropies: bool = False,
-            stats_for: Callable[[EglrConfig], EglrStats] | None = None,
+    def logits_options(self, request: Request) -> LogitsOptions:
+        """The processors of ``request``, or ``ValueError`` naming what this engine does not apply."""
+        try:
+            return LogitsOptions.resolve(self.generation_config, dict(request.options))
+        except ValueError as err:
+            raise ValueError(f"{err}; {FALLBACK}.") from None
+
+    def unsupported(self, request: Request) -> str | None:
+        """Why this engine cannot decode ``request`` (generate's options it does not apply), or None."""
+        try:
+            self.logits_options(request)
+        except ValueError as err:
+            return str(err)
+        return None
+
+    def run(self, requests: Sequence[Request], *, stats_for: Callable[[EglrConfig], EglrStats] | None = None,
             on_finish: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
         """Decode every request; returns their outcomes in request order.
 
-        record_entropies: kept for callers of the earlier API; every outcome now carries its
-        per-token entropies, log-probabilities, final KLs and iterations.
         stats_for: the accounting each config's rows add to (tokens, gated tokens, iterations,
         FLOP ratios; steps and wall time shared out by the rows' layer evaluations).
         on_finish: called with (request index, outcome) as each request ends (progress, storage).
         """
+        options = []
         for request in requests:
             request.config.validate_for_model(self.stack.num_layers)
             if request.stop_strings and self.tokenizer is None:
                 raise ValueError("requests with stop strings need the engine's `tokenizer`.")
+            options.append(self.logits_options(request))
         if not requests:
             return []
         started = time.perf_counter()
-        run = _Run(self, requests, on_finish)
+        run = _Run(self, requests, options, on_finish)
         # no_grad, not inference_mode: under inference_mode the CPU linear layers ran 24 % slower here
         with torch.no_grad(), self.stack.slot_attention():
             run.decode()
@@ -179,10 +154,58 @@ class ContinuousEngine:
             run.account(stats_for, time.perf_counter() - started)
         return run.outcomes
 
+    def auto_batch(self, requests: Sequence[Request]) -> int:
+        """``max_batch=auto``: the running rows whose K/V (at the longest request's length bucket) and
+        step activations fit in AUTO_MEMORY_SHARE of the device's free memory, refining headroom included."""
+        longest = max(len(r.prompt) + r.max_new_tokens for r in requests)
+        positions = length_bucket(longest + 2, self.kv_bucket)
+        per_row = bytes_per_row(self.stack, positions)
+        free = free_memory(self.stack.device)
+        rows = int(free * AUTO_MEMORY_SHARE // (per_row * (1 + self.refine_headroom)))
+        chosen = max(1, min(rows, len(requests)))
+        logger.info("engine=continuous batch_size=auto: %d running rows (%.2f GiB free on %s, %.1f MiB per row "
+                    "at %d positions, %d requests)", chosen, free / 2**30, self.stack.device, per_row / 2**20,
+                    positions, len(requests))
+        return chosen
+
     def stop_criterion(self, stop_strings: tuple[str, ...]) -> StopStringCriteria:
         if stop_strings not in self._stop_criteria:
             self._stop_criteria[stop_strings] = StopStringCriteria(tokenizer=self.tokenizer, stop_strings=list(stop_strings))
         return self._stop_criteria[stop_strings]
+
+
+AUTO_MEMORY_SHARE = 0.8  # of the free memory: the rest is the allocator's slack and the weights' workspace
+
+
+def free_memory(device: torch.device) -> int:
+    """Free bytes on ``device``: CUDA's own figure, else the host's available memory."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def bytes_per_row(stack: ModelStack, positions: int) -> int:
+    """Memory one running row takes: its K/V over every layer at ``positions`` (+ the scratch column),
+    its slot state and a step's activations (logits and their fp32 copies, the MLP's widest tensor)."""
+    config = stack.model.config
+    config = getattr(config, "text_config", None) or config
+    weight = stack.parts.lm_head.weight
+    vocab, hidden = weight.shape
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    size = weight.element_size()
+    kv = 2 * stack.num_layers * kv_heads * head_dim * (positions + 1) * size
+    state = vocab * 4 + 2 * hidden * size + positions * 8  # logp_prev, anchor and h_prev, token history
+    step = vocab * 4 * 8 + 3 * getattr(config, "intermediate_size", 4 * hidden) * size  # logits, log-probs, noise, ...
+    return kv + state + step
 
 
 def row_buckets(limit: int, *also: int) -> list[int]:
@@ -201,25 +224,29 @@ def _bucket(count: int, sizes: list[int]) -> int:
 class _Run:
     """The state of one ``ContinuousEngine.run``: slots, rows, device state, accounting."""
 
-    def __init__(self, engine: ContinuousEngine, requests: Sequence[Request], on_finish):
+    def __init__(self, engine: ContinuousEngine, requests: Sequence[Request], options: list[LogitsOptions], on_finish):
         self.engine, self.stack, self.requests, self.on_finish = engine, engine.stack, requests, on_finish
+        self.options = options
         self.outcomes = [Outcome() for _ in requests]
         # longest prompts first, as lm-eval orders them: memory peaks early, slots fill evenly
         self.waiting = deque(sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt)))
-        self.max_advancing = engine.max_batch
+        max_batch = engine.max_batch if engine.max_batch != "auto" else engine.auto_batch(requests)
+        self.max_advancing = max_batch
+        self.admit_at = engine.admit_at or max(1, max_batch // 8)
         configs = [r.config for r in requests]
-        headroom = math.ceil(engine.max_batch * engine.refine_headroom) if any(c.refines for c in configs) else 0
-        self.num_slots = min(engine.max_batch + headroom, len(requests))
+        headroom = math.ceil(max_batch * engine.refine_headroom) if any(c.refines for c in configs) else 0
+        self.num_slots = min(max_batch + headroom, len(requests))
         self.trash = self.num_slots  # padding rows of a step write to this slot
         self.rows: list[_Row | None] = [None] * self.num_slots
         self.device = self.stack.device
         parts = self.stack.parts
         vocab, hidden = parts.lm_head.weight.shape
-        self.plan = StepPlan.of(configs, self.stack.num_layers, vocab, parts.logit_softcap)
+        self.plan = StepPlan.of(configs, self.stack.num_layers, vocab, parts.logit_softcap, options)
         static = engine.compile and self.device.type == "cuda"
-        self.state = SlotState.allocate(self.num_slots, hidden, vocab, parts.lm_head.weight.dtype, self.device,
-                                        static_addresses=static)
         self.cache = SlotCache(self.num_slots + 1, engine.kv_bucket, static_addresses=static)
+        self.state = SlotState.allocate(self.num_slots, hidden, vocab, parts.lm_head.weight.dtype, self.device,
+                                        static_addresses=static, processors=self.plan.processors,
+                                        eos_token_ids=sorted(engine.eos), history_width=self.cache.width)
         # advancing rows: up to max_batch, more for a step when refining rows exit together
         self.advance_sizes = row_buckets(self.num_slots, self.max_advancing)
         self.refine_sizes = row_buckets(self.num_slots)
@@ -232,7 +259,7 @@ class _Run:
             free = [s for s, row in enumerate(self.rows) if row is None]
             advancing = sum(1 for row in self.rows if row is not None and row.phase == _ADVANCE)
             admit = min(len(free), self.max_advancing - advancing, len(self.waiting))
-            if admit > 0 and (admit >= min(self.engine.admit_at, len(self.waiting)) or len(free) == self.num_slots):
+            if admit > 0 and (admit >= min(self.admit_at, len(self.waiting)) or len(free) == self.num_slots):
                 self.prefill(free[:admit])
             if any(self.rows):
                 self.step()
@@ -243,6 +270,8 @@ class _Run:
         need = length_bucket(max(positions_needed, live), self.engine.kv_bucket)
         if need > self.cache.capacity or need * 2 <= self.cache.capacity:
             self.cache.resize(need)
+            if self.plan.processors.ngram_size:
+                self.state.resize_history(self.cache.width)
 
     def prefill(self, slots: list[int]) -> None:
         """Admit waiting requests into ``slots``: one (eager) forward of their prompts, right-padded."""
@@ -251,11 +280,11 @@ class _Run:
             request = self.requests[index]
             self.rows[slot] = _Row(request, self.outcomes[index], index, position=len(request.prompt) - 1)
         requests = [self.rows[s].request for s in slots]
-        self.state.admit(slots, [r.config for r in requests], [r.seed for r in requests],
-                         [len(r.prompt) - 1 for r in requests])
         prompts = [r.prompt for r in requests]
         width = max(map(len, prompts))
         self._fit(width + 1)
+        self.state.admit(slots, [r.config for r in requests], [r.seed for r in requests], prompts,
+                         [self.options[self.rows[s].index] for s in slots])
         ids = torch.zeros(len(slots), width, dtype=torch.long)
         for g, prompt in enumerate(prompts):
             ids[g, :len(prompt)] = torch.tensor(prompt)
@@ -306,11 +335,8 @@ class _Run:
     # ---------------------------------------------------------------- after a forward
     def absorb(self, read: list[list[float]], slots: list[int], phases: list[int]) -> None:
         """Apply a forward's read (one row per slot of ``slots``): gates, exits, emitted tokens, finishes."""
-        nan = [slot for slot, values in zip(slots, read) if values[_F["nan"]]]
-        if nan:
-            raise FloatingPointError(
-                f"EGLR: non-finite logits at a decoding step of the continuous engine (slots {nan}); the model "
-                "produced NaN/inf. Try dtype=float32 or bfloat16 instead of float16.")
+        raise_on_nan_rows([slot for slot, values in zip(slots, read) if values[_F["nan"]]],
+                          "a decoding step of the continuous engine")
         emitted: list[tuple[int, _Row]] = []
         for slot, phase, values in zip(slots, phases, read):
             row = self.rows[slot]

@@ -32,22 +32,44 @@ from __future__ import annotations
 
 import torch
 
-from eglr_harness.decoding.functional import entropy_of_log_probs, kl_divergence, norm_match, softcap
+from eglr_harness.decoding.functional import (
+    entropy_gate, entropy_of_log_probs, fuse, kl_divergence, non_finite, norm_match, refinement_done, softcap,
+)
+from eglr_harness.decoding.processors import ban_ngram_repeats, ban_tokens, penalize_repeats
 from eglr_harness.decoding.sampling import sample_rows
 from eglr_harness.decoding.slot_state import SlotState, StepPlan
 from eglr_harness.decoding.slots import SlotCache, SlotView, decode_masks
 
 
-def fuse_rows(anchor: torch.Tensor, refined: torch.Tensor, alpha: torch.Tensor, one_minus_alpha: torch.Tensor
-              ) -> torch.Tensor:
-    """u = (1 - alpha)·a + alpha·ĥ with a per-row alpha, rounded as ``functional.fuse`` with a Python alpha is.
+def process(plan: StepPlan, state: SlotState, rows: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """generate's logits processors, in its order, on the logits a step emits from (``processors.py``).
 
-    anchor, refined: (R, D) model dtype; alpha, one_minus_alpha: (R,) fp32 -> (R, D) model dtype.
+    rows: (G,) slots; scores: (G, V) fp32 -> (G, V). Only the processors some row of the run uses run.
     """
-    dtype = anchor.dtype
-    kept = (one_minus_alpha[:, None] * anchor.float()).to(dtype)
-    moved = (alpha[:, None] * refined.float()).to(dtype)
-    return kept + moved
+    used = plan.processors
+    if used.penalty:
+        scores = penalize_repeats(scores, state.seen[rows], state.penalty[rows])
+    if used.ngram_size:
+        scores = ban_ngram_repeats(scores, state.history[rows], state.position[rows] + 1, used.ngram_size,
+                                   state.ngram[rows])
+    if used.eos_block:
+        scores = ban_tokens(scores, (state.drawn[rows] < state.eos_blocked_until[rows])[:, None] & state.eos[None])
+    if used.suppress:
+        scores = ban_tokens(scores, state.suppress[rows])
+    if used.begin_suppress:
+        scores = ban_tokens(scores, state.begin_suppress[rows] & (state.drawn[rows] == 0)[:, None])
+    return scores
+
+
+def remember_tokens(plan: StepPlan, state: SlotState, rows: torch.Tensor, token: torch.Tensor,
+                    emits: torch.Tensor) -> None:
+    """What the processors of later tokens read: the emitted tokens as seen, and by position.  rows, token, emits: (G,)."""
+    if plan.processors.penalty:
+        seen = state.seen[rows, token]
+        state.seen.index_put_((rows, token), seen | emits)
+    if plan.processors.ngram_size:
+        at = (state.position[rows] + 1).clamp(max=state.history.shape[1] - 1)  # the emitted token's position
+        state.history.index_put_((rows, at), torch.where(emits, token, state.history[rows, at]))
 
 
 def settle(stack, plan: StepPlan, state: SlotState, rows: torch.Tensor, num_refining: int,
@@ -66,21 +88,24 @@ def settle(stack, plan: StepPlan, state: SlotState, rows: torch.Tensor, num_refi
     kl = kl_divergence(logp[num_adv:], state.logp_prev[rows[num_adv:]])  # (R,): the refining rows only
     kl = torch.cat([torch.zeros(num_adv, dtype=kl.dtype, device=kl.device), kl])  # (G,)
     iterations = torch.where(refining, state.iterations[rows] + 1, 0)
-    gated = ~refining & (entropy.double() > state.tau_h[rows])
-    done = ~(kl.double() >= state.tau_kl[rows]) | (iterations >= state.k_max[rows])  # KL exit or k_max
+    gated = entropy_gate(entropy, state.tau_h[rows], ~refining)
+    done = refinement_done(kl, state.tau_kl[rows], iterations, state.k_max[rows])  # KL exit or k_max
     emits = (~refining & ~gated) | (refining & done)
-    token = emitted.argmax(dim=-1)
+    scores = process(plan, state, rows, emitted)
+    token = scores.argmax(dim=-1)
     if plan.sampled:
-        drawn = sample_rows(emitted, state.temperature[rows], state.top_k[rows], state.top_p[rows],
-                            state.seed[rows], state.drawn[rows], plan.num_candidates)
+        drawn = sample_rows(scores, state.temperature[rows], state.top_k[rows], state.top_p[rows],
+                            state.seed[rows], state.drawn[rows], plan.num_candidates,
+                            min_p=state.min_p[rows] if plan.processors.min_p else None)
         token = torch.where(state.sampled[rows], drawn, token)
     logprob = logp.gather(1, token[:, None])[:, 0]
-    nan = torch.where(refining, kl.isnan() | entropy.isnan(), entropy.isnan())
+    nan = non_finite(entropy, kl)
     # the slots' state: where the next iteration starts from, counters, the token to feed next
     state.h_prev.index_copy_(0, rows, last_hidden.to(state.h_prev.dtype))
     state.logp_prev.index_copy_(0, rows, logp)
     state.iterations.index_copy_(0, rows, iterations)
     state.token.index_copy_(0, rows, torch.where(emits, token, state.token[rows]))
+    remember_tokens(plan, state, rows, token, emits)
     state.drawn.index_add_(0, rows, emits.long())
     read = [torch.where(emits, token, -1).float(), gated.float(), emits.float(), entropy, logprob,
             torch.where(refining, kl, 0.0), iterations.float(), nan.float()]
@@ -108,7 +133,7 @@ def decode_step(stack, plan: StepPlan, state: SlotState, cache: SlotCache, advan
     rows, columns = advancing, (state.position[advancing] + 2).clamp(max=cache.width - 1)
     if num_ref:
         anchor = state.anchor[refining]
-        fused = fuse_rows(anchor, norm_match(state.h_prev[refining], anchor), state.alpha[refining],
+        fused = fuse(anchor, norm_match(state.h_prev[refining], anchor), state.alpha[refining],
                           state.one_minus_alpha[refining])[:, None]  # (R, 1, D)
         entry = num_layers - state.L[refining]  # (R,) the layer each refining row enters at
     adv_entry = num_layers - state.L[advancing]  # (A,) where each advancing row's anchor is taken

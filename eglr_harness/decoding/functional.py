@@ -1,4 +1,7 @@
-"""EGLR's per-token maths as pure tensor functions (eglr-method.md §2).
+"""EGLR's per-token maths as pure tensor functions (eglr-method.md §2): the one rule both engines call.
+
+The hook engine (``refiner.py``) and the continuous engine (``fixed_step.py``) gate, fuse, stop
+and check with these functions, so a change of the rule changes both (and their tests).
 
 Shape letters (one set for the whole decoding package): B batch rows, S sequence length, D hidden
 size, V vocabulary, G rows of a refinement pass, L layer span, K refinement iterations (T is the
@@ -23,12 +26,23 @@ def entropy_of_log_probs(logp: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(dim=-1)
 
 
-def entropy_gate(entropies: torch.Tensor, tau_h: float, active: torch.Tensor) -> torch.Tensor:
-    """Rows to refine: still generating and above the entropy threshold.
+def entropy_gate(entropies: torch.Tensor, tau_h: float | torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    """Rows to refine: still generating and strictly above the entropy threshold (compared in float64,
+    as the Python float of the config).
 
-    entropies: (B,) fp32; active: (B,) bool -> (B,) bool.
+    entropies: (B,) fp32; tau_h: a float or (B,) float64; active: (B,) bool -> (B,) bool.
     """
-    return active & (entropies > tau_h)
+    return active & (entropies.double() > tau_h)
+
+
+def refinement_done(kl: torch.Tensor, tau_kl: float | torch.Tensor, iterations: torch.Tensor | int,
+                    k_max: int | torch.Tensor) -> torch.Tensor:
+    """Rows whose refinement ends after this iteration: KL(p_k || p_k-1) below tau_kl (a NaN KL ends it
+    too; ``non_finite`` reports it) or the budget k_max used up.
+
+    kl: (R,) fp32; tau_kl: a float or (R,) float64; iterations: k, an int or (R,); k_max likewise -> (R,) bool.
+    """
+    return ~(kl.double() >= tau_kl) | (torch.as_tensor(iterations, device=kl.device) >= k_max)
 
 
 def norm_match(hidden: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
@@ -40,9 +54,23 @@ def norm_match(hidden: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
     return (hidden.float() * scale).to(hidden.dtype)
 
 
-def fuse(anchor: torch.Tensor, refined: torch.Tensor, alpha: float) -> torch.Tensor:
-    """u = (1 - alpha) * anchor + alpha * refined.  anchor, refined: (B, D) -> (B, D)."""
-    return (1.0 - alpha) * anchor + alpha * refined
+def fuse(anchor: torch.Tensor, refined: torch.Tensor, alpha: torch.Tensor, one_minus_alpha: torch.Tensor
+         ) -> torch.Tensor:
+    """u = (1 - alpha)·a + alpha·ĥ with a per-row alpha; each product in fp32, rounded to the model dtype.
+
+    anchor, refined: (B, D) model dtype; alpha, one_minus_alpha: (B,) fp32 (1 - alpha taken in float64,
+    as a Python float is) -> (B, D) model dtype.
+    """
+    dtype = anchor.dtype
+    kept = (one_minus_alpha[:, None] * anchor.float()).to(dtype)
+    moved = (alpha[:, None] * refined.float()).to(dtype)
+    return kept + moved
+
+
+def fusion_weights(alpha: float, rows: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``fuse``'s (alpha, 1 - alpha) for ``rows`` rows of one config: two (rows,) fp32 tensors."""
+    return (torch.full((rows,), alpha, dtype=torch.float32, device=device),
+            torch.full((rows,), 1.0 - alpha, dtype=torch.float32, device=device))
 
 
 def kl_divergence(logp_new: torch.Tensor, logp_old: torch.Tensor) -> torch.Tensor:
@@ -60,15 +88,17 @@ def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
     return torch.tanh(logits / cap) * cap
 
 
-def check_finite(entropies: torch.Tensor, where: str) -> None:
-    """Raise a clear error when the model produced NaN/inf logits (entropy is then NaN).  entropies: (B,)."""
-    raise_on_nan_rows(torch.isnan(entropies), where)
+def non_finite(entropies: torch.Tensor, kls: torch.Tensor) -> torch.Tensor:
+    """Rows whose logits were NaN/inf: the normal pass's entropy or the refinement's KL is NaN.
+
+    entropies, kls: (B,) fp32 (kls 0 where a row did not refine) -> (B,) bool.
+    """
+    return entropies.isnan() | kls.isnan()
 
 
-def raise_on_nan_rows(nan_rows: torch.Tensor, where: str) -> None:
-    """Raise ``FloatingPointError`` naming the rows whose logits were non-finite.  nan_rows: (B,) bool."""
-    if nan_rows.any():
-        rows = torch.nonzero(nan_rows).flatten().tolist()
+def raise_on_nan_rows(rows: list[int], where: str) -> None:
+    """Raise ``FloatingPointError`` naming the rows (host ints) whose logits were non-finite."""
+    if rows:
         raise FloatingPointError(
             f"EGLR: non-finite logits at {where} (rows {rows}); the model produced NaN/inf. "
             "Try dtype=float32 or bfloat16 instead of float16."

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections import Counter
 
 import torch
 from transformers import GenerationMixin, LogitsProcessorList, StoppingCriteriaList, StopStringCriteria
@@ -28,6 +29,7 @@ from eglr_harness.config import DEFAULT_ALPHA, DEFAULT_K_MAX, DEFAULT_SEED, DEFA
 from eglr_harness.decoding.accounting import EglrStats
 from eglr_harness.decoding.cache_kwarg import CACHE_KWARG
 from eglr_harness.decoding.compat import check_refinable
+from eglr_harness.decoding.contract import Outcome
 from eglr_harness.decoding.model_parts import find_model_parts
 from eglr_harness.decoding.refiner import EglrRefiner
 from eglr_harness.decoding.sampling import SeededRowSampler, prompt_token_lists, row_seed
@@ -40,7 +42,8 @@ class _FinishedRowsTracker(StoppingCriteriaList):
     strings, max length), so the refiner neither gates nor counts rows that are done. Callers such
     as lm-eval stop on strings for the whole batch at once; ``stop_strings`` marks each row
     finished as soon as its own generated text contains one. They only feed this mask: what
-    ``generate`` is told (and so every emitted token) is the criteria's answer alone.
+    ``generate`` is told (and so every emitted token) is the criteria's answer, except that the
+    batch ends once every row is finished (as lm-eval's own stop criterion ends it).
     """
 
     def __init__(self, criteria: StoppingCriteriaList, stop_strings: StopStringCriteria | None = None,
@@ -48,14 +51,19 @@ class _FinishedRowsTracker(StoppingCriteriaList):
         super().__init__(criteria)
         self.stop_strings, self.prompt_len = stop_strings, prompt_len
         self.finished: torch.Tensor | None = None
+        self.stopped: torch.Tensor | None = None  # rows that ended on a stop string
 
     def __call__(self, input_ids, scores, **kwargs):
         done = super().__call__(input_ids, scores, **kwargs)
         finished = done
         if self.stop_strings is not None:  # generated tokens only: a match must not reach into the prompt
-            finished = finished | self.stop_strings(input_ids[:, self.prompt_len:], scores).to(done.device)
+            hits = self.stop_strings(input_ids[:, self.prompt_len:], scores).to(done.device)
+            if self.finished is not None:
+                hits = hits & ~self.finished  # a row's own end comes first
+            self.stopped = hits if self.stopped is None else (self.stopped | hits)
+            finished = finished | hits
         self.finished = finished if self.finished is None else (self.finished | finished)
-        return done
+        return done | self.finished.all()
 
 
 def _stop_string_criterion(stop_strings, tokenizer) -> StopStringCriteria | None:
@@ -116,7 +124,8 @@ def eglr_generate(
     seed: int | None = None,
     seed_salt: str = "",
     eglr_stats: EglrStats | None = None,
-    eglr_refiner_sink: list | None = None,
+    eglr_outcomes: list | None = None,
+    eglr_row_seeds: list[int] | None = None,
     eglr_stop_strings: list[str] | None = None,
     eglr_tokenizer=None,
     **model_kwargs,
@@ -127,9 +136,11 @@ def eglr_generate(
         eglr_config: the EGLR settings (eglr-method.md §2) as one :class:`EglrConfig`; its T must
             match the generation config. Or, for plain transformers use, the loose settings
             L (default 0 = plain decoding), alpha, k_max, tau_kl, tau_h (default inf), seed; not both.
-        seed_salt: sampled rows draw from generators seeded by (seed, salt, prompt tokens).
+        seed_salt: sampled rows draw from generators seeded by (seed, salt, prompt tokens), unless
+        eglr_row_seeds gives each row's seed.
         eglr_stats: accounting to add to (tokens, gated tokens, iterations, FLOP ratios).
-        eglr_refiner_sink: if a list, the refiner is appended to it (e.g. to read entropies).
+        eglr_outcomes: if a list, one ``contract.Outcome`` per row is appended to it: the row's tokens up
+            to its end (EOS, a stop string, the length limit) and their signals.
         eglr_stop_strings, eglr_tokenizer: strings that end a row for EGLR (no more refinement,
             accounting or entropy recording for it) while the batch goes on; the emitted tokens
             are what ``generate`` decides.
@@ -153,15 +164,15 @@ def eglr_generate(
 
     if config.sampled:
         prompts = prompt_token_lists(input_ids, model_kwargs.get("attention_mask"))
-        sampler = SeededRowSampler([row_seed(config.seed, seed_salt, p) for p in prompts])
+        sampler = SeededRowSampler(eglr_row_seeds if eglr_row_seeds is not None else
+                                   [row_seed(config.seed, seed_salt, p) for p in prompts])
         logits_processor = LogitsProcessorList([*logits_processor, sampler])
         generation_config = copy.deepcopy(generation_config)
         generation_config.do_sample = False  # the warpers were built already; the sampler draws
 
     stopping_criteria = _FinishedRowsTracker(stopping_criteria, stop_strings, prompt_len=input_ids.shape[1])
     started = time.perf_counter()
-    refiner = EglrRefiner(model, parts, config, stats=eglr_stats, finished_rows=lambda: stopping_criteria.finished,
-                          record_entropies=eglr_refiner_sink is not None)
+    refiner = EglrRefiner(model, parts, config, stats=eglr_stats, finished_rows=lambda: stopping_criteria.finished)
     with refiner:
         output = GenerationMixin._sample(
             model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, streamer,
@@ -169,6 +180,25 @@ def eglr_generate(
         )
     if eglr_stats is not None:
         eglr_stats.wall_time_s += time.perf_counter() - started
-    if eglr_refiner_sink is not None:
-        eglr_refiner_sink.append(refiner)
+    if eglr_outcomes is not None:
+        sequences = output if isinstance(output, torch.Tensor) else output.sequences
+        refiner.add_tokens(sequences[:, -1])
+        eglr_outcomes.extend(row_outcomes(refiner.signals.per_row(), sequences[:, input_ids.shape[1]:].tolist(),
+                                          stopping_criteria.stopped, generation_config))
     return output
+
+
+def row_outcomes(signals: list[dict], new_tokens: list[list[int]], stopped, generation_config) -> list[Outcome]:
+    """One ``Outcome`` per row of a ``generate`` call: its tokens while it was generating, why it ended,
+    its signals and accounting. new_tokens: the rows' generated ids (padding after a row's end)."""
+    eos = generation_config.eos_token_id
+    eos = set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
+    stopped = [False] * len(new_tokens) if stopped is None else stopped.tolist()
+    outcomes = []
+    for tokens, values, by_stop in zip(new_tokens, signals, stopped):
+        ks = values["token_iterations"]
+        tokens = tokens[:len(ks)]
+        finish = "eos" if tokens and tokens[-1] in eos else "stop" if by_stop else "length"
+        outcomes.append(Outcome(tokens=tokens, finish=finish, gated=sum(k > 0 for k in ks),
+                                iterations=Counter(k for k in ks if k > 0), **values))
+    return outcomes

@@ -35,7 +35,10 @@ from transformers.cache_utils import StaticLayer, StaticSlidingWindowLayer
 from eglr_harness.config import EglrConfig
 from eglr_harness.decoding.accounting import EglrStats
 from eglr_harness.decoding.cache_kwarg import CACHE_KWARG
-from eglr_harness.decoding.functional import entropy, entropy_gate, fuse, kl_divergence, norm_match, raise_on_nan_rows, softcap
+from eglr_harness.decoding.functional import (
+    entropy_gate, entropy_of_log_probs, fuse, fusion_weights, kl_divergence, non_finite, norm_match, raise_on_nan_rows,
+    refinement_done, softcap,
+)
 from eglr_harness.decoding.model_parts import ModelParts
 
 # Layer kwargs with a query-length axis, and where it is; sliced to the last position.
@@ -195,8 +198,7 @@ class _Counters:
         tokens = active.sum()
         self.tokens = tokens if self.tokens is None else self.tokens + tokens.to(self.tokens.device)
 
-    def add_nan(self, entropies: torch.Tensor) -> None:
-        nan = torch.isnan(entropies)
+    def add_nan(self, nan: torch.Tensor) -> None:
         self.nan_rows = nan if self.nan_rows is None else self.nan_rows | nan.to(self.nan_rows.device)
 
     def add_refinement(self, iterations: torch.Tensor, pass_rows: int) -> None:
@@ -217,12 +219,46 @@ class _Counters:
         values = torch.cat([self.tokens.reshape(1).long(), histogram.to(device).long(),
                             nan_rows.to(device).long()]).tolist()  # one read
         tokens, histogram, nan_rows = values[0], values[1:self.k_max + 2], values[self.k_max + 2:]
-        if any(nan_rows):
-            raise_on_nan_rows(torch.tensor(nan_rows, dtype=torch.bool), "a decoding step of this batch")
+        raise_on_nan_rows([row for row, nan in enumerate(nan_rows) if nan], "a decoding step of this batch")
         if stats is not None:
             stats.add_batch(steps=self.steps, gated_steps=self.gated_steps, row_steps=self.row_steps, tokens=tokens,
                             iterations={k: c for k, c in enumerate(histogram) if k > 0}, L=L,
                             pass_row_iterations=self.pass_row_iterations)
+
+
+class _SignalLog:
+    """Per step, on the device: each row's entropy, the log-probability of the token it emitted, its
+    iterations k* and last KL, and whether it was still generating; read once (``per_row``)."""
+
+    def __init__(self):
+        self.steps: list[tuple[torch.Tensor, ...]] = []  # (entropy, iterations, final_kl, active), each (B,)
+        self.logprobs: list[torch.Tensor] = []  # (B,) per step, once the step's token is known
+        self._pending: torch.Tensor | None = None  # (B, V) log-probabilities of the last step's distribution
+
+    def add_step(self, entropies, iterations, final_kls, active, logp) -> None:
+        self.steps.append((entropies, iterations, final_kls, active))
+        self._pending = logp
+
+    def add_tokens(self, tokens: torch.Tensor) -> None:
+        """The tokens (B,) emitted from the last step's distribution."""
+        if self._pending is not None:
+            self.logprobs.append(self._pending.gather(1, tokens.to(self._pending.device)[:, None])[:, 0])
+            self._pending = None
+
+    def per_row(self) -> list[dict[str, list]]:
+        """Each row's per-token values over the steps it was generating (one read)."""
+        if not self.steps:
+            return []
+        device = self.steps[0][0].device
+        columns = [torch.stack([step[i].to(device).double() for step in self.steps]) for i in range(4)]
+        columns.append(torch.stack([lp.to(device).double() for lp in self.logprobs]))
+        entropies, iterations, kls, active, logprobs = (c.T.tolist() for c in columns)  # (B, steps) each
+        rows = []
+        for e, k, kl, a, lp in zip(entropies, iterations, kls, active, logprobs):
+            n = int(sum(a))  # a finished row stays finished: its first n steps
+            rows.append({"entropies": e[:n], "token_iterations": [int(v) for v in k[:n]], "final_kls": kl[:n],
+                         "logprobs": lp[:n]})
+        return rows
 
 
 class EglrRefiner:
@@ -236,18 +272,17 @@ class EglrRefiner:
         finished_rows: returns the (B,) bool mask of rows that generation has finished (EOS, max
             length, a stop string; or None before the first check); finished rows are neither
             gated, counted nor recorded.
-        record_entropies: keep the raw-logit entropy of every active row (for tau_h calibration);
-            ``entropies`` is filled when the context closes, one (active rows,) tensor per step.
+
+    Every step's signals (entropy, the emitted token's log-probability, iterations, last KL) are kept
+    per row in ``signals`` (``_SignalLog``); ``add_tokens`` receives the last step's tokens.
     """
 
     def __init__(self, model, parts: ModelParts, config: EglrConfig, *, stats: EglrStats | None = None,
-                 finished_rows=None, record_entropies: bool = False):
+                 finished_rows=None):
         config.validate_for_model(parts.num_layers)
         self.model, self.parts, self.config, self.stats = model, parts, config, stats
         self.finished_rows = finished_rows or (lambda: None)
-        self.record_entropies = record_entropies
-        self.entropies: list[torch.Tensor] = []
-        self._entropy_log: list[tuple[torch.Tensor, torch.Tensor]] = []  # per step: (B,) entropies, (B,) active
+        self.signals = _SignalLog()
         self._top = list(range(parts.num_layers - config.L, parts.num_layers)) if config.refines else []
         self._handles: list = []
         self._capture = _StepCapture()
@@ -258,7 +293,7 @@ class EglrRefiner:
     # ---------------------------------------------------------------- hooks
     def __enter__(self) -> "EglrRefiner":
         self._counters = _Counters(self.config.k_max)
-        self._entropy_log = []
+        self.signals = _SignalLog()
         self._handles.append(self.model.register_forward_pre_hook(self._on_model_call, with_kwargs=True))
         self._handles.append(self.parts.lm_head.register_forward_hook(self._on_logits))
         if self._top:
@@ -276,22 +311,18 @@ class EglrRefiner:
         self._wrapped_caches.clear()
         self._capture = _StepCapture()
         if exc_type is None:
-            self._collect_entropies()
             self._counters.flush(self.stats, self.config.L)
 
-    def _collect_entropies(self) -> None:
-        if not self._entropy_log:
-            return
-        entropies = torch.stack([e.to(self._entropy_log[0][0].device) for e, _ in self._entropy_log]).cpu()  # (steps, B)
-        active = torch.stack([a.to(self._entropy_log[0][0].device) for _, a in self._entropy_log]).cpu()
-        self.entropies.extend(row[mask] for row, mask in zip(entropies, active))
-        self._entropy_log = []
+    def add_tokens(self, tokens: torch.Tensor) -> None:
+        """The last step's tokens (B,), which no later forward call shows (``generate``'s output)."""
+        self.signals.add_tokens(tokens)
 
     def _on_model_call(self, module, args, kwargs):
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         self._capture = _StepCapture()
         if input_ids is None:
             raise ValueError("EGLR needs input_ids in each forward call (inputs_embeds-only generation is not supported).")
+        self.signals.add_tokens(input_ids[:, -1])  # the token the previous step emitted
         finished = self.finished_rows()
         if finished is None:
             self._capture.active = torch.ones(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
@@ -351,34 +382,38 @@ class EglrRefiner:
         active = capture.active.to(raw.device) if capture.active is not None else \
             torch.ones(raw.shape[0], dtype=torch.bool, device=raw.device)
         self._counters.add_step(active)
-        if not (self._top or self.record_entropies):
-            return None
-        final = softcap(self.parts.scale_logits(raw).float(), self.parts.logit_softcap)  # as generate reads them
-        entropies = entropy(final)  # (B,)
-        self._counters.add_nan(entropies)
-        if self.record_entropies:
-            self._entropy_log.append((entropies, active))
-        if not self._top:
-            return None
-        gate = entropy_gate(entropies, self.config.tau_h, active)
-        gated = [row for row, on in enumerate(gate.tolist()) if on]  # the step's one read from the device
-        if not gated:
-            return None
-        lo, hi = gated[0], gated[-1] + 1
-        refined, iterations = self._refine(raw, final, gate, lo, hi, head_device=args[0].device)
-        self._counters.add_refinement(iterations, hi - lo)
-        output = output.clone()
-        output[lo:hi, -1] = refined
-        return output
+        final = softcap(self.parts.scale_logits(raw).float(), self.parts.logit_softcap)  # (B, V) as generate reads them
+        logp = torch.log_softmax(final, dim=-1)  # (B, V) what is read
+        entropies = entropy_of_log_probs(logp)  # (B,)
+        iterations = torch.zeros(raw.shape[0], dtype=torch.long, device=raw.device)
+        kls = torch.zeros_like(entropies)
+        if self._top:
+            gate = entropy_gate(entropies, self.config.tau_h, active)
+            gated = [row for row, on in enumerate(gate.tolist()) if on]  # the step's one read from the device
+            if gated:
+                lo, hi = gated[0], gated[-1] + 1
+                refined, k_star, last_kl, refined_logp = self._refine(raw, logp, gate, lo, hi,
+                                                                      head_device=args[0].device)
+                self._counters.add_refinement(k_star, hi - lo)
+                output = output.clone()
+                output[lo:hi, -1] = refined
+                logp = logp.clone()
+                logp[lo:hi] = refined_logp
+                iterations[lo:hi], kls[lo:hi] = k_star, last_kl
+        self._counters.add_nan(non_finite(entropies, kls))
+        self.signals.add_step(entropies, iterations, kls, active, logp)
+        return output if self._top else None
 
     # ---------------------------------------------------------------- refinement
-    def _refine(self, raw0: torch.Tensor, final0: torch.Tensor, gate: torch.Tensor, lo: int, hi: int,
+    def _refine(self, raw0: torch.Tensor, logp0: torch.Tensor, gate: torch.Tensor, lo: int, hi: int,
                 head_device: torch.device):
         """Run k_max refinement iterations for rows lo:hi, keeping each gated row's own KL exit.
 
-        Rows never influence each other. raw0: (B, V) raw logits of the normal pass; final0: (B, V)
-        fp32 after the soft-cap; gate: (B,) bool, true at lo and hi-1. Returns the raw logits to
-        emit for rows lo:hi, (G, V), and the iterations k* per row, (G,) (0 where not gated).
+        Rows never influence each other. raw0: (B, V) raw logits of the normal pass; logp0: (B, V)
+        their fp32 log-probabilities after the soft-cap; gate: (B,) bool, true at lo and hi-1. Returns,
+        for rows lo:hi, the raw logits to emit (G, V), the iterations k* (G,) (0 where not gated), the
+        KL of each row's last iteration (G,) (0 where not gated) and the emitted distribution's
+        log-probabilities (G, V).
         """
         capture, cfg = self._capture, self.config
         if capture.anchor is None or capture.last_hidden is None or len(capture.layer_calls) != len(self._top):
@@ -388,26 +423,31 @@ class EglrRefiner:
         hidden = capture.last_hidden[lo:hi].to(anchor.device)  # (G, D); devices differ with a split device_map
         calls = {i: _rows_of(call, lo, hi, batch) for i, call in capture.layer_calls.items()}
         replay = _ReplayCache(capture.attended, lo, hi)
-        logp_prev = torch.log_softmax(final0[lo:hi], dim=-1)  # (G, V)
-        chosen = raw0[lo:hi].clone()  # (G, V)
+        logp_prev = logp0[lo:hi]  # (G, V)
+        chosen, chosen_logp = raw0[lo:hi].clone(), logp_prev  # (G, V)
         running = gate[lo:hi].clone()  # (G,) rows still refining
         iterations = torch.zeros(hi - lo, dtype=torch.long, device=raw0.device)
+        last_kl = torch.zeros(hi - lo, dtype=torch.float32, device=raw0.device)
+        alpha, one_minus_alpha = fusion_weights(cfg.alpha, hi - lo, anchor.device)
         self._refining = True
         try:
             for k in range(1, cfg.k_max + 1):
-                fused = fuse(anchor, norm_match(hidden.to(anchor.device), anchor), cfg.alpha)  # (G, D)
+                fused = fuse(anchor, norm_match(hidden.to(anchor.device), anchor), alpha, one_minus_alpha)  # (G, D)
                 hidden = self._run_top_layers(fused, calls, replay)  # (G, D)
                 normed = self.parts.final_norm(hidden[:, None, :].to(capture.norm_device or hidden.device))
                 raw = self.parts.lm_head(normed.to(head_device))[:, -1].to(raw0.device)  # (G, V)
                 logp = torch.log_softmax(softcap(self.parts.scale_logits(raw).float(), self.parts.logit_softcap), dim=-1)
+                kl = kl_divergence(logp, logp_prev)
                 chosen = torch.where(running[:, None], raw.to(chosen.dtype), chosen)
+                chosen_logp = torch.where(running[:, None], logp, chosen_logp)
                 iterations = torch.where(running, k, iterations)
-                running = running & (kl_divergence(logp, logp_prev) >= cfg.tau_kl)  # KL early exit per row
+                last_kl = torch.where(running, kl, last_kl)
+                running = running & ~refinement_done(kl, cfg.tau_kl, k, cfg.k_max)  # KL early exit per row
                 logp_prev = logp
         finally:
             replay.restore()
             self._refining = False
-        return chosen, iterations
+        return chosen, iterations, last_kl, chosen_logp
 
     def _run_top_layers(self, fused: torch.Tensor, calls: dict[int, _LayerCall], replay: _ReplayCache) -> torch.Tensor:
         """Apply layers N-L+1..N to the fused state at the current position.  (G, D) -> (G, D)."""

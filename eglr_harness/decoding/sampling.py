@@ -78,12 +78,13 @@ def gumbel_noise(keys: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------- warpers, per row
 def warp_candidates(scores: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                    num_candidates: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """transformers' warpers in ``generate``'s order (temperature, top-k, top-p), each row with its
+                    num_candidates: int, min_p: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' warpers in ``generate``'s order (temperature, top-k, top-p, min-p), each row with its
     own settings, on the ``num_candidates`` best tokens of each row.
 
     scores: (B, V) fp32 logits; temperature: (B,) > 0; top_k: (B,) int (0 = off); top_p: (B,) in
-    (0, 1] (1 = off); num_candidates: C >= every row's top_k (V when a row has top_k = 0).
+    (0, 1] (1 = off); num_candidates: C >= every row's top_k (V when a row has top_k = 0); min_p: (B,)
+    in [0, 1] (0 = off) or None (no row uses it).
     Returns (warped (B, C) with removed tokens at -inf, their token ids (B, C)), best first.
     Tokens tied with a row's k-th best are kept, as ``TopKLogitsWarper`` keeps them, up to C.
     """
@@ -97,17 +98,24 @@ def warp_candidates(scores: torch.Tensor, temperature: torch.Tensor, top_k: torc
     drop = mass <= (1 - top_p.double()).float()[:, None]
     drop[:, -1] = False  # min_tokens_to_keep = 1: the best token stays
     drop = drop & (top_p[:, None] < 1.0)
-    return ascending.masked_fill(drop, float("-inf")).flip(-1), ids
+    values = ascending.masked_fill(drop, float("-inf")).flip(-1)
+    if min_p is not None:  # MinPLogitsWarper: below min_p x the best token's probability; the best stays
+        probs = values.softmax(dim=-1)
+        below = probs < min_p[:, None] * probs[:, :1]
+        below[:, 0] = False
+        values = values.masked_fill(below, float("-inf"))
+    return values, ids
 
 
 def sample_rows(scores: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                seeds: torch.Tensor, counters: torch.Tensor, num_candidates: int) -> torch.Tensor:
+                seeds: torch.Tensor, counters: torch.Tensor, num_candidates: int,
+                min_p: torch.Tensor | None = None) -> torch.Tensor:
     """One draw per row from its warped scores, Gumbel-max with the row's own noise.
 
     scores: (B, V) fp32; temperature, top_k, top_p, seeds, counters: (B,) -> (B,) int64 token ids.
     Rows with temperature 0 must be given a positive placeholder temperature (their draw is unused).
     """
-    warped, ids = warp_candidates(scores, temperature, top_k, top_p, num_candidates)
+    warped, ids = warp_candidates(scores, temperature, top_k, top_p, num_candidates, min_p)
     noisy = warped + gumbel_noise(row_keys(seeds, counters), ids)
     return ids.gather(1, noisy.argmax(dim=-1, keepdim=True))[:, 0]
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from eglr_harness.config import EglrConfig
+from eglr_harness.decoding.processors import LogitsOptions, ProcessorPlan
 
 READ_FIELDS = ("token", "gated", "emitted", "entropy", "logprob", "kl", "iterations", "nan")
 """Columns of the one (G, len(READ_FIELDS)) fp32 read per step: the emitted token (-1 when none), whether
@@ -32,6 +33,7 @@ class StepPlan:
     sampled: whether any request samples (else the draw is left out of the step).
     num_candidates: tokens a draw considers per row (>= every top_k; V when some top_k is 0).
     logit_softcap: the model's final-logit soft-cap, or None.
+    processors: which of generate's logits processors some request uses (``processors.py``).
     """
 
     num_layers: int
@@ -40,9 +42,11 @@ class StepPlan:
     sampled: bool
     num_candidates: int
     logit_softcap: float | None
+    processors: ProcessorPlan = ProcessorPlan()
 
     @classmethod
-    def of(cls, configs: list[EglrConfig], num_layers: int, vocab: int, logit_softcap: float | None) -> "StepPlan":
+    def of(cls, configs: list[EglrConfig], num_layers: int, vocab: int, logit_softcap: float | None,
+           options: list[LogitsOptions] | None = None) -> "StepPlan":
         spans = sorted({c.L for c in configs if c.refines})
         sampled = [c for c in configs if c.sampled]
         if any(c.top_k == 0 for c in sampled):
@@ -52,7 +56,8 @@ class StepPlan:
             candidates = min(vocab, max((c.top_k for c in sampled), default=1) + 8)
         return cls(num_layers=num_layers, join_layer=num_layers - max(spans, default=0),
                    entry_layers=tuple(num_layers - L for L in reversed(spans)), sampled=bool(sampled),
-                   num_candidates=candidates, logit_softcap=logit_softcap)
+                   num_candidates=candidates, logit_softcap=logit_softcap,
+                   processors=ProcessorPlan.of(options or [], [c.sampled for c in configs]))
 
 
 @dataclass
@@ -63,6 +68,10 @@ class SlotState:
     in the slot; iterations: refinement iterations done at the pending position; drawn: tokens emitted
     so far (the draw counter of the sampling noise); anchor, h_prev: (B+1, D) a and h^(N'k) of the
     pending position; logp_prev: (B+1, V) fp32 log-probabilities of the last distribution computed.
+    The processors' state (``processors.py``) has a V axis only where the run's plan uses it, else 1:
+    seen: (B+1, V|1) tokens of the prompt and the generation (repetition penalty); history: (B+1, W)
+    the row's tokens by position (no_repeat_ngram; W follows the K/V storage); suppress,
+    begin_suppress: (B+1, V|1) banned tokens; eos: (V,) the EOS tokens.
     """
 
     token: torch.Tensor
@@ -83,9 +92,19 @@ class SlotState:
     anchor: torch.Tensor
     h_prev: torch.Tensor
     logp_prev: torch.Tensor
+    penalty: torch.Tensor  # fp32, 1.0 = off
+    seen: torch.Tensor
+    history: torch.Tensor
+    ngram: torch.Tensor  # bool: the row bans repeated n-grams
+    eos_blocked_until: torch.Tensor  # long: EOS banned while drawn < it
+    suppress: torch.Tensor
+    begin_suppress: torch.Tensor
+    min_p: torch.Tensor  # fp32, 0 = off
+    eos: torch.Tensor
 
     @classmethod
-    def allocate(cls, num_slots: int, hidden: int, vocab: int, dtype, device, *, static_addresses: bool = False):
+    def allocate(cls, num_slots: int, hidden: int, vocab: int, dtype, device, *, static_addresses: bool = False,
+                 processors: ProcessorPlan = ProcessorPlan(), eos_token_ids=(), history_width: int = 1):
         n = num_slots + 1  # the trash slot
         long = dict(dtype=torch.long, device=device)
         f32, f64 = dict(dtype=torch.float32, device=device), dict(dtype=torch.float64, device=device)
@@ -97,16 +116,32 @@ class SlotState:
             top_p=torch.ones(n, **f32), sampled=torch.zeros(n, dtype=torch.bool, device=device),
             seed=torch.zeros(n, **long), anchor=torch.zeros(n, hidden, dtype=dtype, device=device),
             h_prev=torch.zeros(n, hidden, dtype=dtype, device=device), logp_prev=torch.zeros(n, vocab, **f32),
+            penalty=torch.ones(n, **f32), seen=_flags(n, vocab if processors.penalty else 1, device),
+            history=torch.zeros(n, history_width if processors.ngram_size else 1, **long),
+            ngram=torch.zeros(n, dtype=torch.bool, device=device), eos_blocked_until=torch.zeros(n, **long),
+            suppress=_flags(n, vocab if processors.suppress else 1, device),
+            begin_suppress=_flags(n, vocab if processors.begin_suppress else 1, device),
+            min_p=torch.zeros(n, **f32), eos=_flags(1, vocab, device)[0],
         )
+        ids = torch.tensor([t for t in eos_token_ids if 0 <= t < vocab], dtype=torch.long)
+        state.eos[ids.to(device)] = True
         if static_addresses:  # CUDA graphs replay on these very tensors
             for f in fields(state):
                 torch._dynamo.mark_static_address(getattr(state, f.name))
         return state
 
+    def resize_history(self, width: int) -> None:
+        """Keep the token history (no_repeat_ngram runs only) as wide as the K/V storage (eager, between steps)."""
+        old = self.history
+        self.history = old.new_zeros(old.shape[0], width)
+        keep = min(width, old.shape[1])
+        self.history[:, :keep] = old[:, :keep]
+
     def admit(self, slots: list[int], configs: list[EglrConfig], seeds: list[int | None],
-              positions: list[int]) -> None:
+              prompts: list[tuple[int, ...]], options: list[LogitsOptions]) -> None:
         """Write the settings of newly admitted requests into ``slots`` (host -> device, eager)."""
         index = torch.tensor(slots, device=self.L.device)
+        positions = [len(p) - 1 for p in prompts]
 
         def put(tensor, values):
             tensor.index_copy_(0, index, torch.tensor(values, dtype=tensor.dtype).to(tensor.device))
@@ -125,3 +160,20 @@ class SlotState:
         put(self.position, positions)
         put(self.iterations, [0] * len(slots))
         put(self.drawn, [0] * len(slots))
+        put(self.penalty, [o.repetition_penalty for o in options])
+        put(self.ngram, [o.no_repeat_ngram_size > 0 for o in options])
+        put(self.eos_blocked_until, [o.eos_blocked_until(len(p)) for o, p in zip(options, prompts)])
+        put(self.min_p, [o.min_p if c.sampled else 0.0 for o, c in zip(options, configs)])
+        for tensor, tokens in ((self.seen, prompts), (self.suppress, [o.suppress_tokens for o in options]),
+                               (self.begin_suppress, [o.begin_suppress_tokens for o in options])):
+            if tensor.shape[1] > 1:
+                tensor[index] = False
+                for slot, ids in zip(slots, tokens):
+                    tensor[slot, [t for t in ids if t < tensor.shape[1]]] = True
+        if self.history.shape[1] > 1:
+            for slot, prompt in zip(slots, prompts):
+                self.history[slot, :len(prompt)] = torch.tensor(prompt[:self.history.shape[1]], device=self.history.device)
+
+
+def _flags(rows: int, width: int, device) -> torch.Tensor:
+    return torch.zeros(rows, width, dtype=torch.bool, device=device)

@@ -53,11 +53,12 @@ def run_case(arch, prompt_seed, settings, max_batch, headroom, run):
 
 
 def engine_run(model, prompts, configs, max_batch, headroom, record):
-    from eglr_harness.decoding.continuous import ContinuousEngine, Request
+    from eglr_harness.decoding.continuous import ContinuousEngine
+    from eglr_harness.decoding.contract import Request
 
     requests = [Request(tuple(p), c, MAX_NEW) for p, c in zip(prompts, configs)]
     engine = ContinuousEngine(model, max_batch=max_batch, eos_token_ids=[EOS], refine_headroom=headroom)
-    return engine.run(requests, record_entropies=True) if record else engine.run(requests)
+    return engine.run(requests)  # every outcome carries its entropies: `record` is the old engine's switch
 
 
 if __name__ == "__main__":

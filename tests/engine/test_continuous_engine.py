@@ -15,7 +15,8 @@ from tiny_models import TINY_ARCHS, build_tiny_model
 
 from eglr_harness.config import EglrConfig
 from eglr_harness.decoding.accounting import EglrStats
-from eglr_harness.decoding.continuous import ContinuousEngine, Request
+from eglr_harness.decoding.continuous import ContinuousEngine
+from eglr_harness.decoding.contract import Request
 
 VOCAB, LAYERS, EOS, PAD = 96, 4, 2, 0
 MAX_NEW = 10
@@ -38,7 +39,7 @@ def _run(model, prompts, configs, *, max_batch=2, seeds=None, **kwargs):
 
 
 def _median_entropy(model, prompts) -> float:
-    outcomes = _run(model, prompts, [EglrConfig(L=0)] * len(prompts), record_entropies=True)
+    outcomes = _run(model, prompts, [EglrConfig(L=0)] * len(prompts))
     values = sorted(e for o in outcomes for e in o.entropies)
     middle = len(values) // 2
     return (values[middle - 1] + values[middle]) / 2  # halfway between two observed values
@@ -128,7 +129,7 @@ def test_accounting_counts_what_ran(model):
 def test_recorded_entropies_are_the_plain_pass_entropies():
     model = build_tiny_model("qwen2", vocab_size=VOCAB, num_layers=LAYERS, seed=3)
     prompt = random_prompts(8, lengths=(6,), vocab=VOCAB)[0]
-    outcome = _run(model, [prompt], [EglrConfig(L=0)], record_entropies=True)[0]
+    outcome = _run(model, [prompt], [EglrConfig(L=0)])[0]
     seq, expected = list(prompt), []
     for token in outcome.tokens:
         with torch.no_grad():

@@ -44,9 +44,19 @@ def test_norm_match_keeps_direction_and_takes_anchor_norm():
 
 def test_fuse_endpoints_and_midpoint():
     a, r = torch.ones(2, 4), torch.full((2, 4), 3.0)
-    assert torch.equal(em.fuse(a, r, 0.0), a)
-    assert torch.equal(em.fuse(a, r, 1.0), r)
-    torch.testing.assert_close(em.fuse(a, r, 0.25), torch.full((2, 4), 1.5))
+    assert torch.equal(em.fuse(a, r, *em.fusion_weights(0.0, 2, "cpu")), a)
+    assert torch.equal(em.fuse(a, r, *em.fusion_weights(1.0, 2, "cpu")), r)
+    torch.testing.assert_close(em.fuse(a, r, *em.fusion_weights(0.25, 2, "cpu")), torch.full((2, 4), 1.5))
+    # per-row weights: each row its own alpha
+    alpha = torch.tensor([0.0, 1.0])
+    torch.testing.assert_close(em.fuse(a, r, alpha, 1 - alpha), torch.stack([a[0], r[1]]))
+
+
+def test_refinement_ends_at_the_kl_exit_or_the_budget():
+    kl = torch.tensor([1e-5, 1e-2, float("nan"), 1e-2])
+    assert em.refinement_done(kl, 1e-3, torch.tensor([1, 1, 1, 3]), 3).tolist() == [True, False, True, True]
+    # compared in float64, as the config's Python float: a KL exactly at tau_kl keeps refining
+    assert em.refinement_done(torch.tensor([0.5]), 0.5, 1, 3).tolist() == [False]
 
 
 def test_kl_is_zero_for_equal_and_positive_otherwise():
@@ -63,8 +73,11 @@ def test_softcap_and_non_finite_logits():
     x = torch.tensor([[-100.0, 0.0, 100.0]])
     assert torch.equal(em.softcap(x, None), x)
     assert em.softcap(x, 30.0).abs().max() < 30.0
-    with pytest.raises(FloatingPointError, match=r"non-finite logits at a test \(rows \[1\]\)"):
-        em.check_finite(em.entropy(torch.tensor([[0.0, 1.0], [float("nan"), 0.0]])), "a test")
+    nan = em.non_finite(em.entropy(torch.tensor([[0.0, 1.0], [float("nan"), 0.0], [0.0, 0.0]])),
+                        torch.tensor([0.0, 0.0, float("nan")]))
+    assert nan.tolist() == [False, True, True]
+    with pytest.raises(FloatingPointError, match=r"non-finite logits at a test \(rows \[1, 2\]\)"):
+        em.raise_on_nan_rows([1, 2], "a test")
 
 
 def test_model_parts_of_each_family_and_errors():

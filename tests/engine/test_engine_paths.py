@@ -254,12 +254,15 @@ def test_a_row_that_emits_a_stop_string_is_neither_refined_nor_counted_nor_recor
     assert summary["gated_tokens"] == sum(ends)  # tau_h = 0 gates every counted token
     assert sum(summary["iteration_hist"].values()) == sum(ends)
 
-    sink = []
-    _generate(model, prompts, L=0, eglr_refiner_sink=sink, eglr_stop_strings=[tok.CHARS[stop_token]],
+    outcomes = []
+    _generate(model, prompts, L=0, eglr_outcomes=outcomes, eglr_stop_strings=[tok.CHARS[stop_token]],
               eglr_tokenizer=tok)
     plain_rows = [_trim(r.tolist()) for r in _generate(model, prompts, L=0)[0]]
     plain_ends = [r.index(stop_token) + 1 if stop_token in r else len(r) for r in plain_rows]
-    assert sum(e.numel() for e in sink[0].entropies) == sum(plain_ends)  # nor recorded for calibration
+    assert [len(o.entropies) for o in outcomes] == plain_ends  # nor recorded for calibration
+    assert [o.tokens for o in outcomes] == [r[:end] for r, end in zip(plain_rows, plain_ends)]
+    assert [o.finish for o in outcomes] == ["stop" if stop_token in r else "eos" if EOS in r else "length"
+                                            for r in plain_rows]
 
 
 def test_stop_strings_need_a_tokenizer_and_a_list():

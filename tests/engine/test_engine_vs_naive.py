@@ -53,11 +53,11 @@ def model(request):
 
 
 def _median_entropy(model, prompts) -> float:
-    sink = []
+    outcomes = []
     ids, mask = _left_pad(prompts)
     model.generate(ids, attention_mask=mask, max_new_tokens=MAX_NEW, do_sample=False, pad_token_id=PAD,
-                   eos_token_id=EOS, custom_generate=eglr_generate, L=0, eglr_refiner_sink=sink)
-    values = torch.cat(sink[0].entropies).sort().values
+                   eos_token_id=EOS, custom_generate=eglr_generate, L=0, eglr_outcomes=outcomes)
+    values = torch.tensor([e for o in outcomes for e in o.entropies]).sort().values
     middle = len(values) // 2
     # halfway between two observed entropies, so float noise cannot flip a gate decision
     return float(values[middle - 1] + values[middle]) / 2

@@ -26,7 +26,7 @@ from eglr_harness.config import EglrConfig
 from eglr_harness.decoding.continuous import ContinuousEngine
 from eglr_harness.decoding.model_parts import LOGIT_SCALES
 from eglr_harness.decoding.stack import FAMILIES
-from eglr_harness.harness.continuous import choose_engine
+from eglr_harness.harness.engines import build_engines
 
 VOCAB, LAYERS, MAX_NEW = engine_checks.VOCAB, engine_checks.LAYERS, engine_checks.MAX_NEW
 TAU_KL = engine_checks.TAU_KL
@@ -111,10 +111,11 @@ def test_refused_models_fall_back_to_hf_with_one_log_line(build, reason, caplog)
     model = build()
     with pytest.raises(ValueError, match=rf"{re.escape(reason)}.*use engine=hf"):
         ContinuousEngine(model, max_batch=2)
-    lm = SimpleNamespace(model=model, batch_size=2, tokenizer=None)
+    lm = SimpleNamespace(model=model, batch_size=2, device="cpu", tokenizer=SimpleNamespace(pad_token_id=0, eos_token_id=2))
     with caplog.at_level(logging.INFO, logger="eglr_harness"):
-        assert choose_engine(lm, "auto") is None
+        engines, used = build_engines(lm, "auto")
+    assert used == "hf" and [type(e).__name__ for e in engines] == ["HookEngine"]
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("eglr_harness")]
     assert len(lines) == 1 and lines[0].startswith("eglr-hf: decoding with engine=hf: ") and reason in lines[0]
     with pytest.raises(ValueError, match=re.escape(reason)):
-        choose_engine(lm, "continuous")
+        build_engines(lm, "continuous")

@@ -1,5 +1,5 @@
 """The fixed-shape step: today's engine equals the engine before the rework token for token
-(greedy, every tiny family), compiled equals eager, buckets, generation-config refusals, NaN rows."""
+(greedy, every tiny family), compiled equals eager, buckets, NaN rows."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ from naive_reference import gumbel, naive_eglr_greedy  # noqa: E402
 from tiny_models import build_tiny_model  # noqa: E402
 
 from eglr_harness.config import EglrConfig  # noqa: E402
-from eglr_harness.decoding.continuous import ContinuousEngine, Request  # noqa: E402
+from eglr_harness.decoding.continuous import ContinuousEngine  # noqa: E402
+from eglr_harness.decoding.contract import Request  # noqa: E402
 from eglr_harness.decoding.slot_state import READ_FIELDS, SlotState, StepPlan  # noqa: E402
 from eglr_harness.decoding.slots import SlotCache, length_bucket  # noqa: E402
 
@@ -143,17 +144,6 @@ def test_a_nan_kl_raises():
 
     read = settle(engine.stack, plan, state, torch.tensor([0, 1]), 2, torch.randn(2, 32), torch.randn(2, VOCAB))
     assert read[:, READ_FIELDS.index("nan")].tolist() == [0.0, 1.0]
-
-
-def test_a_generation_config_processor_is_refused_by_name():
-    model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=LAYERS, seed=1)
-    model.generation_config.repetition_penalty = 1.5
-    with pytest.raises(ValueError, match=r"repetition_penalty=1\.5.*engine=hf"):
-        ContinuousEngine(model, max_batch=2)
-    model.generation_config.repetition_penalty = 1.0  # neutral: accepted
-    model.generation_config.no_repeat_ngram_size = 3
-    with pytest.raises(ValueError, match="no_repeat_ngram_size=3"):
-        ContinuousEngine(model, max_batch=2)
 
 
 def test_kv_storage_grows_and_shrinks_by_buckets(monkeypatch):

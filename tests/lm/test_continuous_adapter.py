@@ -1,10 +1,12 @@
 """eglr-hf with engine=continuous: the same rollouts as engine=hf (and lm-eval's hf at L=0), the same
-accounting, the rollout store, and the errors that send a user back to engine=hf."""
+accounting and signals, the rollout store, generation-config processors, batch_size=auto, and the
+errors that send a user back to engine=hf."""
 
 from __future__ import annotations
 
 import pytest
 from lm_eval.models.huggingface import HFLM
+from transformers import AutoTokenizer
 
 from inputs import CONTEXTS, requests_for
 
@@ -43,12 +45,14 @@ def test_pool_rollouts_equal_the_hf_engine(llama_dir, L):
     b = continuous.generate_until(requests_for(CONTEXTS[:3], POOL, repeats=10))
     assert [str(x) for x in a] == [str(x) for x in b]
     assert [(x.L, x.T, x.cycle) for x in a] == [(x.L, x.T, x.cycle) for x in b]
-    # the continuous engine records each rollout's signals (tau_h = 0: every token of an L > 0 cell is gated)
-    assert all(x.signals is None for x in a)
-    for x in b:
+    # both engines record each rollout's signals, the same ones (tau_h = 0: every token of an L > 0 cell is gated)
+    for x, y in zip(a, b):
         assert rollout_meta(x)["signals"] is x.signals and x.signals["tokens"] >= 1
         assert x.signals["gated_fraction"] == (1.0 if x.L > 0 else 0.0)
         assert x.signals["mean_logprob"] <= 0.0 and x.signals["max_entropy"] >= x.signals["mean_entropy"] > 0.0
+        assert x.signals.keys() == y.signals.keys()
+        for name, value in x.signals.items():  # None: a mean over no gated token
+            assert value == (None if y.signals[name] is None else pytest.approx(y.signals[name], rel=1e-4, abs=1e-6)), name
     hf_cells = hf.get_model_info()["eglr"]["stats"]["cells"]
     ours = continuous.get_model_info()["eglr"]
     assert ours["engine"] == "continuous"
@@ -79,11 +83,43 @@ def test_calibration_and_store_work_through_the_engine(llama_dir, tmp_path, monk
 def test_bad_engine_settings_are_refused(llama_dir):
     with pytest.raises(ValueError, match="`engine`='vllm' is not allowed; allowed: auto, continuous, hf"):
         _lm(llama_dir, "vllm")
-    with pytest.raises(ValueError, match="fixed batch_size"):
-        _lm(llama_dir, "continuous", batch_size="auto")
     lm = _lm(llama_dir, "continuous", batch_size=2, L=0)
-    with pytest.raises(ValueError, match=r"\['repetition_penalty'\] need generate: use engine=hf"):
-        lm.generate_until(requests_for(CONTEXTS[:1], {**GREEDY, "repetition_penalty": 1.3}))
+    with pytest.raises(ValueError, match=r"num_beams=2.*engine=hf"):
+        lm.generate_until(requests_for(CONTEXTS[:1], {**GREEDY, "num_beams": 2}))
+
+
+def test_batch_size_auto_takes_slots_from_free_memory(llama_dir, caplog):
+    with caplog.at_level("INFO", logger="eglr_harness"):
+        auto = _lm(llama_dir, "continuous", batch_size="auto", L=2, tau_h=0.0)
+        got = auto.generate_until(requests_for(CONTEXTS, GREEDY))
+    said = [r.getMessage() for r in caplog.records if "batch_size=auto" in r.getMessage()]
+    assert said and "running rows" in said[0] and "GiB free" in said[0] and "MiB per row" in said[0]
+    fixed = _lm(llama_dir, "continuous", batch_size=2, L=2, tau_h=0.0).generate_until(requests_for(CONTEXTS, GREEDY))
+    assert [str(x) for x in got] == [str(x) for x in fixed]
+    assert auto.get_model_info()["eglr"]["engine"] == "continuous"
+
+
+@pytest.mark.parametrize("L", [0, 2, 4])
+def test_a_qwen_generation_config_penalty_decodes_continuously_as_hf(tiny_model_dir, tmp_path, L):
+    """Qwen2.5-Instruct ships repetition_penalty 1.05: engine=auto keeps the continuous engine, with the
+    texts of engine=hf, greedy and sampled, and signals from both."""
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / "qwen_penalised"
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir("qwen2"))
+    model.generation_config.repetition_penalty = 1.05
+    model.generation_config.no_repeat_ngram_size = 3  # makes the processors bite on a tiny random model
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_model_dir("qwen2")).save_pretrained(folder)
+    settings = dict(L=L, T="0|0.7", tau_h=0.0, tau_kl=0.0)
+    requests = requests_for(CONTEXTS[:3], {**GREEDY, "max_gen_toks": 16}, repeats=2)
+    auto, hf = _lm(str(folder), "auto", batch_size=2, **settings), _lm(str(folder), "hf", batch_size=2, **settings)
+    plain = _lm(str(tiny_model_dir("qwen2")), "auto", batch_size=2, **settings)
+    assert auto.get_model_info()["eglr"]["engine"] == "continuous"
+    a, b, c = (lm.generate_until(requests) for lm in (auto, hf, plain))
+    assert [str(x) for x in a] == [str(x) for x in b]
+    assert [str(x) for x in a] != [str(x) for x in c], "the generation config's processors changed nothing"
+    assert all(x.signals for x in a) and all(x.signals for x in b)
 
 
 def test_auto_is_the_default_and_falls_back_to_hf_saying_why(llama_dir, tiny_model_dir, caplog):
@@ -91,24 +127,17 @@ def test_auto_is_the_default_and_falls_back_to_hf_saying_why(llama_dir, tiny_mod
     info = default.get_model_info()["eglr"]
     assert (info["engine"], info["engine_requested"]) == ("continuous", "auto")
 
-    with caplog.at_level("INFO", logger="eglr_harness"):
-        auto_batch = _lm(llama_dir, "auto", batch_size="auto", L=0)  # the continuous engine needs a fixed batch
-    assert auto_batch.get_model_info()["eglr"]["engine"] == "hf"
-    assert any("decoding with engine=hf: engine=continuous needs a fixed batch_size" in r.getMessage()
-               for r in caplog.records)
-
     # a request with an option the continuous engine does not apply goes through generate, the others not
     lm = _lm(llama_dir, "auto", batch_size=2, L=0)
     hf = _lm(llama_dir, "hf", batch_size=2, L=0)
-    penalised = {**GREEDY, "repetition_penalty": 1.3}
+    beams = {**GREEDY, "num_beams": 2}
     caplog.clear()
     with caplog.at_level("INFO", logger="eglr_harness"):
-        mixed = lm.generate_until(requests_for(CONTEXTS[:2], penalised, task="a") +
+        mixed = lm.generate_until(requests_for(CONTEXTS[:2], beams, task="a") +
                                   requests_for(CONTEXTS[2:4], GREEDY, task="b"))
-    expected = hf.generate_until(requests_for(CONTEXTS[:2], penalised, task="a") +
+    expected = hf.generate_until(requests_for(CONTEXTS[:2], beams, task="a") +
                                  requests_for(CONTEXTS[2:4], GREEDY, task="b"))
     assert [str(x) for x in mixed] == [str(x) for x in expected]
-    assert [x.signals is None for x in mixed] == [True, True, False, False]  # generate records no signals
-    assert [r.getMessage() for r in caplog.records].count(
-        "eglr-hf: requests with generation options ['repetition_penalty'] decode with engine=hf (the continuous "
-        "engine applies temperature, top_k and top_p only)") == 1
+    assert all(x.signals for x in mixed)  # both engines record signals
+    said = [r.getMessage() for r in caplog.records if "decode with engine=hf" in r.getMessage()]
+    assert len(said) == 1 and "num_beams=2" in said[0]

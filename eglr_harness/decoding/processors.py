@@ -1,0 +1,173 @@
+"""``generate``'s logits processors that the continuous engine applies itself, and the ones it refuses.
+
+``generate`` builds logits processors from the model's ``generation_config`` even when decoding
+greedily (Qwen2.5-Instruct ships ``repetition_penalty: 1.05``), and from a request's own options.
+The continuous engine draws its tokens itself, so it applies these in ``generate``'s order, as
+tensor functions over the rows of a step (``fixed_step.settle``), on the logits it emits (refined
+at gated tokens), after the entropy gate and the KL exit have read the raw distribution:
+
+    repetition_penalty -> no_repeat_ngram_size -> min_length -> min_new_tokens -> suppress_tokens
+    -> begin_suppress_tokens, then the sampling warpers temperature -> top_k -> top_p -> min_p
+    (``sampling.warp_candidates``).
+
+Every other active processor (beams, bad words, sequence bias, typical-p, ...) is refused by name
+(:func:`LogitsOptions.resolve`), so a request never decodes other text than ``engine=hf`` would.
+
+Where the engines can differ (documented, not hidden): ``generate`` counts ``min_length`` on the
+left-padded prompt of its batch and lets ``no_repeat_ngram_size`` see the padding; the continuous
+engine counts each row's own prompt. For one prompt per batch, or prompts of equal length, they agree.
+
+Shape letters: G rows of a step, V vocabulary, W token-history width.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+import torch
+
+# The options that carry a request's EGLR cell and sampling (EglrConfig), not a processor.
+SAMPLING_OPTIONS = frozenset({"do_sample", "temperature", "top_k", "top_p"})
+
+# setting -> test that it is active, as transformers' ``GenerationMixin._get_logits_processor`` decides;
+# the ones the continuous engine does not apply.
+_REFUSED = {
+    "encoder_repetition_penalty": lambda v: v is not None and v != 1.0,
+    "encoder_no_repeat_ngram_size": lambda v: v is not None and v > 0,
+    "bad_words_ids": lambda v: v is not None,
+    "sequence_bias": lambda v: v is not None,
+    "forced_bos_token_id": lambda v: v is not None,
+    "forced_eos_token_id": lambda v: v is not None,
+    "remove_invalid_values": lambda v: v is True,
+    "exponential_decay_length_penalty": lambda v: v is not None,
+    "guidance_scale": lambda v: v is not None and v != 1,
+    "watermarking_config": lambda v: v is not None,
+    "renormalize_logits": lambda v: v is True,
+    "num_beams": lambda v: v is not None and v > 1,
+    "top_h": lambda v: v is not None,
+    "typical_p": lambda v: v is not None and v < 1.0,
+    "epsilon_cutoff": lambda v: v is not None and 0.0 < v < 1.0,
+    "eta_cutoff": lambda v: v is not None and 0.0 < v < 1.0,
+}
+
+
+@dataclass(frozen=True)
+class LogitsOptions:
+    """One request's logits processors, as ``generate`` would build them (off by default).
+
+    repetition_penalty: > 0, 1.0 = off; over the prompt's and the generated tokens.
+    no_repeat_ngram_size: 0 = off; bans tokens that would repeat an n-gram of prompt + generated tokens.
+    min_length: EOS banned while prompt + generated tokens < it; min_new_tokens: while generated < it.
+    suppress_tokens: never emitted; begin_suppress_tokens: not as the first generated token.
+    min_p: sampling only, 0.0 = off: drops tokens below min_p × the best token's probability.
+    """
+
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    min_length: int = 0
+    min_new_tokens: int = 0
+    suppress_tokens: tuple[int, ...] = ()
+    begin_suppress_tokens: tuple[int, ...] = ()
+    min_p: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check(self.repetition_penalty, "repetition_penalty", "a float > 0 (1.0 = off)",
+               lambda v: isinstance(v, float) and math.isfinite(v) and v > 0)
+        for name in ("no_repeat_ngram_size", "min_length", "min_new_tokens"):
+            _check(getattr(self, name), name, "an int >= 0 (0 = off)", lambda v: isinstance(v, int) and v >= 0)
+        for name in ("suppress_tokens", "begin_suppress_tokens"):
+            _check(getattr(self, name), name, "a list of token ids >= 0",
+                   lambda v: isinstance(v, tuple) and all(isinstance(t, int) and t >= 0 for t in v))
+        _check(self.min_p, "min_p", "a float in [0, 1] (0 = off)", lambda v: isinstance(v, float) and 0.0 <= v <= 1.0)
+
+    @classmethod
+    def resolve(cls, generation_config, options: Mapping) -> "LogitsOptions":
+        """The processors of a request: its ``options`` over the model's ``generation_config``, as
+        ``generate`` merges them. ``ValueError`` naming every active setting the engine does not apply."""
+
+        def setting(name):
+            return options[name] if name in options else getattr(generation_config, name, None)
+
+        unknown = sorted(set(options) - SAMPLING_OPTIONS - {f.name for f in fields(cls)} - set(_REFUSED))
+        refused = {name: setting(name) for name, active in _REFUSED.items() if active(setting(name))}
+        if unknown or refused:
+            named = [f"{n}={v!r}" for n, v in refused.items()] + [f"{n}={options[n]!r}" for n in unknown]
+            raise ValueError(f"the continuous engine does not apply the generation setting(s) {', '.join(named)} "
+                             f"(it applies {', '.join(f.name for f in fields(cls))} and temperature/top_k/top_p)")
+        penalty, min_p = setting("repetition_penalty"), setting("min_p")
+        return cls(
+            repetition_penalty=1.0 if penalty is None else float(penalty),
+            no_repeat_ngram_size=int(setting("no_repeat_ngram_size") or 0),
+            min_length=int(setting("min_length") or 0), min_new_tokens=int(setting("min_new_tokens") or 0),
+            suppress_tokens=tuple(int(t) for t in setting("suppress_tokens") or ()),
+            begin_suppress_tokens=tuple(int(t) for t in setting("begin_suppress_tokens") or ()),
+            min_p=0.0 if min_p is None else float(min_p),
+        )
+
+    def eos_blocked_until(self, prompt_length: int) -> int:
+        """Generated tokens before which EOS is banned (min_length counts the prompt, min_new_tokens not)."""
+        return max(self.min_new_tokens, self.min_length - prompt_length, 0)
+
+
+def _check(value, name: str, allowed: str, ok) -> None:
+    if isinstance(value, bool) or not ok(value):
+        raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {allowed}.")
+
+
+@dataclass(frozen=True)
+class ProcessorPlan:
+    """Which processors any request of a run uses (a compiled step specialises on it)."""
+
+    penalty: bool = False
+    ngram_size: int = 0
+    eos_block: bool = False
+    suppress: bool = False
+    begin_suppress: bool = False
+    min_p: bool = False
+
+    @classmethod
+    def of(cls, options: list[LogitsOptions], sampled: list[bool]) -> "ProcessorPlan":
+        sizes = {o.no_repeat_ngram_size for o in options} - {0}
+        if len(sizes) > 1:
+            raise ValueError(f"`no_repeat_ngram_size` takes one value per engine run, not {sorted(sizes)}; "
+                             "decode the requests of each value in runs of their own.")
+        return cls(penalty=any(o.repetition_penalty != 1.0 for o in options), ngram_size=next(iter(sizes), 0),
+                   eos_block=any(o.min_length or o.min_new_tokens for o in options),
+                   suppress=any(o.suppress_tokens for o in options),
+                   begin_suppress=any(o.begin_suppress_tokens for o in options),
+                   min_p=any(o.min_p > 0 and s for o, s in zip(options, sampled)))
+
+
+# ---------------------------------------------------------------- the processors as tensor functions
+def penalize_repeats(scores: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
+    """RepetitionPenaltyLogitsProcessor per row.  scores: (G, V) fp32; seen: (G, V) bool; penalty: (G,) fp32."""
+    p = penalty[:, None]
+    return torch.where(seen, torch.where(scores < 0, scores * p, scores / p), scores)
+
+
+def ban_ngram_repeats(scores: torch.Tensor, history: torch.Tensor, length: torch.Tensor, size: int,
+                      active: torch.Tensor) -> torch.Tensor:
+    """NoRepeatNGramLogitsProcessor per row, on a fixed-width token history.
+
+    scores: (G, V); history: (G, W) long, a row's tokens at positions 0 .. length-1 (the rest stale);
+    length: (G,) tokens so far; size: n; active: (G,) bool rows that use it. -> (G, V).
+    """
+    vocab, width = scores.shape[-1], history.shape[-1]
+    if width < size:
+        return scores
+    start = (length - (size - 1)).clamp(min=0)
+    prefix = history.gather(1, (start[:, None] + torch.arange(size - 1, device=history.device)).clamp(max=width - 1))
+    windows = history.unfold(1, size, 1)  # (G, W - n + 1, n): window j holds positions j .. j + n - 1
+    complete = torch.arange(windows.shape[1], device=history.device)[None] <= (length - size)[:, None]
+    matches = (windows[..., :-1] == prefix[:, None]).all(dim=-1) & complete & active[:, None]
+    # a matching window bans its own last token; the others go to a spare column past the vocabulary
+    banned = torch.zeros(scores.shape[0], vocab + 1, dtype=torch.bool, device=scores.device)
+    banned.scatter_(1, torch.where(matches, windows[..., -1].clamp(max=vocab), vocab), True)
+    return scores.masked_fill(banned[:, :vocab], float("-inf"))
+
+
+def ban_tokens(scores: torch.Tensor, banned: torch.Tensor) -> torch.Tensor:
+    """Suppress tokens per row.  scores: (G, V); banned: (G, V) or (G, 1) & (1, V) broadcastable bool."""
+    return scores.masked_fill(banned, float("-inf"))

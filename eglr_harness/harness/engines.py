@@ -1,0 +1,79 @@
+"""Which engine decodes an ``eglr-hf`` run (``engine=auto|continuous|hf``), and the plan line it logs.
+
+``auto`` takes the continuous engine wherever it can drive the model and the hook engine
+(``generate`` with EGLR hooks) for the rest: the whole model (another family, a split device_map)
+with one log line, single requests with options the continuous engine does not apply (beams, ...)
+with one line per reason (``harness/decode.py``). ``continuous`` refuses those, naming engine=hf.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from eglr_harness.decoding.continuous import ContinuousEngine
+from eglr_harness.decoding.contract import Engine
+from eglr_harness.decoding.hook_engine import HookEngine
+
+ENGINES = ("auto", "continuous", "hf")
+DEFAULT_ENGINE = "auto"
+logger = logging.getLogger(__name__)
+
+
+def check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise ValueError(f"`engine`={engine!r} is not allowed; allowed: {', '.join(ENGINES)} (auto: continuous "
+                         "where it can drive the model, else hf; continuous: refinement folded into the batch; "
+                         "hf: transformers' generate).")
+    return engine
+
+
+def build_engines(lm, engine: str) -> tuple[list[Engine], str]:
+    """The engines of an ``EglrHFLM`` in order of preference, and the name of the one that decodes."""
+    hook = HookEngine(lm.model, batch_size=_hook_batch_size(lm), pad_token_id=lm.tokenizer.pad_token_id,
+                      tokenizer=lm.tokenizer, device=lm.device)
+    if engine == "hf":
+        return [hook], "hf"
+    try:
+        continuous = ContinuousEngine(lm.model, max_batch=lm.batch_size, eos_token_ids=_eos_ids(lm),
+                                      tokenizer=lm.tokenizer)
+    except ValueError as err:
+        if engine == "continuous":
+            raise
+        logger.info("eglr-hf: decoding with engine=hf: %s", err)
+        return [hook], "hf"
+    return [continuous, hook], "continuous"
+
+
+def _hook_batch_size(lm):
+    """HFLM's batch size; ``auto`` is HFLM's own detection, on first use (at once under data parallel,
+    where the detection is a collective step every rank takes together)."""
+    if lm.batch_size != "auto":
+        return int(lm.batch_size)
+    if lm.world_size > 1:
+        return lm._detect_batch_size()
+    return lm._detect_batch_size
+
+
+def _eos_ids(lm) -> list[int]:
+    eos = lm.model.generation_config.eos_token_id
+    if eos is None:
+        eos = lm.tokenizer.eos_token_id
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+
+
+def log_plan(lm, jobs, items) -> None:
+    """Say once, before the first token, what this call will decode: a long run should not look hung."""
+    for task in sorted({j.task for j in jobs}, key=str):
+        mine = [i for i, j in enumerate(jobs) if j.task == task]
+        cells = sorted({jobs[i].cell for i in mine})
+        distinct, stored = lm.decoder.stored([items[i] for i in mine])
+        max_tokens = max(int(jobs[i].gen_kwargs.get("max_gen_toks", lm.max_gen_toks)) for i in mine)
+        if not any(c.L > 0 for c in cells):
+            tau = "tau_h not needed (L=0 only)"
+        else:
+            tau = f"tau_h = {lm.tau_h_by_task.get(task, lm.settings.tau_h_setting(task))}"
+        logger.info("eglr-hf plan, task %s: %d problems x %d cells (%s) = %d rollouts, %d distinct (deterministic "
+                    "cells once), %d stored, %d to decode, at most %d new tokens each, batch %s, engine %s; %s",
+                    task, len({jobs[i].doc_id for i in mine}), len(cells),
+                    ", ".join(c.label for c in cells[:4]) + (", ..." if len(cells) > 4 else ""), len(mine), distinct,
+                    stored, distinct - stored, max_tokens, lm.batch_size, lm.engine_used, tau)

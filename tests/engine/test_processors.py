@@ -1,0 +1,145 @@
+"""generate's logits processors in the continuous engine: the same tokens as ``generate`` (the hf
+engine, ``eglr_generate``) applying them, greedy and sampled, L in {0, 2, N}; the gate still reads
+the raw distribution; settings it does not apply are refused by name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inputs import random_prompts
+from tiny_models import build_tiny_model
+
+from eglr_harness.config import EglrConfig
+from eglr_harness.decoding.continuous import ContinuousEngine
+from eglr_harness.decoding.contract import Request
+from eglr_harness.decoding.generate import eglr_generate
+from eglr_harness.decoding.processors import LogitsOptions
+from eglr_harness.decoding.sampling import row_seed
+
+VOCAB, LAYERS, EOS, PAD = 96, 4, 2, 0
+NEW = 12
+TAU_KL = 4.4e-4
+SALT = "unit"
+
+
+@pytest.fixture(scope="module")
+def model():
+    # sharpened: repeated tokens are likely, so a penalty or an n-gram ban changes the text
+    return build_tiny_model("qwen2", vocab_size=VOCAB, num_layers=LAYERS, seed=3, sharpen=40.0)
+
+
+def _hf(model, prompt, config, seed, options, eos=EOS):
+    """The hf engine: generate with EGLR hooks, the processors built by generate itself."""
+    ids = torch.tensor([prompt])
+    sampled = dict(do_sample=True, temperature=config.T, top_k=config.top_k, top_p=config.top_p) if config.sampled \
+        else dict(do_sample=False)
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, pad_token_id=PAD,
+                         eos_token_id=eos, custom_generate=eglr_generate, eglr_config=config, seed_salt=SALT,
+                         **sampled, **options)
+    tokens = out[0, len(prompt):].tolist()
+    return tokens[:tokens.index(eos) + 1] if eos in tokens else tokens
+
+
+def _continuous(model, prompts, configs, options, max_batch=2, eos=EOS):
+    requests = [Request(tuple(p), c, NEW, seed=row_seed(c.seed, SALT, list(p)) if c.sampled else None, options=options)
+                for p, c in zip(prompts, configs)]
+    return [o.tokens for o in ContinuousEngine(model, max_batch=max_batch, eos_token_ids=[eos]).run(requests)]
+
+
+def _greedy_tokens(model, prompt):
+    return _continuous(model, [prompt], [EglrConfig(L=0)], {})[0]
+
+
+PROCESSORS = {
+    "repetition_penalty": lambda first: {"repetition_penalty": 1.8},
+    "no_repeat_ngram_size": lambda first: {"no_repeat_ngram_size": 2},
+    "min_new_tokens": lambda first: {"min_new_tokens": 6},
+    "min_length": lambda first: {"min_length": 14},
+    "suppress_tokens": lambda first: {"suppress_tokens": first[:3]},
+    "begin_suppress_tokens": lambda first: {"begin_suppress_tokens": first[:1]},
+    "min_p": lambda first: {"min_p": 0.2},
+    "all": lambda first: {"repetition_penalty": 1.05, "no_repeat_ngram_size": 3, "min_new_tokens": 3,
+                          "suppress_tokens": first[1:2], "begin_suppress_tokens": first[:1]},
+}
+
+
+@pytest.mark.parametrize("L", [0, 2, LAYERS])
+@pytest.mark.parametrize("T", [0.0, 0.8])
+@pytest.mark.parametrize("name", list(PROCESSORS))
+def test_each_processor_gives_generates_tokens(model, name, T, L):
+    prompts = random_prompts(4, lengths=(8, 8, 8), vocab=VOCAB)
+    first = _greedy_tokens(model, prompts[0])
+    options = PROCESSORS[name](first)
+    eos = first[2]  # a token greedy decoding emits early: EOS bans bite, rows end at different times
+    config = EglrConfig(L=L, T=T, tau_h=0.0 if L else float("inf"), tau_kl=TAU_KL, top_k=20, top_p=0.95)
+    got = _continuous(model, prompts, [config] * len(prompts), options, eos=eos)
+    for prompt, tokens in zip(prompts, got):
+        seed = row_seed(config.seed, SALT, list(prompt))
+        assert tokens == _hf(model, prompt, config, seed, options, eos=eos), f"{name}: continuous != generate"
+    if (name == "min_p") == (T > 0):  # greedy (min_p: sampled) rows must change, or this proves nothing
+        plain = _continuous(model, prompts, [config] * len(prompts), {}, eos=eos)
+        assert got != plain, f"{name} changed no token: pick settings that bite"
+
+
+@pytest.mark.parametrize("L", [0, 2, LAYERS])
+def test_the_models_generation_config_is_applied_as_generate_applies_it(L):
+    """Qwen2.5-Instruct ships repetition_penalty 1.05: the engine takes it from the generation config."""
+    model = build_tiny_model("qwen2", vocab_size=VOCAB, num_layers=LAYERS, seed=3, sharpen=40.0)
+    prompts = random_prompts(6, lengths=(5, 11, 8), vocab=VOCAB)
+    config = EglrConfig(L=L, tau_h=0.0 if L else float("inf"), tau_kl=TAU_KL)
+    before = _continuous(model, prompts, [config] * 3, {})
+    model.generation_config.repetition_penalty = 1.8
+    model.generation_config.no_repeat_ngram_size = 2
+    after = _continuous(model, prompts, [config] * 3, {})
+    assert after != before
+    for prompt, tokens in zip(prompts, after):
+        assert tokens == _hf(model, prompt, config, None, {})
+    # a request's own option overrides the generation config, as in generate
+    off = _continuous(model, prompts, [config] * 3, {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0})
+    assert off == before
+
+
+def test_the_gate_and_signals_read_the_raw_distribution(model):
+    """A penalty changes the emitted token, not the entropy the gate reads nor the logprob recorded."""
+    prompt = random_prompts(8, lengths=(9,), vocab=VOCAB)[0]
+    engine = ContinuousEngine(model, max_batch=1, eos_token_ids=[])
+    plain = engine.run([Request(tuple(prompt), EglrConfig(L=0), 1)])[0]
+    penalised = engine.run([Request(tuple(prompt), EglrConfig(L=0), 1, options={"suppress_tokens": plain.tokens})])[0]
+    assert penalised.tokens != plain.tokens
+    assert penalised.entropies == plain.entropies
+    # the recorded log-probability is the emitted token's under the raw distribution
+    assert penalised.logprobs[0] < plain.logprobs[0]
+
+
+def test_settings_it_does_not_apply_are_refused_by_name(model):
+    engine = ContinuousEngine(model, max_batch=1, eos_token_ids=[EOS])
+    for options, named in (({"num_beams": 4}, "num_beams=4"), ({"typical_p": 0.5}, "typical_p=0.5"),
+                           ({"frobnicate": 1}, "frobnicate=1")):
+        request = Request((5, 6, 7), EglrConfig(L=0), 3, options=options)
+        assert named in engine.unsupported(request)
+        with pytest.raises(ValueError, match=named) as err:
+            engine.run([request])
+        assert "engine=hf" in str(err.value)
+    model.generation_config.bad_words_ids = [[5]]
+    try:
+        with pytest.raises(ValueError, match="bad_words_ids"):
+            engine.run([Request((5, 6, 7), EglrConfig(L=0), 3)])
+    finally:
+        model.generation_config.bad_words_ids = None
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"repetition_penalty": 0.0}, "repetition_penalty"), ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size"),
+    ({"min_p": 1.5}, "min_p"), ({"suppress_tokens": [-3]}, "suppress_tokens"),
+])
+def test_bad_processor_values_are_refused_naming_them(options, message):
+    with pytest.raises(ValueError, match=message):
+        LogitsOptions.resolve(None, options)
+
+
+def test_one_ngram_size_per_run(model):
+    engine = ContinuousEngine(model, max_batch=2, eos_token_ids=[EOS])
+    requests = [Request((5, 6, 7), EglrConfig(L=0), 3, options={"no_repeat_ngram_size": n}) for n in (2, 3)]
+    with pytest.raises(ValueError, match="one value per engine run"):
+        engine.run(requests)
