@@ -1,8 +1,9 @@
 """Find, in any transformers decoder-only LM, the modules EGLR needs.
 
 EGLR uses four things and nothing architecture-specific beyond them: the ordered list of
-decoder layers, the final norm (``LN_f``), the unembedding (``get_output_embeddings``) and the
-optional final-logit soft-cap. Rotary angles, masks and cache handling are reused from the
+decoder layers, the final norm (``LN_f``), the unembedding (``get_output_embeddings``) and what
+the model's forward does to the unembedding's output before ``generate`` reads it: a constant
+logit scale of some families (``LOGIT_SCALES``) and the optional final-logit soft-cap. Rotary angles, masks and cache handling are reused from the
 model's own forward pass (see ``refiner.py``), so any family whose layers follow the usual
 transformers calling convention works (Llama, Qwen2, Mistral, Gemma/Gemma2, SmolLM2, ...).
 """
@@ -11,11 +12,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 _DECODER_ATTRS = ("model", "transformer", "gpt_neox", "decoder")
 _LAYER_ATTRS = ("layers", "h", "blocks")
 _NORM_ATTRS = ("norm", "ln_f", "final_layernorm", "norm_f", "final_norm")
+
+LOGIT_SCALES: dict[str, tuple[str, str]] = {
+    **{family: ("divide", "logits_scaling") for family in (
+        "granite", "granite_swa", "granitemoe", "granitemoe_swa", "granitemoeshared", "granitemoehybrid")},
+    **{family: ("multiply", "logit_scale") for family in ("cohere", "cohere2", "cohere2_moe")},
+    "hyperclovax": ("multiply", "logits_scaling"),
+}
+"""model_type -> (operation, config attribute): the constant by which the family's ``ForCausalLM.forward``
+divides or multiplies the unembedding's output, in the model's dtype, before anything reads its
+logits (``logits / config.logits_scaling`` in Granite, ``logits * config.logit_scale`` in Cohere).
+The entropy gate and the KL exit read the logits as ``generate`` sees them, so both engines apply it
+(``ModelParts.scale_logits``). Attribute names alone do not say the operation (Granite divides by
+``logits_scaling``, HyperCLOVA X multiplies by it), hence the list of families."""
 
 
 @dataclass(frozen=True)
@@ -27,16 +42,27 @@ class ModelParts:
         final_norm: LN_f, applied to the last layer's output before the unembedding.
         lm_head: W_o, the unembedding.
         logit_softcap: the model's final-logit soft-cap (Gemma-2), or None.
+        logit_scale: ``(operation, constant)`` the model applies to the unembedding's output before
+            the soft-cap (``LOGIT_SCALES``; Granite, Cohere), or None.
     """
 
     layers: tuple[nn.Module, ...]
     final_norm: nn.Module
     lm_head: nn.Module
     logit_softcap: float | None
+    logit_scale: tuple[str, float] | None = None
 
     @property
     def num_layers(self) -> int:
         return len(self.layers)
+
+    def scale_logits(self, unembedded: torch.Tensor) -> torch.Tensor:
+        """The model's logits before any soft-cap, from the unembedding's output: the same operation in
+        the same dtype as the model's forward (a division stays a division).  (..., V) -> (..., V)."""
+        if self.logit_scale is None:
+            return unembedded
+        operation, constant = self.logit_scale
+        return unembedded / constant if operation == "divide" else unembedded * constant
 
 
 def find_model_parts(model: nn.Module) -> ModelParts:
@@ -78,4 +104,17 @@ def find_model_parts(model: nn.Module) -> ModelParts:
         final_norm=final_norm,
         lm_head=lm_head,
         logit_softcap=float(softcap) if softcap else None,
+        logit_scale=logit_scale(config),
     )
+
+
+def logit_scale(config) -> tuple[str, float] | None:
+    """``(operation, constant)`` of the family's logit scale (``LOGIT_SCALES``), or None (also for a constant of 1)."""
+    family = getattr(config, "model_type", None)
+    if family not in LOGIT_SCALES:
+        return None
+    operation, attribute = LOGIT_SCALES[family]
+    constant = getattr(config, attribute, None)
+    if constant is None or constant == 1:
+        return None
+    return operation, constant

@@ -4,8 +4,9 @@ During each forward pass of ``generate`` the hooks record, for the position bein
 the anchor ``a = h^(N-L)`` (the input of layer N-L+1, the embeddings when L = N), ``h^(N)`` (the
 input of the final norm), the call arguments of each of the top L layers at that position (mask,
 rotary angles, position ids, ...) and the keys/values each of those layers attended to. A forward
-hook on the unembedding then gates on the entropy of the raw logits and, for gated rows, runs the
-refinement loop of eglr-method.md §2 and replaces that position's logits.
+hook on the unembedding then gates on the entropy of the logits as ``generate`` reads them (the
+family's logit scale, ``model_parts.LOGIT_SCALES``, and soft-cap applied; no temperature) and, for
+gated rows, runs the refinement loop of eglr-method.md §2 and replaces that position's logits.
 
 Refinement re-runs the top L layers on one position. Their attention sees the keys/values the
 normal pass attended to at those layers with the slot of the current position holding the
@@ -381,7 +382,8 @@ class EglrRefiner:
         active = capture.active.to(raw.device) if capture.active is not None else \
             torch.ones(raw.shape[0], dtype=torch.bool, device=raw.device)
         self._counters.add_step(active)
-        logp = torch.log_softmax(softcap(raw.float(), self.parts.logit_softcap), dim=-1)  # (B, V) what is read
+        final = softcap(self.parts.scale_logits(raw).float(), self.parts.logit_softcap)  # (B, V) as generate reads them
+        logp = torch.log_softmax(final, dim=-1)  # (B, V) what is read
         entropies = entropy_of_log_probs(logp)  # (B,)
         iterations = torch.zeros(raw.shape[0], dtype=torch.long, device=raw.device)
         kls = torch.zeros_like(entropies)
@@ -434,7 +436,7 @@ class EglrRefiner:
                 hidden = self._run_top_layers(fused, calls, replay)  # (G, D)
                 normed = self.parts.final_norm(hidden[:, None, :].to(capture.norm_device or hidden.device))
                 raw = self.parts.lm_head(normed.to(head_device))[:, -1].to(raw0.device)  # (G, V)
-                logp = torch.log_softmax(softcap(raw.float(), self.parts.logit_softcap), dim=-1)
+                logp = torch.log_softmax(softcap(self.parts.scale_logits(raw).float(), self.parts.logit_softcap), dim=-1)
                 kl = kl_divergence(logp, logp_prev)
                 chosen = torch.where(running[:, None], raw.to(chosen.dtype), chosen)
                 chosen_logp = torch.where(running[:, None], logp, chosen_logp)
