@@ -56,7 +56,7 @@ def run_mode(mode: str, context: int, new_tokens: int) -> dict:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from eglr_harness.decoding.accounting import EglrStats
+    from eglr_harness.decoding.stats import EglrStats
     from eglr_harness.decoding.generate import eglr_generate
 
     torch.manual_seed(0)

@@ -244,9 +244,9 @@ def decode(model, prompts, new_tokens: int, *, device, eglr: dict | None = None,
 
 
 def decode_continuous(model, prompts, new_tokens: int, *, eglr: dict, stats=None, eos_token_id: int | None = EOS):
-    """Greedy EGLR through ``decoding.continuous.ContinuousEngine``: each row's new tokens."""
+    """Greedy EGLR through ``decoding.continuous_engine.ContinuousEngine``: each row's new tokens."""
     from eglr_harness.config import EglrConfig
-    from eglr_harness.decoding.continuous import ContinuousEngine
+    from eglr_harness.decoding.continuous_engine import ContinuousEngine
     from eglr_harness.decoding.contract import Request
 
     config = EglrConfig(**{"tau_h": math.inf, **{k: v for k, v in eglr.items() if k not in ("engine", "compile")}})
@@ -260,7 +260,7 @@ def decode_continuous(model, prompts, new_tokens: int, *, eglr: dict, stats=None
 @functools.lru_cache(maxsize=8)
 def _continuous_engine(model, max_batch: int, eos: tuple, compiled: bool):
     """One engine per (model, batch, EOS, compiled): a compiled step keeps its graphs across runs."""
-    from eglr_harness.decoding.continuous import ContinuousEngine
+    from eglr_harness.decoding.continuous_engine import ContinuousEngine
 
     mode = "reduce-overhead" if compiled and next(model.parameters()).is_cuda else None
     return ContinuousEngine(model, max_batch=max_batch, eos_token_ids=list(eos), compile=compiled, compile_mode=mode)
@@ -560,7 +560,7 @@ def timed_decode(model, prompts, new_tokens: int, *, device: str, mode: str, egl
     K/V length). Reports the median (``wall_s``, what ratios use) and the min."""
     import statistics
 
-    from eglr_harness.decoding.accounting import EglrStats
+    from eglr_harness.decoding.stats import EglrStats
 
     decode_with(model, prompts, new_tokens, device=device, mode=mode, eglr=eglr)  # warm-up, full length
     walls, stats = [], None
@@ -589,7 +589,7 @@ def profile_decode(model, prompts, new_tokens: int, *, device: str, mode: str, e
         return {"skipped": "no cuda"}
     from torch.profiler import ProfilerActivity, profile
 
-    from eglr_harness.decoding.accounting import EglrStats
+    from eglr_harness.decoding.stats import EglrStats
 
     stats = EglrStats() if eglr is not None else None
     _sync(device)

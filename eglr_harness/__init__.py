@@ -17,7 +17,7 @@ _LAZY = {
     "parse_T_spec": "eglr_harness.specs",
     "resolve_pool": "eglr_harness.pool",
     "eglr_generate": "eglr_harness.decoding.generate",
-    "EglrStats": "eglr_harness.decoding.accounting",
+    "EglrStats": "eglr_harness.decoding.stats",
     "EglrHFLM": "eglr_harness.harness.model",
     "Cell": "eglr_harness.cell",
     "tasks_dir": "eglr_harness.resources",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from eglr_harness.cell import Cell
-from eglr_harness.decoding.accounting import EglrStats
+from eglr_harness.decoding.stats import EglrStats
 from eglr_harness.distributed import Gather, local_gather
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from eglr_harness.cell import Cell
+
 # The paper's settings (eglr-method.md §3).
 DEFAULT_ALPHA = 0.2
 DEFAULT_K_MAX = 3
@@ -44,7 +46,7 @@ class EglrConfig:
 
     def __post_init__(self) -> None:
         _check_int("L", self.L, lo=0, allowed="0..N (N = the model's decoder layer count)")
-        _check_real("T", self.T, allowed="T >= 0 (0 = greedy)", ok=lambda v: math.isfinite(v) and v >= 0)
+        Cell.of(self.L, self.T)  # the one check of a cell's (L, T)
         _check_real("alpha", self.alpha, allowed="[0, 1]", ok=lambda v: 0.0 <= v <= 1.0)
         _check_int("k_max", self.k_max, lo=1, allowed="an int >= 1")
         _check_real("tau_kl", self.tau_kl, allowed="tau_kl >= 0", ok=lambda v: v >= 0)
@@ -67,9 +69,6 @@ class EglrConfig:
             raise ValueError(
                 f"`L`={self.L} exceeds the model's {num_layers} decoder layers; allowed: 0..{num_layers}."
             )
-
-    def cell(self) -> tuple[int, float]:
-        return (self.L, self.T)
 
     def as_dict(self) -> dict:
         return asdict(self)

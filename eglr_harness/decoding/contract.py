@@ -1,6 +1,6 @@
 """What both engines take and give: a ``Request`` in, an ``Outcome`` (tokens and signals) out.
 
-``ContinuousEngine`` (``continuous.py``: the fixed-shape step, refinement folded into the batch)
+``ContinuousEngine`` (``continuous_engine.py``: the fixed-shape step, refinement folded into the batch)
 and ``HookEngine`` (``hook_engine.py``: transformers' ``generate`` with EGLR hooks, any model,
 any generation option) implement :class:`Engine`, so the lm-eval adapter turns its items into
 requests once and outcomes into texts once, whichever engine decodes; results files, metrics and
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from eglr_harness.config import EglrConfig
-from eglr_harness.decoding.accounting import EglrStats
+from eglr_harness.decoding.stats import EglrStats
 
 
 @dataclass(frozen=True)

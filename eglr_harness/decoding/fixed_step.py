@@ -37,8 +37,8 @@ from eglr_harness.decoding.functional import (
 )
 from eglr_harness.decoding.processors import ban_ngram_repeats, ban_tokens, penalize_repeats
 from eglr_harness.decoding.sampling import sample_rows
-from eglr_harness.decoding.slot_state import SlotState, StepPlan
-from eglr_harness.decoding.slots import SlotCache, SlotView, decode_masks
+from eglr_harness.decoding.step_state import SlotState, StepPlan
+from eglr_harness.decoding.kv_slots import SlotCache, SlotView, decode_masks
 
 
 def process(plan: StepPlan, state: SlotState, rows: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -80,7 +80,7 @@ def settle(stack, plan: StepPlan, state: SlotState, rows: torch.Tensor, num_refi
     the final norm; raw: (G, V) logits before any soft-cap. Returns the read: (G, len(READ_FIELDS)) fp32.
     """
     final = softcap(raw.float(), plan.logit_softcap)  # fp32: what the gate, the KL exit and log-probs read
-    emitted = final if plan.logit_softcap is None else stack.emitted(raw)  # what generate decodes from
+    decode_logits = final if plan.logit_softcap is None else stack.emitted(raw)  # what generate decodes from
     logp = torch.log_softmax(final, dim=-1)
     entropy = entropy_of_log_probs(logp)  # (G,)
     num_adv = rows.shape[0] - num_refining
@@ -91,7 +91,7 @@ def settle(stack, plan: StepPlan, state: SlotState, rows: torch.Tensor, num_refi
     gated = entropy_gate(entropy, state.tau_h[rows], ~refining)
     done = refinement_done(kl, state.tau_kl[rows], iterations, state.k_max[rows])  # KL exit or k_max
     emits = (~refining & ~gated) | (refining & done)
-    scores = process(plan, state, rows, emitted)
+    scores = process(plan, state, rows, decode_logits)
     token = scores.argmax(dim=-1)
     if plan.sampled:
         drawn = sample_rows(scores, state.temperature[rows], state.top_k[rows], state.top_p[rows],

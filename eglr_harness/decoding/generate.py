@@ -26,7 +26,7 @@ import torch
 from transformers import GenerationMixin, LogitsProcessorList, StoppingCriteriaList, StopStringCriteria
 
 from eglr_harness.config import DEFAULT_ALPHA, DEFAULT_K_MAX, DEFAULT_SEED, DEFAULT_TAU_KL, EglrConfig
-from eglr_harness.decoding.accounting import EglrStats
+from eglr_harness.decoding.stats import EglrStats
 from eglr_harness.decoding.cache_kwarg import CACHE_KWARG
 from eglr_harness.decoding.compat import check_refinable
 from eglr_harness.decoding.contract import Outcome

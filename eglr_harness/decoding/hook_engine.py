@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from eglr_harness.config import EglrConfig
-from eglr_harness.decoding.accounting import EglrStats
+from eglr_harness.decoding.stats import EglrStats
 from eglr_harness.decoding.contract import Outcome, Request
 from eglr_harness.decoding.generate import eglr_generate
 

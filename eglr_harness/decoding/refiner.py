@@ -33,7 +33,7 @@ import torch
 from transformers.cache_utils import StaticLayer, StaticSlidingWindowLayer
 
 from eglr_harness.config import EglrConfig
-from eglr_harness.decoding.accounting import EglrStats
+from eglr_harness.decoding.stats import EglrStats
 from eglr_harness.decoding.cache_kwarg import CACHE_KWARG
 from eglr_harness.decoding.functional import (
     entropy_gate, entropy_of_log_probs, fuse, fusion_weights, kl_divergence, non_finite, norm_match, raise_on_nan_rows,

@@ -1,6 +1,6 @@
 """The modules of a transformers causal LM that the continuous engine calls one by one.
 
-The continuous engine (``continuous.py``) runs the model's own modules — token embeddings,
+The continuous engine (``continuous_engine.py``) runs the model's own modules — token embeddings,
 rotary embeddings, decoder layers, final norm, unembedding — in a loop of its own, so that rows
 that refine join the batch in the top L layers only. That needs the model's forward to be the plain
 one (embed, rotary angles, the layers, final norm, unembedding) up to the small declared
@@ -41,7 +41,7 @@ from transformers import AttentionInterface
 from eglr_harness.decoding.cache_kwarg import CACHE_KWARG
 from eglr_harness.decoding.functional import softcap
 from eglr_harness.decoding.model_parts import ModelParts, find_model_parts
-from eglr_harness.decoding.slots import ATTENTION_NAME, slot_attention
+from eglr_harness.decoding.kv_slots import ATTENTION_NAME, slot_attention
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,6 @@ SUPPORTED_FAMILIES = tuple(FAMILIES)
 POSITION_DEPENDENT_ROPE = ("dynamic", "longrope")
 FALLBACK = "use engine=hf, which decodes any transformers causal LM through generate"
 
-AttentionInterface.register(ATTENTION_NAME, slot_attention)
 
 
 @dataclass(frozen=True)
@@ -170,6 +169,8 @@ class ModelStack:
     @contextmanager
     def slot_attention(self):
         """The model's attention modules call ``slots.slot_attention`` while the context is open."""
+        if ATTENTION_NAME not in AttentionInterface._global_mapping:  # registered on first use, not at import
+            AttentionInterface.register(ATTENTION_NAME, slot_attention)
         config = self.model.config
         previous = config._attn_implementation_internal
         config._attn_implementation_internal = ATTENTION_NAME

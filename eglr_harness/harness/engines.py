@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from eglr_harness.decoding.continuous import ContinuousEngine
+from eglr_harness.decoding.continuous_engine import ContinuousEngine
 from eglr_harness.decoding.contract import Engine
 from eglr_harness.decoding.hook_engine import HookEngine
 

@@ -53,7 +53,7 @@ def run_case(arch, prompt_seed, settings, max_batch, headroom, run):
 
 
 def engine_run(model, prompts, configs, max_batch, headroom, record):
-    from eglr_harness.decoding.continuous import ContinuousEngine
+    from eglr_harness.decoding.continuous_engine import ContinuousEngine
     from eglr_harness.decoding.contract import Request
 
     requests = [Request(tuple(p), c, MAX_NEW) for p, c in zip(prompts, configs)]

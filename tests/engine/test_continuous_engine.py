@@ -14,8 +14,8 @@ from naive_reference import naive_eglr_greedy, naive_eglr_sampled
 from tiny_models import TINY_ARCHS, build_tiny_model
 
 from eglr_harness.config import EglrConfig
-from eglr_harness.decoding.accounting import EglrStats
-from eglr_harness.decoding.continuous import ContinuousEngine
+from eglr_harness.decoding.stats import EglrStats
+from eglr_harness.decoding.continuous_engine import ContinuousEngine
 from eglr_harness.decoding.contract import Request
 
 VOCAB, LAYERS, EOS, PAD = 96, 4, 2, 0

@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from eglr_harness.config import EglrConfig
 from eglr_harness.decoding import refiner as refiner_module
-from eglr_harness.decoding.accounting import EglrStats
+from eglr_harness.decoding.stats import EglrStats
 from eglr_harness.decoding.generate import _FinishedRowsTracker, eglr_generate
 from eglr_harness.decoding.refiner import _Attended, _ReplayCache, current_slot
 

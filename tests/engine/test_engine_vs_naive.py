@@ -14,7 +14,7 @@ from inputs import left_pad as _left_pad
 from inputs import random_prompts as _prompts
 from tiny_models import TINY_ARCHS, build_tiny_model
 
-from eglr_harness.decoding.accounting import EglrStats
+from eglr_harness.decoding.stats import EglrStats
 from eglr_harness.decoding.generate import eglr_generate
 from eglr_harness.decoding.sampling import row_seed
 

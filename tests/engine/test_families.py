@@ -23,7 +23,7 @@ from naive_reference import naive_eglr_sampled
 from tiny_models import MORE_ARCHS, build_tiny_model
 
 from eglr_harness.config import EglrConfig
-from eglr_harness.decoding.continuous import ContinuousEngine
+from eglr_harness.decoding.continuous_engine import ContinuousEngine
 from eglr_harness.decoding.model_parts import LOGIT_SCALES
 from eglr_harness.decoding.stack import FAMILIES
 from eglr_harness.harness.engines import build_engines

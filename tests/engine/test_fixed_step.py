@@ -27,10 +27,10 @@ from naive_reference import gumbel, naive_eglr_greedy  # noqa: E402
 from tiny_models import build_tiny_model  # noqa: E402
 
 from eglr_harness.config import EglrConfig  # noqa: E402
-from eglr_harness.decoding.continuous import ContinuousEngine  # noqa: E402
+from eglr_harness.decoding.continuous_engine import ContinuousEngine  # noqa: E402
 from eglr_harness.decoding.contract import Request  # noqa: E402
-from eglr_harness.decoding.slot_state import READ_FIELDS, SlotState, StepPlan  # noqa: E402
-from eglr_harness.decoding.slots import SlotCache, length_bucket  # noqa: E402
+from eglr_harness.decoding.step_state import READ_FIELDS, SlotState, StepPlan  # noqa: E402
+from eglr_harness.decoding.kv_slots import SlotCache, length_bucket  # noqa: E402
 
 VOCAB, LAYERS, EOS = 96, 4, 2
 TAU_KL = 4.4e-4

@@ -11,7 +11,7 @@ from inputs import random_prompts
 from tiny_models import build_tiny_model
 
 from eglr_harness.config import EglrConfig
-from eglr_harness.decoding.continuous import ContinuousEngine
+from eglr_harness.decoding.continuous_engine import ContinuousEngine
 from eglr_harness.decoding.contract import Request
 from eglr_harness.decoding.generate import eglr_generate
 from eglr_harness.decoding.processors import LogitsOptions

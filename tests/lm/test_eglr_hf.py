@@ -7,7 +7,7 @@ from lm_eval.models.huggingface import HFLM
 
 from inputs import CONTEXTS, requests_for
 
-from eglr_harness.decoding.continuous import ContinuousEngine
+from eglr_harness.decoding.continuous_engine import ContinuousEngine
 from eglr_harness.decoding.hook_engine import HookEngine
 from eglr_harness.harness.model import EglrHFLM
 from eglr_harness.rollout import Rollout, rollout_meta

@@ -10,13 +10,13 @@ running row is, at each step, either
   joins the batch at layer N-L with its fused state ``u`` and runs the top L layers only,
 
 so the top layers' weights are read once for both kinds of row. A refining row's key/value goes to
-its scratch column (``slots.py``); the cache keeps the normal pass's key/value at t. A row emits a
+its scratch column (``kv_slots.py``); the cache keeps the normal pass's key/value at t. A row emits a
 token when it is not gated, or when its refinement ends (KL exit or k_max), from the last
 distribution computed; then it advances again. Finished rows leave and waiting requests are
 prefilled into the free slots, so the batch stays full.
 
 The step itself (``fixed_step.decode_step``) is a function of fixed-shape tensors: the per-slot
-state (``slot_state.py``), K/V storage sized by length buckets, and two index tensors of the
+state (``step_state.py``), K/V storage sized by length buckets, and two index tensors of the
 advancing and the refining slots, padded to row-count buckets when the step is compiled (one
 graph per bucket; eager steps take the exact counts, since padding rows would cost compute). This module is
 the host side: between steps it reads one small tensor (tokens and flags), admits and retires rows,
@@ -41,13 +41,13 @@ import torch
 from transformers import StopStringCriteria
 
 from eglr_harness.config import EglrConfig
-from eglr_harness.decoding.accounting import EglrStats
+from eglr_harness.decoding.stats import EglrStats
 from eglr_harness.decoding.contract import Outcome, Request
 from eglr_harness.decoding.fixed_step import decode_step, settle
 from eglr_harness.decoding.functional import raise_on_nan_rows
 from eglr_harness.decoding.processors import LogitsOptions
-from eglr_harness.decoding.slot_state import READ_FIELDS, SlotState, StepPlan
-from eglr_harness.decoding.slots import SlotCache, SlotView, length_bucket, prefill_masks
+from eglr_harness.decoding.step_state import READ_FIELDS, SlotState, StepPlan
+from eglr_harness.decoding.kv_slots import SlotCache, SlotView, length_bucket, prefill_masks
 from eglr_harness.decoding.stack import FALLBACK, ModelStack
 
 _ADVANCE, _REFINE = 1, 2

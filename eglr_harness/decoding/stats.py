@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 @dataclass
 class EglrStats:
-    """Running totals, added to by the refiner once per ``generate`` call (one read from the device).
+    """Running totals of one cell (or of a calibration), added to by either engine: once per ``generate``
+    call by the hook engine (one read from the device), once per run by the continuous engine.
 
     ``flop_ratio`` follows the paper's per-row accounting: layer evaluations divided by
     ``N × tokens``. ``batched_flop_ratio`` counts what ran: the normal pass over every batch row
