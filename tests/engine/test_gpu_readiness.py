@@ -12,7 +12,10 @@ What a GPU needs of the decoding step, and how each is checked here without one:
    step reads the one tensor ``decode_step`` returned, (rows, len(READ_FIELDS)) fp32, with
    ``.tolist()``; every prefill reads its one ``settle`` result; the host's bookkeeping between
    them (admission, retirement, K/V resizing) reads nothing; no data-dependent op runs anywhere.
-   (Stop strings are left out: their check runs on host tensors built from host lists.)
+   (Stop strings are left out: their check runs on host tensors built from host lists.) Nor may a
+   step upload host data with a blocking copy (``torch.tensor(data, device=cuda)`` syncs the
+   stream): today it makes two such uploads (a defect:
+   ``test_a_loop_step_makes_no_blocking_upload``, a strict xfail).
 3. **No recompilation after warm-up.** The compiled step (dynamo with a counting eager backend,
    on the CUDA path's static-address tensors) over a run whose rows join late, refine, cross K/V
    length buckets both ways and finish: a step compiles exactly when its key (advancing-row bucket,
@@ -29,6 +32,7 @@ step that recompiles) and asserts that the check reports it: a check that cannot
 
 from __future__ import annotations
 
+import sys
 import traceback
 from collections import Counter
 from contextlib import contextmanager
@@ -190,7 +194,10 @@ def loop_requests(new=(4, 9, 6, 3, 8, 5)) -> list[Request]:
 
 def loop_reads(monkeypatch) -> dict:
     """Decode ``loop_requests`` eagerly, recording every host read by where it happened: inside a
-    loop step (one list per step), inside a prefill (one list per prefill), or elsewhere."""
+    loop step (one list per step), inside a prefill (one list per prefill), or elsewhere; and every
+    upload of host data that the engine's host code makes (``torch.tensor(data, device=...)``: on
+    CUDA a copy with ``non_blocking=False``, i.e. ``cudaMemcpyAsync`` + ``cudaStreamSynchronize``),
+    as ``("upload", "continuous.py:<line>")`` entries of the same lists."""
     requests = loop_requests()
     windows = {"step": [], "prefill": [], "elsewhere": []}
     current = [windows["elsewhere"]]
@@ -216,6 +223,14 @@ def loop_reads(monkeypatch) -> dict:
             current[-1].append((_method, tuple(tensor.shape), any(tensor is r for r in returned)))
             return _real(tensor, *args, **kwargs)
         monkeypatch.setattr(torch.Tensor, method, reading)
+    make_tensor = torch.tensor
+
+    def uploading(data, *args, **kwargs):
+        caller = sys._getframe(1)
+        if kwargs.get("device") is not None and caller.f_code.co_filename == continuous.__file__:
+            current[-1].append(("upload", f"continuous.py:{caller.f_lineno}"))
+        return make_tensor(data, *args, **kwargs)
+    monkeypatch.setattr(torch, "tensor", uploading)
 
     model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=LAYERS, seed=1)
     engine = ContinuousEngine(model, max_batch=2, eos_token_ids=[EOS])
@@ -232,8 +247,14 @@ def loop_reads(monkeypatch) -> dict:
     return windows
 
 
+def reads_of(window: list) -> list:
+    return [entry for entry in window if entry[0] != "upload"]
+
+
 def loop_violations(windows: dict) -> list[str]:
     """What breaks 'one small read per loop step' (empty when it holds)."""
+    windows = {kind: [reads_of(w) for w in windows[kind]] if kind in ("step", "prefill") else
+               reads_of(windows[kind]) if kind == "elsewhere" else windows[kind] for kind in windows}
     bad = [f"{len(reads)} reads in a step: {reads}" for reads in windows["step"] if len(reads) != 1]
     fields = len(READ_FIELDS)
     bad += [f"a step read something other than what decode_step returned: {reads[0]}" for reads in windows["step"]
@@ -252,8 +273,22 @@ def test_the_engine_loop_reads_one_small_tensor_per_step(monkeypatch):
     assert len(windows["prefill"]) >= 3 and len(windows["step"]) >= 20
     assert sum(o.gated for o in outcomes) > 0
     assert [len(o.tokens) for o in outcomes] == [4, 9, 6, 3, 8, 5]
-    largest = max(reads[0][1][0] for reads in windows["step"])
+    largest = max(reads_of(window)[0][1][0] for window in windows["step"])
     assert largest <= 3 + 2  # rows of a step: max_batch + refine headroom (+ padding): a small read
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "_Run.step builds the step's two index tensors with torch.tensor(slots, device=...) (the `pad` lambda "
+    "of continuous.py): on CUDA each is a blocking upload (copy with non_blocking=False: cudaMemcpyAsync + "
+    "cudaStreamSynchronize), so a step makes 3 host syncs, not 1 (issue 29's goal: <= 1). Fix: fill "
+    "persistent pinned host buffers and copy them with non_blocking=True (or upload one (A + R) index "
+    "tensor so), leaving the read of the step's result as the one sync."))
+def test_a_loop_step_makes_no_blocking_upload(monkeypatch):
+    """With the read, the step's one host sync: no upload of host data that waits for the device."""
+    windows = loop_reads(monkeypatch)
+    uploads = [[entry for entry in window if entry[0] == "upload"] for window in windows["step"]]
+    assert len(uploads) >= 20
+    assert [u for u in uploads if u] == []
 
 
 @pytest.mark.parametrize("kind", ["item", "tolist"])
