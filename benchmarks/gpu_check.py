@@ -660,13 +660,18 @@ def check_speed_and_memory(name: str, args, device: str, checks: set[str], resul
                    "calib_tokens": args.calib_tokens, "attn": attn, "repeats": args.repeats,
                    "continuous_kv_bucket": kv_bucket, "captured": captured})
     modes = speed_modes(span, tau_h, captured=captured, kv_bucket=kv_bucket, only=args.speed_modes)
+    if "memory" in checks:
+        result["memory"] = dict(NOT_REACHED)
     if "speed" in checks:
-        result["batches"] = {}
+        # every mode of every batch is listed from the start: a part cut short says what it did not reach
+        unreached = lambda: {mode: {"skipped": eglr} if isinstance(eglr, str) else dict(NOT_REACHED)
+                             for mode, eglr in modes.items()}
+        result["batches"] = {str(batch): {"runs": unreached(), "profile": unreached()} for batch in batches}
         took: dict[str, float] = {}  # mode -> seconds at the previous batch
         for batch in batches:
             rows = prompts[:batch]
-            runs, profiles, tokens = {}, {}, {}
-            figures = result["batches"][str(batch)] = {"runs": runs, "profile": profiles}
+            figures = result["batches"][str(batch)]
+            runs, profiles, tokens = figures["runs"], figures["profile"], {}
             for mode, eglr in modes.items():
                 if isinstance(eglr, str):  # a reason not to run it
                     runs[mode] = profiles[mode] = {"skipped": eglr}
@@ -678,6 +683,7 @@ def check_speed_and_memory(name: str, args, device: str, checks: set[str], resul
                     continue
                 logger.info("%s speed: batch %d, %s (%.0f s of the budget left)", name, batch, mode, budget.left())
                 result["running"] = f"batch {batch}, {mode}"
+                runs[mode] = profiles[mode] = dict(STARTED)
                 started = time.perf_counter()
                 runs[mode], tokens[mode] = timed_decode(model, rows, args.new_tokens, device=device, mode=mode, eglr=eglr,
                                                         repeats=args.repeats)
@@ -698,6 +704,10 @@ def check_speed_and_memory(name: str, args, device: str, checks: set[str], resul
     del model
     _free(device)
     return result
+
+
+NOT_REACHED = {"skipped": "not reached: the part stopped before it (see its `interrupted` or `error`)"}
+STARTED = {"skipped": "started, not finished: the part stopped during it (see its `interrupted` or `error`)"}
 
 
 def run_kv_bucket(prompt_len: int, new_tokens: int) -> int:
@@ -1070,7 +1080,8 @@ def run_family(name: str, entry: dict, args, device: str, checks: set[str], save
         logger.warning("%s: %s; %s interrupted, the rest skipped", name, spent, running)
         if running is not None:
             previous = entry.get(running) if isinstance(entry.get(running), dict) else {}
-            entry[running] = {**previous, "interrupted": f"{spent} (during {previous.pop('running', running)})"}
+            during = previous.pop("running", running)
+            entry[running] = {**previous, "interrupted": f"{spent} (during {during})"}
         for part in parts[parts.index(running) + 1 if running in parts else len(parts):]:
             entry.setdefault(part, {"skipped": budget.skip_reason()})
         _free(device)

@@ -160,6 +160,23 @@ def test_the_budget_interrupts_the_running_part_and_skips_the_rest(gpu_check, mo
     assert json.loads(out.read_text())["families"]["llama-3.1-8b"]["speed"] == entry["speed"]
 
 
+def test_the_budget_interrupts_a_speed_mode_and_lists_what_it_did_not_reach(gpu_check, monkeypatch):
+    import time
+
+    monkeypatch.setattr(gpu_check, "timed_decode", lambda *args, **kwargs: time.sleep(30))
+    report = gpu_check.main([*TINY, "--families", "llama-3.1-8b", "--checks", "speed,memory", "--budget_s", "4"])
+    speed = report["families"]["llama-3.1-8b"]["speed"]
+    assert speed["interrupted"].endswith("(during batch 1, generate_static)")
+    runs = speed["batches"]["1"]["runs"]
+    assert runs["generate_static"]["skipped"].startswith("started, not finished")
+    assert runs["cL0c"]["skipped"] == "compile=auto runs the step eager on cpu"
+    for mode in ("generate", "cL0", "cL4", "L0", "L4"):
+        assert runs[mode]["skipped"].startswith("not reached")
+    assert all(run["skipped"].startswith("not reached") for mode, run in speed["batches"]["2"]["runs"].items()
+               if mode not in ("cL0c", "cL4c"))
+    assert speed["memory"]["skipped"].startswith("not reached") and "running" not in speed
+
+
 def test_a_budget_spent_before_a_part_skips_it(gpu_check, monkeypatch):
     monkeypatch.setattr(gpu_check, "check_exactness", lambda *args: {"ok": True})
     monkeypatch.setattr(gpu_check.Budget, "allows", lambda self, need=0.0: False)
