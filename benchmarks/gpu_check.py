@@ -1084,7 +1084,10 @@ def run_family(name: str, entry: dict, args, device: str, checks: set[str], save
             entry[running] = {**previous, "interrupted": f"{spent} (during {during})"}
         for part in parts[parts.index(running) + 1 if running in parts else len(parts):]:
             entry.setdefault(part, {"skipped": budget.skip_reason()})
-        _free(device)
+        try:  # an interrupted CUDA-graph capture may leave the device unusable: the report comes first
+            _free(device)
+        except Exception:  # noqa: BLE001
+            logger.exception("%s: freeing the device after the interruption failed", name)
     entry["budget"].update({"spent_s": budget.elapsed(), "exhausted": budget.exhausted})
 
 

@@ -24,6 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
+__all__ = ["COMPILE_SETTINGS", "DEFAULT_COMPILE", "CompilePlan", "check_compile_for_engine", "check_compile_setting",
+           "compile_refusal", "resolve_compile"]
+
 COMPILE_SETTINGS = ("auto", "none", "reduce-overhead", "default")
 DEFAULT_COMPILE = "auto"
 CUDA_GRAPHS = "reduce-overhead"  # the torch.compile mode that captures CUDA graphs

@@ -361,6 +361,7 @@ def recompile_violations(keys: list[tuple], graphs: int) -> list[str]:
 @pytest.fixture
 def fresh_dynamo():
     torch._dynamo.reset()  # entries of decode_step compiled by other tests count towards the limit
+    torch._dynamo.utils.counters.clear()
     yield
     torch._dynamo.reset()
 
@@ -377,6 +378,7 @@ def test_the_compiled_step_compiles_once_per_bucket_and_then_never(monkeypatch, 
         first_run = len(keys)
         again = engine.run(requests)
     assert recompile_violations(keys, len(engine.graphs)) == []
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == len(engine.graphs)  # dynamo's own count
     seen = {(a, r, width) for a, r, width, _ in keys}
     assert all(before == len(engine.graphs) for *_, before in keys[first_run:])  # the second run: no graph
     widths = [width for _, _, width, _ in keys[:first_run]]
