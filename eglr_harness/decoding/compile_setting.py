@@ -16,6 +16,13 @@ compiled: ``engine=hf`` decodes through transformers' ``generate`` with EGLR mod
 
 What ran is recorded beside what was asked (``CompilePlan.recorded`` / ``.requested``), as the
 results record ``engine`` beside ``engine_requested``.
+
+The adapter's sequence: ``check_compile_setting(value)`` and ``check_compile_for_engine(value,
+engine)`` before the model loads (bad values, and an explicit compile with ``engine=hf``, are
+refused before any weight is read); ``resolve_compile(value, model.device, engine)`` once the
+device is known (``reduce-overhead`` off CUDA refused there), its ``engine_kwargs()`` passed to
+``ContinuousEngine``; if ``engine=auto`` falls back to ``hf``, ``resolve_compile(value, device,
+"hf")`` again (an explicit compile is then refused, ``auto`` records ``none``).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ COMPILE_SETTINGS = ("auto", "none", "reduce-overhead", "default")
 DEFAULT_COMPILE = "auto"
 CUDA_GRAPHS = "reduce-overhead"  # the torch.compile mode that captures CUDA graphs
 ENGINES_THAT_COMPILE = ("continuous",)
+UNDECIDED_ENGINE = "auto"  # engine=auto before it has chosen: the plan is the continuous engine's
 
 
 @dataclass(frozen=True)
@@ -79,7 +87,8 @@ def _device_type(device) -> str:
 
 def resolve_compile(setting, device, engine: str = "continuous") -> CompilePlan:
     """The step's compilation for ``setting`` on ``device`` (a ``torch.device`` or its name) with
-    ``engine`` (the engine that decodes: ``continuous`` or ``hf``).
+    ``engine`` (the engine that decodes: ``continuous`` or ``hf``; ``auto`` before it has chosen,
+    which resolves as ``continuous``: call again with ``hf`` if it falls back).
 
     ``auto``: CUDA graphs on CUDA, eager elsewhere; ``reduce-overhead`` off CUDA: ``ValueError``
     (CUDA graphs need a CUDA device), naming what is allowed there; an explicit compilation with
@@ -87,7 +96,7 @@ def resolve_compile(setting, device, engine: str = "continuous") -> CompilePlan:
     """
     requested = check_compile_setting(setting)
     check_compile_for_engine(requested, engine)
-    if engine not in ENGINES_THAT_COMPILE:
+    if engine not in (*ENGINES_THAT_COMPILE, UNDECIDED_ENGINE):
         return CompilePlan(requested=requested, compile=False, mode=None)
     on_cuda = _device_type(device) == "cuda"
     if requested == CUDA_GRAPHS and not on_cuda:
@@ -105,10 +114,11 @@ def compile_refusal(setting, engine: str) -> str | None:
     """Why ``setting`` cannot apply with ``engine`` (the engine that decodes), or None when it can.
 
     Only an explicit compilation (``reduce-overhead``, ``default``) is refused, and only for an
-    engine other than the continuous one: ``auto`` and ``none`` mean eager there.
+    engine other than the continuous one: ``auto`` and ``none`` mean eager there. ``engine=auto``
+    before it has chosen is not refused (it may choose the continuous engine).
     """
     setting = check_compile_setting(setting)
-    if setting in ("auto", "none") or engine in ENGINES_THAT_COMPILE:
+    if setting in ("auto", "none") or engine in (*ENGINES_THAT_COMPILE, UNDECIDED_ENGINE):
         return None
     return (f"`compile`={setting!r} applies to engine=continuous only; engine={engine} decodes through "
             "transformers' generate with EGLR module hooks, which torch.compile cannot see into. Use "

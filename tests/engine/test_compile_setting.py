@@ -86,6 +86,16 @@ def test_the_continuous_engine_takes_every_setting(setting):
     assert compile_refusal(setting, "continuous") is None
 
 
+@pytest.mark.parametrize("setting", COMPILE_SETTINGS)
+def test_engine_auto_before_it_chooses_resolves_as_the_continuous_engine(setting):
+    """Nothing is refused before engine=auto has chosen; if it falls back to hf, the adapter resolves again."""
+    assert compile_refusal(setting, "auto") is None
+    assert resolve_compile(setting, "cuda", engine="auto") == resolve_compile(setting, "cuda")
+    if setting in ("reduce-overhead", "default"):
+        with pytest.raises(ValueError, match="applies to engine=continuous only"):
+            resolve_compile(setting, "cuda", engine="hf")
+
+
 def test_the_plan_is_what_the_engine_takes():
     """The kwargs build an engine (eager or compiled) without error: the names match ContinuousEngine's."""
     from tiny_models import build_tiny_model

@@ -195,9 +195,10 @@ def loop_requests(new=(4, 9, 6, 3, 8, 5)) -> list[Request]:
 def loop_reads(monkeypatch) -> dict:
     """Decode ``loop_requests`` eagerly, recording every host read by where it happened: inside a
     loop step (one list per step), inside a prefill (one list per prefill), or elsewhere; and every
-    upload of host data that the engine's host code makes (``torch.tensor(data, device=...)``: on
-    CUDA a copy with ``non_blocking=False``, i.e. ``cudaMemcpyAsync`` + ``cudaStreamSynchronize``),
-    as ``("upload", "continuous.py:<line>")`` entries of the same lists."""
+    upload of host data that the engine's host code makes (``torch.tensor(data, device=...)``,
+    ``.to(device)`` or ``.cuda()`` without ``non_blocking=True``: on CUDA a copy with
+    ``non_blocking=False``, i.e. ``cudaMemcpyAsync`` + ``cudaStreamSynchronize``), as
+    ``("upload", "continuous.py:<line>")`` entries of the same lists."""
     requests = loop_requests()
     windows = {"step": [], "prefill": [], "elsewhere": []}
     current = [windows["elsewhere"]]
@@ -231,6 +232,19 @@ def loop_reads(monkeypatch) -> dict:
             current[-1].append(("upload", f"continuous.py:{caller.f_lineno}"))
         return make_tensor(data, *args, **kwargs)
     monkeypatch.setattr(torch, "tensor", uploading)
+    def moving(name):
+        real = getattr(torch.Tensor, name)
+
+        def move(tensor, *args, **kwargs):
+            caller = sys._getframe(1)
+            to_device = name == "cuda" or "device" in kwargs or any(
+                isinstance(a, (str, torch.device, torch.Tensor)) for a in args)
+            if to_device and not kwargs.get("non_blocking") and caller.f_code.co_filename == continuous.__file__:
+                current[-1].append(("upload", f"continuous.py:{caller.f_lineno}"))
+            return real(tensor, *args, **kwargs)
+        return move
+    for name in ("to", "cuda"):
+        monkeypatch.setattr(torch.Tensor, name, moving(name))
 
     model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=LAYERS, seed=1)
     engine = ContinuousEngine(model, max_batch=2, eos_token_ids=[EOS])
