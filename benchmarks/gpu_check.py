@@ -1,4 +1,4 @@
-"""EGLR at the paper's model shapes on one machine (issue 16): exactness, placement, speed, memory.
+"""EGLR at the paper's model shapes on one machine (issues 16, 21, 29): exactness, placement, speed, memory.
 
 No weights are downloaded: every family is built from its transformers config with random
 weights at the shapes of its published ``config.json`` (``FAMILIES``). ``--size tiny`` shrinks
@@ -17,21 +17,31 @@ Checks (``--checks``, all by default):
    too, for the same L and gates (``continuous_fp32``).
 2. ``placement``: a ``device_map`` that puts half the layers on the GPU and the rest on the CPU
    (accelerate's CPU offload, what ``parallelize=True`` gives) yields the same tokens as one device.
-3. ``speed`` (full shapes, bf16): tokens/s of ``generate``, ``generate`` with a static cache
-   (``generate_static``: transformers compiles it on CUDA; the anchor), EGLR L=0 and L=10 with both
-   engines, and on CUDA the continuous engine's step compiled (``cL0c``/``cL10c``, mode
-   reduce-overhead: CUDA graphs per bucket), at batch 1, 16 and 64 with ``--new_tokens`` 512. Each
-   mode is warmed up over the full length, then timed ``--repeats`` times (>= 3 at full size): the
-   median and the min are reported, ratios use the medians. Also rho, P(step gated), mean
-   iterations, the FLOP ratio, the per-row and batched bounds from ``EglrStats``, and on CUDA a
-   profile of each mode (``--profile_tokens`` tokens): GPU kernel time / wall, kernel launches and
-   host syncs per step.
+3. ``speed`` (full shapes, bf16): per batch size (``--batches``), the modes of ``SPEED_MODES`` in
+   this order: ``generate_static`` (``generate`` with a static cache, compiled by transformers on
+   CUDA: the anchor), the continuous engine's step captured (``cL0c``/``cL10c``: ``--compile``,
+   auto = reduce-overhead, CUDA graphs per bucket; skipped where it resolves to eager), the
+   continuous engine eager (``cL0``/``cL10``), transformers' dynamic ``generate`` (what lm-eval's
+   ``hf`` calls), and the hook engine (``L0``/``L10``, engine=hf). Each mode is warmed up over the
+   full length (``warmup_s``: compilation included), then timed ``--repeats`` times: the median
+   and the min are reported, ratios use the medians; ms per step. Also rho, P(step gated), mean
+   iterations, the FLOP ratio, the per-row and batched bounds from ``EglrStats``, whether the
+   captured step's greedy tokens equal the eager step's, and on CUDA a profile of each mode
+   (``--profile_tokens`` tokens): GPU kernel time / wall (busy), kernel launches and host syncs
+   per step. ``goals`` holds issue 29's targets with their values (judged on full-size CUDA runs).
+   The continuous engine's K/V bucket holds the whole run (``--speed_kv_bucket``): one width.
 4. ``memory`` (CUDA only): peak allocated memory of EGLR L=10 / L=0 at a 3,072-token context.
+
+Time (``--budget_s``, per family; 540 s at full size, for a 10-minute call): a part or a speed
+mode starts only while time is left (a mode at a later batch only if the time it took at the batch
+before is left), an alarm interrupts the part that runs when the time is spent, and the JSON says
+what was interrupted and what was skipped. The JSON is rewritten after every part and every mode.
 
 tau_h is set per model from its own greedy (L=0) entropies: the 95th percentile (rho ~ 5 %).
 
     python benchmarks/gpu_check.py --out gpu_check.json                  # everything, full shapes, CUDA
-    python benchmarks/gpu_check.py --families llama-3.1-8b --checks speed,memory --out llama.json
+    python benchmarks/gpu_check.py --families llama-3.1-8b --checks exactness,speed --attn sdpa --batches 16,64 \
+        --new_tokens 128 --repeats 2 --profile_tokens 16 --out llama.json   # issue 29, one family
     python benchmarks/gpu_check.py --size tiny --device cpu --out tiny.json   # seconds, CPU
 """
 
@@ -152,9 +162,11 @@ DEFAULT_FAMILIES = ("qwen2.5-3b", "llama-3.1-8b", "mistral-7b-v0.3", "gemma-3-4b
 # Per-size defaults of the flags left unset: full = the issue's sizes; tiny = seconds on a CPU.
 SIZE_DEFAULTS = {
     "full": dict(exact_layers=6, exact_new_tokens=16, batches="1,16,64", new_tokens=512, prompt_len=64,
-                 calib_tokens=128, mem_context=3072, mem_batch=16, mem_new_tokens=16, repeats=3, profile_tokens=32),
+                 calib_tokens=128, mem_context=3072, mem_batch=16, mem_new_tokens=16, repeats=3, profile_tokens=32,
+                budget_s=540),
     "tiny": dict(exact_layers=4, exact_new_tokens=12, batches="1,4", new_tokens=16, prompt_len=8,
-                 calib_tokens=16, mem_context=64, mem_batch=2, mem_new_tokens=4, repeats=1, profile_tokens=4),
+                 calib_tokens=16, mem_context=64, mem_batch=2, mem_new_tokens=4, repeats=1, profile_tokens=4,
+                budget_s=0),
 }
 
 
@@ -229,7 +241,7 @@ def decode(model, prompts, new_tokens: int, *, device, eglr: dict | None = None,
     if eglr is not None:
         kwargs.update(custom_generate=eglr_generate, **eglr)
         if sink is not None:
-            kwargs["eglr_refiner_sink"] = sink
+            kwargs["eglr_outcomes"] = sink  # one Outcome per row, with its per-token entropies
         if stats is not None:
             kwargs["eglr_stats"] = stats
     with torch.no_grad():
@@ -244,33 +256,35 @@ def decode(model, prompts, new_tokens: int, *, device, eglr: dict | None = None,
 
 
 def decode_continuous(model, prompts, new_tokens: int, *, eglr: dict, stats=None, eos_token_id: int | None = EOS):
-    """Greedy EGLR through ``decoding.continuous_engine.ContinuousEngine``: each row's new tokens."""
+    """Greedy EGLR through ``decoding.continuous_engine.ContinuousEngine``: each row's new tokens.
+
+    ``eglr["engine_options"]``: keyword arguments of the engine (``compile``, ``compile_mode``,
+    ``compile_backend``, ``kv_bucket``); the rest of ``eglr`` is the cell's ``EglrConfig``.
+    """
     from eglr_harness.config import EglrConfig
-    from eglr_harness.decoding.continuous_engine import ContinuousEngine
     from eglr_harness.decoding.contract import Request
 
-    config = EglrConfig(**{"tau_h": math.inf, **{k: v for k, v in eglr.items() if k not in ("engine", "compile")}})
-    compiled = eglr.get("compile", False)
-    engine = _continuous_engine(model, len(prompts), () if eos_token_id is None else (eos_token_id,), compiled)
+    config = EglrConfig(**{"tau_h": math.inf, **{k: v for k, v in eglr.items() if k not in ("engine", "engine_options")}})
+    options = tuple(sorted(eglr.get("engine_options", {}).items()))
+    engine = _continuous_engine(model, len(prompts), () if eos_token_id is None else (eos_token_id,), options)
     outcomes = engine.run([Request(tuple(p), config, new_tokens) for p in prompts],
                           stats_for=None if stats is None else (lambda _config: stats))
     return [o.tokens for o in outcomes]
 
 
 @functools.lru_cache(maxsize=8)
-def _continuous_engine(model, max_batch: int, eos: tuple, compiled: bool):
-    """One engine per (model, batch, EOS, compiled): a compiled step keeps its graphs across runs."""
+def _continuous_engine(model, max_batch: int, eos: tuple, options: tuple):
+    """One engine per (model, batch, EOS, engine options): a compiled step keeps its graphs across runs."""
     from eglr_harness.decoding.continuous_engine import ContinuousEngine
 
-    mode = "reduce-overhead" if compiled and next(model.parameters()).is_cuda else None
-    return ContinuousEngine(model, max_batch=max_batch, eos_token_ids=list(eos), compile=compiled, compile_mode=mode)
+    return ContinuousEngine(model, max_batch=max_batch, eos_token_ids=list(eos), **dict(options))
 
 
 def greedy_entropies(model, prompts, new_tokens: int, *, device, eos_token_id: int | None = EOS) -> torch.Tensor:
     """Raw-logit entropies (nats) of every generated token of a greedy L=0 run.  -> (n_tokens,)."""
     sink: list = []
     decode(model, prompts, new_tokens, device=device, eglr=dict(L=0), sink=sink, eos_token_id=eos_token_id)
-    return torch.cat(sink[0].entropies)
+    return torch.tensor([e for outcome in sink for e in outcome.entropies])
 
 
 def calibrate_tau_h(entropies: torch.Tensor) -> float:
@@ -332,7 +346,7 @@ def compare_with_naive(model, prompts, *, L: int, tau_h: float, tau_kl: float, n
         sink: list = []
         rows, scores = decode(model, prompts, new_tokens, device=device, scores=True, sink=sink,
                               eglr=dict(settings, tau_kl=tau_kl, tau_h=tau_h))
-        entropies = torch.cat(sink[0].entropies)
+        entropies = torch.tensor([e for outcome in sink for e in outcome.entropies])
         kls: list[float] = []
         ref_rows, ref_logits, gated = [], [], 0
         with inputs_on(model, device):
@@ -554,16 +568,23 @@ def decode_with(model, prompts, new_tokens: int, *, device: str, mode: str, eglr
     return out[:, ids.shape[1]:].tolist()
 
 
-def timed_decode(model, prompts, new_tokens: int, *, device: str, mode: str, eglr: dict | None, repeats: int) -> dict:
+def timed_decode(model, prompts, new_tokens: int, *, device: str, mode: str, eglr: dict | None, repeats: int
+                 ) -> tuple[dict, list[list[int]]]:
     """Wall times of ``repeats`` greedy decodes (every row runs ``new_tokens``: no EOS) after one warm-up
     decode of the full length (the caching allocator, matmul plans and compiled graphs grow with the
-    K/V length). Reports the median (``wall_s``, what ratios use) and the min."""
+    K/V length; ``warmup_s`` holds any compilation). Reports the median (``wall_s``, what ratios use),
+    the min, and ms per step (median wall / decoding steps: the engine's count for EGLR modes,
+    ``new_tokens`` else). Returns (figures, the last decode's rows)."""
     import statistics
 
     from eglr_harness.decoding.stats import EglrStats
 
+    _sync(device)
+    started = time.perf_counter()
     decode_with(model, prompts, new_tokens, device=device, mode=mode, eglr=eglr)  # warm-up, full length
-    walls, stats = [], None
+    _sync(device)
+    warmup = time.perf_counter() - started
+    walls, stats, rows = [], None, []
     for _ in range(repeats):
         stats = EglrStats() if eglr is not None else None
         _sync(device)
@@ -575,11 +596,12 @@ def timed_decode(model, prompts, new_tokens: int, *, device: str, mode: str, egl
     if tokens != len(prompts) * new_tokens:
         raise RuntimeError(f"expected {len(prompts) * new_tokens} new tokens without EOS, got {tokens}")
     median = statistics.median(walls)
-    out = {"wall_s": median, "wall_s_min": min(walls), "walls_s": walls, "tokens": tokens,
-           "tokens_per_s": tokens / median}
+    steps = (stats.steps if stats is not None and stats.steps else new_tokens)
+    out = {"wall_s": median, "wall_s_min": min(walls), "walls_s": walls, "warmup_s": warmup, "tokens": tokens,
+           "tokens_per_s": tokens / median, "steps": steps, "ms_per_step": 1000 * median / steps}
     if stats is not None:
         out["stats"] = stats.summary()
-    return out
+    return out, rows
 
 
 def profile_decode(model, prompts, new_tokens: int, *, device: str, mode: str, eglr: dict | None) -> dict:
@@ -612,8 +634,16 @@ def profile_decode(model, prompts, new_tokens: int, *, device: str, mode: str, e
             "host_syncs_per_step": syncs / steps, "ms_per_step": 1000 * wall / steps}
 
 
-def check_speed_and_memory(name: str, args, device: str, checks: set[str]) -> dict:
-    """Checks 3 and 4 on the full-depth bf16 model of ``name``."""
+def check_speed_and_memory(name: str, args, device: str, checks: set[str], result: dict | None = None,
+                           budget: "Budget | None" = None, save=lambda: None) -> dict:
+    """Checks 3 and 4 on the full-depth bf16 model of ``name``, filling ``result`` as modes finish
+    (``save`` is called after each, so a run cut short keeps them).
+
+    Modes run in ``speed_modes``' order (the goals' modes first), batch by batch; a mode starts only
+    while ``budget`` has time left and, at a later batch, at least the time it took at the batch before.
+    """
+    result = {} if result is None else result
+    budget = budget or Budget(None)
     config = family_config(name, args.size, eos_token_id=None)
     n = config.num_hidden_layers
     span = min(args.speed_L, n)
@@ -624,63 +654,172 @@ def check_speed_and_memory(name: str, args, device: str, checks: set[str]) -> di
     prompts = random_prompts([args.prompt_len] * max(batches), config.vocab_size, args.seed + 2)
     calib = prompts[: min(16, len(prompts))]
     tau_h = calibrate_tau_h(greedy_entropies(model, calib, args.calib_tokens, device=device, eos_token_id=None))
-    result: dict = {"layers": n, "L": span, "tau_h_p95": tau_h, "calib_prompts": len(calib),
-                    "calib_tokens": args.calib_tokens, "attn": attn, "repeats": args.repeats}
-    modes = speed_modes(span, tau_h, compiled=args.continuous_compile)
+    kv_bucket = args.speed_kv_bucket or run_kv_bucket(args.prompt_len, args.new_tokens)
+    captured = captured_plan(args, device)
+    result.update({"layers": n, "L": span, "tau_h_p95": tau_h, "calib_prompts": len(calib),
+                   "calib_tokens": args.calib_tokens, "attn": attn, "repeats": args.repeats,
+                   "continuous_kv_bucket": kv_bucket, "captured": captured})
+    modes = speed_modes(span, tau_h, captured=captured, kv_bucket=kv_bucket, only=args.speed_modes)
+    if "memory" in checks:
+        result["memory"] = dict(NOT_REACHED)
     if "speed" in checks:
-        result["batches"] = {}
+        # every mode of every batch is listed from the start: a part cut short says what it did not reach
+        unreached = lambda: {mode: {"skipped": eglr} if isinstance(eglr, str) else dict(NOT_REACHED)
+                             for mode, eglr in modes.items()}
+        result["batches"] = {str(batch): {"runs": unreached(), "profile": unreached()} for batch in batches}
+        took: dict[str, float] = {}  # mode -> seconds at the previous batch
         for batch in batches:
             rows = prompts[:batch]
-            runs, profiles = {}, {}
+            figures = result["batches"][str(batch)]
+            runs, profiles, tokens = figures["runs"], figures["profile"], {}
             for mode, eglr in modes.items():
-                logger.info("%s speed: batch %d, %s", name, batch, mode)
-                runs[mode] = timed_decode(model, rows, args.new_tokens, device=device, mode=mode, eglr=eglr,
-                                          repeats=args.repeats)
+                if isinstance(eglr, str):  # a reason not to run it
+                    runs[mode] = profiles[mode] = {"skipped": eglr}
+                    continue
+                need = took.get(mode, 0.0)
+                if not budget.allows(need):
+                    why = budget.skip_reason(need, f"{mode} took {need:.0f} s at the batch before" if need else "")
+                    runs[mode] = profiles[mode] = {"skipped": why}
+                    continue
+                logger.info("%s speed: batch %d, %s (%.0f s of the budget left)", name, batch, mode, budget.left())
+                result["running"] = f"batch {batch}, {mode}"
+                runs[mode] = profiles[mode] = dict(STARTED)
+                started = time.perf_counter()
+                runs[mode], tokens[mode] = timed_decode(model, rows, args.new_tokens, device=device, mode=mode, eglr=eglr,
+                                                        repeats=args.repeats)
                 profiles[mode] = profile_decode(model, rows, args.profile_tokens, device=device, mode=mode, eglr=eglr)
-            result["batches"][str(batch)] = {**speed_figures(runs, span, n), "profile": profiles}
+                took[mode] = time.perf_counter() - started
+                runs[mode]["mode_s"] = took[mode]
+                del result["running"]
+                figures.update(speed_figures(runs, span, n, profiles, tokens,
+                                             judge=device.startswith("cuda") and args.size == "full"))
+                save()
     if "memory" in checks:
-        result["memory"] = check_memory(model, config, args, device, span)
+        if budget.allows():
+            result["running"] = "memory"
+            result["memory"] = check_memory(model, config, args, device, span)
+            del result["running"]
+        else:
+            result["memory"] = {"skipped": budget.skip_reason()}
     del model
     _free(device)
     return result
 
 
-def speed_modes(span: int, tau_h: float, *, compiled: bool) -> dict:
-    """Mode -> EGLR settings (None: transformers' own ``generate``)."""
+NOT_REACHED = {"skipped": "not reached: the part stopped before it (see its `interrupted` or `error`)"}
+STARTED = {"skipped": "started, not finished: the part stopped during it (see its `interrupted` or `error`)"}
+
+
+def run_kv_bucket(prompt_len: int, new_tokens: int) -> int:
+    """A K/V bucket that holds a whole speed run (prompt, new tokens, the engine's 2 spare columns),
+    even: the continuous engine's attention then has one width, and a captured step one graph per
+    row-count bucket (like the static cache of ``generate_static``, sized to the run)."""
+    need = prompt_len + new_tokens + 2
+    return need + need % 2
+
+
+def captured_plan(args, device: str) -> dict:
+    """What the captured modes (cL0c, cLc) run: ``--compile`` resolved on ``device``
+    (``decoding/compile_setting.py``), or why they are skipped."""
+    from eglr_harness.decoding.compile_setting import resolve_compile
+
+    try:
+        plan = resolve_compile(args.compile, device)
+    except ValueError as error:
+        return {"requested": args.compile, "skipped": str(error)}
+    if not plan.compile:
+        return {"requested": args.compile, "skipped": f"compile={args.compile} runs the step eager on {device}"}
+    return {"requested": args.compile, "compile": plan.recorded, "compile_backend": args.compile_backend,
+            "recompile_limit": torch._dynamo.config.recompile_limit}
+
+
+SPEED_MODES = ("generate_static", "cL0c", "cLc", "generate", "cL0", "cL", "L0", "L")
+"""Every mode, in the order they run: the goals' modes first (the anchor, continuous captured L0 and L),
+then the eager continuous engine, transformers' dynamic ``generate`` and the hook engine (hf)."""
+
+
+def speed_modes(span: int, tau_h: float, *, captured: dict, kv_bucket: int, only: list[str] | None = None) -> dict:
+    """Mode name -> EGLR settings (None: transformers' own ``generate``; a string: why it is skipped).
+
+    ``L``-modes take the span in their name (``L10``, ``cL10``, ``cL10c``); ``only``: generic names."""
     eglr = dict(L=span, tau_h=tau_h, **PAPER)
-    modes = {"generate": None, "generate_static": None, "L0": dict(L=0), f"L{span}": eglr,
-             "cL0": dict(L=0, engine="continuous"), f"cL{span}": dict(eglr, engine="continuous")}
-    if compiled:
-        modes.update({"cL0c": dict(L=0, engine="continuous", compile=True),
-                      f"cL{span}c": dict(eglr, engine="continuous", compile=True)})
-    return modes
+    eager = dict(engine="continuous", engine_options={"kv_bucket": kv_bucket})
+    if "skipped" in captured:
+        compiled: dict | str = captured["skipped"]
+    else:
+        compiled = dict(engine="continuous", engine_options={
+            "kv_bucket": kv_bucket, "compile": True, "compile_mode": captured["compile"],
+            "compile_backend": captured["compile_backend"]})
+    settings = {"generate_static": None, "generate": None, "L0": dict(L=0), "L": eglr,
+                "cL0": dict(eager, L=0), "cL": dict(eager, **eglr),
+                "cL0c": compiled if isinstance(compiled, str) else dict(compiled, L=0),
+                "cLc": compiled if isinstance(compiled, str) else dict(compiled, **eglr)}
+    name = lambda mode: mode.replace("L", f"L{span}") if mode in ("L", "cL", "cLc") else mode
+    return {name(mode): settings[mode] for mode in SPEED_MODES if only is None or mode in only}
 
 
-def speed_figures(runs: dict, span: int, n: int) -> dict:
-    """Wall ratios (medians) and cost bounds of one batch size (eglr-method.md §4)."""
-    eglr = runs[f"L{span}"]["stats"]
-    k = eglr["mean_iterations"]
+def speed_figures(runs: dict, span: int, n: int, profiles: dict | None = None, tokens: dict | None = None,
+                  judge: bool = False) -> dict:
+    """Wall ratios (medians), cost bounds (eglr-method.md §4) and the goals of one batch size, from
+    the modes that ran (a figure whose modes did not run is None); ``judge``: say whether the goals
+    are met (full-size models on a GPU only: the goals are GPU figures)."""
+    done = {mode: run for mode, run in runs.items() if "wall_s" in run}
+    profiles, tokens = profiles or {}, tokens or {}
+
+    def ratio(a: str, b: str, key: str = "wall_s") -> float | None:
+        return done[a][key] / done[b][key] if a in done and b in done else None
+
+    stat = lambda mode, key: done[mode]["stats"][key] if mode in done and "stats" in done[mode] else None
+    L, cL, cLc = f"L{span}", f"cL{span}", f"cL{span}c"
+    rho, k, p_any = stat(L, "rho"), stat(L, "mean_iterations"), stat(L, "p_step_gated")
     out = {
-        "runs": runs,
-        "wall_ratio_L0_vs_generate": runs["L0"]["wall_s"] / runs["generate"]["wall_s"],
-        "wall_ratio_L_vs_L0": runs[f"L{span}"]["wall_s"] / runs["L0"]["wall_s"],
-        "rho": eglr["rho"], "p_step_gated": eglr["p_step_gated"], "mean_iterations": k,
-        "flop_ratio": eglr["flop_ratio"], "batched_flop_ratio": eglr["batched_flop_ratio"],
-        "per_row_bound": 1 + eglr["rho"] * k * span / n,  # the paper's 1 + rho·k·L/N
-        "batched_bound": 1 + eglr["p_step_gated"] * k * span / n,  # a step waits for its gated rows
+        "wall_ratio_L0_vs_generate": ratio("L0", "generate"),
+        "wall_ratio_L_vs_L0": ratio(L, "L0"),
+        "rho": rho, "p_step_gated": p_any, "mean_iterations": k,
+        "flop_ratio": stat(L, "flop_ratio"), "batched_flop_ratio": stat(L, "batched_flop_ratio"),
+        "per_row_bound": None if rho is None else 1 + rho * k * span / n,  # the paper's 1 + rho·k·L/N
+        "batched_bound": None if p_any is None else 1 + p_any * k * span / n,  # a step waits for its gated rows
         # the anchor: transformers' static-cache generate (compiled on CUDA)
-        "wall_ratio_generate_static_vs_generate": runs["generate_static"]["wall_s"] / runs["generate"]["wall_s"],
+        "wall_ratio_generate_static_vs_generate": ratio("generate_static", "generate"),
         # engine=continuous: refinement folded into the batch
-        "wall_ratio_L0_vs_generate[continuous]": runs["cL0"]["wall_s"] / runs["generate"]["wall_s"],
-        "wall_ratio_L0_vs_generate_static[continuous]": runs["cL0"]["wall_s"] / runs["generate_static"]["wall_s"],
-        "wall_ratio_L_vs_L0[continuous]": runs[f"cL{span}"]["wall_s"] / runs["cL0"]["wall_s"],
-        "rho[continuous]": runs[f"cL{span}"]["stats"]["rho"],
+        "wall_ratio_L0_vs_generate[continuous]": ratio("cL0", "generate"),
+        "wall_ratio_L0_vs_generate_static[continuous]": ratio("cL0", "generate_static"),
+        "wall_ratio_L_vs_L0[continuous]": ratio(cL, "cL0"),
+        "rho[continuous]": stat(cL, "rho"),
+        # the step captured (compile=reduce-overhead on CUDA)
+        "wall_ratio_L0_vs_generate_static[continuous,compiled]": ratio("cL0c", "generate_static"),
+        "wall_ratio_L_vs_L0[continuous,compiled]": ratio(cLc, "cL0c"),
+        # greedy bf16 tokens of the captured step against the eager step's (kernels may round differently)
+        "captured_tokens_equal_eager": {mode: tokens[mode + "c"] == tokens[mode] for mode in ("cL0", cL)
+                                        if mode in tokens and mode + "c" in tokens} or None,
     }
-    if "cL0c" in runs:
-        out.update({
-            "wall_ratio_L0_vs_generate_static[continuous,compiled]": runs["cL0c"]["wall_s"] / runs["generate_static"]["wall_s"],
-            "wall_ratio_L_vs_L0[continuous,compiled]": runs[f"cL{span}c"]["wall_s"] / runs["cL0c"]["wall_s"],
-        })
+    out["goals"] = speed_goals(out, profiles, span, judge)
+    return out
+
+
+GOALS = (  # issue 29: (name, figure or profile key, mode, target, comparison)
+    # the same prompts and tokens: the wall ratio is the ratio of ms per decoding step
+    ("captured_L0_ms_per_step_vs_generate_static", "wall_ratio_L0_vs_generate_static[continuous,compiled]", None, 1.0, "<="),
+    ("captured_L_vs_L0", "wall_ratio_L_vs_L0[continuous,compiled]", None, 1.10, "<="),
+    ("gpu_busy[cL0c]", "gpu_busy", "cL0c", 0.85, ">="),
+    ("gpu_busy[cLc]", "gpu_busy", "cLc", 0.85, ">="),
+    ("host_syncs_per_step[cL0c]", "host_syncs_per_step", "cL0c", 1.0, "<="),
+    ("host_syncs_per_step[cLc]", "host_syncs_per_step", "cLc", 1.0, "<="),
+)
+
+
+def speed_goals(figures: dict, profiles: dict, span: int, judge: bool) -> dict:
+    """Each goal of issue 29: {"value", "target", "met"}; value None where its modes did not run, met
+    None then and when not ``judge`` (tiny models, CPUs: the goals are figures of full-size models on a GPU)."""
+    out = {}
+    for name, key, mode, target, comparison in GOALS:
+        if mode is None:
+            value = figures.get(key)
+        else:
+            profile = profiles.get(mode.replace("cLc", f"cL{span}c"), {})
+            value = profile.get(key)
+        met = None if value is None or not judge else (value <= target if comparison == "<=" else value >= target)
+        out[name.replace("cLc", f"cL{span}c")] = {"value": value, "target": f"{comparison} {target:g}", "met": met}
     return out
 
 
@@ -706,6 +845,66 @@ def check_memory(model, config, args, device: str, span: int) -> dict:
     out["peak_ratio"] = out[f"L{span}"]["peak_mib"] / out["L0"]["peak_mib"]
     out["above_weights_ratio"] = out[f"L{span}"]["above_weights_mib"] / out["L0"]["above_weights_mib"]
     return out
+
+
+# ------------------------------------------------------------------------------------- budget
+class BudgetExhausted(BaseException):
+    """Raised by ``Budget.alarm`` in the main thread when the family's time is spent. A BaseException,
+    so that the checks' own ``except Exception`` (``guarded``) let it through."""
+
+
+class Budget:
+    """The time one family may take (``--budget_s``; None: no limit).
+
+    Parts start only while time is left (``allows``); ``alarm`` interrupts the part that is running
+    when the time runs out (SIGALRM, main thread only), and the report says what was interrupted
+    and what was skipped. A compilation or a CUDA-graph capture cut short leaves the process fit
+    only for writing the report: everything after it is skipped.
+    """
+
+    def __init__(self, seconds: float | None):
+        self.seconds = seconds
+        self.started = time.perf_counter()
+        self.exhausted = False
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def left(self) -> float:
+        return math.inf if self.seconds is None else self.seconds - self.elapsed()
+
+    def allows(self, need: float = 0.0) -> bool:
+        """Whether a part that needs ``need`` seconds may start."""
+        return not self.exhausted and self.left() > need
+
+    def skip_reason(self, need: float = 0.0, why: str = "") -> str:
+        left = max(self.left(), 0.0)
+        return (f"budget: {left:.0f} s of --budget_s {self.seconds:g} left" + (f", {why}" if why else "")
+                + (" (spent)" if self.exhausted or left <= need and not why else ""))
+
+    @contextlib.contextmanager
+    def alarm(self):
+        """Raise ``BudgetExhausted`` inside the block when the time runs out."""
+        import signal
+        import threading
+
+        usable = (self.seconds is not None and hasattr(signal, "setitimer")
+                  and threading.current_thread() is threading.main_thread())
+        if not usable:
+            yield
+            return
+
+        def ring(signum, frame):
+            self.exhausted = True
+            raise BudgetExhausted(f"--budget_s {self.seconds:g} spent after {self.elapsed():.0f} s")
+
+        previous = signal.signal(signal.SIGALRM, ring)
+        signal.setitimer(signal.ITIMER_REAL, max(self.left(), 1e-3))
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
 
 # ------------------------------------------------------------------------------------- main
@@ -753,9 +952,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, help="timed runs per mode after a full-length warm-up; median and "
                                                    "min reported (full: 3)")
     parser.add_argument("--profile_tokens", type=int, help="new tokens of each mode's profiled decode (CUDA; full: 32)")
-    parser.add_argument("--continuous_compile", default="auto", choices=("auto", "on", "off"),
-                        help="also time the continuous engine with its step compiled (cL0c, cLc; CUDA graphs "
-                             "on CUDA); auto = on with CUDA")
+    parser.add_argument("--compile", default="auto", help="the captured modes' `compile` setting (cL0c, cLc; "
+                        "decoding/compile_setting.py): auto = reduce-overhead (CUDA graphs) on CUDA, skipped elsewhere")
+    parser.add_argument("--compile_backend", default="inductor",
+                        help="torch.compile backend of the captured modes (eager / aot_eager: a CPU smoke test)")
+    parser.add_argument("--recompile_limit", type=int, default=512,
+                        help="torch._dynamo.config.recompile_limit while the captured modes run: the engine compiles "
+                             "one graph per (rows, refining rows, K/V width) bucket and dynamo's default 8 stops a "
+                             "fullgraph run (tests/engine/test_gpu_readiness.py)")
+    parser.add_argument("--speed_modes", default=",".join(SPEED_MODES),
+                        help=f"comma list of {', '.join(SPEED_MODES)} (L: the --speed_L span; c: captured)")
+    parser.add_argument("--speed_kv_bucket", type=int, default=None,
+                        help="the continuous engine's kv_bucket in the speed runs (default: one bucket that holds "
+                             "the run, so that attention has one width)")
+    parser.add_argument("--budget_s", type=float, help="seconds per family: parts start only while time is "
+                        "left, the running one is interrupted when it runs out, the report says what was skipped "
+                        "(full: 540, for a 10-minute call; tiny: none); 0 = no limit")
     parser.add_argument("--mem_context", type=int, help="prompt + new tokens of the memory check (full: 3072)")
     parser.add_argument("--mem_batch", type=int, help="batch of the memory check (full: 16)")
     parser.add_argument("--mem_new_tokens", type=int, help="new tokens of the memory check (full: 16)")
@@ -789,19 +1001,40 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device={args.device}: CUDA is not available on this machine; use --device cpu")
-    args.continuous_compile = (args.continuous_compile == "on" or
-                               (args.continuous_compile == "auto" and args.device.startswith("cuda")))
+    from eglr_harness.decoding.compile_setting import check_compile_setting
+
+    args.compile = check_compile_setting(args.compile)
+    args.speed_modes = _csv(args.speed_modes, SPEED_MODES, "--speed_modes")
+    if args.speed_kv_bucket is not None and (args.speed_kv_bucket < 2 or args.speed_kv_bucket % 2):
+        raise ValueError(f"--speed_kv_bucket={args.speed_kv_bucket}: must be an even int >= 2")
+    if args.recompile_limit < 1:
+        raise ValueError(f"--recompile_limit={args.recompile_limit}: must be >= 1")
+    if args.budget_s is not None and args.budget_s < 0:
+        raise ValueError(f"--budget_s={args.budget_s}: must be >= 0 (0 = no limit)")
+    args.budget_s = args.budget_s or None
     return args
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Run the chosen checks on the chosen families; returns (and with --out writes) the results."""
+    """Run the chosen checks on the chosen families; returns (and with --out writes) the results.
+
+    The JSON is rewritten after every part and every speed mode: a run cut short keeps what it finished."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     device, checks = args.device, set(args.checks)
+    # the continuous engine compiles one graph per bucket; dynamo's default limit (8) would stop a run
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, args.recompile_limit)
     report: dict = {"settings": {k: v for k, v in vars(args).items()}, "paper_settings": PAPER,
                     "environment": environment(device), "families": {}}
     started = time.perf_counter()
+
+    def save() -> None:
+        report["wall_s"] = time.perf_counter() - started
+        report["summary"] = summarise(report)
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(report, indent=1, default=str) + "\n")
+
     for name in args.families:
         family = FAMILIES[name]
         config = family_config(name, args.size)
@@ -809,20 +1042,53 @@ def main(argv: list[str] | None = None) -> dict:
                        "output_embedding_scale": sharpen_factor(config, args.logit_std),
                        "config": {k: v for k, v in config.to_diff_dict().items() if not k.startswith("_")}}
         report["families"][name] = entry
-        if "exactness" in checks:
-            entry["exactness"] = guarded(check_exactness, name, args, device)
-        if "placement" in checks:
-            entry["placement"] = guarded(check_placement, name, args, device)
-        if checks & {"speed", "memory"}:
-            entry["speed"] = guarded(check_speed_and_memory, name, args, device, checks)
+        run_family(name, entry, args, device, checks, save)
         logger.info("%s done (%.0f s so far)", name, time.perf_counter() - started)
-        report["wall_s"] = time.perf_counter() - started
-        report["summary"] = summarise(report)
-        if args.out:  # after every family: a run cut short by a time limit keeps what it finished
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps(report, indent=1, default=str) + "\n")
+        save()
     print(json.dumps(report["summary"], indent=1, default=str))
     return report
+
+
+def run_family(name: str, entry: dict, args, device: str, checks: set[str], save) -> None:
+    """The checks of one family within its budget, in ``entry``: exactness, placement, speed (+ memory).
+
+    A part the budget does not reach is ``{"skipped": ...}``; the one the alarm interrupts keeps what
+    it finished and says ``"interrupted"``."""
+    budget = Budget(args.budget_s)
+    entry["budget"] = {"budget_s": args.budget_s}
+    parts = [part for part in ("exactness", "placement", "speed") if part in checks or
+             (part == "speed" and "memory" in checks)]
+    checks_of = {"exactness": check_exactness, "placement": check_placement}
+    running = None
+    try:
+        with budget.alarm():
+            for part in parts:
+                if not budget.allows():
+                    entry[part] = {"skipped": budget.skip_reason()}
+                    continue
+                running = part
+                if part == "speed":
+                    result = entry["speed"] = {}
+                    out = guarded(check_speed_and_memory, name, args, device, checks, result, budget, save)
+                    if out is not result:  # an error: keep the modes that finished beside it
+                        result.update(out)
+                else:
+                    entry[part] = guarded(checks_of[part], name, args, device)
+                running = None
+                save()
+    except BudgetExhausted as spent:
+        logger.warning("%s: %s; %s interrupted, the rest skipped", name, spent, running)
+        if running is not None:
+            previous = entry.get(running) if isinstance(entry.get(running), dict) else {}
+            during = previous.pop("running", running)
+            entry[running] = {**previous, "interrupted": f"{spent} (during {during})"}
+        for part in parts[parts.index(running) + 1 if running in parts else len(parts):]:
+            entry.setdefault(part, {"skipped": budget.skip_reason()})
+        try:  # an interrupted CUDA-graph capture may leave the device unusable: the report comes first
+            _free(device)
+        except Exception:  # noqa: BLE001
+            logger.exception("%s: freeing the device after the interruption failed", name)
+    entry["budget"].update({"spent_s": budget.elapsed(), "exhausted": budget.exhausted})
 
 
 def guarded(check, name: str, args, device: str, *rest) -> dict:
@@ -836,28 +1102,39 @@ def guarded(check, name: str, args, device: str, *rest) -> dict:
 
 
 def summarise(report: dict) -> dict:
-    """One line per family and check: the verdicts and the headline speed figures."""
+    """One line per family and check: the verdicts, the headline speed figures, the goals, what was skipped."""
     out = {}
     for name, entry in report["families"].items():
         line = {}
-        if "exactness" in entry:
-            line["exact"] = entry["exactness"]["ok"]
-            cont = entry["exactness"].get("continuous_fp32")
+        exact = entry.get("exactness")
+        if exact is not None:
+            line["exact"] = exact.get("ok", exact.get("skipped") or exact.get("interrupted"))
+            cont = exact.get("continuous_fp32")
             if cont:
                 line["exact[continuous]"] = cont["L0_equals_generate"] and all(
                     c["tokens_equal"] for c in cont["vs_naive"].values())
         if "placement" in entry:
-            line["placement"] = entry["placement"].get("ok")
-        for batch, figures in entry.get("speed", {}).get("batches", {}).items():
+            line["placement"] = entry["placement"].get("ok", entry["placement"].get("skipped"))
+        speed = entry.get("speed", {})
+        for batch, figures in speed.get("batches", {}).items():
             line[f"b{batch}"] = {k: round(figures[k], 3) for k in (
                 "wall_ratio_L0_vs_generate", "wall_ratio_L_vs_L0", "wall_ratio_generate_static_vs_generate",
                 "wall_ratio_L0_vs_generate_static[continuous]", "wall_ratio_L_vs_L0[continuous]",
                 "wall_ratio_L0_vs_generate_static[continuous,compiled]", "wall_ratio_L_vs_L0[continuous,compiled]",
-                "per_row_bound", "batched_bound", "rho") if k in figures}
-        if "error" in entry.get("speed", {}):
-            line["speed"] = entry["speed"]["error"]
-        if "memory" in entry.get("speed", {}):
-            line["memory_peak_ratio"] = entry["speed"]["memory"].get("peak_ratio", entry["speed"]["memory"].get("skipped"))
+                "per_row_bound", "batched_bound", "rho") if figures.get(k) is not None}
+            goals = {goal: v["met"] for goal, v in figures.get("goals", {}).items() if v["met"] is not None}
+            if goals:
+                line[f"b{batch}"]["goals_met"] = goals
+            skipped = sorted(mode for mode, run in figures["runs"].items() if "skipped" in run)
+            if skipped:
+                line[f"b{batch}"]["skipped"] = skipped
+        for key in ("error", "interrupted", "skipped"):
+            if key in speed:
+                line[f"speed_{key}"] = speed[key]
+        if "memory" in speed:
+            line["memory_peak_ratio"] = speed["memory"].get("peak_ratio", speed["memory"].get("skipped"))
+        if entry.get("budget", {}).get("exhausted"):
+            line["budget"] = f"spent ({entry['budget']['spent_s']:.0f} s of {entry['budget']['budget_s']:g})"
         out[name] = line
     return out
 

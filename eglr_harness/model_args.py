@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 
 # eglr-hf's own model args (harness/model.py checks that its signature says the same).
 EGLR_ARGS = ("L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "model_config",
-             "calib_limit", "rollout_cache", "engine")
+             "calib_limit", "rollout_cache", "engine", "compile")
 
 # Keyword arguments that transformers' from_pretrained reads itself (besides its named parameters)
 # and the bitsandbytes options lm-eval's HFLM reads from them.

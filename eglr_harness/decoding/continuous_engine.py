@@ -110,7 +110,7 @@ class ContinuousEngine:
         self.step_fn = decode_step
         if compile:
             self.step_fn = torch.compile(decode_step, fullgraph=True, dynamic=False, mode=compile_mode,
-                                         backend=compile_backend)
+                                         backend=compile_backend, recompile_limit=RECOMPILE_LIMIT)
         self._stop_criteria: dict[tuple[str, ...], StopStringCriteria] = {}
 
     # ---------------------------------------------------------------- public
@@ -174,6 +174,9 @@ class ContinuousEngine:
         return self._stop_criteria[stop_strings]
 
 
+# graphs a compiled step may hold: one per (advancing-row bucket, refining-row bucket, K/V width bucket)
+# and step plan; dynamo's default (8) stops a run with fullgraph=True at the 9th
+RECOMPILE_LIMIT = 4096
 AUTO_MEMORY_SHARE = 0.8  # of the free memory: the rest is the allocator's slack and the weights' workspace
 
 
@@ -323,14 +326,22 @@ class _Run:
             num_ref = _bucket(len(refining), self.refine_sizes) if refining else 0
         else:  # eager: any shape costs nothing extra, padding rows would
             num_adv, num_ref = max(len(advancing), 1), len(refining)
-        pad = lambda slots, size: torch.tensor(slots + [self.trash] * (size - len(slots)), dtype=torch.long, device=self.device)
-        read = self.engine.step_fn(self.stack, self.plan, self.state, self.cache, pad(advancing, num_adv),
-                                   pad(refining, num_ref))
+        slots = self._upload(advancing + [self.trash] * (num_adv - len(advancing)) +
+                             refining + [self.trash] * (num_ref - len(refining)))
+        read = self.engine.step_fn(self.stack, self.plan, self.state, self.cache, slots[:num_adv], slots[num_adv:])
         host = read.tolist()  # the step's one read
         for s in advancing:
             self.rows[s].position += 1
         self.absorb(host[:len(advancing)] + host[num_adv:num_adv + len(refining)], advancing + refining,
                     [_ADVANCE] * len(advancing) + [_REFINE] * len(refining))
+
+    def _upload(self, values: list[int]) -> torch.Tensor:
+        """Host ints to the device without a host sync (pinned memory, non-blocking copy on CUDA):
+        the step's one read of its result stays the loop's only sync."""
+        host = torch.tensor(values, dtype=torch.long)
+        if self.device.type == "cuda":
+            host = host.pin_memory()
+        return host.to(self.device, non_blocking=True)
 
     # ---------------------------------------------------------------- after a forward
     def absorb(self, read: list[list[float]], slots: list[int], phases: list[int]) -> None:

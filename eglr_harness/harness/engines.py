@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from eglr_harness.decoding.compile_setting import CompilePlan, resolve_compile
 from eglr_harness.decoding.continuous_engine import ContinuousEngine
 from eglr_harness.decoding.contract import Engine
 from eglr_harness.decoding.hook_engine import HookEngine
@@ -27,21 +28,24 @@ def check_engine(engine: str) -> str:
     return engine
 
 
-def build_engines(lm, engine: str) -> tuple[list[Engine], str]:
-    """The engines of an ``EglrHFLM`` in order of preference, and the name of the one that decodes."""
+def build_engines(lm, engine: str, compile_setting: str) -> tuple[list[Engine], str, CompilePlan]:
+    """The engines of an ``EglrHFLM`` in order of preference, the name of the one that decodes, and
+    what the ``compile`` setting resolved to (``decoding/compile_setting.py``; refusals are raised,
+    never taken for a reason to fall back)."""
     hook = HookEngine(lm.model, batch_size=_hook_batch_size(lm), pad_token_id=lm.tokenizer.pad_token_id,
                       tokenizer=lm.tokenizer, device=lm.device)
     if engine == "hf":
-        return [hook], "hf"
+        return [hook], "hf", resolve_compile(compile_setting, lm.device, "hf")
+    plan = resolve_compile(compile_setting, lm.device, engine)
     try:
         continuous = ContinuousEngine(lm.model, max_batch=lm.batch_size, eos_token_ids=_eos_ids(lm),
-                                      tokenizer=lm.tokenizer)
+                                      tokenizer=lm.tokenizer, **plan.engine_kwargs())
     except ValueError as err:
         if engine == "continuous":
             raise
         logger.info("eglr-hf: decoding with engine=hf: %s", err)
-        return [hook], "hf"
-    return [continuous, hook], "continuous"
+        return [hook], "hf", resolve_compile(compile_setting, lm.device, "hf")
+    return [continuous, hook], "continuous", plan
 
 
 def _hook_batch_size(lm):

@@ -23,6 +23,7 @@ from eglr_harness.accounts import RunAccounts
 from eglr_harness.calibrate import DEFAULT_CALIB_LIMIT, calibrate, first_reported
 from eglr_harness.cell import Cell
 from eglr_harness.decoding.model_parts import find_model_parts
+from eglr_harness.decoding.compile_setting import DEFAULT_COMPILE, check_compile_for_engine, check_compile_setting
 from eglr_harness.distributed import process_gather
 from eglr_harness.harness.decode import RolloutDecoder, TextCodec
 from eglr_harness.harness.engines import DEFAULT_ENGINE, build_engines, check_engine, log_plan
@@ -53,7 +54,7 @@ class EglrHFLM(HFLM):
 
     def __init__(self, pretrained=None, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
                  top_k=None, top_p=None, seed=None, model_config=None, calib_limit=DEFAULT_CALIB_LIMIT,
-                 rollout_cache=None, engine=DEFAULT_ENGINE, **kwargs):
+                 rollout_cache=None, engine=DEFAULT_ENGINE, compile=DEFAULT_COMPILE, **kwargs):
         _follow_lm_eval_logging()
         check_eglr_model_args(kwargs)
         self.preset = load_preset(model_config) if model_config else _NO_PRESET
@@ -64,6 +65,8 @@ class EglrHFLM(HFLM):
         if "pretrained" not in hf_args:
             raise ValueError("eglr-hf needs `pretrained` (a hub id or folder) or `model_config` (a preset name).")
         self.engine = check_engine(engine)
+        self.compile_requested = check_compile_setting(compile)
+        check_compile_for_engine(self.compile_requested, self.engine)
         self.settings = RunSettings.from_args(self.preset, L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl,
                                               tau_h=tau_h, top_k=top_k, top_p=top_p, seed=seed, calib_limit=calib_limit)
         self.settings.check_layers(_declared_layers(hf_args))  # before the weights load, where the config says
@@ -81,7 +84,7 @@ class EglrHFLM(HFLM):
         self._plans: dict = {}
         self.calibrate_always = False  # eglr-calibrate sets it to calibrate L=0 runs too
         self._warned_loglikelihood = False
-        self.engines, self.engine_used = build_engines(self, self.engine)
+        self.engines, self.engine_used, self.compile_plan = build_engines(self, self.engine, self.compile_requested)
         self.decoder = RolloutDecoder(_codec(self), self.engines, self._fingerprint,
                                       RolloutStore(rollout_cache, rank=self.rank) if rollout_cache else None,
                                       strict=self.engine == "continuous", show_progress=self.rank == 0)
@@ -127,6 +130,8 @@ class EglrHFLM(HFLM):
             "preset": self.preset.get("name"),
             "engine": self.engine_used,
             "engine_requested": self.engine,
+            "compile": self.compile_plan.recorded,
+            "compile_requested": self.compile_plan.requested,
             "settings": {"alpha": s.alpha, "k_max": s.k_max, "tau_kl": s.tau_kl, "top_k": s.top_k, "top_p": s.top_p, "seed": s.seed},
             "tau_h": dict(self.tau_h_by_task),
             "stats": (self._gathered_accounts or self.accounts).summary(),

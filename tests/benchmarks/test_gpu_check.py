@@ -39,7 +39,7 @@ def test_report_records_environment_and_settings(report, gpu_check):
     settings = report["settings"]
     assert settings["size"] == "tiny" and settings["families"] == list(gpu_check.DEFAULT_FAMILIES)
     assert settings["batches"] == [1, 2] and settings["new_tokens"] == 6
-    assert settings["repeats"] == 1 and settings["continuous_compile"] is False  # tiny defaults on a CPU
+    assert settings["repeats"] == 1 and settings["compile"] == "auto" and settings["budget_s"] is None  # tiny, CPU
     assert report["paper_settings"] == {"alpha": 0.2, "k_max": 3, "tau_kl": 5e-4}
 
 
@@ -77,12 +77,15 @@ def test_placement_speed_and_memory_fields(report, family):
     assert speed["L"] == 4 and speed["layers"] == 4  # --speed_L 10 clipped to the tiny depth
     assert set(speed["batches"]) == {"1", "2"}
     for batch, figures in speed["batches"].items():
-        assert set(figures["runs"]) == {"generate", "generate_static", "L0", "L4", "cL0", "cL4"}
-        for run in figures["runs"].values():
+        assert set(figures["runs"]) == {"generate", "generate_static", "L0", "L4", "cL0", "cL4", "cL0c", "cL4c"}
+        eager_on_cpu = {"skipped": "compile=auto runs the step eager on cpu"}
+        for mode in ("cL0c", "cL4c"):  # compile=auto: eager on a CPU, so the captured modes do not run
+            assert figures["runs"][mode] == figures["profile"][mode] == eager_on_cpu
+        for run in (run for mode, run in figures["runs"].items() if mode not in ("cL0c", "cL4c")):
             assert run["tokens"] == int(batch) * 6 and run["tokens_per_s"] > 0
             assert run["wall_s_min"] <= run["wall_s"] and len(run["walls_s"]) == 1
         assert set(figures["profile"]) == set(figures["runs"])
-        assert all(p == {"skipped": "no cuda"} for p in figures["profile"].values())
+        assert all(p in ({"skipped": "no cuda"}, eager_on_cpu) for p in figures["profile"].values())
         for key in ("wall_ratio_L0_vs_generate", "wall_ratio_L_vs_L0", "rho", "p_step_gated", "mean_iterations",
                     "flop_ratio", "batched_flop_ratio", "per_row_bound", "batched_bound",
                     "wall_ratio_L0_vs_generate[continuous]", "wall_ratio_L_vs_L0[continuous]", "rho[continuous]",
@@ -90,7 +93,11 @@ def test_placement_speed_and_memory_fields(report, family):
             assert figures[key] >= 0, key
         assert figures["per_row_bound"] == pytest.approx(figures["flop_ratio"])
         assert figures["batched_bound"] >= figures["per_row_bound"]
+        assert figures["wall_ratio_L_vs_L0[continuous,compiled]"] is None
+        assert all(goal["met"] is None for goal in figures["goals"].values())  # GPU figures only
     assert speed["memory"]["skipped"].startswith("no cuda")
+    assert speed["captured"] == {"requested": "auto", "skipped": "compile=auto runs the step eager on cpu"}
+    assert entry["budget"] == {"budget_s": None, "spent_s": pytest.approx(entry["budget"]["spent_s"]), "exhausted": False}
 
 
 def test_exactness_reports_false_when_the_reference_disagrees(gpu_check, monkeypatch):
@@ -108,6 +115,77 @@ def test_exactness_reports_false_when_the_reference_disagrees(gpu_check, monkeyp
     assert always["tokens_equal"] is False and always["first_divergence"] is not None
 
 
+def test_the_captured_modes_run_compiled_on_a_cpu(gpu_check, tmp_path):
+    """The captured modes' code path, with dynamo and the eager backend (no code generation): it
+    runs, its greedy tokens equal the eager step's, the goals are recorded but not judged."""
+    out = tmp_path / "captured.json"
+    report = gpu_check.main([*TINY, "--families", "llama-3.1-8b", "--checks", "speed", "--batches", "2",
+                             "--new_tokens", "4", "--compile", "default", "--compile_backend", "eager",
+                             "--speed_modes", "generate_static,cL0c,cLc,cL0,cL", "--out", str(out)])
+    speed = report["families"]["llama-3.1-8b"]["speed"]
+    assert speed["captured"] == {"requested": "default", "compile": "default", "compile_backend": "eager",
+                                 "recompile_limit": 512}
+    figures = speed["batches"]["2"]
+    assert set(figures["runs"]) == {"generate_static", "cL0c", "cL4c", "cL0", "cL4"}
+    for mode in ("cL0c", "cL4c"):
+        run = figures["runs"][mode]
+        assert run["tokens"] == 2 * 4 and run["warmup_s"] > run["wall_s"] > 0 and run["ms_per_step"] > 0
+    assert figures["captured_tokens_equal_eager"] == {"cL0": True, "cL4": True}
+    assert figures["wall_ratio_L_vs_L0[continuous,compiled]"] > 0
+    goals = figures["goals"]
+    assert set(goals) == {"captured_L0_ms_per_step_vs_generate_static", "captured_L_vs_L0", "gpu_busy[cL0c]",
+                          "gpu_busy[cL4c]", "host_syncs_per_step[cL0c]", "host_syncs_per_step[cL4c]"}
+    assert goals["captured_L_vs_L0"]["value"] == figures["wall_ratio_L_vs_L0[continuous,compiled]"]
+    assert goals["captured_L_vs_L0"]["met"] is None and goals["gpu_busy[cL0c]"]["value"] is None  # no profile on a CPU
+    assert json.loads(out.read_text())["summary"] == json.loads(json.dumps(report["summary"]))
+
+
+def test_the_budget_interrupts_the_running_part_and_skips_the_rest(gpu_check, monkeypatch, tmp_path):
+    """A check that outlives the family's budget is interrupted by the alarm; what finished stays, what
+    did not start is recorded as skipped, and the JSON is written."""
+    import time
+
+    monkeypatch.setattr(gpu_check, "check_exactness", lambda *args: {"ok": True})
+    monkeypatch.setattr(gpu_check, "check_placement", lambda *args: time.sleep(30))
+    out = tmp_path / "budget.json"
+    started = time.perf_counter()
+    report = gpu_check.main([*TINY, "--families", "llama-3.1-8b", "--budget_s", "1", "--out", str(out)])
+    assert time.perf_counter() - started < 20
+    entry = report["families"]["llama-3.1-8b"]
+    assert entry["exactness"] == {"ok": True}
+    assert entry["placement"]["interrupted"].startswith("--budget_s 1 spent after")
+    assert entry["speed"]["skipped"].startswith("budget: 0 s of --budget_s 1 left")
+    assert entry["budget"]["exhausted"] is True
+    assert report["summary"]["llama-3.1-8b"]["budget"].startswith("spent")
+    assert json.loads(out.read_text())["families"]["llama-3.1-8b"]["speed"] == entry["speed"]
+
+
+def test_the_budget_interrupts_a_speed_mode_and_lists_what_it_did_not_reach(gpu_check, monkeypatch):
+    import time
+
+    monkeypatch.setattr(gpu_check, "timed_decode", lambda *args, **kwargs: time.sleep(30))
+    report = gpu_check.main([*TINY, "--families", "llama-3.1-8b", "--checks", "speed,memory", "--budget_s", "4"])
+    speed = report["families"]["llama-3.1-8b"]["speed"]
+    assert speed["interrupted"].endswith("(during batch 1, generate_static)")
+    runs = speed["batches"]["1"]["runs"]
+    assert runs["generate_static"]["skipped"].startswith("started, not finished")
+    assert runs["cL0c"]["skipped"] == "compile=auto runs the step eager on cpu"
+    for mode in ("generate", "cL0", "cL4", "L0", "L4"):
+        assert runs[mode]["skipped"].startswith("not reached")
+    assert all(run["skipped"].startswith("not reached") for mode, run in speed["batches"]["2"]["runs"].items()
+               if mode not in ("cL0c", "cL4c"))
+    assert speed["memory"]["skipped"].startswith("not reached") and "running" not in speed
+
+
+def test_a_budget_spent_before_a_part_skips_it(gpu_check, monkeypatch):
+    monkeypatch.setattr(gpu_check, "check_exactness", lambda *args: {"ok": True})
+    monkeypatch.setattr(gpu_check.Budget, "allows", lambda self, need=0.0: False)
+    report = gpu_check.main([*TINY, "--families", "qwen2.5-3b", "--checks", "exactness,speed", "--budget_s", "100"])
+    entry = report["families"]["qwen2.5-3b"]
+    assert entry["exactness"]["skipped"].startswith("budget:") and entry["speed"]["skipped"].startswith("budget:")
+    assert report["summary"]["qwen2.5-3b"]["exact"].startswith("budget:")
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--families", "gpt2"], "--families='gpt2'"),
     (["--checks", "speed,latency"], "--checks='speed,latency'"),
@@ -115,6 +193,10 @@ def test_exactness_reports_false_when_the_reference_disagrees(gpu_check, monkeyp
     (["--batches", "1,x"], "--batches='1,x'"),
     (["--exact_layers", "1"], "--exact_layers=1"),
     (["--repeats", "0"], "--repeats=0"),
+    (["--compile", "cudagraphs"], "`compile`='cudagraphs'"),
+    (["--speed_modes", "cL0,fast"], "--speed_modes='cL0,fast'"),
+    (["--speed_kv_bucket", "7"], "--speed_kv_bucket=7"),
+    (["--budget_s", "-1"], "--budget_s=-1"),
     (["--size", "tiny", "--mem_context", "4", "--mem_new_tokens", "4"], "--mem_context=4"),
 ])
 def test_bad_flags_raise_value_error(gpu_check, argv, message):

@@ -141,3 +141,15 @@ def test_auto_is_the_default_and_falls_back_to_hf_saying_why(llama_dir, tiny_mod
     assert all(x.signals for x in mixed)  # both engines record signals
     said = [r.getMessage() for r in caplog.records if "decode with engine=hf" in r.getMessage()]
     assert len(said) == 1 and "num_beams=2" in said[0]
+
+
+def test_the_compile_arg_is_resolved_recorded_and_refused_where_it_cannot_apply(llama_dir):
+    lm = _lm(llama_dir, "auto", batch_size=2, L=0)  # compile=auto: eager on a CPU
+    info = lm.get_model_info()["eglr"]
+    assert (info["compile"], info["compile_requested"]) == ("none", "auto") and not lm.engines[0].compile
+    with pytest.raises(ValueError, match=r"`compile`='reduce-overhead' captures CUDA graphs and needs a CUDA device"):
+        _lm(llama_dir, "continuous", batch_size=2, compile="reduce-overhead")
+    with pytest.raises(ValueError, match=r"`compile`='default' applies to engine=continuous only"):
+        _lm(llama_dir, "hf", batch_size=2, compile="default")
+    with pytest.raises(ValueError, match=r"`compile`=True is not allowed.*compile=reduce-overhead"):
+        _lm(llama_dir, "auto", batch_size=2, compile=True)

@@ -1,0 +1,132 @@
+"""The ``compile`` model argument: how the continuous engine runs its decoding step.
+
+| value | the step runs | where |
+|---|---|---|
+| ``auto`` (default) | CUDA graphs on a CUDA device, eager elsewhere | anywhere |
+| ``none`` | eager | anywhere |
+| ``reduce-overhead`` | ``torch.compile(mode="reduce-overhead")``: CUDA graphs per (rows, K/V width) bucket | CUDA devices |
+| ``default`` | ``torch.compile(mode="default")``: inductor kernels, no CUDA graphs | anywhere a compiler works |
+
+``auto`` is eager off CUDA because compiling the step gains nothing on a CPU (SmolLM2, batch 16:
+7.1-8.0 s compiled against 6.9 s eager, after 84 s of compilation); on a GPU the step is bound by
+kernel launches and host work, which CUDA graphs remove. Only the continuous engine's step can be
+compiled: ``engine=hf`` decodes through transformers' ``generate`` with EGLR module hooks, which
+``torch.compile`` cannot see into, so an explicit ``compile`` there is refused
+(``check_compile_for_engine``); ``auto`` and ``none`` mean eager there.
+
+What ran is recorded beside what was asked (``CompilePlan.recorded`` / ``.requested``), as the
+results record ``engine`` beside ``engine_requested``.
+
+The adapter's sequence: ``check_compile_setting(value)`` and ``check_compile_for_engine(value,
+engine)`` before the model loads (bad values, and an explicit compile with ``engine=hf``, are
+refused before any weight is read); ``resolve_compile(value, model.device, engine)`` once the
+device is known (``reduce-overhead`` off CUDA refused there), its ``engine_kwargs()`` passed to
+``ContinuousEngine``; if ``engine=auto`` falls back to ``hf``, ``resolve_compile(value, device,
+"hf")`` again (an explicit compile is then refused, ``auto`` records ``none``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["COMPILE_SETTINGS", "DEFAULT_COMPILE", "CompilePlan", "check_compile_for_engine", "check_compile_setting",
+           "compile_refusal", "resolve_compile"]
+
+COMPILE_SETTINGS = ("auto", "none", "reduce-overhead", "default")
+DEFAULT_COMPILE = "auto"
+CUDA_GRAPHS = "reduce-overhead"  # the torch.compile mode that captures CUDA graphs
+ENGINES_THAT_COMPILE = ("continuous",)
+UNDECIDED_ENGINE = "auto"  # engine=auto before it has chosen: the plan is the continuous engine's
+
+
+@dataclass(frozen=True)
+class CompilePlan:
+    """What the ``compile`` setting resolves to on one device.
+
+    requested: the setting as given (normalised); compile, mode: ``ContinuousEngine``'s
+    ``compile`` and ``compile_mode`` arguments (``engine_kwargs``).
+    """
+
+    requested: str
+    compile: bool
+    mode: str | None
+
+    @property
+    def recorded(self) -> str:
+        """What ran, for the results: ``"none"`` (eager), ``"reduce-overhead"`` or ``"default"``."""
+        return self.mode if self.compile else "none"
+
+    def engine_kwargs(self) -> dict:
+        """Keyword arguments for ``ContinuousEngine(model, ..., **plan.engine_kwargs())``."""
+        return {"compile": self.compile, "compile_mode": self.mode}
+
+
+def check_compile_setting(value) -> str:
+    """The setting normalised (stripped, lower case; None -> ``auto``), or ``ValueError`` naming
+    ``compile``, the value and what is allowed."""
+    if value is None:
+        return DEFAULT_COMPILE
+    if isinstance(value, str) and value.strip().lower() in COMPILE_SETTINGS:
+        return value.strip().lower()
+    hint = ""
+    if isinstance(value, bool):  # lm-eval turns compile=true/false into a bool
+        hint = f" (for {'CUDA graphs write compile=reduce-overhead' if value else 'eager write compile=none'})"
+    raise ValueError(f"`compile`={value!r} is not allowed; allowed: {', '.join(COMPILE_SETTINGS)}{hint}.")
+
+
+def _device_type(device) -> str:
+    if isinstance(device, torch.device):
+        return device.type
+    try:
+        return torch.device(device).type
+    except (RuntimeError, TypeError):
+        raise ValueError(f"`device`={device!r} is not a torch device (e.g. 'cuda', 'cuda:0', 'cpu').") from None
+
+
+def resolve_compile(setting, device, engine: str = "continuous") -> CompilePlan:
+    """The step's compilation for ``setting`` on ``device`` (a ``torch.device`` or its name) with
+    ``engine`` (the engine that decodes: ``continuous`` or ``hf``; ``auto`` before it has chosen,
+    which resolves as ``continuous``: call again with ``hf`` if it falls back).
+
+    ``auto``: CUDA graphs on CUDA, eager elsewhere; ``reduce-overhead`` off CUDA: ``ValueError``
+    (CUDA graphs need a CUDA device), naming what is allowed there; an explicit compilation with
+    an engine that cannot compile: ``ValueError`` (``compile_refusal``); ``auto``/``none`` there: eager.
+    """
+    requested = check_compile_setting(setting)
+    check_compile_for_engine(requested, engine)
+    if engine not in (*ENGINES_THAT_COMPILE, UNDECIDED_ENGINE):
+        return CompilePlan(requested=requested, compile=False, mode=None)
+    on_cuda = _device_type(device) == "cuda"
+    if requested == CUDA_GRAPHS and not on_cuda:
+        raise ValueError(
+            f"`compile`={CUDA_GRAPHS!r} captures CUDA graphs and needs a CUDA device; the model is on {str(device)!r}. "
+            "Allowed here: auto (eager on this device), none (eager), default (torch.compile's inductor).")
+    if requested == "auto":
+        mode = CUDA_GRAPHS if on_cuda else None
+    else:
+        mode = None if requested == "none" else requested
+    return CompilePlan(requested=requested, compile=mode is not None, mode=mode)
+
+
+def compile_refusal(setting, engine: str) -> str | None:
+    """Why ``setting`` cannot apply with ``engine`` (the engine that decodes), or None when it can.
+
+    Only an explicit compilation (``reduce-overhead``, ``default``) is refused, and only for an
+    engine other than the continuous one: ``auto`` and ``none`` mean eager there. ``engine=auto``
+    before it has chosen is not refused (it may choose the continuous engine).
+    """
+    setting = check_compile_setting(setting)
+    if setting in ("auto", "none") or engine in (*ENGINES_THAT_COMPILE, UNDECIDED_ENGINE):
+        return None
+    return (f"`compile`={setting!r} applies to engine=continuous only; engine={engine} decodes through "
+            "transformers' generate with EGLR module hooks, which torch.compile cannot see into. Use "
+            "engine=continuous (or engine=auto where the continuous engine can drive the model), or compile=auto/none.")
+
+
+def check_compile_for_engine(setting, engine: str) -> None:
+    """``ValueError`` with ``compile_refusal``'s message when ``setting`` cannot apply with ``engine``."""
+    message = compile_refusal(setting, engine)
+    if message is not None:
+        raise ValueError(message)
