@@ -23,6 +23,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+from eglr_harness.errors import OutputError
+
 logger = logging.getLogger(__name__)
 
 # Bump when a change to eglr_harness/decoding can change generated text: every stored rollout and
@@ -101,7 +103,7 @@ def _is_damage(err: BaseException) -> bool:
     return isinstance(err, sqlite3.DatabaseError) and any(w in str(err).lower() for w in _DAMAGE_WORDS)
 
 
-class StoreError(OSError):
+class StoreError(OutputError):
     """A store file that cannot be opened or written for a reason other than damage (permissions, a
     full disk); the message names the file and the fix."""
 
