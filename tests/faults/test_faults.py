@@ -154,3 +154,245 @@ def test_a_rollout_store_in_a_folder_that_cannot_be_created_names_it(tmp_path):
     blocker.write_text("not a folder")
     with pytest.raises(OSError, match=r"rollout store .*file/store"):
         RolloutStore(blocker / "store")
+
+
+# ---------------------------------------------------------------------------------------------
+# outputs that cannot be written
+
+
+def _mount_tmpfs(folder: Path, options: str) -> bool:
+    """A tmpfs at ``folder`` (root on Linux only); False where the OS does not allow it."""
+    import shutil
+    import subprocess
+
+    if os.name != "posix" or os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    folder.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True)
+    return done.returncode == 0
+
+
+def _umount(folder: Path) -> None:
+    import subprocess
+
+    subprocess.run(["umount", str(folder)], capture_output=True)
+
+
+@pytest.fixture
+def real_read_only_folder(tmp_path):
+    """A folder the OS refuses writes to: a read-only tmpfs (root on Linux) or a 0555 folder (other
+    users); skipped where neither is possible."""
+    folder = tmp_path / "ro"
+    if _mount_tmpfs(folder, "ro,size=64k"):
+        yield folder
+        _umount(folder)
+    elif os.name == "posix" and os.geteuid() != 0:
+        folder.mkdir()
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+    else:
+        pytest.skip("no read-only folder here (root without mount)")
+
+
+@pytest.fixture
+def read_only_folder(tmp_path, monkeypatch):
+    """:func:`real_read_only_folder` where the OS allows one, else writes that fail with EROFS (monkeypatched)."""
+    import errno
+
+    folder = tmp_path / "ro"
+    if _mount_tmpfs(folder, "ro,size=64k"):
+        yield folder
+        _umount(folder)
+        return
+    folder.mkdir()
+    if os.name == "posix" and os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+
+    def refuse(*_args, **_kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(os, "fsync", refuse)
+    yield folder
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 96 KiB tmpfs (root on Linux); skipped where the OS does not allow one."""
+    folder = tmp_path / "small"
+    if not _mount_tmpfs(folder, "size=96k"):
+        pytest.skip("no tmpfs here (needs root on Linux); the full disk is covered by the monkeypatched case")
+    yield folder
+    _umount(folder)
+
+
+def _fill(folder: Path) -> None:
+    with open(folder / "filler", "wb", buffering=0) as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
+def test_output_path_that_cannot_be_written_is_refused_when_the_tracker_is_made(read_only_folder):
+    from lm_eval.loggers.evaluation_tracker import EvaluationTracker
+
+    from eglr_harness.errors import OutputError
+
+    target = read_only_folder / "out"
+    with pytest.raises(OutputError, match=r"--output_path=.*ro/out.* cannot be written"):
+        EvaluationTracker(output_path=str(target))  # lm-eval's CLI makes it before the model loads
+
+
+def test_a_full_disk_is_refused_before_the_run(small_disk):
+    from lm_eval.loggers.evaluation_tracker import EvaluationTracker
+
+    from eglr_harness.errors import OutputError
+
+    _fill(small_disk)
+    with pytest.raises(OutputError, match="No space left"):
+        EvaluationTracker(output_path=str(small_disk / "out"))
+
+
+def _tracker_with_samples(output: Path):
+    from lm_eval.loggers.evaluation_tracker import EvaluationTracker
+
+    tracker = EvaluationTracker(output_path=str(output))
+    tracker.general_config_tracker.log_experiment_args(model_source="eglr-hf", model_args="pretrained=x",
+                                                       system_instruction=None, chat_template=None,
+                                                       fewshot_as_multiturn=False)
+    samples = [{"doc_id": i, "doc": {"problem": "p" * 2000}, "target": "1", "arguments": [("prompt", {})],
+                "resps": [["text " * 400]], "filtered_resps": ["1"], "filter": "none", "metrics": ["acc"],
+                "acc": 1, "doc_hash": "d", "prompt_hash": "p", "target_hash": "t"} for i in range(40)]
+    return tracker, samples
+
+
+def test_a_disk_that_fills_during_the_run_fails_it_and_leaves_no_cut_file(small_disk):
+    from eglr_harness.errors import OutputError
+
+    tracker, samples = _tracker_with_samples(small_disk / "out")
+    tracker.save_results_aggregated(results={"results": {}, "config": {}}, samples=None)
+    _fill(small_disk)  # the disk fills while the model decodes
+    with pytest.raises(OutputError, match=r"samples_t_.*\.jsonl: cannot be written \(No space left"):
+        tracker.save_results_samples(task_name="t", samples=samples)  # today: logged at INFO, file cut mid-line
+    leftovers = [p.name for p in small_disk.rglob("*") if p.is_file() and p.name != "filler"]
+    assert not any(name.startswith(("samples_", ".samples_")) for name in leftovers), leftovers
+
+
+def test_samples_are_written_whole_or_not_at_all(tmp_path):
+    tracker, samples = _tracker_with_samples(tmp_path / "out")
+    tracker.save_results_aggregated(results={"results": {}, "config": {}}, samples={"t": samples})
+    broken = [dict(s) for s in samples]
+    del broken[20]["arguments"]  # the save fails half-way
+    with pytest.raises(KeyError):
+        tracker.save_results_samples(task_name="broken", samples=broken)  # today: 20 lines kept, rc 0
+    assert not list((tmp_path / "out").rglob("*broken*"))
+    tracker.save_results_samples(task_name="t", samples=samples)  # lm-eval's names and lines
+    (results,) = (tmp_path / "out").rglob("results_*.json")
+    (written,) = (tmp_path / "out").rglob("samples_t_*.jsonl")
+    assert results.stem.removeprefix("results_") == written.stem.removeprefix("samples_t_")
+    lines = written.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 40 and json.loads(lines[-1])["arguments"] == {"gen_args_0": {"arg_0": "prompt", "arg_1": {}}}
+    assert "task_hashes" in json.loads(results.read_text())
+    assert oct(written.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_the_cli_refuses_an_unwritable_output_path_in_one_line(real_read_only_folder, tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "eglr_harness", "--model", "eglr-hf", "--model_args", "pretrained=/nonexistent",
+         "--tasks", "eglr_demo", "--limit", "1", "--output_path", str(real_read_only_folder / "out"), "--log_samples"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "EGLR_CACHE_DIR": str(tmp_path)},
+    )
+    assert done.returncode != 0  # today: 0 after the whole run (pretrained=/nonexistent: it fails on loading)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: --output_path=") and "cannot be written" in last
+
+
+# ---------------------------------------------------------------------------------------------
+# input files: benchmark data, samples
+
+
+@pytest.fixture
+def bad_data_dir(tmp_path, shared_data_dir):
+    """A copy of the benchmark data whose aime24 file has a non-UTF-8 byte on line 7."""
+    import shutil
+
+    folder = tmp_path / "data"
+    shutil.copytree(shared_data_dir, folder)
+    path = folder / "aime24" / "test.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    lines[6] = lines[6][:20] + b"\xff" + lines[6][21:]
+    path.write_bytes(b"\n".join(lines))
+    return folder
+
+
+def test_a_non_utf8_byte_in_a_data_file_names_file_and_line(bad_data_dir):
+    from eglr_harness.data.loading import load_problems
+
+    with pytest.raises(ValueError, match=r"aime24/test\.jsonl:7: not UTF-8 \(byte 0xff at column 21\)"):
+        load_problems("aime24", data_dir=bad_data_dir)  # today: UnicodeDecodeError, no file or line
+
+
+def test_a_bad_data_line_stops_the_run_before_the_model_loads(bad_data_dir, monkeypatch):
+    from lm_eval.evaluator import simple_evaluate
+
+    from eglr_harness.errors import FileFormatError
+
+    monkeypatch.setenv("EGLR_DATA_DIR", str(bad_data_dir))
+    # pretrained=/nonexistent: the model would fail to load, so the data must be read first
+    for tasks in (["aime24_eglr_sc"], ["eglr_math"]):
+        with pytest.raises(FileFormatError, match=r"aime24/test\.jsonl:7:"):
+            simple_evaluate(model="eglr-hf", model_args="pretrained=/nonexistent", tasks=tasks, limit=1)
+
+
+def test_a_data_row_without_the_fields_names_its_1_based_line(tmp_path):
+    from eglr_harness.data.loading import load_problems
+
+    (tmp_path / "aime25").mkdir()
+    (tmp_path / "aime25" / "test.jsonl").write_text('{"problem": "p", "answer": "1"}\n\n{"question": "q"}\n')
+    with pytest.raises(ValueError, match=r"aime25/test\.jsonl:3: a row of 'aime25' with fields \['question'\]"):
+        load_problems("aime25", data_dir=tmp_path)
+
+
+def _fake_run(tmp_path: Path) -> Path:
+    """A small eglr-hf run (results and samples) written by lm-eval's tracker (tests/analysis/lmeval_fakes.py)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+    import lmeval_fakes
+
+    results = lmeval_fakes.write_grid_run(tmp_path / "run", list(lmeval_fakes.GRID), task="toy_eglr_lxt")
+    return next(results.parent.glob("samples_*.jsonl"))
+
+
+@pytest.mark.parametrize("damage", ["cut", "empty", "not_json", "not_a_sample"])
+def test_score_and_report_refuse_broken_samples_with_file_and_line(tmp_path, capsys, damage):
+    from eglr_harness.analysis.cli import report_main
+    from eglr_harness.harness.rescore import main as score_main
+
+    samples = _fake_run(tmp_path)
+    text = samples.read_text(encoding="utf-8")
+    broken = {"cut": text[: len(text) // 2], "empty": "",
+              "not_json": text.replace("\n", "\n[1, 2\n", 1), "not_a_sample": text.replace("\n", "\n[1, 2]\n", 1)}[damage]
+    samples.write_text(broken, encoding="utf-8")
+    line = broken.count("\n") + 1 if damage == "cut" else 2
+    where = f"{samples}:{line}:" if damage != "empty" else f"{samples}: no document lines"
+    for command in (lambda: score_main([str(samples.parent), "--output_path", str(tmp_path / "scored")]),
+                    lambda: report_main([str(samples.parent), "--out", str(tmp_path / "report")])):
+        code = command()  # today: a JSONDecodeError traceback (eglr-score) or rc 0 over 0 documents (eglr-report)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code != 0 and err and where in err[-1], err
