@@ -34,6 +34,7 @@ __all__ = [
     "model_slug",
     "default_output_dir",
     "plan_runs",
+    "check_tasks_exist",
     "gen_kwargs_arg",
     "build_command",
     "shell_command",
@@ -191,6 +192,28 @@ class PlannedRun:
     output_path: Path
     num_beams: int | None = None
     limit: float | None = None
+
+
+def check_tasks_exist(opts: LeaderboardOptions) -> None:
+    """Every run's task is one of ours (``--lm_eval_args --include_path`` lifts this): ``ValueError`` before
+    anything runs, naming the benchmarks that have both tasks and the closest task names."""
+    if any(arg.startswith("--include_path") for arg in opts.lm_eval_args):
+        return
+    from eglr_harness.model_args import close_task_names  # noqa: PLC0415
+    from eglr_harness.resources import task_names  # noqa: PLC0415
+
+    known = task_names()
+    suffixes = (opts.greedy_suffix, opts.sc_suffix)
+    missing = [b + s for b in opts.benchmarks for s in suffixes if b + s not in known]
+    if not missing:
+        return
+    allowed = sorted({benchmark_of(n) for n in known if all(benchmark_of(n) + s in known for s in suffixes)})
+    close = {n: c[:3] for n, c in close_task_names(missing, known).items() if c}
+    hint = "".join(f"; {n} -> did you mean {', '.join(c)}?" for n, c in close.items())
+    raise ValueError(
+        f"`--tasks`={','.join(opts.tasks)}: no task {', '.join(missing)}; allowed benchmarks (each runs "
+        f"<b>{opts.greedy_suffix} and <b>{opts.sc_suffix}): {', '.join(allowed)}{hint}"
+    )
 
 
 def plan_runs(opts: LeaderboardOptions) -> list[PlannedRun]:

@@ -31,7 +31,7 @@ from eglr_harness.analysis.load import parse_model_args
 from eglr_harness.leaderboard.plan import LeaderboardOptions, PlannedRun, build_command, shell_command
 from eglr_harness.leaderboard.runner import Executor, execute_run, finished_run, subprocess_executor
 
-__all__ = ["AXES", "SweepPoint", "parse_axis", "axis_default", "plan_sweep", "sweep_parser", "main"]
+__all__ = ["AXES", "SweepPoint", "check_model_args", "parse_axis", "axis_default", "plan_sweep", "sweep_parser", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,8 @@ def _values(axis: str, spec: str) -> tuple:
 
 
 def parse_axis(spec: str) -> tuple[str, tuple]:
-    """``'alpha=0.1,0.2'`` -> ``('alpha', (0.1, 0.2))``; unknown axis -> ``ValueError`` naming the known ones."""
+    """``'alpha=0.1,0.2'`` -> ``('alpha', (0.1, 0.2))``; unknown axis or a value no run accepts (``k_max=0``,
+    ``alpha=2``) -> ``ValueError`` naming the argument and what is allowed."""
     axis, sep, values = spec.partition("=")
     axis = axis.strip()
     if not sep or axis not in AXES:
@@ -81,14 +82,70 @@ def parse_axis(spec: str) -> tuple[str, tuple]:
             f"`--sweep {spec}` is not allowed; allowed: AXIS=VALUES with AXIS one of {', '.join(AXES)} "
             "(e.g. --sweep alpha=0.1,0.2,0.5 --sweep k_max=1-5)."
         )
-    return axis, _values(axis, values)
+    parsed = _values(axis, values)
+    for value in parsed:
+        try:
+            _check_setting(axis, value)
+        except ValueError as err:
+            raise ValueError(f"`--sweep {spec}`: {err}") from None
+    return axis, parsed
+
+
+# eglr-hf's one-value settings and how a --model_args string value becomes one (ints stay ints:
+# "2.5" for an int setting is refused, not truncated).
+_INT_SETTINGS = ("k_max", "top_k", "seed")
+_REAL_SETTINGS = ("alpha", "tau_kl", "top_p")
+
+
+def _number(text: str):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _check_setting(name: str, value) -> None:
+    """``ValueError`` naming ``name`` when eglr-hf would refuse ``value`` (:class:`~eglr_harness.config.EglrConfig`'s rules)."""
+    from eglr_harness.config import EglrConfig, parse_tau_h  # noqa: PLC0415
+    from eglr_harness.specs import parse_L_spec, parse_T_spec  # noqa: PLC0415
+
+    if name == "tau_h":
+        parse_tau_h(value)
+    elif name == "L":
+        for L in parse_L_spec(value) if isinstance(value, str) else (value,):
+            EglrConfig(L=L)
+    elif name == "T":
+        parse_T_spec(value)
+    elif name in _INT_SETTINGS or name in _REAL_SETTINGS:
+        value = _number(value) if isinstance(value, str) else value
+        if name in _REAL_SETTINGS and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        EglrConfig(**{name: value})
+    elif name == "calib_limit" and not (isinstance(_number(str(value)), int) and _number(str(value)) >= 1):
+        raise ValueError(f"`calib_limit`={value!r} is not allowed; allowed: an int >= 1.")
+
+
+def check_model_args(model_args: str) -> None:
+    """The EGLR settings of the sweep's ``--model_args`` checked as eglr-hf checks them, before any run."""
+    args = parse_model_args(model_args)
+    if args.get("model_config"):
+        from eglr_harness.presets import load_preset  # noqa: PLC0415
+
+        load_preset(args["model_config"])  # an unknown preset names the known ones
+    for name, value in args.items():
+        try:
+            _check_setting(name, value)
+        except ValueError as err:
+            raise ValueError(f"`--model_args` {name}={value}: {err}") from None
 
 
 def axis_default(axis: str, model_args: dict) -> object:
     """The value a run gets when the sweep does not set ``axis``: model arg > preset > built-in default."""
     kind, builtin = AXES[axis]
     if axis in model_args:
-        return kind(model_args[axis])
+        return _given(axis, model_args[axis])
     name = model_args.get("model_config")
     if name is not None:
         from eglr_harness.presets import load_preset  # noqa: PLC0415 -- only presets need it
@@ -101,6 +158,21 @@ def axis_default(axis: str, model_args: dict) -> object:
         if axis in (preset.get("eglr") or {}):
             return kind(preset["eglr"][axis])
     return builtin
+
+
+def _given(axis: str, value) -> object:
+    """The value of ``axis`` that a --model_args entry fixes, or None when it is not one number (an L
+    range, ``tau_h=auto``: known only after the run)."""
+    from eglr_harness.config import parse_tau_h  # noqa: PLC0415
+    from eglr_harness.specs import parse_L_spec  # noqa: PLC0415
+
+    if axis == "tau_h":
+        value = parse_tau_h(value)
+        return None if value == "auto" else value
+    if axis == "L":
+        values = parse_L_spec(value) if isinstance(value, str) else (value,)
+        return values[0] if len(values) == 1 else None
+    return AXES[axis][0](_number(value) if isinstance(value, str) else value)
 
 
 def _label(value) -> str:
@@ -126,6 +198,7 @@ def plan_sweep(
     limit: float | None = None, max_gen_toks: int | None = None, rollout_cache: str | None = None,
 ) -> list[SweepPoint]:
     """The default point, then each axis's other values (one axis off its default per run)."""
+    check_model_args(model_args)
     args = parse_model_args(model_args)
     seen_axes = [a for a, _ in axes]
     if dupes := sorted({a for a in seen_axes if seen_axes.count(a) > 1}):
@@ -253,15 +326,20 @@ def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_exec
             if finished_point(p) is None:
                 logger.error("%s failed (no results file in %s)", p.name, p.run.output_path)
                 failed.append(p.name)
+    if failed:
+        print(f"eglr-sweep: error: {len(failed)} of {len(points)} runs failed ({', '.join(failed)}; their logs are in "
+              f"their folders); no report written. Fix the cause and run the same command again: finished runs are "
+              "kept.", file=sys.stderr)
+        return 1
     if args.dry_run or args.no_report:
-        return 1 if failed else 0
+        return 0
     done = [p.run.output_path for p in points if finished_point(p) is not None]
     if done:
         from eglr_harness.analysis.report import build_report  # noqa: PLC0415
 
         out = build_report(done, Path(args.output_dir) / "report", task=tasks[0], sections=("runs", "ablation"))
         print(out / "report.md")
-    return 1 if failed else 0
+    return 0
 
 
 if __name__ == "__main__":
