@@ -346,6 +346,18 @@ def _tau_h_problem(value) -> str | None:
     return None
 
 
+def check_rollout_cache(folder: str | Path) -> None:
+    """Before a model loads: ``rollout_cache`` can be written, and its store files are sound (a damaged
+    one is moved aside now, with its message, rather than after the load). Raises :class:`StoreError`."""
+    from eglr_harness.outputs import check_writable  # noqa: PLC0415
+
+    check_writable(folder, "rollout_cache")
+    for path in sorted(Path(folder).expanduser().glob("rollouts_rank*.sqlite")):
+        rank = path.stem.removeprefix("rollouts_rank")
+        if rank.isdigit():
+            RolloutStore(path.parent, int(rank)).close()
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("EGLR_CACHE_DIR", Path.home() / ".cache" / "eglr_harness"))
 

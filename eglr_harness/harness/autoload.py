@@ -125,8 +125,8 @@ def _patch_fail_fast(evaluator_module) -> None:
 
 
 def _patch_task_lookup(config_module) -> None:
-    """eglr-hf's model args checked before lm-eval indexes its tasks; lm-eval's "Tasks not found: x"
-    with the closest task names (``aime_eglr_sc`` -> ``aime24_eglr_sc``)."""
+    """eglr-hf's model args (and its ``rollout_cache`` folder) checked before lm-eval indexes its tasks;
+    lm-eval's "Tasks not found: x" with the closest task names (``aime_eglr_sc`` -> ``aime24_eglr_sc``)."""
     config_cls = config_module.EvaluatorConfig
     if getattr(config_cls, "_eglr_patched", False):
         return
@@ -137,7 +137,12 @@ def _patch_task_lookup(config_module) -> None:
             from eglr_harness.harness.model import check_eglr_model_args
             from eglr_harness.model_names import parse_model_args
 
-            check_eglr_model_args(parse_model_args(getattr(self, "model_args", None)))
+            model_args = parse_model_args(getattr(self, "model_args", None))
+            check_eglr_model_args(model_args)
+            if model_args.get("rollout_cache"):
+                from eglr_harness.stores import check_rollout_cache
+
+                check_rollout_cache(model_args["rollout_cache"])
         try:
             return original(self, *args, **kwargs)
         except ValueError as err:

@@ -396,3 +396,57 @@ def test_score_and_report_refuse_broken_samples_with_file_and_line(tmp_path, cap
         code = command()  # today: a JSONDecodeError traceback (eglr-score) or rc 0 over 0 documents (eglr-report)
         err = capsys.readouterr().err.strip().splitlines()
         assert code != 0 and err and where in err[-1], err
+
+
+# ---------------------------------------------------------------------------------------------
+# tau_h from the cache, a calibration or a preset: never NaN
+
+
+def test_a_nan_in_the_tau_h_cache_is_calibrated_again(tmp_path):
+    from eglr_harness.calibrate import calibrate
+
+    cache = TauHCache(tmp_path / "tau_h.sqlite")
+    key = "calibration key"
+    _stored_tau_h(cache.path, key, math.nan)
+    decoded = []
+    result = calibrate([(0, "prompt")], limit=1, key_of=lambda prompts: key, cache=cache,
+                       decode_entropies=lambda prompts: decoded.append(prompts) or [0.5, 1.0, 3.0])
+    assert decoded and math.isfinite(result.tau_h) and not result.cached  # today: NaN, nothing ever gated
+    assert cache.get(key)["tau_h"] == result.tau_h
+
+
+def test_nan_entropies_never_become_a_tau_h():
+    import torch
+
+    from eglr_harness.calibrate import calibrated_threshold
+
+    with pytest.raises(FloatingPointError, match="NaN"):
+        calibrated_threshold(torch.tensor([0.5, math.nan, 1.0]))  # today: min(nan, 2.5) = nan
+
+
+@pytest.mark.parametrize("bad", [".nan", "-3", "abc"])
+def test_a_preset_tau_h_that_gates_nothing_is_refused(tmp_path, bad):
+    from eglr_harness.presets import load_preset
+
+    path = tmp_path / "p.yaml"
+    path.write_text(f"model_args: {{pretrained: x}}\ntau_h: {{gsm8k: {bad}}}\n")
+    with pytest.raises(ValueError, match=r"p\.yaml: `tau_h\.gsm8k`=.* is not allowed"):
+        load_preset(str(path))
+
+
+def test_a_damaged_rollout_store_is_found_before_the_model_loads(tmp_path, caplog):
+    from eglr_harness.stores import check_rollout_cache
+
+    path = _filled_store(tmp_path, _rollouts())
+    os.truncate(path, 10_000)
+    with caplog.at_level(logging.WARNING):
+        check_rollout_cache(tmp_path)  # the autoload calls it where eglr-hf's model args are checked
+    assert _damaged_aside(tmp_path) and any(str(path) in m for m in _warnings(caplog))
+
+
+def test_an_unwritable_rollout_cache_is_refused_before_the_model_loads(real_read_only_folder):
+    from eglr_harness.errors import OutputError
+    from eglr_harness.stores import check_rollout_cache
+
+    with pytest.raises(OutputError, match=r"rollout_cache=.* cannot be written"):
+        check_rollout_cache(real_read_only_folder / "store")
