@@ -8,6 +8,10 @@ attention implementation or tokenisation gets a fresh key instead of stale text.
 
 lm-eval's ``--use_cache`` keys on (context, gen_kwargs) and so would collapse a pool of greedy
 configs into one answer; the rollout store keys on the concrete cell settings instead.
+
+Nothing read back is trusted blindly: each record has a checksum and is validated (a tau_h is a
+finite number > 0 or inf), and a damaged file is moved aside with its sound records kept
+(:class:`_SqliteTable`); a store that cannot be written raises :class:`StoreError` naming the file.
 """
 
 from __future__ import annotations
