@@ -37,7 +37,7 @@ def iter_jsonl(path: str | Path, what: str = "one JSON object per line") -> Iter
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
-                cut = " (the line ends mid-way: was the file cut while being written?)" if not raw.endswith(b"\n") else ""
+                cut = "" if raw.endswith(b"\n") else " (the line ends mid-way: was the file cut while being written?)"
                 raise FileFormatError(f"{path}:{number}: not valid JSON ({err.msg}, column {err.colno}){cut}; "
                                  f"expected {what}.") from None
             if not isinstance(row, dict):

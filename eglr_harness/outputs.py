@@ -30,9 +30,9 @@ def check_writable(folder: str | Path, what: str) -> Path:
     """Raise :class:`OutputError` unless files can be written under ``folder`` (created if missing).
 
     Creates the folder (and its parents), writes, flushes to disk and removes a
-    :data:`_PROBE_BYTES` file in it, and removes the folders it created, so a read-only mount, a missing permission and a full disk are
-    all met here, before a model loads, instead of after the run. ``what`` names the argument
-    (``--output_path``, ``rollout_cache``).
+    :data:`_PROBE_BYTES` file in it, then removes the folders it created: a read-only mount, a
+    missing permission and a full disk are met here, before a model loads, instead of after the
+    run. ``what`` names the argument (``--output_path``, ``rollout_cache``).
     """
     folder = Path(folder).expanduser()
     created = [p for p in (folder, *folder.parents) if not p.exists()]  # removed again: the run makes them
@@ -76,7 +76,8 @@ def atomic_writer(path: str | Path, mode: str = "w", encoding: str | None = "utf
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
     except OSError as err:
-        raise OutputError(f"{path}: cannot be written ({err.strerror or err}); free space or pick a writable folder.") from None
+        raise OutputError(f"{path}: cannot be written ({err.strerror or err}); free space or pick a writable "
+                          "folder.") from None
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as handle:
             yield handle

@@ -169,4 +169,5 @@ def load_dataset_dict(name: str, **kwargs):
     return {split: datasets.Dataset.from_list(load_problems(name, **kwargs))}
 
 
-__all__ = ["DATA_DIR_ENV", "check_local_data", "load_problems", "load_dataset_dict", "read_jsonl", "data_dir_from_env", "expected_fields"]
+__all__ = ["DATA_DIR_ENV", "check_local_data", "load_problems", "load_dataset_dict", "read_jsonl", "data_dir_from_env",
+           "expected_fields"]

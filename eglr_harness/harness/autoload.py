@@ -9,8 +9,9 @@ its evaluation tracker is imported, runs through a preset (``model_config=``) or
 named after the model (``model_names.run_folder_name``) instead of a random id or a path of the machine,
 ``--output_path`` is checked for writing and the results and samples files are written whole or fail
 the run (``harness/output.py``);
-when ``lm_eval.evaluator`` is imported, ``--use_cache`` with ``eglr-hf`` is refused and the eglr tasks'
-local data files are read before the model loads; a task name that is not found gets the closest task names in lm-eval's error.
+when ``lm_eval.evaluator`` is imported, ``--use_cache`` with ``eglr-hf`` is refused and the eglr
+tasks' local data files are read before the model loads; a task name that is not found gets the
+closest task names in lm-eval's error.
 
 Set ``EGLR_AUTOLOAD=0`` to switch this off.
 """

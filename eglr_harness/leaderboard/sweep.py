@@ -107,7 +107,8 @@ def _number(text: str):
 
 
 def _check_setting(name: str, value) -> None:
-    """``ValueError`` naming ``name`` when eglr-hf would refuse ``value`` (:class:`~eglr_harness.config.EglrConfig`'s rules)."""
+    """``ValueError`` naming ``name`` when eglr-hf would refuse ``value`` (the rules of
+    :class:`~eglr_harness.config.EglrConfig` and :mod:`eglr_harness.specs`)."""
     from eglr_harness.config import EglrConfig, parse_tau_h  # noqa: PLC0415
     from eglr_harness.specs import parse_L_spec, parse_T_spec  # noqa: PLC0415
 

@@ -146,7 +146,8 @@ def test_a_value_no_run_accepts_is_refused_before_anything_runs(tmp_path, capsys
     assert sweep.main(argv, executor=lambda a: calls.append(a) or 0) == 2  # today: the default point runs first
     out, err = capsys.readouterr()
     assert not calls and not out  # --dry_run printed the invalid commands
-    name = args.split()[-1].partition("=")[0] if "--model_args pretrained=x " in args else args.split(",")[1].partition("=")[0]
+    swept = "--model_args pretrained=x " in args  # else the bad value is in --model_args
+    name = (args.split()[-1] if swept else args.split(",")[1]).partition("=")[0]
     assert len(err.strip().splitlines()) == 1 and f"`{name}`=" in err and "allowed" in err
 
 

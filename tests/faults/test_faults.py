@@ -114,7 +114,8 @@ def test_a_changed_byte_inside_a_stored_text_is_dropped_once_with_the_file(tmp_p
 def _stored_tau_h(path: Path, key: str, tau_h) -> None:
     """A cache row written behind the cache's back (no checksum: a file of an older eglr-harness)."""
     db = sqlite3.connect(path)
-    db.execute("INSERT OR REPLACE INTO tau_h (key, value) VALUES (?, ?)", (key, json.dumps({"tau_h": tau_h, "prompts": 4})))
+    value = json.dumps({"tau_h": tau_h, "prompts": 4})
+    db.execute("INSERT OR REPLACE INTO tau_h (key, value) VALUES (?, ?)", (key, value))
     db.commit()
     db.close()
 
@@ -386,8 +387,8 @@ def test_score_and_report_refuse_broken_samples_with_file_and_line(tmp_path, cap
 
     samples = _fake_run(tmp_path)
     text = samples.read_text(encoding="utf-8")
-    broken = {"cut": text[: len(text) // 2], "empty": "",
-              "not_json": text.replace("\n", "\n[1, 2\n", 1), "not_a_sample": text.replace("\n", "\n[1, 2]\n", 1)}[damage]
+    broken = {"cut": text[: len(text) // 2], "empty": "", "not_json": text.replace("\n", "\n[1, 2\n", 1),
+              "not_a_sample": text.replace("\n", "\n[1, 2]\n", 1)}[damage]
     samples.write_text(broken, encoding="utf-8")
     line = broken.count("\n") + 1 if damage == "cut" else 2
     where = f"{samples}:{line}:" if damage != "empty" else f"{samples}: no document lines"
