@@ -223,9 +223,8 @@ class _SqliteTable:
             n += 1
         try:
             for suffix in ("", "-wal", "-shm"):
-                part = Path(f"{self.path}{suffix}")
-                if part.exists():
-                    os.replace(part, f"{aside}{suffix}")
+                with contextlib.suppress(FileNotFoundError):  # absent, or moved by another process just now
+                    os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
         except OSError as move_err:
             raise StoreError(f"{self._label} {self.path} is damaged ({err}) and cannot be moved aside "
                              f"({move_err.strerror or move_err}); delete or move it, then run again.") from None
