@@ -28,10 +28,18 @@ from pathlib import Path
 
 from eglr_harness import config as defaults
 from eglr_harness.analysis.load import parse_model_args
-from eglr_harness.leaderboard.plan import LeaderboardOptions, PlannedRun, build_command, shell_command
+from eglr_harness.leaderboard.plan import (
+    LeaderboardOptions,
+    PlannedRun,
+    build_command,
+    check_eglr_settings,
+    check_setting,
+    setting_value,
+    shell_command,
+)
 from eglr_harness.leaderboard.runner import Executor, execute_run, finished_run, subprocess_executor
 
-__all__ = ["AXES", "SweepPoint", "check_model_args", "parse_axis", "axis_default", "plan_sweep", "sweep_parser", "main"]
+__all__ = ["AXES", "SweepPoint", "parse_axis", "axis_default", "plan_sweep", "sweep_parser", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,61 +93,10 @@ def parse_axis(spec: str) -> tuple[str, tuple]:
     parsed = _values(axis, values)
     for value in parsed:
         try:
-            _check_setting(axis, value)
+            check_setting(axis, value)
         except ValueError as err:
             raise ValueError(f"`--sweep {spec}`: {err}") from None
     return axis, parsed
-
-
-# eglr-hf's one-value settings and how a --model_args string value becomes one (ints stay ints:
-# "2.5" for an int setting is refused, not truncated).
-_INT_SETTINGS = ("k_max", "top_k", "seed")
-_REAL_SETTINGS = ("alpha", "tau_kl", "top_p")
-
-
-def _number(text: str):
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _check_setting(name: str, value) -> None:
-    """``ValueError`` naming ``name`` when eglr-hf would refuse ``value`` (the rules of
-    :class:`~eglr_harness.config.EglrConfig` and :mod:`eglr_harness.specs`)."""
-    from eglr_harness.config import EglrConfig, parse_tau_h  # noqa: PLC0415
-    from eglr_harness.specs import parse_L_spec, parse_T_spec  # noqa: PLC0415
-
-    if name == "tau_h":
-        parse_tau_h(value)
-    elif name == "L":
-        for L in parse_L_spec(value) if isinstance(value, str) else (value,):
-            EglrConfig(L=L)
-    elif name == "T":
-        parse_T_spec(value)
-    elif name in _INT_SETTINGS or name in _REAL_SETTINGS:
-        value = _number(value) if isinstance(value, str) else value
-        if name in _REAL_SETTINGS and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        EglrConfig(**{name: value})
-    elif name == "calib_limit" and not (isinstance(_number(str(value)), int) and _number(str(value)) >= 1):
-        raise ValueError(f"`calib_limit`={value!r} is not allowed; allowed: an int >= 1.")
-
-
-def check_model_args(model_args: str) -> None:
-    """The EGLR settings of the sweep's ``--model_args`` checked as eglr-hf checks them, before any run."""
-    args = parse_model_args(model_args)
-    if args.get("model_config"):
-        from eglr_harness.presets import load_preset  # noqa: PLC0415
-
-        load_preset(args["model_config"])  # an unknown preset names the known ones
-    for name, value in args.items():
-        try:
-            _check_setting(name, value)
-        except ValueError as err:
-            raise ValueError(f"`--model_args` {name}={value}: {err}") from None
 
 
 def axis_default(axis: str, model_args: dict) -> object:
@@ -173,7 +130,7 @@ def _given(axis: str, value) -> object:
     if axis == "L":
         values = parse_L_spec(value) if isinstance(value, str) else (value,)
         return values[0] if len(values) == 1 else None
-    return AXES[axis][0](_number(value) if isinstance(value, str) else value)
+    return AXES[axis][0](setting_value(value) if isinstance(value, str) else value)
 
 
 def _label(value) -> str:
@@ -199,7 +156,7 @@ def plan_sweep(
     limit: float | None = None, max_gen_toks: int | None = None, rollout_cache: str | None = None,
 ) -> list[SweepPoint]:
     """The default point, then each axis's other values (one axis off its default per run)."""
-    check_model_args(model_args)
+    check_eglr_settings(model_args)
     args = parse_model_args(model_args)
     seen_axes = [a for a, _ in axes]
     if dupes := sorted({a for a in seen_axes if seen_axes.count(a) > 1}):
