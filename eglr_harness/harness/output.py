@@ -21,6 +21,7 @@ import json
 import logging
 import sys
 from dataclasses import asdict
+from datetime import datetime
 from pathlib import Path
 
 from eglr_harness.errors import OutputError, UserError
@@ -56,9 +57,6 @@ def save_results_aggregated(tracker, results: dict, samples: dict | None = None)
     results.update({"task_hashes": task_hashes})
     results.update(asdict(tracker.general_config_tracker))
     dumped = json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False)
-
-    from datetime import datetime
-
     tracker.date_id = datetime.now().isoformat().replace(":", "-")
     path = Path(tracker.output_path)
     folder = _run_folder(tracker)
