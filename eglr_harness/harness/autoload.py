@@ -113,8 +113,9 @@ def _patch_fail_fast(evaluator_module) -> None:
         if ours and kwargs.get("use_cache"):
             raise ValueError(USE_CACHE_REFUSAL)
         install_user_error_hook()
-        tasks = kwargs.get("tasks")
-        check_local_data(tasks if isinstance(tasks, (list, tuple)) else [tasks])  # file:line before the model loads
+        tasks, metadata = kwargs.get("tasks"), kwargs.get("metadata")
+        data_dir = metadata.get("eglr_data_dir") if isinstance(metadata, dict) else None  # as the tasks read it
+        check_local_data(tasks if isinstance(tasks, (list, tuple)) else [tasks], data_dir)  # before the model loads
         if ours and kwargs.get("gen_kwargs"):  # lm-eval warns about do_sample whenever --gen_kwargs is given
             logging.getLogger("lm_eval.eglr_hf").info(
                 "eglr-hf: lm-eval's warning \"Ensure 'do_sample=True' for non-greedy decoding\" does not apply: "
