@@ -36,7 +36,7 @@ from typing import Any
 
 from eglr_harness.errors import OutputError
 from eglr_harness.jsonl import iter_jsonl
-from eglr_harness.outputs import atomic_write_text
+from eglr_harness.outputs import atomic_write_text, check_writable
 from eglr_harness.rollout import Rollout, with_meta
 from eglr_harness.scoring.extraction import ANSWER_MODES, extract_answer
 from eglr_harness.scoring.metrics import GRID_SUB_POOLS, best_cfg_acc, cell_accuracies, score_document
@@ -202,8 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         files = samples_files(args.paths)
+        check_writable(args.output_path, "--output_path")
     except ValueError as err:
         parser.error(str(err))
+    except OutputError as err:
+        print(f"eglr-score: error: {err}", file=sys.stderr)
+        return 2
     for path in files:
         try:
             task, metrics = rescore_file(path, args.output_path / path.parent.name)

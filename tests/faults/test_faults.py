@@ -451,3 +451,14 @@ def test_an_unwritable_rollout_cache_is_refused_before_the_model_loads(real_read
 
     with pytest.raises(OutputError, match=r"rollout_cache=.* cannot be written"):
         check_rollout_cache(real_read_only_folder / "store")
+
+
+def test_score_and_report_refuse_an_unwritable_output_in_one_line(tmp_path, real_read_only_folder, capsys):
+    from eglr_harness.analysis.cli import report_main
+    from eglr_harness.harness.rescore import main as score_main
+
+    run = _fake_run(tmp_path).parent
+    for command, flag in ((score_main, "--output_path"), (report_main, "--out")):
+        assert command([str(run), flag, str(real_read_only_folder / "out")]) == 2  # today: an OSError traceback
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "ro/out" in err[0] and "cannot be written" in err[0]
