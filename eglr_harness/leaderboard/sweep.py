@@ -285,9 +285,9 @@ def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_exec
                 logger.error("%s failed (no results file in %s)", p.name, p.run.output_path)
                 failed.append(p.name)
     if failed:
-        print(f"eglr-sweep: error: {len(failed)} of {len(points)} runs failed ({', '.join(failed)}; their logs are in "
-              f"their folders); no report written. Fix the cause and run the same command again: finished runs are "
-              "kept.", file=sys.stderr)
+        print(f"eglr-sweep: error: {len(failed)} of {len(points)} runs failed ({', '.join(failed)}; lm_eval's error "
+              "is above); no report written. Fix the cause and run the same command again: finished runs are kept.",
+              file=sys.stderr)
         return 1
     if args.dry_run or args.no_report:
         return 0
