@@ -358,6 +358,9 @@ def test_a_bad_data_line_stops_the_run_before_the_model_loads(bad_data_dir, monk
     for tasks in (["aime24_eglr_sc"], ["eglr_math"]):
         with pytest.raises(FileFormatError, match=r"aime24/test\.jsonl:7:"):
             simple_evaluate(model="eglr-hf", model_args="pretrained=/nonexistent", tasks=tasks, limit=1)
+    from eglr_harness.data.loading import check_local_data
+
+    check_local_data(["eglr_demo", "gsm8k_eglr_sc", "aime24"])  # tasks that do not read that file are not held up
 
 
 def test_a_data_row_without_the_fields_names_its_1_based_line(tmp_path):
