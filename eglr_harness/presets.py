@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from eglr_harness.benchmarks import benchmark_of  # noqa: F401 -- re-exported: callers import it from here
+from eglr_harness.outputs import atomic_write_text
 from eglr_harness.resources import model_configs_dir
 
 _EGLR_KEYS = {"L", "T", "alpha", "k_max", "tau_kl", "top_k", "top_p", "seed"}
@@ -85,5 +86,5 @@ def write_tau_h(name_or_path: str, key: str, value: float) -> Path:
     path = preset_path(name_or_path)
     data = yaml.safe_load(path.read_text()) or {}
     data.setdefault("tau_h", {})[key] = round(float(value), 4)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))  # a full disk never leaves half a preset
     return path
