@@ -107,7 +107,11 @@ def write_rows(rows: Sequence[dict], out: str | Path) -> Path:
     suffix = out.suffix.lower()
     if suffix not in {".jsonl", ".json", ".parquet"}:
         raise ValueError(f"`--out`={str(out)!r}: allowed endings: .jsonl (JSON lines) or .parquet.")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"`--out`={str(out)!r}: its folder cannot be created ({err.strerror or err}); "
+                          "give a writable path.") from None
     if suffix == ".parquet":
         try:
             import pyarrow as pa
