@@ -456,12 +456,14 @@ def test_an_unwritable_rollout_cache_is_refused_before_the_model_loads(real_read
         check_rollout_cache(real_read_only_folder / "store")
 
 
-def test_score_and_report_refuse_an_unwritable_output_in_one_line(tmp_path, real_read_only_folder, capsys):
+def test_score_report_and_export_refuse_an_unwritable_output_in_one_line(tmp_path, real_read_only_folder, capsys):
     from eglr_harness.analysis.cli import report_main
+    from eglr_harness.export import main as export_main
     from eglr_harness.harness.rescore import main as score_main
 
     run = _fake_run(tmp_path).parent
-    for command, flag in ((score_main, "--output_path"), (report_main, "--out")):
-        assert command([str(run), flag, str(real_read_only_folder / "out")]) == 2  # today: an OSError traceback
+    for command, flag, name in ((score_main, "--output_path", "out"), (report_main, "--out", "out"),
+                                (export_main, "--out", "out/pool.jsonl"), (export_main, "--out", "pool.parquet")):
+        assert command([str(run), flag, str(real_read_only_folder / name)]) == 2  # today: an OSError traceback
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "ro/out" in err[0] and "cannot be written" in err[0]
+        assert len(err) == 1 and f"ro/{name}" in err[0] and "cannot be" in err[0], err
