@@ -11,6 +11,7 @@ runs in one process (``distributed.local_gather``) and under ``torch.distributed
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -54,7 +55,11 @@ def calibrated_threshold(entropies: torch.Tensor, quantile: float = CALIBRATION_
     """min(quantile of per-token entropies, cap).  entropies: (n_tokens,) nats."""
     if entropies.numel() == 0:
         raise ValueError("tau_h calibration saw no generated tokens; raise max_gen_toks or calib_limit.")
-    return min(float(torch.quantile(entropies.float(), quantile)), cap)
+    value = float(torch.quantile(entropies.float(), quantile))
+    if math.isnan(value):  # min(nan, cap) is nan: a gate that never opens, a plain run labelled EGLR
+        raise FloatingPointError("tau_h calibration got NaN token entropies (NaN logits); check the model's dtype "
+                                 "and weights, or give tau_h=<nats>.")
+    return min(value, cap)
 
 
 def calibration_prompts(local: Sequence[tuple[int, str]], limit: int,

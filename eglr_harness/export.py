@@ -25,6 +25,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from eglr_harness.analysis.load import find_runs, read_results, read_samples, run_info
+from eglr_harness.errors import OutputError
+from eglr_harness.outputs import atomic_writer
 
 __all__ = ["COLUMNS", "prompt_of", "completions_of", "export_rows", "write_rows", "main"]
 
@@ -105,16 +107,21 @@ def write_rows(rows: Sequence[dict], out: str | Path) -> Path:
     suffix = out.suffix.lower()
     if suffix not in {".jsonl", ".json", ".parquet"}:
         raise ValueError(f"`--out`={str(out)!r}: allowed endings: .jsonl (JSON lines) or .parquet.")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"`--out`={str(out)!r}: its folder cannot be created ({err.strerror or err}); "
+                          "give a writable path.") from None
     if suffix == ".parquet":
         try:
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError as err:  # pragma: no cover - pyarrow comes with datasets
             raise ImportError("Parquet export needs pyarrow: pip install pyarrow (or write .jsonl).") from err
-        pq.write_table(pa.Table.from_pylist(list(rows)), out)
+        with atomic_writer(out, "wb") as handle:  # whole or not at all
+            pq.write_table(pa.Table.from_pylist(list(rows)), handle)
     else:
-        with open(out, "w", encoding="utf-8") as handle:
+        with atomic_writer(out) as handle:
             for row in rows:
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
     return out
@@ -137,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not rows:
             raise ValueError(f"no rollouts under {args.run_dirs}: were the runs made with --log_samples on eglr tasks?")
         out = write_rows(rows, args.out)
-    except ValueError as err:
+    except (ValueError, OutputError) as err:
         print(f"eglr-export: error: {err}", file=sys.stderr)
         return 2
     groups = len({r["group_id"] for r in rows})

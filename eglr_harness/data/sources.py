@@ -128,12 +128,14 @@ def expected_fields(source: BenchmarkSource) -> str:
 
 
 def to_schema(source: BenchmarkSource, row: dict, index: int, where: str) -> dict:
-    """Map one raw row to the internal schema; ``ValueError`` naming ``where`` and the expected fields."""
+    """Map one raw row to the internal schema; ``ValueError`` naming ``where`` (the file and its
+    1-based line, or the dataset and its 1-based row) and the expected fields. ``index`` (0-based)
+    is the id of a row without an id field."""
     _, problem = _first(row, source.problem_fields)
     gold, raw_gold = _gold(source, row)
     if problem is None or not gold:
         raise ValueError(
-            f"{where}: row {index} of {source.name!r} has fields {sorted(row)}; expected "
+            f"{where}: a row of {source.name!r} with fields {sorted(row)}; expected "
             f"{expected_fields(source)}."
         )
     id_name, row_id = _first(row, source.id_fields)

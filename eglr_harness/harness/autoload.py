@@ -6,9 +6,12 @@ lm_eval, torch or transformers is imported until the program imports lm_eval its
 ``lm_eval.api.registry`` is imported, ``eglr-hf`` is registered as a lazy placeholder; when
 ``lm_eval.tasks.manager`` is imported, every ``TaskManager`` also indexes our task folder; when
 its evaluation tracker is imported, runs through a preset (``model_config=``) or a GGUF file are
-named after the model (``model_names.run_folder_name``) instead of a random id or a path of the machine;
-when ``lm_eval.evaluator`` is imported, ``--use_cache`` with ``eglr-hf`` is refused before the model
-loads; a task name that is not found gets the closest task names in lm-eval's error.
+named after the model (``model_names.run_folder_name``) instead of a random id or a path of the machine,
+``--output_path`` is checked for writing and the results and samples files are written whole or fail
+the run (``harness/output.py``);
+when ``lm_eval.evaluator`` is imported, ``--use_cache`` with ``eglr-hf`` is refused and the eglr
+tasks' local data files are read before the model loads; a task name that is not found gets the
+closest task names in lm-eval's error.
 
 Set ``EGLR_AUTOLOAD=0`` to switch this off.
 """
@@ -82,8 +85,18 @@ def _patch_run_names(tracker_module) -> None:
     tracker_cls._eglr_patched = True
 
 
+def _patch_tracker(tracker_module) -> None:
+    """Runs named after the model; ``--output_path`` checked before the model loads, results and
+    samples written whole or failing the run (``harness/output.py``)."""
+    from eglr_harness.harness.output import patch_tracker
+
+    _patch_run_names(tracker_module)
+    patch_tracker(tracker_module)
+
+
 def _patch_fail_fast(evaluator_module) -> None:
-    """Refuse ``--use_cache`` with ``eglr-hf`` before the model loads (lm-eval asks the model only after)."""
+    """Refuse ``--use_cache`` with ``eglr-hf`` and read the eglr tasks' local data files (a bad line
+    named ``file:line``) before the model loads (lm-eval asks the model and loads data only after)."""
     original = evaluator_module.simple_evaluate
     if getattr(original, "_eglr_patched", False):
         return
@@ -92,10 +105,17 @@ def _patch_fail_fast(evaluator_module) -> None:
     def simple_evaluate(*args, **kwargs):
         from eglr_harness.model_args import USE_CACHE_REFUSAL
 
+        from eglr_harness.data.loading import check_local_data
+        from eglr_harness.harness.output import install_user_error_hook
+
         model = kwargs.get("model", args[0] if args else None)
         ours = model == MODEL_NAME or type(model).__name__ == "EglrHFLM"
         if ours and kwargs.get("use_cache"):
             raise ValueError(USE_CACHE_REFUSAL)
+        install_user_error_hook()
+        tasks, metadata = kwargs.get("tasks"), kwargs.get("metadata")
+        data_dir = metadata.get("eglr_data_dir") if isinstance(metadata, dict) else None  # as the tasks read it
+        check_local_data(tasks if isinstance(tasks, (list, tuple)) else [tasks], data_dir)  # before the model loads
         if ours and kwargs.get("gen_kwargs"):  # lm-eval warns about do_sample whenever --gen_kwargs is given
             logging.getLogger("lm_eval.eglr_hf").info(
                 "eglr-hf: lm-eval's warning \"Ensure 'do_sample=True' for non-greedy decoding\" does not apply: "
@@ -107,8 +127,8 @@ def _patch_fail_fast(evaluator_module) -> None:
 
 
 def _patch_task_lookup(config_module) -> None:
-    """eglr-hf's model args checked before lm-eval indexes its tasks; lm-eval's "Tasks not found: x"
-    with the closest task names (``aime_eglr_sc`` -> ``aime24_eglr_sc``)."""
+    """eglr-hf's model args (and its ``rollout_cache`` folder) checked before lm-eval indexes its tasks;
+    lm-eval's "Tasks not found: x" with the closest task names (``aime_eglr_sc`` -> ``aime24_eglr_sc``)."""
     config_cls = config_module.EvaluatorConfig
     if getattr(config_cls, "_eglr_patched", False):
         return
@@ -119,7 +139,12 @@ def _patch_task_lookup(config_module) -> None:
             from eglr_harness.harness.model import check_eglr_model_args
             from eglr_harness.model_names import parse_model_args
 
-            check_eglr_model_args(parse_model_args(getattr(self, "model_args", None)))
+            model_args = parse_model_args(getattr(self, "model_args", None))
+            check_eglr_model_args(model_args)
+            if model_args.get("rollout_cache"):
+                from eglr_harness.stores import check_rollout_cache
+
+                check_rollout_cache(model_args["rollout_cache"])
         try:
             return original(self, *args, **kwargs)
         except ValueError as err:
@@ -140,7 +165,7 @@ def _patch_task_lookup(config_module) -> None:
 _POST_IMPORT = {
     "lm_eval.api.registry": _register_model,
     "lm_eval.tasks.manager": _patch_task_manager,
-    "lm_eval.loggers.evaluation_tracker": _patch_run_names,
+    "lm_eval.loggers.evaluation_tracker": _patch_tracker,
     "lm_eval.evaluator": _patch_fail_fast,
     "lm_eval.config.evaluate_config": _patch_task_lookup,
 }

@@ -34,6 +34,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from eglr_harness.errors import OutputError
+from eglr_harness.jsonl import iter_jsonl
+from eglr_harness.outputs import atomic_write_text, check_writable
 from eglr_harness.rollout import Rollout, with_meta
 from eglr_harness.scoring.extraction import ANSWER_MODES, extract_answer
 from eglr_harness.scoring.metrics import GRID_SUB_POOLS, best_cfg_acc, cell_accuracies, score_document
@@ -139,21 +142,30 @@ def rescore_file(path: Path, output: Path) -> tuple[str, dict[str, Any]]:
     """Rescore one samples file into ``output``; returns ``(task, aggregated metrics)``."""
     task, stamp = task_and_timestamp(path)
     results_path = path.with_name(f"results_{stamp}.json")
-    results = json.loads(results_path.read_text()) if results_path.is_file() else None
+    results = _read_json(results_path) if results_path.is_file() else None
     if results is None:
         logger.warning("%s: no %s beside it; scoring without (L, T) cells.", path, results_path.name)
     config = (results or {}).get("config")
 
-    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    first_filter = lines[0].get("filter") if lines else None
-    scored = [score_sample(s, task, config) for s in lines if s.get("filter") == first_filter]
-    if not scored:
-        raise ValueError(f"{path}: no document lines.")
+    lines = list(iter_jsonl(path, "one lm-eval sample (a JSON object) per line"))
+    if not lines:
+        raise ValueError(f"{path}: no document lines (an empty samples file: was the run stopped before it saved "
+                         "them?); rerun the task with --log_samples or leave this file out.")
+    first_filter = lines[0][1].get("filter")
+    scored = []
+    for line, sample in lines:
+        if sample.get("filter") != first_filter:
+            continue
+        try:
+            scored.append(score_sample(sample, task, config))
+        except (KeyError, TypeError) as err:
+            detail = f"no key {err}" if isinstance(err, KeyError) else str(err)
+            raise ValueError(f"{path}:{line}: not an lm-eval samples line of an eglr task ({detail}).") from None
+        except ValueError as err:
+            raise ValueError(f"{path}:{line}: {err}") from None
 
     output.mkdir(parents=True, exist_ok=True)
-    with (output / path.name).open("w", encoding="utf-8") as fh:
-        for sample in scored:
-            fh.write(json.dumps(sample, ensure_ascii=False) + "\n")
+    atomic_write_text(output / path.name, "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in scored))
     metrics = aggregate(scored)
     out_results = dict(results or {"config": {}, "configs": {}, "versions": {}})
     out_results["results"] = {**(out_results.get("results") or {}), task: {"alias": task, **metrics}}
@@ -162,11 +174,21 @@ def rescore_file(path: Path, output: Path) -> tuple[str, dict[str, Any]]:
     out_results["eglr_cell_accuracies"] = cells
     results_out = output / results_path.name
     if results_out.is_file():  # several tasks of one run share the results file
-        previous = json.loads(results_out.read_text())
+        previous = _read_json(results_out)
         out_results["results"] = {**previous.get("results", {}), **out_results["results"]}
         out_results["eglr_cell_accuracies"] = {**previous.get("eglr_cell_accuracies", {}), **cells}
-    results_out.write_text(json.dumps(out_results, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(results_out, json.dumps(out_results, indent=2, ensure_ascii=False) + "\n")
     return task, metrics
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not a readable results JSON ({err}); move it away or restore it.") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a JSON {type(data).__name__}, expected lm-eval's results object.")
+    return data
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,10 +202,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         files = samples_files(args.paths)
+        check_writable(args.output_path, "--output_path")
     except ValueError as err:
         parser.error(str(err))
+    except OutputError as err:
+        print(f"eglr-score: error: {err}", file=sys.stderr)
+        return 2
     for path in files:
-        task, metrics = rescore_file(path, args.output_path / path.parent.name)
+        try:
+            task, metrics = rescore_file(path, args.output_path / path.parent.name)
+        except (ValueError, OutputError) as err:
+            print(f"eglr-score: error: {err}", file=sys.stderr)
+            return 2
         print(f"{task} ({path.name})")
         for key, value in metrics.items():
             print(f"  {key:<24} {value:.4f}" if isinstance(value, float) else f"  {key:<24} {value}")

@@ -34,6 +34,11 @@ __all__ = [
     "model_slug",
     "default_output_dir",
     "plan_runs",
+    "check_eglr_settings",
+    "check_plan",
+    "check_setting",
+    "check_tasks_exist",
+    "setting_value",
     "gen_kwargs_arg",
     "build_command",
     "shell_command",
@@ -101,6 +106,59 @@ def hf_model_args(model_args: str) -> str:
 
     merged = {**load_preset(name)["model_args"], **args}  # the user's args win over the preset's
     return ",".join(f"{key}={value}" for key, value in merged.items())
+
+
+# eglr-hf's one-value settings and how a --model_args string value becomes one (ints stay ints:
+# "2.5" for an int setting is refused, not truncated).
+_INT_SETTINGS = ("k_max", "top_k", "seed")
+_REAL_SETTINGS = ("alpha", "tau_kl", "top_p")
+
+
+def setting_value(text: str):
+    """A --model_args string as lm-eval reads it: an int, else a float, else the string."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def check_setting(name: str, value) -> None:
+    """``ValueError`` naming ``name`` when eglr-hf would refuse ``value`` (the rules of
+    :class:`~eglr_harness.config.EglrConfig` and :mod:`eglr_harness.specs`)."""
+    from eglr_harness.config import EglrConfig, parse_tau_h  # noqa: PLC0415
+    from eglr_harness.specs import parse_L_spec, parse_T_spec  # noqa: PLC0415
+
+    if name == "tau_h":
+        parse_tau_h(value)
+    elif name == "L":
+        for L in parse_L_spec(value) if isinstance(value, str) else (value,):
+            EglrConfig(L=L)
+    elif name == "T":
+        parse_T_spec(value)
+    elif name in _INT_SETTINGS or name in _REAL_SETTINGS:
+        value = setting_value(value) if isinstance(value, str) else value
+        if name in _REAL_SETTINGS and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        EglrConfig(**{name: value})
+    elif name == "calib_limit" and not (isinstance(setting_value(str(value)), int) and setting_value(str(value)) >= 1):
+        raise ValueError(f"`calib_limit`={value!r} is not allowed; allowed: an int >= 1.")
+
+
+def check_eglr_settings(model_args: str, flag: str = "--model_args") -> None:
+    """The EGLR settings in ``model_args`` (and its preset's name) checked as eglr-hf checks them, so that
+    a bad value stops a sweep or a leaderboard before its first run; ``flag`` names where they came from."""
+    args = parse_model_args(model_args)
+    if args.get("model_config"):
+        from eglr_harness.presets import load_preset  # noqa: PLC0415
+
+        load_preset(args["model_config"])  # an unknown preset names the known ones
+    for name, value in args.items():
+        try:
+            check_setting(name, value)
+        except ValueError as err:
+            raise ValueError(f"`{flag}` {name}={value}: {err}") from None
 
 
 def model_slug(model_args: str) -> str:
@@ -191,6 +249,36 @@ class PlannedRun:
     output_path: Path
     num_beams: int | None = None
     limit: float | None = None
+
+
+def check_plan(opts: LeaderboardOptions) -> None:
+    """Before the first run: every task exists and eglr-hf would accept its settings."""
+    check_tasks_exist(opts)
+    check_eglr_settings(opts.model_args)
+    if opts.eglr_model_args.strip(","):
+        check_eglr_settings(opts.eglr_model_args, "--eglr_model_args")
+
+
+def check_tasks_exist(opts: LeaderboardOptions) -> None:
+    """Every run's task is one of ours (``--lm_eval_args --include_path`` lifts this): ``ValueError`` before
+    anything runs, naming the benchmarks that have both tasks and the closest task names."""
+    if any(arg.startswith("--include_path") for arg in opts.lm_eval_args):
+        return
+    from eglr_harness.model_args import close_task_names  # noqa: PLC0415
+    from eglr_harness.resources import task_names  # noqa: PLC0415
+
+    known = task_names()
+    suffixes = (opts.greedy_suffix, opts.sc_suffix)
+    missing = [b + s for b in opts.benchmarks for s in suffixes if b + s not in known]
+    if not missing:
+        return
+    allowed = sorted({benchmark_of(n) for n in known if all(benchmark_of(n) + s in known for s in suffixes)})
+    close = {n: c[:3] for n, c in close_task_names(missing, known).items() if c}
+    hint = "".join(f"; {n} -> did you mean {', '.join(c)}?" for n, c in close.items())
+    raise ValueError(
+        f"`--tasks`={','.join(opts.tasks)}: no task {', '.join(missing)}; allowed benchmarks (each runs "
+        f"<b>{opts.greedy_suffix} and <b>{opts.sc_suffix}): {', '.join(allowed)}{hint}"
+    )
 
 
 def plan_runs(opts: LeaderboardOptions) -> list[PlannedRun]:

@@ -33,6 +33,7 @@ from eglr_harness.leaderboard.plan import (
     LeaderboardOptions,
     PlannedRun,
     build_command,
+    check_plan,
     default_output_dir,
     parse_beams,
     parse_limit,
@@ -305,6 +306,7 @@ def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_exec
     logging.basicConfig(level=args.verbosity, format="%(levelname)s %(name)s: %(message)s")
     try:
         opts = options_from_args(args)
+        check_plan(opts)  # before anything runs
         outcome = run_leaderboard(opts, executor, dry_run=args.dry_run)
     except ValueError as err:
         print(f"eglr-leaderboard: error: {err}", file=sys.stderr)

@@ -28,7 +28,15 @@ from pathlib import Path
 
 from eglr_harness import config as defaults
 from eglr_harness.analysis.load import parse_model_args
-from eglr_harness.leaderboard.plan import LeaderboardOptions, PlannedRun, build_command, shell_command
+from eglr_harness.leaderboard.plan import (
+    LeaderboardOptions,
+    PlannedRun,
+    build_command,
+    check_eglr_settings,
+    check_setting,
+    setting_value,
+    shell_command,
+)
 from eglr_harness.leaderboard.runner import Executor, execute_run, finished_run, subprocess_executor
 
 __all__ = ["AXES", "SweepPoint", "parse_axis", "axis_default", "plan_sweep", "sweep_parser", "main"]
@@ -73,7 +81,8 @@ def _values(axis: str, spec: str) -> tuple:
 
 
 def parse_axis(spec: str) -> tuple[str, tuple]:
-    """``'alpha=0.1,0.2'`` -> ``('alpha', (0.1, 0.2))``; unknown axis -> ``ValueError`` naming the known ones."""
+    """``'alpha=0.1,0.2'`` -> ``('alpha', (0.1, 0.2))``; unknown axis or a value no run accepts (``k_max=0``,
+    ``alpha=2``) -> ``ValueError`` naming the argument and what is allowed."""
     axis, sep, values = spec.partition("=")
     axis = axis.strip()
     if not sep or axis not in AXES:
@@ -81,14 +90,20 @@ def parse_axis(spec: str) -> tuple[str, tuple]:
             f"`--sweep {spec}` is not allowed; allowed: AXIS=VALUES with AXIS one of {', '.join(AXES)} "
             "(e.g. --sweep alpha=0.1,0.2,0.5 --sweep k_max=1-5)."
         )
-    return axis, _values(axis, values)
+    parsed = _values(axis, values)
+    for value in parsed:
+        try:
+            check_setting(axis, value)
+        except ValueError as err:
+            raise ValueError(f"`--sweep {spec}`: {err}") from None
+    return axis, parsed
 
 
 def axis_default(axis: str, model_args: dict) -> object:
     """The value a run gets when the sweep does not set ``axis``: model arg > preset > built-in default."""
     kind, builtin = AXES[axis]
     if axis in model_args:
-        return kind(model_args[axis])
+        return _given(axis, model_args[axis])
     name = model_args.get("model_config")
     if name is not None:
         from eglr_harness.presets import load_preset  # noqa: PLC0415 -- only presets need it
@@ -101,6 +116,21 @@ def axis_default(axis: str, model_args: dict) -> object:
         if axis in (preset.get("eglr") or {}):
             return kind(preset["eglr"][axis])
     return builtin
+
+
+def _given(axis: str, value) -> object:
+    """The value of ``axis`` that a --model_args entry fixes, or None when it is not one number (an L
+    range, ``tau_h=auto``: known only after the run)."""
+    from eglr_harness.config import parse_tau_h  # noqa: PLC0415
+    from eglr_harness.specs import parse_L_spec  # noqa: PLC0415
+
+    if axis == "tau_h":
+        value = parse_tau_h(value)
+        return None if value == "auto" else value
+    if axis == "L":
+        values = parse_L_spec(value) if isinstance(value, str) else (value,)
+        return values[0] if len(values) == 1 else None
+    return AXES[axis][0](setting_value(value) if isinstance(value, str) else value)
 
 
 def _label(value) -> str:
@@ -126,6 +156,7 @@ def plan_sweep(
     limit: float | None = None, max_gen_toks: int | None = None, rollout_cache: str | None = None,
 ) -> list[SweepPoint]:
     """The default point, then each axis's other values (one axis off its default per run)."""
+    check_eglr_settings(model_args)
     args = parse_model_args(model_args)
     seen_axes = [a for a, _ in axes]
     if dupes := sorted({a for a in seen_axes if seen_axes.count(a) > 1}):
@@ -253,15 +284,20 @@ def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_exec
             if finished_point(p) is None:
                 logger.error("%s failed (no results file in %s)", p.name, p.run.output_path)
                 failed.append(p.name)
+    if failed:
+        print(f"eglr-sweep: error: {len(failed)} of {len(points)} runs failed ({', '.join(failed)}; lm_eval's error "
+              "is above); no report written. Fix the cause and run the same command again: finished runs are kept.",
+              file=sys.stderr)
+        return 1
     if args.dry_run or args.no_report:
-        return 1 if failed else 0
+        return 0
     done = [p.run.output_path for p in points if finished_point(p) is not None]
     if done:
         from eglr_harness.analysis.report import build_report  # noqa: PLC0415
 
         out = build_report(done, Path(args.output_dir) / "report", task=tasks[0], sections=("runs", "ablation"))
         print(out / "report.md")
-    return 1 if failed else 0
+    return 0
 
 
 if __name__ == "__main__":

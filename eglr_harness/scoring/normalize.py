@@ -161,7 +161,10 @@ def parse_number(answer: str) -> NumberValue | None:
     return NumberValue(value=value, percent=percent, integer_literal=integer_literal)
 
 
-_BASE_NUMBER = re.compile(r"^(?P<digits>[0-9A-Z]*\d[0-9A-Z]*)_\{?(?P<base>\d{1,2})\}?$")
+# One greedy run of digits and capitals, then the subscript: linear (``[0-9A-Z]*\d[0-9A-Z]*`` was
+# quadratic on a long digit string); "holds a digit" is checked apart. Longer numerals are no answers.
+_BASE_NUMBER = re.compile(r"^(?P<digits>[0-9A-Z]+)_\{?(?P<base>\d{1,2})\}?$")
+MAX_BASE_NUMERAL_CHARS = 2 * MAX_DIGITS
 
 
 def base_number(answer: str) -> tuple[str, int] | None:
@@ -169,8 +172,10 @@ def base_number(answer: str) -> tuple[str, int] | None:
 
     The digits must be valid in that base (2..36); upper-case letters are digits above 9.
     """
+    if len(answer) > 4 * MAX_BASE_NUMERAL_CHARS:
+        return None
     m = _BASE_NUMBER.match(canonical(answer))
-    if m is None:
+    if m is None or len(m["digits"]) > MAX_BASE_NUMERAL_CHARS or not any(c.isdigit() for c in m["digits"]):
         return None
     digits, base = m["digits"].lstrip("0") or "0", int(m["base"])
     if not 2 <= base <= 36:

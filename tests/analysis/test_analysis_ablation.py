@@ -127,3 +127,38 @@ def test_plain_L0_run_without_tau_h_is_a_point_of_the_L_axis(tmp_path):
     lmeval_fakes.write_run(tmp_path / "L0", task=TASK, docs=docs, eglr=block)
     result = ablation(load_grid([tmp_path / "default", tmp_path / "L0"]).parts, TASK)
     assert [(p.value, p.correct) for p in result.axes["L"]] == [(0, 0), (4, 5)] and not result.off_axis
+
+
+@pytest.mark.parametrize("args", [
+    "--model_args pretrained=x --sweep k_max=0",
+    "--model_args pretrained=x --sweep alpha=2",
+    "--model_args pretrained=x --sweep alpha=0.1 --sweep tau_h=-1",
+    "--model_args pretrained=x,k_max=2.5 --sweep alpha=0.1",
+    "--model_args pretrained=x,top_k=2.7 --sweep alpha=0.1",
+    "--model_args pretrained=x,seed=1.5 --sweep alpha=0.1",
+    "--model_args pretrained=x,seed=abc --sweep alpha=0.1",
+    "--model_args pretrained=x,tau_kl=nan --sweep alpha=0.1",
+])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_value_no_run_accepts_is_refused_before_anything_runs(tmp_path, capsys, args, dry_run):
+    calls = []
+    argv = shlex.split(f"{args} --tasks {TASK} --output_dir {tmp_path / 'sw'}") + (["--dry_run"] if dry_run else [])
+    assert sweep.main(argv, executor=lambda a: calls.append(a) or 0) == 2  # today: the default point runs first
+    out, err = capsys.readouterr()
+    assert not calls and not out  # --dry_run printed the invalid commands
+    swept = "--model_args pretrained=x " in args  # else the bad value is in --model_args
+    name = (args.split()[-1] if swept else args.split(",")[1]).partition("=")[0]
+    assert len(err.strip().splitlines()) == 1 and f"`{name}`=" in err and "allowed" in err
+
+
+def test_a_failed_run_fails_the_sweep_without_a_report(tmp_path, capsys):
+    def fake_lm_eval(argv):  # the default point finishes, alpha=0.5 fails
+        out = Path(argv[argv.index("--output_path") + 1])
+        if out.name == "default":
+            _one_rollout_run(out, {1, 2})
+        return 0 if out.name == "default" else 1
+
+    argv = shlex.split(f"--model_args pretrained=x --tasks {TASK} --sweep alpha=0.5 --output_dir {tmp_path / 'sw'}")
+    assert sweep.main(argv, executor=fake_lm_eval) == 1
+    assert not (tmp_path / "sw" / "report").exists()  # today: a report of the default point alone
+    assert "alpha_0.5" in capsys.readouterr().err

@@ -403,3 +403,25 @@ def test_main_with_injected_executor_and_dry_run(tmp_path, capsys):
     assert main([*argv[:-2], "--python", "python", "--beams", "1"], executor=fake) == 2
     assert "not a beam count" in capsys.readouterr().err
     assert main(argv, executor=FakeLmEval(fail_tasks={"gsm8k_eglr"})) == 0  # finished: nothing runs
+
+
+@pytest.mark.parametrize("tasks", ["gsm8k,math5000", "aime", "eglr_math"])
+def test_unknown_benchmarks_are_refused_before_anything_runs(tmp_path, capsys, tasks):
+    fake = FakeLmEval()
+    argv = ["--model_args", MODEL_ARGS, "--tasks", tasks, "--beams", "none", "--output_dir", str(tmp_path / "lb")]
+    assert main(argv, executor=fake) == 2  # today: gsm8k's runs first, then lm-eval's "Tasks not found"
+    assert not fake.calls
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "`--tasks`=" in err[0] and "allowed benchmarks" in err[0] and "math500" in err[0]
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--model_args", f"{MODEL_ARGS},k_max=2.5"),
+                                             ("--eglr_model_args", "alpha=2"), ("--eglr_model_args", "tau_h=abc")])
+def test_eglr_settings_no_run_accepts_are_refused_before_the_hf_runs(tmp_path, capsys, flag, value):
+    fake = FakeLmEval()
+    argv = ["--model_args", MODEL_ARGS, "--tasks", "gsm8k", "--beams", "none", "--output_dir", str(tmp_path / "lb")]
+    argv = [*argv, flag, value] if flag == "--eglr_model_args" else [*argv[2:], "--model_args", value]
+    assert main(argv, executor=fake) == 2  # today: the greedy run first, then eglr-hf refuses the value
+    assert not fake.calls
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"`{flag}`" in err[0] and "is not allowed" in err[0]

@@ -82,11 +82,18 @@ def test_calibration_next_to_a_store_of_greedy_rollouts(llama_dir, tmp_path, mon
         assert got == pytest.approx(fresh, abs=1e-6), name
 
 
+def _record(kind: str, worker: str, i: int) -> dict:
+    """A valid record of the store (each checks its values on write and on read)."""
+    if kind == "tau_h":
+        return {"tau_h": 1.0 + i, "prompts": i, "label": worker}
+    return {"text": f"{worker}/{i}", "signals": None}
+
+
 def _write_many(path_and_kind):
     path, kind, worker = path_and_kind
     table = TauHCache(path) if kind == "tau_h" else RolloutStore(path)
     for i in range(150):
-        table.put(f"{worker}-{i}", {"text": f"{worker}/{i}"})
+        table.put(f"{worker}-{i}", _record(kind, worker, i))
     return len(table)
 
 
@@ -97,7 +104,7 @@ def test_two_processes_write_one_store_at_once(tmp_path, kind):
         pool.map(_write_many, [(path, kind, w) for w in ("a", "b")])
     table = TauHCache(path) if kind == "tau_h" else RolloutStore(path)
     assert len(table) == 300
-    assert table.get("a-149") == {"text": "a/149"} and table.get("b-0") == {"text": "b/0"}
+    assert table.get("a-149") == _record(kind, "a", 149) and table.get("b-0") == _record(kind, "b", 0)
 
 
 def test_loglikelihood_says_once_that_it_runs_the_plain_model(llama_dir, caplog):

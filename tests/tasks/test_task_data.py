@@ -58,7 +58,7 @@ def test_unknown_layout_names_file_row_and_fields(tmp_path):
     with pytest.raises(ValueError) as err:
         load_problems("math500", data_dir=tmp_path)
     message = str(err.value)
-    assert str(path) in message and "row 0" in message and "'prompt'" in message
+    assert f"{path}:1:" in message and "'prompt'" in message  # the file and its 1-based line
     assert "problem | question" in message and "answer" in message
 
 

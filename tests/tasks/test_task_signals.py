@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -106,3 +107,20 @@ def test_one_rollout_has_no_weighted_vote(monkeypatch):
     monkeypatch.setattr(metrics, "rollout_meta", _fake_meta({"4": {"mean_logprob": -1.0}}))
     out = metrics.score_document("4", ["4"])  # a one-rollout task: its vote is its acc
     assert "wmaj@1" not in out and out["rollouts"][0]["signals"] == {"mean_logprob": -1.0}
+
+
+@pytest.mark.parametrize(("template", "repeats"), [("_eglr_sc_yaml", 10), ("_eglr_lxt_yaml", 121)])
+def test_every_metric_a_document_gets_is_declared_in_the_yaml(template, repeats):
+    """lm-eval warns "No aggregation function defined" for a metric missing from metric_list (wmaj@10 on
+    every pool run, issue 28)."""
+    from pathlib import Path
+
+    yaml_text = (Path(__file__).resolve().parents[2] / "tasks" / template).read_text()
+    declared = set(re.findall(r"\{metric: \"?([^\",}]+)\"?,", yaml_text))
+    from eglr_harness.rollout import Rollout
+
+    cells = [(i // 11, (i % 11) / 10) for i in range(121)] if repeats == 121 else [(i + 1, 0.0) for i in range(repeats)]
+    answers = [Rollout("4", L=L, T=T, cycle=0, signals={"mean_logprob": -1.0}) for L, T in cells]
+    kwargs = {"sub_pools": metrics.GRID_SUB_POOLS} if repeats == 121 else {}
+    out = metrics.score_document("4", answers, **kwargs)
+    assert set(out) - declared == set()

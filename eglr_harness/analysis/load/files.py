@@ -10,9 +10,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eglr_harness.jsonl import iter_jsonl
+
 __all__ = ["RunFiles", "date_id_of", "find_runs", "read_results", "read_samples"]
 
 logger = logging.getLogger(__name__)
+
+SAMPLE_LINE = "one lm-eval sample (a JSON object) per line"
 
 # e.g. 2025-06-01T12-30-05.123456 (isoformat with ':' -> '-'); microseconds may be absent.
 _DATE_ID = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)$")
@@ -96,12 +100,7 @@ def read_results(path: Path) -> dict:
 
 
 def read_samples(path: Path) -> Iterator[dict]:
-    """Yield the per-document dicts of one ``samples_*.jsonl`` file, in file order."""
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{line_no}: not valid JSON ({err}).") from None
+    """Yield the per-document dicts of one ``samples_*.jsonl`` file, in file order (errors name
+    ``file:line``: :func:`eglr_harness.jsonl.iter_jsonl`)."""
+    for _number, sample in iter_jsonl(path, SAMPLE_LINE):
+        yield sample

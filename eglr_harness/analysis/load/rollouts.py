@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eglr_harness.analysis.load.files import read_samples
+from eglr_harness.analysis.load.files import SAMPLE_LINE
 from eglr_harness.cell import T_DECIMALS, Cell
+from eglr_harness.jsonl import iter_jsonl
 
 __all__ = ["RolloutRow", "TaskSamples", "rollouts_of_sample", "read_task_samples"]
 
@@ -115,7 +116,7 @@ def read_task_samples(path: Path, filter_name: str | None = None) -> TaskSamples
     hashes: dict[int, str] = {}
     filters: list[str] = []
     chosen = filter_name
-    for sample in read_samples(path):
+    for line, sample in iter_jsonl(path, SAMPLE_LINE):
         filt = sample.get("filter")
         if filt not in filters:
             filters.append(filt)
@@ -123,11 +124,19 @@ def read_task_samples(path: Path, filter_name: str | None = None) -> TaskSamples
             chosen = filt
         if filt != chosen:
             continue
-        doc_id = int(sample["doc_id"])
+        where = f"{path}:{line}"
+        try:
+            doc_id = int(sample["doc_id"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{where}: `doc_id` is {sample.get('doc_id')!r}; expected an int (an lm-eval "
+                             "samples line).") from None
         if doc_id in hashes:
-            raise ValueError(f"{path}: doc {doc_id} appears twice for filter {chosen!r}; is the file corrupt?")
+            raise ValueError(f"{where}: doc {doc_id} appears twice for filter {chosen!r}; is the file corrupt?")
         hashes[doc_id] = str(sample.get("doc_hash", ""))
-        rows.extend(rollouts_of_sample(sample, where=str(path)))
+        rows.extend(rollouts_of_sample(sample, where=where))
+    if not filters:
+        raise ValueError(f"{path}: no document lines (an empty samples file: was the run stopped before it "
+                         "saved them?); rerun the task with --log_samples or leave this run out.")
     if filter_name is not None and filter_name not in filters:
         raise ValueError(f"{path}: filter {filter_name!r} not found; filters in this file: {filters}.")
     others = tuple(f for f in filters if f != chosen)

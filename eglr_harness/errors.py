@@ -1,0 +1,23 @@
+"""Errors the user fixes (a file, a folder, a value), as opposed to bugs (a leaf module).
+
+Their message is complete on its own: the file or argument, the value, what is allowed and the fix.
+A command prints one as a single line and exits non-zero instead of showing a traceback
+(``harness/output.py`` installs that for the stock ``lm_eval`` CLI).
+"""
+
+from __future__ import annotations
+
+__all__ = ["FileFormatError", "OutputError", "UserError"]
+
+
+class UserError(Exception):
+    """Base of the errors whose message is all the user needs."""
+
+
+class OutputError(UserError, OSError):
+    """An output that cannot be written: the message names the path, the OS error and the fix."""
+
+
+class FileFormatError(UserError, ValueError):
+    """An input file (benchmark data, lm-eval samples) that cannot be read as it should: the message
+    names ``file:line`` (1-based) and what was expected."""

@@ -1,0 +1,156 @@
+"""lm-eval's run outputs, written so that a run that cannot save them fails (issue 28).
+
+lm-eval 0.4.13's ``EvaluationTracker`` writes ``results_<date>.json`` and the samples JSONL inside a
+``try/except Exception`` that only logs: on a read-only or full disk the run exits 0 and a samples
+file can be cut mid-line. :func:`patch_tracker` (applied by the autoload hook when lm-eval imports
+the tracker) changes three things of the tracker, for every model:
+
+- ``--output_path`` is checked for writing (a probe file, flushed) when the tracker is made, which
+  lm-eval's CLI does before it indexes tasks or loads a model;
+- the results and samples files are written whole or not at all (a temporary file beside them,
+  then a rename), with the same names and content as lm-eval's;
+- a file that cannot be written raises :class:`~eglr_harness.errors.OutputError` naming the path
+  and the OS error, which the CLI prints as one line and exits non-zero.
+
+Runs that push to the Hugging Face hub keep lm-eval's own saving (it uploads what it wrote).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+
+from eglr_harness.errors import OutputError, UserError
+from eglr_harness.outputs import atomic_write_text, check_writable
+
+__all__ = ["install_user_error_hook", "patch_tracker"]
+
+logger = logging.getLogger(__name__)
+
+
+def _pushes(tracker) -> bool:
+    return bool(tracker.api and (tracker.push_results_to_hub or tracker.push_samples_to_hub))
+
+
+def _run_folder(tracker) -> Path:
+    """Where lm-eval puts the files of a run: ``<output_path>/<model>/``, or beside ``output_path`` when it
+    names a ``.json`` file."""
+    path = Path(tracker.output_path)
+    if path.suffix == ".json":
+        return path.parent
+    return path / str(tracker.general_config_tracker.model_name_sanitized)
+
+
+def save_results_aggregated(tracker, results: dict, samples: dict | None = None) -> Path:
+    """lm-eval's ``save_results_aggregated`` without the hub, written atomically; returns the file."""
+    from lm_eval.utils import handle_non_serializable, hash_string
+
+    tracker.general_config_tracker.log_end_time()
+    task_hashes = {}
+    for task_name, task_samples in (samples or {}).items():
+        task_hashes[task_name] = hash_string("".join(s["doc_hash"] + s["prompt_hash"] + s["target_hash"]
+                                                     for s in task_samples))
+    results.update({"task_hashes": task_hashes})
+    results.update(asdict(tracker.general_config_tracker))
+    dumped = json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False)
+    tracker.date_id = datetime.now().isoformat().replace(":", "-")
+    path = Path(tracker.output_path)
+    folder = _run_folder(tracker)
+    _make_folder(folder)
+    target = (path.with_name(f"{path.stem}_{tracker.date_id}.json") if path.suffix == ".json"
+              else folder / f"results_{tracker.date_id}.json")
+    atomic_write_text(target, dumped)
+    logger.info("Saved results to %s", target)
+    return target
+
+
+def samples_lines(samples: list[dict]) -> str:
+    """The samples JSONL of one task, line for line as lm-eval 0.4.13 writes it."""
+    from lm_eval.utils import handle_non_serializable, sanitize_list
+
+    lines = []
+    for sample in samples:
+        # as lm-eval: flatten the arguments and stringify what the datasets library cannot load
+        arguments = {f"gen_args_{i}": {f"arg_{j}": tmp for j, tmp in enumerate(arg)}
+                     for i, arg in enumerate(sample["arguments"])}
+        sample["resps"] = sanitize_list(sample["resps"])
+        sample["filtered_resps"] = sanitize_list(sample["filtered_resps"])
+        sample["arguments"] = arguments
+        sample["target"] = str(sample["target"])
+        lines.append(json.dumps(sample, default=handle_non_serializable, ensure_ascii=False) + "\n")
+    return "".join(lines)
+
+
+def save_results_samples(tracker, task_name: str, samples: list[dict]) -> Path:
+    """lm-eval's ``save_results_samples`` without the hub, written atomically; returns the file."""
+    folder = _run_folder(tracker)
+    _make_folder(folder)
+    target = folder / f"samples_{task_name}_{tracker.date_id}.jsonl"
+    text = samples_lines(samples)
+    if target.is_file():  # lm-eval appends; keep what is there
+        text = target.read_text(encoding="utf-8") + text
+    atomic_write_text(target, text)
+    logger.info("Saved per-task samples to %s", target)
+    return target
+
+
+def _make_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"{folder}: the output folder cannot be created ({err.strerror or err}); "
+                          "give a writable --output_path.") from None
+
+
+def patch_tracker(tracker_module) -> None:
+    """Make ``tracker_module.EvaluationTracker`` check ``--output_path`` up front and save or fail."""
+    cls = tracker_module.EvaluationTracker
+    if getattr(cls, "_eglr_output_patched", False):
+        return
+    original_init = cls.__init__
+    original_aggregated = cls.save_results_aggregated
+    original_samples = cls.save_results_samples
+
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        if self.output_path:
+            path = Path(self.output_path)
+            check_writable(path.parent if path.suffix == ".json" else path, "--output_path")
+
+    def aggregated(self, results: dict, samples: dict | None = None) -> None:
+        if not self.output_path or _pushes(self):
+            return original_aggregated(self, results=results, samples=samples)
+        save_results_aggregated(self, results, samples)
+
+    def per_task(self, task_name: str, samples: list[dict]) -> None:
+        if not self.output_path or _pushes(self):
+            return original_samples(self, task_name=task_name, samples=samples)
+        save_results_samples(self, task_name, samples)
+
+    cls.__init__ = __init__
+    cls.save_results_aggregated = aggregated
+    cls.save_results_samples = per_task
+    cls._eglr_output_patched = True
+    install_user_error_hook()
+
+
+def install_user_error_hook() -> None:
+    """Print a :class:`~eglr_harness.errors.UserError` (an output that cannot be written, a bad data
+    line) that reaches the top of a program as one line (exit status 1), not as a traceback; every
+    other exception is printed as before."""
+    previous = sys.excepthook
+    if getattr(previous, "_eglr_user_errors", False):
+        return
+
+    def hook(kind, value, traceback):
+        if isinstance(value, UserError):
+            print(f"error: {value}", file=sys.stderr)
+            return
+        previous(kind, value, traceback)
+
+    hook._eglr_user_errors = True
+    sys.excepthook = hook
