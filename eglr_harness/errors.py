@@ -7,7 +7,9 @@ A command prints one as a single line and exits non-zero instead of showing a tr
 
 from __future__ import annotations
 
-__all__ = ["FileFormatError", "OutputError", "UserError"]
+from contextlib import contextmanager
+
+__all__ = ["FileFormatError", "ModelArgError", "OutputError", "UserError", "model_arg_errors"]
 
 
 class UserError(Exception):
@@ -21,3 +23,20 @@ class OutputError(UserError, OSError):
 class FileFormatError(UserError, ValueError):
     """An input file (benchmark data, lm-eval samples) that cannot be read as it should: the message
     names ``file:line`` (1-based) and what was expected."""
+
+
+class ModelArgError(UserError, ValueError):
+    """A model arg (or a preset value) that cannot be used: the message names the argument, the value
+    as written, what is allowed and the fix."""
+
+
+@contextmanager
+def model_arg_errors():
+    """Re-raise the ``ValueError`` of an argument check as a :class:`ModelArgError` (still a ValueError),
+    so that the stock CLI prints it as one line."""
+    try:
+        yield
+    except ValueError as err:
+        if isinstance(err, UserError):
+            raise
+        raise ModelArgError(str(err)) from None

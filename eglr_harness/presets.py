@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from eglr_harness.benchmarks import benchmark_of  # noqa: F401 -- re-exported: callers import it from here
+from eglr_harness.benchmark_names import benchmark_of  # noqa: F401 -- re-exported: callers import it from here
 from eglr_harness.outputs import atomic_write_text
 from eglr_harness.resources import model_configs_dir
 

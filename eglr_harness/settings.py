@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from eglr_harness import config as defaults
-from eglr_harness.benchmarks import benchmark_of
+from eglr_harness.benchmark_names import benchmark_of
 from eglr_harness.calibrate import DEFAULT_CALIB_LIMIT
 from eglr_harness.cell import Cell
 from eglr_harness.config import EglrConfig, parse_tau_h

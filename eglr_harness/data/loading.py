@@ -132,7 +132,7 @@ def check_local_data(tasks, data_dir: str | Path | None = None) -> None:
 
 
 def _benchmarks_of_tasks(tasks) -> set[str]:
-    from eglr_harness.benchmarks import benchmark_of
+    from eglr_harness.benchmark_names import benchmark_of
     from eglr_harness.resources import tasks_dir
 
     found: set[str] = set()

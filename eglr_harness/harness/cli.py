@@ -42,7 +42,7 @@ def calibrate_main(argv: list[str] | None = None) -> None:
 
     import lm_eval
 
-    from eglr_harness.benchmarks import benchmark_of
+    from eglr_harness.benchmark_names import benchmark_of
     from eglr_harness.harness.model import EglrHFLM
     from eglr_harness.presets import write_tau_h
 

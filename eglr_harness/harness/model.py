@@ -25,6 +25,7 @@ from eglr_harness.cell import Cell
 from eglr_harness.decoding.model_parts import find_model_parts
 from eglr_harness.decoding.compile_setting import DEFAULT_COMPILE, check_compile_for_engine, check_compile_setting
 from eglr_harness.distributed import process_gather
+from eglr_harness.errors import model_arg_errors
 from eglr_harness.harness.decode import RolloutDecoder, TextCodec
 from eglr_harness.harness.engines import DEFAULT_ENGINE, build_engines, check_engine, log_plan
 from eglr_harness.model_args import USE_CACHE_REFUSAL, check_model_args
@@ -33,7 +34,7 @@ from eglr_harness.pool import Job, PoolPlan, assign_jobs, frozen
 from eglr_harness.presets import load_preset
 from eglr_harness.rollout import Rollout
 from eglr_harness.settings import RunSettings
-from eglr_harness.stores import RolloutStore, TauHCache, content_key, loaded_model_fingerprint
+from eglr_harness.stores import RolloutStore, TauHCache, check_rollout_cache, content_key, loaded_model_fingerprint
 
 logger = logging.getLogger(__name__)
 # what HFLM takes by name, and what it forwards to from_pretrained
@@ -56,23 +57,28 @@ class EglrHFLM(HFLM):
                  top_k=None, top_p=None, seed=None, model_config=None, calib_limit=DEFAULT_CALIB_LIMIT,
                  rollout_cache=None, engine=DEFAULT_ENGINE, compile=DEFAULT_COMPILE, **kwargs):
         _follow_lm_eval_logging()
-        check_eglr_model_args(kwargs)
-        self.preset = load_preset(model_config) if model_config else _NO_PRESET
-        check_eglr_model_args(self.preset["model_args"])
-        hf_args = {**self.preset["model_args"], **kwargs}
-        if pretrained is not None:
-            hf_args["pretrained"] = pretrained
-        if "pretrained" not in hf_args:
-            raise ValueError("eglr-hf needs `pretrained` (a hub id or folder) or `model_config` (a preset name).")
-        self.engine = check_engine(engine)
-        self.compile_requested = check_compile_setting(compile)
-        check_compile_for_engine(self.compile_requested, self.engine)
-        self.settings = RunSettings.from_args(self.preset, L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl,
-                                              tau_h=tau_h, top_k=top_k, top_p=top_p, seed=seed, calib_limit=calib_limit)
-        self.settings.check_layers(_declared_layers(hf_args))  # before the weights load, where the config says
+        with model_arg_errors():  # every check before the weights load; one line each in the CLI
+            check_eglr_model_args(kwargs)
+            self.preset = load_preset(model_config) if model_config else _NO_PRESET
+            check_eglr_model_args(self.preset["model_args"])
+            hf_args = {**self.preset["model_args"], **kwargs}
+            if pretrained is not None:
+                hf_args["pretrained"] = pretrained
+            if "pretrained" not in hf_args:
+                raise ValueError("eglr-hf needs `pretrained` (a hub id or folder) or `model_config` (a preset name).")
+            self.engine = check_engine(engine)
+            self.compile_requested = check_compile_setting(compile)
+            check_compile_for_engine(self.compile_requested, self.engine)
+            self.settings = RunSettings.from_args(self.preset, L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl,
+                                                  tau_h=tau_h, top_k=top_k, top_p=top_p, seed=seed,
+                                                  calib_limit=calib_limit)
+            self.settings.check_layers(_declared_layers(hf_args))  # where the config says it without the weights
+            if rollout_cache:
+                check_rollout_cache(rollout_cache)  # writable, and a damaged store moved aside now
         super().__init__(**hf_args)
         self.num_layers = find_model_parts(self.model).num_layers
-        self.settings.check_layers(self.num_layers)
+        with model_arg_errors():
+            self.settings.check_layers(self.num_layers)
         self.model_name = model_name({k: v for k, v in hf_args.items() if isinstance(v, str)}) or loaded_name(hf_args["pretrained"])
         self._fingerprint = loaded_model_fingerprint(self.model, hf_args, settings=self.settings.base.as_dict(),
                                                      max_length=self.max_length,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eglr_harness.analysis.load import parse_model_args
-from eglr_harness.benchmarks import benchmark_of
+from eglr_harness.benchmark_names import benchmark_of
 
 __all__ = [
     "LeaderboardOptions",
@@ -108,12 +108,6 @@ def hf_model_args(model_args: str) -> str:
     return ",".join(f"{key}={value}" for key, value in merged.items())
 
 
-# eglr-hf's one-value settings and how a --model_args string value becomes one (ints stay ints:
-# "2.5" for an int setting is refused, not truncated).
-_INT_SETTINGS = ("k_max", "top_k", "seed")
-_REAL_SETTINGS = ("alpha", "tau_kl", "top_p")
-
-
 def setting_value(text: str):
     """A --model_args string as lm-eval reads it: an int, else a float, else the string."""
     for kind in (int, float):
@@ -125,25 +119,14 @@ def setting_value(text: str):
 
 
 def check_setting(name: str, value) -> None:
-    """``ValueError`` naming ``name`` when eglr-hf would refuse ``value`` (the rules of
-    :class:`~eglr_harness.config.EglrConfig` and :mod:`eglr_harness.specs`)."""
-    from eglr_harness.config import EglrConfig, parse_tau_h  # noqa: PLC0415
-    from eglr_harness.specs import parse_L_spec, parse_T_spec  # noqa: PLC0415
+    """``ValueError`` naming ``name`` when eglr-hf would refuse ``value``: eglr-hf's own rule
+    (:meth:`~eglr_harness.settings.RunSettings.from_args`), so that the two never disagree."""
+    import inspect  # noqa: PLC0415
 
-    if name == "tau_h":
-        parse_tau_h(value)
-    elif name == "L":
-        for L in parse_L_spec(value) if isinstance(value, str) else (value,):
-            EglrConfig(L=L)
-    elif name == "T":
-        parse_T_spec(value)
-    elif name in _INT_SETTINGS or name in _REAL_SETTINGS:
-        value = setting_value(value) if isinstance(value, str) else value
-        if name in _REAL_SETTINGS and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        EglrConfig(**{name: value})
-    elif name == "calib_limit" and not (isinstance(setting_value(str(value)), int) and setting_value(str(value)) >= 1):
-        raise ValueError(f"`calib_limit`={value!r} is not allowed; allowed: an int >= 1.")
+    from eglr_harness.settings import RunSettings  # noqa: PLC0415
+
+    if name in inspect.signature(RunSettings.from_args).parameters and name != "preset":
+        RunSettings.from_args({}, **{name: setting_value(value) if isinstance(value, str) else value})
 
 
 def check_eglr_settings(model_args: str, flag: str = "--model_args") -> None:

@@ -21,7 +21,7 @@ The per-document keys (docs/run-format.md) come from :func:`score_document`:
 - ``best_cfg_acc``: the document's correctness per (L, T) cell (:func:`doc_cell_scores`);
   :func:`best_cfg_acc` aggregates it.
 - ``wmaj@B``, ``wmaj@B_top10`` (only for pools, B > 1, whose every rollout carries ``signals``): the confidence-weighted
-  vote (:func:`eglr_harness.selection.weighted_majority`, weight = :func:`eglr_harness.signals.confidence`)
+  vote (:func:`eglr_harness.votes.weighted_majority`, weight = :func:`eglr_harness.signals.confidence`)
   over all ``B`` rollouts, and over the 10 % most confident (DeepConf's filter; :func:`signal_votes`).
 - with ``sub_pools`` (the grid tasks): ``acc_<name>``, ``maj@n_<name>``, ``oracle@n_<name>`` per
   named sub-pool, voted from the same clusters (:func:`vote_scores`).
@@ -46,7 +46,7 @@ from typing import Any
 from eglr_harness.cell import Cell
 from eglr_harness.rollout import rollout_meta
 from eglr_harness.scoring.equivalence import DEFAULT_TIMEOUT_S, is_equivalent
-from eglr_harness.selection import best_cell, majority, top_fraction, weighted_majority
+from eglr_harness.votes import best_cell, majority, top_fraction, weighted_majority
 from eglr_harness.signals import confidence
 from eglr_harness.specs import T_DECIMALS, parse_L_spec, parse_T_spec
 

@@ -12,7 +12,7 @@ from lm_eval._cli import HarnessCLI
 
 import lmeval_fakes
 from eglr_harness.analysis.portable import portable
-from eglr_harness.benchmarks import benchmark_of
+from eglr_harness.benchmark_names import benchmark_of
 from eglr_harness.leaderboard.runner import RECORD_NAME, main, run_leaderboard
 from eglr_harness.leaderboard.plan import (
     LeaderboardOptions,

@@ -31,7 +31,7 @@ from eglr_harness.analysis import (
     vote_is_correct,
 )
 from eglr_harness.analysis.load import RolloutRow
-from eglr_harness.selection import majority
+from eglr_harness.votes import majority
 
 A, B, C, D, E, F, G, H, I = (0, 0.0), (0, 0.5), (0, 1.0), (1, 0.0), (1, 0.5), (1, 1.0), (2, 0.0), (2, 0.5), (2, 1.0)
 

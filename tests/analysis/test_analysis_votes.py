@@ -12,7 +12,7 @@ import lmeval_fakes
 from eglr_harness.analysis import budget_curve, build_report, load_grid
 from eglr_harness.analysis.load import RolloutRow, find_runs, vote_labels
 from eglr_harness.leaderboard.table import cells_from_run
-from eglr_harness.selection import best_cell, majority
+from eglr_harness.votes import best_cell, majority
 
 # One problem (gold 1/2), five L-pool rollouts that differ only in notation. The task clusters
 # \frac12, 0.5 and 1/2 together (3 votes) against "3" (2 votes): maj@5 = 1. Voting on the strings,

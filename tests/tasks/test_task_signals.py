@@ -1,5 +1,5 @@
 """Per-rollout signals (eglr_harness/signals.py), the aggregators beside the vote
-(eglr_harness/selection.py) and the tasks' signal metrics (``wmaj@B``, ``rollouts[i]["signals"]``)."""
+(eglr_harness/votes.py) and the tasks' signal metrics (``wmaj@B``, ``rollouts[i]["signals"]``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from eglr_harness import selection
+from eglr_harness import votes
 from eglr_harness.scoring import metrics
 from eglr_harness.signals import HIGHER_IS_BETTER, RECORDED_SIGNALS, SIGNALS, confidence, rollout_signals
 
@@ -64,18 +64,18 @@ def test_confidence_is_geometric_mean_probability():
 
 
 def test_weighted_majority_outweighs_count_and_keeps_tie_rule():
-    assert selection.weighted_majority(["a", "b", "b"], [3.0, 1.0, 1.0]) == 0  # weight beats count
-    assert selection.weighted_majority(["a", "b", "b"], [1.0, 1.0, 1.0]) == 1  # equal weights: plain majority
-    assert selection.weighted_majority(["a", "b"], [1.0, 1.0]) == 0  # tie: the earlier label
-    assert selection.weighted_majority([None, "b"], [9.0, 0.1]) == 1  # no answer never votes
-    assert selection.weighted_majority([None], [1.0]) is None
+    assert votes.weighted_majority(["a", "b", "b"], [3.0, 1.0, 1.0]) == 0  # weight beats count
+    assert votes.weighted_majority(["a", "b", "b"], [1.0, 1.0, 1.0]) == 1  # equal weights: plain majority
+    assert votes.weighted_majority(["a", "b"], [1.0, 1.0]) == 0  # tie: the earlier label
+    assert votes.weighted_majority([None, "b"], [9.0, 0.1]) == 1  # no answer never votes
+    assert votes.weighted_majority([None], [1.0]) is None
     with pytest.raises(ValueError):
-        selection.weighted_majority(["a"], [-1.0])
+        votes.weighted_majority(["a"], [-1.0])
 
 
 def test_top_fraction_and_best_scored():
-    assert selection.top_fraction([0.1, 0.9, 0.5, 0.9], 0.5) == [1, 3]
-    assert selection.top_fraction([0.1, 0.2, 0.3], 0.1) == [2]  # at least one
+    assert votes.top_fraction([0.1, 0.9, 0.5, 0.9], 0.5) == [1, 3]
+    assert votes.top_fraction([0.1, 0.2, 0.3], 0.1) == [2]  # at least one
     assert selection.best_scored([None, 0.2, 0.7, 0.7]) == 2
     assert selection.best_scored([None]) is None
 

@@ -25,7 +25,7 @@ class RunningVote:
 
     Equivalent to :func:`~eglr_harness.analysis.metrics.accuracy.vote_is_correct` over the rollouts added
     so far: a vote only raises the key ``(count, -first_index)`` of its own label, so the winner is
-    the old winner or that label (the rule of :func:`eglr_harness.selection.majority`).
+    the old winner or that label (the rule of :func:`eglr_harness.votes.majority`).
     """
 
     def __init__(self) -> None:

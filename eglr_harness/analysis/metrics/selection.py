@@ -3,10 +3,10 @@
 Per problem, every aggregator picks one answer from the pool's rollouts (those with an answer);
 its score is the share of problems where that answer is right. The aggregators:
 
-- ``majority vote`` — :func:`eglr_harness.selection.majority` (the tasks' ``maj@B``);
-- ``DeepConf weighted vote`` — :func:`~eglr_harness.selection.weighted_majority` with the weight
+- ``majority vote`` — :func:`eglr_harness.votes.majority` (the tasks' ``maj@B``);
+- ``DeepConf weighted vote`` — :func:`~eglr_harness.votes.weighted_majority` with the weight
   :func:`eglr_harness.signals.confidence` (``exp(mean_logprob)``); ``DeepConf top-10 %`` votes the
-  same way among the 10 % most confident rollouts (:func:`~eglr_harness.selection.top_fraction`);
+  same way among the 10 % most confident rollouts (:func:`~eglr_harness.votes.top_fraction`);
 - ``best by <signal>`` — the single rollout with the best value of one signal, in the direction
   of :data:`eglr_harness.signals.HIGHER_IS_BETTER` (a prior, not fitted);
 - ``best single signal (fit half)`` — the signal whose ``best by`` is most accurate on one half of
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from eglr_harness.analysis.load import GREEDY, Grid, RolloutRow
 from eglr_harness.analysis.metrics.intervals import bootstrap_intervals
 from eglr_harness.cell import Cell
-from eglr_harness.selection import best_scored, majority, top_fraction, weighted_majority
+from eglr_harness.votes import best_scored, majority, top_fraction, weighted_majority
 from eglr_harness.signals import HIGHER_IS_BETTER, RECORDED_SIGNALS, confidence
 
 __all__ = [
