@@ -203,7 +203,7 @@ def vote_scores(rollouts: Sequence[Mapping], members: Iterable[int]) -> dict[str
     """
     members = sorted(members)  # repeat order: a tie goes to the cluster seen first among them
     n = len(members)
-    winner = majority([rollouts[i]["cluster"] for i in members])  # the one vote rule (selection.py)
+    winner = majority([rollouts[i]["cluster"] for i in members])  # the one vote rule (votes.py)
     solved = sum(rollouts[i]["correct"] for i in members)
     return {
         "acc": solved / n if n else 0.0,

@@ -76,8 +76,8 @@ def test_weighted_majority_outweighs_count_and_keeps_tie_rule():
 def test_top_fraction_and_best_scored():
     assert votes.top_fraction([0.1, 0.9, 0.5, 0.9], 0.5) == [1, 3]
     assert votes.top_fraction([0.1, 0.2, 0.3], 0.1) == [2]  # at least one
-    assert selection.best_scored([None, 0.2, 0.7, 0.7]) == 2
-    assert selection.best_scored([None]) is None
+    assert votes.best_scored([None, 0.2, 0.7, 0.7]) == 2
+    assert votes.best_scored([None]) is None
 
 
 def _fake_meta(signals_by_text):
