@@ -729,8 +729,7 @@ def captured_plan(args, device: str) -> dict:
         return {"requested": args.compile, "skipped": str(error)}
     if not plan.compile:
         return {"requested": args.compile, "skipped": f"compile={args.compile} runs the step eager on {device}"}
-    return {"requested": args.compile, "compile": plan.recorded, "compile_backend": args.compile_backend,
-            "recompile_limit": torch._dynamo.config.recompile_limit}
+    return {"requested": args.compile, "compile": plan.recorded, "compile_backend": args.compile_backend}
 
 
 SPEED_MODES = ("generate_static", "cL0c", "cLc", "generate", "cL0", "cL", "L0", "L")
@@ -956,10 +955,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "decoding/compile_setting.py): auto = reduce-overhead (CUDA graphs) on CUDA, skipped elsewhere")
     parser.add_argument("--compile_backend", default="inductor",
                         help="torch.compile backend of the captured modes (eager / aot_eager: a CPU smoke test)")
-    parser.add_argument("--recompile_limit", type=int, default=512,
-                        help="torch._dynamo.config.recompile_limit while the captured modes run: the engine compiles "
-                             "one graph per (rows, refining rows, K/V width) bucket and dynamo's default 8 stops a "
-                             "fullgraph run (tests/engine/test_gpu_readiness.py)")
     parser.add_argument("--speed_modes", default=",".join(SPEED_MODES),
                         help=f"comma list of {', '.join(SPEED_MODES)} (L: the --speed_L span; c: captured)")
     parser.add_argument("--speed_kv_bucket", type=int, default=None,
@@ -1007,8 +1002,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.speed_modes = _csv(args.speed_modes, SPEED_MODES, "--speed_modes")
     if args.speed_kv_bucket is not None and (args.speed_kv_bucket < 2 or args.speed_kv_bucket % 2):
         raise ValueError(f"--speed_kv_bucket={args.speed_kv_bucket}: must be an even int >= 2")
-    if args.recompile_limit < 1:
-        raise ValueError(f"--recompile_limit={args.recompile_limit}: must be >= 1")
     if args.budget_s is not None and args.budget_s < 0:
         raise ValueError(f"--budget_s={args.budget_s}: must be >= 0 (0 = no limit)")
     args.budget_s = args.budget_s or None
@@ -1022,8 +1015,6 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     device, checks = args.device, set(args.checks)
-    # the continuous engine compiles one graph per bucket; dynamo's default limit (8) would stop a run
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, args.recompile_limit)
     report: dict = {"settings": {k: v for k, v in vars(args).items()}, "paper_settings": PAPER,
                     "environment": environment(device), "families": {}}
     started = time.perf_counter()

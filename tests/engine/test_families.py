@@ -113,9 +113,9 @@ def test_refused_models_fall_back_to_hf_with_one_log_line(build, reason, caplog)
         ContinuousEngine(model, max_batch=2)
     lm = SimpleNamespace(model=model, batch_size=2, device="cpu", tokenizer=SimpleNamespace(pad_token_id=0, eos_token_id=2))
     with caplog.at_level(logging.INFO, logger="eglr_harness"):
-        engines, used = build_engines(lm, "auto")
-    assert used == "hf" and [type(e).__name__ for e in engines] == ["HookEngine"]
+        engines, used, compiled = build_engines(lm, "auto", "auto")
+    assert used == "hf" and [type(e).__name__ for e in engines] == ["HookEngine"] and compiled.recorded == "none"
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("eglr_harness")]
     assert len(lines) == 1 and lines[0].startswith("eglr-hf: decoding with engine=hf: ") and reason in lines[0]
     with pytest.raises(ValueError, match=re.escape(reason)):
-        build_engines(lm, "continuous")
+        build_engines(lm, "continuous", "auto")
