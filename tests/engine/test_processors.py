@@ -143,3 +143,42 @@ def test_one_ngram_size_per_run(model):
     requests = [Request((5, 6, 7), EglrConfig(L=0), 3, options={"no_repeat_ngram_size": n}) for n in (2, 3)]
     with pytest.raises(ValueError, match="one value per engine run"):
         engine.run(requests)
+
+
+@pytest.mark.parametrize("generated", [0, 1, 2, 3, 5])
+def test_the_step_processors_equal_transformers_processors_row_by_row(generated):
+    """``fixed_step.process`` on scores with negative logits, rows of several prompt lengths, at the
+    boundaries of min_new_tokens / min_length / begin_suppress: transformers' processors, row by row."""
+    from transformers import (
+        MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor, NoRepeatNGramLogitsProcessor,
+        RepetitionPenaltyLogitsProcessor, SuppressTokensAtBeginLogitsProcessor, SuppressTokensLogitsProcessor,
+    )
+
+    from eglr_harness.decoding.fixed_step import process
+    from eglr_harness.decoding.step_state import SlotState, StepPlan
+
+    vocab, eos = 12, 3
+    g = torch.Generator().manual_seed(generated)
+    rows = [torch.randint(0, vocab, (n + generated,), generator=g).tolist() for n in (4, 6, 9)]  # prompt + generated
+    options = LogitsOptions(repetition_penalty=1.3, no_repeat_ngram_size=2, min_new_tokens=3, min_length=8,
+                            suppress_tokens=(5,), begin_suppress_tokens=(7, eos))
+    configs = [EglrConfig(L=0)] * len(rows)
+    plan = StepPlan.of(configs, LAYERS, vocab, None, [options] * len(rows))
+    state = SlotState.allocate(len(rows), 8, vocab, torch.float32, "cpu", processors=plan.processors,
+                               eos_token_ids=[eos], history_width=32)
+    prompts = [tuple(r[:len(r) - generated]) for r in rows]
+    state.admit(list(range(len(rows))), configs, [None] * len(rows), prompts, [options] * len(rows))
+    for slot, row in enumerate(rows):  # the generated tokens, as settle records them
+        state.seen[slot, row] = True
+        state.history[slot, :len(row)] = torch.tensor(row)
+        state.position[slot], state.drawn[slot] = len(row) - 1, generated
+    scores = torch.randn(len(rows), vocab, generator=g) * 3  # negative and positive logits
+    got = process(plan, state, torch.arange(len(rows)), scores.clone())
+    for slot, (row, prompt) in enumerate(zip(rows, prompts)):
+        hf = [RepetitionPenaltyLogitsProcessor(1.3), NoRepeatNGramLogitsProcessor(2),
+              MinLengthLogitsProcessor(8, [eos]), MinNewTokensLengthLogitsProcessor(len(prompt), 3, [eos]),
+              SuppressTokensLogitsProcessor([5]), SuppressTokensAtBeginLogitsProcessor([7, eos], len(prompt))]
+        expected, ids = scores[slot:slot + 1].clone(), torch.tensor([row])
+        for processor in hf:
+            expected = processor(ids, expected)
+        torch.testing.assert_close(got[slot:slot + 1], expected, rtol=0, atol=0)
