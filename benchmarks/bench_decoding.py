@@ -3,7 +3,9 @@
 Modes: `hf` = lm-eval's HFLM; `L0`, `L10` = eglr-hf (engine=hf) at L=0 / L=10; `cL0`, `cL10` =
 eglr-hf with engine=continuous (refinement folded into the batch, continuous batching); `oL0`,
 `oL10` = the same with the eglr_harness of another checkout (``--other_checkout``, e.g. a git
-worktree of an earlier commit), to time an engine against its earlier self in one run.
+worktree of an earlier commit), to time an engine against its earlier self in one run (the JSON
+records its commit, not its path); `pL0`, `pL10` = the continuous engine with
+``repetition_penalty=1.05`` (what Qwen2.5-Instruct's generation config asks for): the processors' cost.
 
 1. eglr-hf at L=0 vs lm-eval's `hf` (greedy): throughput ratio, per engine (targets: >= 1.0 for
    engine=hf, >= 1.3 for engine=continuous).
@@ -32,7 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = {"hf": None, "L0": ("hf", 0), "L10": ("hf", 10), "cL0": ("continuous", 0), "cL10": ("continuous", 10),
-         "oL0": ("continuous", 0), "oL10": ("continuous", 10)}
+         "oL0": ("continuous", 0), "oL10": ("continuous", 10), "pL0": ("continuous", 0), "pL10": ("continuous", 10)}
+# p* modes: the continuous engine with Qwen2.5-Instruct's generation-config penalty, as a gen kwarg
+PENALTY = {"repetition_penalty": 1.05}
 
 
 def _prompts(n: int, tokenizer) -> list[str]:
@@ -62,7 +66,8 @@ def run_mode(mode: str, n_prompts: int, max_gen_toks: int, batch_size: int, tau_
         lm = EglrHFLM(**common, L=L, tau_h=tau_h if tau_h is not None else "auto", calib_limit=n_prompts,
                       engine=engine)
     prompts = _prompts(n_prompts, lm.tokenizer)
-    gen = {"until": ["<|im_end|>"], "max_gen_toks": max_gen_toks, "do_sample": False}
+    gen = {"until": ["<|im_end|>"], "max_gen_toks": max_gen_toks, "do_sample": False,
+           **(PENALTY if mode.startswith("p") else {})}
     requests = [Instance("generate_until", doc={}, arguments=(p, dict(gen)), idx=0, metadata=("bench", i, 1))
                 for i, p in enumerate(prompts)]
     if MODES[mode] and MODES[mode][1] > 0 and tau_h is None:  # calibrate first, outside the timed region
@@ -136,8 +141,12 @@ def main() -> None:
         print(f"{mode}: {results[mode]['wall_s']:.1f}s, {results[mode]['tokens_per_s']:.1f} tok/s, "
               f"max RSS {results[mode]['max_rss_mib']:.0f} MiB", flush=True)
 
-    summary = {"settings": vars(args)}
-    for prefix, engine in (("", "hf"), ("c", "continuous"), ("o", "other")):
+    settings = dict(vars(args))
+    if args.other_checkout:  # its commit, not a path of this machine
+        settings["other_checkout"] = subprocess.run(["git", "-C", args.other_checkout, "rev-parse", "--short", "HEAD"],
+                                                    capture_output=True, text=True).stdout.strip() or "unknown"
+    summary = {"settings": settings}
+    for prefix, engine in (("", "hf"), ("c", "continuous"), ("o", "other"), ("p", "continuous, repetition_penalty")):
         summary.update(_engine_summary(results, prefix, engine))
     for a, b, key in (("L10", "cL10", "same_text_L10_hf_vs_continuous"), ("L0", "cL0", "same_text_L0_hf_vs_continuous"),
                       ("oL10", "cL10", "same_text_L10_other_vs_continuous"),
@@ -145,8 +154,12 @@ def main() -> None:
         if a in results and b in results:
             summary[key] = [str(t) for t in results[b]["texts"]] == [str(t) for t in results[a]["texts"]]
     for mode in ("cL0", "cL10"):
-        if mode in results and "o" + mode[1:] in results:
-            summary[f"wall_ratio_{mode}_vs_other"] = results[mode]["wall_s"] / results["o" + mode[1:]]["wall_s"]
+        for other, key in (("o", "other"), ("p", "penalty")):
+            if mode in results and other + mode[1:] in results:
+                summary[f"wall_ratio_{other}{mode[1:]}_vs_{mode}"] = results[other + mode[1:]]["wall_s"] / results[mode]["wall_s"]
+        if mode in results and "p" + mode[1:] in results:
+            summary[f"penalty_changed_text_{mode[1:]}"] = ([str(t) for t in results[mode]["texts"]] !=
+                                                           [str(t) for t in results["p" + mode[1:]]["texts"]])
     for key, value in summary.items():
         print(f"{key}: {value:.4f}" if isinstance(value, float) else f"{key}: {value}")
     if args.out:

@@ -133,3 +133,26 @@ def test_runs_through_a_preset_or_gguf_are_named_after_the_model():
 
 def test_results_record_the_model_name(llama_dir):
     assert _lm(llama_dir, None).get_model_info()["eglr"]["model"] == os.path.basename(llama_dir)
+
+
+@pytest.mark.parametrize("cell, cycle, tau_h, expected", [
+    # the layout of DECODING_VERSION 3's keys, written out: a store filled before the RolloutSpec keeps matching
+    ((2, 0.0), 0, 1.25, {"until": ["\n\n"], "max_gen_toks": 12, "repetition_penalty": 1.05, "do_sample": False,
+                         "temperature": 0.0, "eglr_L": 2, "eglr_T": 0.0, "eglr_tau_h": 1.25}),
+    ((0, 0.0), 0, None, {"until": ["\n\n"], "max_gen_toks": 12, "repetition_penalty": 1.05, "do_sample": False,
+                         "temperature": 0.0, "eglr_L": 0, "eglr_T": 0.0}),
+    ((3, 0.7), 2, 0.5, {"until": ["\n\n"], "max_gen_toks": 12, "repetition_penalty": 1.05, "do_sample": True,
+                        "temperature": 0.7, "top_k": 50, "top_p": 1.0, "eglr_cycle": 2, "eglr_L": 3, "eglr_T": 0.7,
+                        "eglr_tau_h": 0.5}),
+])
+def test_store_keys_keep_their_layout(cell, cycle, tau_h, expected):
+    from eglr_harness.cell import Cell
+    from eglr_harness.settings import RunSettings
+    from eglr_harness.stores import content_key
+
+    task = {"until": ["\n\n"], "max_gen_toks": 12, "repetition_penalty": 1.05, "eglr_L": "1-4", "eglr_T": 0,
+            "top_k": 7}
+    spec = RunSettings.from_args({}).rollout(task, Cell(*cell), cycle, tau_h)
+    expected = {**expected, **({"top_k": 7} if cell[1] > 0 else {})}  # the task's top_k, by precedence
+    assert spec.key_fields() == expected
+    assert content_key({"m": 1}, "ctx", spec.key_fields()) == content_key({"m": 1}, "ctx", expected)
