@@ -30,13 +30,16 @@ class HookEngine:
         pad_token_id: what left padding is made of (the tokenizer's).
         tokenizer: needed when requests have stop strings.
         device: where the prompts go (the model's input device).
+        autocast_dtype: ``generate`` runs under ``torch.autocast`` to it (HFLM's ``mixed_precision_dtype``).
     """
 
-    def __init__(self, model, *, batch_size, pad_token_id: int | None, tokenizer=None, device=None):
+    def __init__(self, model, *, batch_size, pad_token_id: int | None, tokenizer=None, device=None,
+                 autocast_dtype=None):
         if not callable(batch_size) and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"`batch_size`={batch_size!r} is not allowed; allowed: an int >= 1.")
         self.model, self._batch_size, self.pad, self.tokenizer = model, batch_size, pad_token_id, tokenizer
-        self.device = device if device is not None else model.device
+        self.device = torch.device(device if device is not None else model.device)
+        self.autocast_dtype = autocast_dtype
 
     @property
     def batch_size(self) -> int:
@@ -79,11 +82,12 @@ class HookEngine:
         else:
             sampling = dict(do_sample=False)
         outcomes: list[Outcome] = []
-        self.model.generate(
-            ids.to(self.device), attention_mask=mask.to(self.device), max_new_tokens=first.max_new_tokens,
-            pad_token_id=self.pad, use_cache=True, custom_generate=eglr_generate, eglr_config=config,
-            eglr_stats=stats_for(config) if stats_for is not None else None,
-            eglr_stop_strings=list(first.stop_strings) or None, eglr_tokenizer=self.tokenizer,
-            eglr_outcomes=outcomes, **sampling, **dict(first.options),
-        )
+        with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
+            self.model.generate(
+                ids.to(self.device), attention_mask=mask.to(self.device), max_new_tokens=first.max_new_tokens,
+                pad_token_id=self.pad, use_cache=True, custom_generate=eglr_generate, eglr_config=config,
+                eglr_stats=stats_for(config) if stats_for is not None else None,
+                eglr_stop_strings=list(first.stop_strings) or None, eglr_tokenizer=self.tokenizer,
+                eglr_outcomes=outcomes, **sampling, **dict(first.options),
+            )
         return outcomes

@@ -33,7 +33,7 @@ def build_engines(lm, engine: str, compile_setting: str) -> tuple[list[Engine], 
     what the ``compile`` setting resolved to (``decoding/compile_setting.py``; refusals are raised,
     never taken for a reason to fall back)."""
     hook = HookEngine(lm.model, batch_size=_hook_batch_size(lm), pad_token_id=lm.tokenizer.pad_token_id,
-                      tokenizer=lm.tokenizer, device=lm.device)
+                      tokenizer=lm.tokenizer, device=lm.device, autocast_dtype=getattr(lm, "mixed_precision_dtype", None))
     if engine == "hf":
         return [hook], "hf", resolve_compile(compile_setting, lm.device, "hf")
     plan = resolve_compile(compile_setting, lm.device, engine)
