@@ -23,7 +23,7 @@ from eglr_harness.accounts import RunAccounts
 from eglr_harness.calibrate import DEFAULT_CALIB_LIMIT, calibrate, first_reported
 from eglr_harness.cell import Cell
 from eglr_harness.decoding.model_parts import find_model_parts
-from eglr_harness.decoding.compile_setting import DEFAULT_COMPILE, check_compile_for_engine, check_compile_setting
+from eglr_harness.decoding.compile_setting import DEFAULT_COMPILE, check_compile_setting, resolve_compile
 from eglr_harness.distributed import process_gather
 from eglr_harness.errors import model_arg_errors
 from eglr_harness.harness.decode import RolloutDecoder, TextCodec
@@ -68,7 +68,8 @@ class EglrHFLM(HFLM):
                 raise ValueError("eglr-hf needs `pretrained` (a hub id or folder) or `model_config` (a preset name).")
             self.engine = check_engine(engine)
             self.compile_requested = check_compile_setting(compile)
-            check_compile_for_engine(self.compile_requested, self.engine)
+            if self.compile_requested not in ("auto", "none"):  # an explicit compile refused before the load
+                resolve_compile(self.compile_requested, _intended_device(hf_args), self.engine)
             self.settings = RunSettings.from_args(self.preset, L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl,
                                                   tau_h=tau_h, top_k=top_k, top_p=top_p, seed=seed,
                                                   calib_limit=calib_limit)
@@ -90,7 +91,8 @@ class EglrHFLM(HFLM):
         self._plans: dict = {}
         self.calibrate_always = False  # eglr-calibrate sets it to calibrate L=0 runs too
         self._warned_loglikelihood = False
-        self.engines, self.engine_used, self.compile_plan = build_engines(self, self.engine, self.compile_requested)
+        with model_arg_errors():
+            self.engines, self.engine_used, self.compile_plan = build_engines(self, self.engine, self.compile_requested)
         self.decoder = RolloutDecoder(_codec(self), self.engines, self._fingerprint,
                                       RolloutStore(rollout_cache, rank=self.rank) if rollout_cache else None,
                                       strict=self.engine == "continuous", show_progress=self.rank == 0)
@@ -198,6 +200,13 @@ class EglrHFLM(HFLM):
                                    stats_for=lambda _config: self.accounts.calibration_for(task),
                                    desc=f"eglr-hf tau_h calibration ({len(prompts)} greedy prompts)")
         return [e for outcome in done.outcomes if outcome is not None for e in outcome.entropies]
+
+
+def _intended_device(hf_args: dict) -> str:
+    """The device HFLM will load the model on: its ``device`` arg, else CUDA where there is one."""
+    import torch  # noqa: PLC0415
+
+    return str(hf_args.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
 
 
 def _declared_layers(hf_args: dict) -> int | None:

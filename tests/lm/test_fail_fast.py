@@ -118,3 +118,13 @@ def test_integer_args_written_as_whole_numbers_pass(no_loading):
     # lm-eval parses "k_max=3.0" as a float and "seed=7" as an int: both are whole numbers
     with pytest.raises(AssertionError, match="HFLM.__init__ ran"):
         EglrHFLM(model_config="smollm2-135m-instruct", k_max=3.0, seed="7", top_k="20", L=30)
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"compile": "reduce-overhead", "device": "cpu"}, r"`compile`='reduce-overhead' captures CUDA graphs"),
+    ({"compile": "default", "engine": "hf"}, r"`compile`='default' applies to engine=continuous only"),
+    ({"compile": "fast"}, r"`compile`='fast' is not allowed; allowed: auto, none, reduce-overhead, default"),
+])
+def test_a_compile_that_cannot_apply_is_refused_before_loading(no_loading, args, message):
+    with pytest.raises(ValueError, match=message):
+        EglrHFLM(model_config="smollm2-135m-instruct", **args)
