@@ -105,16 +105,17 @@ class RolloutDecoder:
                 self.memo[key] = record
         return record
 
-    def stored(self, items: list[tuple[str, RolloutSpec]]) -> tuple[int, int]:
-        """(distinct rollouts among ``items``, how many of them are finished already)."""
-        keys = {self.key(c, s) for c, s in items}
-        return len(keys), sum(self.lookup(k) is not None for k in keys)
+    def stored(self, keys: list[str]) -> tuple[int, int]:
+        """(distinct rollouts among ``keys``, how many of them are finished already)."""
+        distinct = set(keys)
+        return len(distinct), sum(self.lookup(k) is not None for k in distinct)
 
     def decode(self, items: list[tuple[str, RolloutSpec]], *, stats_for, desc: str, disable_tqdm: bool = False,
-               reuse: bool = True) -> Decoded:
+               reuse: bool = True, keys: list[str] | None = None) -> Decoded:
         """Every item's rollout; identical items (deterministic cells across cycles) decode once.
-        stats_for(config): the accounting a config's fresh rollouts add to."""
-        keys = [self.key(c, s) for c, s in items]
+        stats_for(config): the accounting a config's fresh rollouts add to; keys: the items' keys when
+        the caller has them already."""
+        keys = keys or [self.key(c, s) for c, s in items]
         first = {}  # key -> index of its first item
         for i, key in enumerate(keys):
             first.setdefault(key, i)

@@ -65,12 +65,12 @@ def _eos_ids(lm) -> list[int]:
     return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
 
-def log_plan(lm, jobs, items) -> None:
+def log_plan(lm, jobs, keys: list[str]) -> None:
     """Say once, before the first token, what this call will decode: a long run should not look hung."""
     for task in sorted({j.task for j in jobs}, key=str):
         mine = [i for i, j in enumerate(jobs) if j.task == task]
         cells = sorted({jobs[i].cell for i in mine})
-        distinct, stored = lm.decoder.stored([items[i] for i in mine])
+        distinct, stored = lm.decoder.stored([keys[i] for i in mine])
         max_tokens = max(int(jobs[i].gen_kwargs.get("max_gen_toks", lm.max_gen_toks)) for i in mine)
         source = lm.accounts.calibration_source.get(task)
         if not any(c.L > 0 for c in cells):

@@ -121,9 +121,10 @@ class EglrHFLM(HFLM):
         self._ensure_tau_h_of(jobs, disable_tqdm, every_task=self.calibrate_always)
         items = [(j.context, self.settings.rollout(j.gen_kwargs, j.cell, j.cycle, self.tau_h_by_task.get(j.task)))
                  for j in jobs]
-        log_plan(self, jobs, items)
+        keys = [self.decoder.key(*item) for item in items]
+        log_plan(self, jobs, keys)
         done = self.decoder.decode(items, stats_for=lambda config: self.accounts.stats_for(Cell(config.L, config.T)),
-                                   desc="eglr-hf generation", disable_tqdm=disable_tqdm)
+                                   desc="eglr-hf generation", disable_tqdm=disable_tqdm, keys=keys)
         self.accounts.reused.update(spec.cell for spec in done.reused)
         self._gathered_accounts = self.accounts.gathered(self._gather)
         return [Rollout(r["text"], L=j.cell.L, T=j.cell.T, cycle=j.cycle, signals=r.get("signals"))
