@@ -142,8 +142,8 @@ def eglr_generate(
         eglr_outcomes: if a list, one ``contract.Outcome`` per row is appended to it: the row's tokens up
             to its end (EOS, a stop string, the length limit) and their signals.
         eglr_stop_strings, eglr_tokenizer: strings that end a row for EGLR (no more refinement,
-            accounting or entropy recording for it) while the batch goes on; the emitted tokens
-            are what ``generate`` decides.
+            accounting or signals for it) while the batch goes on until every row has ended; the
+            emitted tokens are what ``generate`` decides.
     Returns what ``generate`` returns for the same options.
     """
     config = decoding_config(eglr_config, dict(L=L, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h, seed=seed),
@@ -172,7 +172,8 @@ def eglr_generate(
 
     stopping_criteria = _FinishedRowsTracker(stopping_criteria, stop_strings, prompt_len=input_ids.shape[1])
     started = time.perf_counter()
-    refiner = EglrRefiner(model, parts, config, stats=eglr_stats, finished_rows=lambda: stopping_criteria.finished)
+    refiner = EglrRefiner(model, parts, config, stats=eglr_stats, finished_rows=lambda: stopping_criteria.finished,
+                          record_signals=eglr_outcomes is not None)
     with refiner:
         output = GenerationMixin._sample(
             model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, streamer,

@@ -273,15 +273,17 @@ class EglrRefiner:
             length, a stop string; or None before the first check); finished rows are neither
             gated, counted nor recorded.
 
-    Every step's signals (entropy, the emitted token's log-probability, iterations, last KL) are kept
-    per row in ``signals`` (``_SignalLog``); ``add_tokens`` receives the last step's tokens.
+        record_signals: keep every step's signals (entropy, the emitted token's log-probability,
+            iterations, last KL) per row in ``signals`` (``_SignalLog``); ``add_tokens`` receives the
+            last step's tokens. Off, a plain decode (L = 0, or tau_h = inf) reads nothing per step.
     """
 
     def __init__(self, model, parts: ModelParts, config: EglrConfig, *, stats: EglrStats | None = None,
-                 finished_rows=None):
+                 finished_rows=None, record_signals: bool = False):
         config.validate_for_model(parts.num_layers)
         self.model, self.parts, self.config, self.stats = model, parts, config, stats
         self.finished_rows = finished_rows or (lambda: None)
+        self.record_signals = record_signals
         self.signals = _SignalLog()
         self._top = list(range(parts.num_layers - config.L, parts.num_layers)) if config.refines else []
         self._handles: list = []
@@ -382,6 +384,8 @@ class EglrRefiner:
         active = capture.active.to(raw.device) if capture.active is not None else \
             torch.ones(raw.shape[0], dtype=torch.bool, device=raw.device)
         self._counters.add_step(active)
+        if not (self._top or self.record_signals):
+            return None
         final = softcap(self.parts.scale_logits(raw).float(), self.parts.logit_softcap)  # (B, V) as generate reads them
         logp = torch.log_softmax(final, dim=-1)  # (B, V) what is read
         entropies = entropy_of_log_probs(logp)  # (B,)
@@ -401,8 +405,9 @@ class EglrRefiner:
                 logp[lo:hi] = refined_logp
                 iterations[lo:hi], kls[lo:hi] = k_star, last_kl
         self._counters.add_nan(non_finite(entropies, kls))
-        self.signals.add_step(entropies, iterations, kls, active, logp)
-        return output if self._top else None
+        if self.record_signals:
+            self.signals.add_step(entropies, iterations, kls, active, logp)
+        return output
 
     # ---------------------------------------------------------------- refinement
     def _refine(self, raw0: torch.Tensor, logp0: torch.Tensor, gate: torch.Tensor, lo: int, hi: int,
