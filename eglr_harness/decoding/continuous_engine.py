@@ -13,16 +13,23 @@ so the top layers' weights are read once for both kinds of row. A refining row's
 its scratch column (``kv_slots.py``); the cache keeps the normal pass's key/value at t. A row emits a
 token when it is not gated, or when its refinement ends (KL exit or k_max), from the last
 distribution computed; then it advances again. Finished rows leave and waiting requests are
-prefilled into the free slots, so the batch stays full.
+admitted into the free slots, so the batch stays full.
+
+Admitted prompts are prefilled within a token budget (``prefill_tokens``, as vLLM's
+``max_num_batched_tokens`` and SGLang's ``chunked_prefill_size``): short prompts are packed into one
+forward, a prompt longer than the budget is prefilled in chunks, each attending to the slot's
+earlier columns, and decoding steps go on between chunks. No forward processes more prompt tokens
+than the budget, so its activations do not grow with the prompts.
 
 The step itself (``fixed_step.decode_step``) is a function of fixed-shape tensors: the per-slot
-state (``step_state.py``), K/V storage sized by length buckets, and two index tensors of the
-advancing and the refining slots, padded to row-count buckets when the step is compiled (one
-graph per bucket; eager steps take the exact counts, since padding rows would cost compute). This module is
+state (``step_state.py``), K/V storage allocated once at the run's longest request (``Workspace``,
+kept for the next run when it fits) of which a step reads a length bucket of columns, and two index
+tensors of the advancing and the refining slots, padded to row-count buckets when the step is
+compiled. How it is compiled (once) and captured (per bucket): ``step_graphs.py``. This module is
 the host side: between steps it reads one small tensor (tokens and flags), admits and retires rows,
-checks EOS, stop strings and lengths, and grows or shrinks the K/V storage by buckets. Sampling
-draws per row from noise of (row seed, token index) (``sampling.py``), so a rollout does not depend
-on its neighbours; ``fixed_step.py`` says what that means on a GPU.
+checks EOS, stop strings and lengths, and picks the K/V width the next step reads. Sampling draws
+per row from noise of (row seed, token index) (``sampling.py``), so a rollout does not depend on its
+neighbours; ``fixed_step.py`` says what that means on a GPU.
 
 Shape letters: B slots, G rows of a forward, D hidden size, V vocabulary, Q prompt positions.
 """
@@ -43,16 +50,21 @@ from transformers import StopStringCriteria
 from eglr_harness.config import EglrConfig
 from eglr_harness.decoding.stats import EglrStats
 from eglr_harness.decoding.contract import Outcome, Request
-from eglr_harness.decoding.fixed_step import decode_step, settle
+from eglr_harness.decoding.fixed_step import settle
 from eglr_harness.decoding.functional import raise_on_nan_rows
-from eglr_harness.decoding.processors import LogitsOptions
+from eglr_harness.decoding.processors import LogitsOptions, ProcessorPlan
+from eglr_harness.decoding.step_graphs import CUDA_GRAPHS, StepRunner
 from eglr_harness.decoding.step_state import READ_FIELDS, SlotState, StepPlan
 from eglr_harness.decoding.kv_slots import SlotCache, SlotView, length_bucket, prefill_masks
 from eglr_harness.decoding.stack import FALLBACK, ModelStack
 
-_ADVANCE, _REFINE = 1, 2
+_PREFILL, _ADVANCE, _REFINE = 0, 1, 2
+# the state's widths for every processor, so that one workspace serves any run (a few bool (B, V) tensors)
+_EVERY_PROCESSOR = ProcessorPlan(penalty=True, ngram_size=1, suppress=True, begin_suppress=True)
 logger = logging.getLogger(__name__)
 _F = {name: i for i, name in enumerate(READ_FIELDS)}
+PREFILL_TOKENS = 4096  # the default prompt-token budget of one forward
+AUTO_MEMORY_SHARE = 0.8  # of the free memory: the rest is the allocator's slack (fragmentation) and workspaces
 
 
 @dataclass
@@ -61,7 +73,30 @@ class _Row:
     outcome: Outcome
     index: int  # of the request
     position: int  # last position whose key/value is in the slot (a host mirror of the device's)
-    phase: int = _ADVANCE
+    phase: int = _PREFILL
+    prefilled: int = 0  # prompt positions whose key/value is in the slot
+
+
+@dataclass
+class Workspace:
+    """What the steps of a run read and write in place: the K/V storage and the slot state. Allocated
+    once for B slots and C columns and kept for the next run when that fits (CUDA graphs recorded on it
+    stay valid)."""
+
+    cache: SlotCache
+    state: SlotState
+
+    @property
+    def num_slots(self) -> int:
+        return self.cache.num_slots - 1  # the last slot is the trash slot
+
+    def fits(self, num_slots: int, capacity: int) -> bool:
+        # at most twice the slots: every step's attention runs over all of them
+        return num_slots <= self.num_slots <= 2 * num_slots and capacity <= self.cache.capacity
+
+    def nbytes(self) -> int:
+        tensors = [*self.cache.keys.values(), *self.cache.values.values(), *vars(self.state).values()]
+        return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
 class ContinuousEngine:
@@ -72,7 +107,7 @@ class ContinuousEngine:
             ``generation_config``'s logits processors are applied as ``generate`` applies them, where
             ``processors.py`` knows them; a request that needs another is refused (``unsupported``).
         max_batch: rows advancing together (the batch size of plain decoding), or ``"auto"``: as many as
-            the free memory holds for each run's longest request (``auto_batch``), logged with the figure.
+            the free memory holds for each run's longest request (``auto_batch``), logged with the figures.
         eos_token_ids: tokens that end a row (``generate``'s ``eos_token_id``).
         tokenizer: needed when requests have stop strings.
         admit_at: prefill waiting requests once this many rows can be admitted (or the batch is
@@ -82,16 +117,18 @@ class ContinuousEngine:
             row's place, and a step (whose cost is mostly reading the weights on an accelerator)
             would emit fewer tokens. With it, ``max_batch`` rows keep advancing while the refining
             ones ride along in the top L layers.
-        kv_bucket: the smallest K/V length bucket (positions); storage grows by ``slots.length_bucket``.
-        compile: run the step through ``torch.compile(fullgraph=True)``, its row counts padded to
-            buckets (powers of two, ``max_batch``, the slot count); ``compile_mode`` is passed on
-            (``"reduce-overhead"`` on CUDA: CUDA graphs per (rows, width) bucket), and ``compile_backend``
-            (``"eager"`` / ``"aot_eager"`` trace without generating code: a quick check). Default eager.
+        kv_bucket: the smallest K/V length bucket (columns); a step reads ``kv_slots.length_bucket`` columns.
+        prefill_tokens: the most prompt tokens one forward processes (rows x padded chunk length).
+        compile: compile the decoder layer once (``step_graphs.py``), the step's row counts padded to
+            buckets (powers of two from 2, ``max_batch``, the slot count); ``compile_mode``
+            ``"reduce-overhead"`` also records one CUDA graph per (rows, width) bucket (CUDA only);
+            ``compile_backend`` (``"eager"`` / ``"aot_eager"`` trace without generating code: a quick check).
     """
 
     def __init__(self, model, *, max_batch: int, eos_token_ids: Sequence[int] = (), tokenizer=None,
                  admit_at: int | None = None, refine_headroom: float = 0.5, kv_bucket: int = 128,
-                 compile: bool = False, compile_mode: str | None = None, compile_backend: str = "inductor"):
+                 prefill_tokens: int = PREFILL_TOKENS, compile: bool = False, compile_mode: str | None = None,
+                 compile_backend: str = "inductor"):
         if max_batch != "auto" and (isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1):
             raise ValueError(f"`max_batch`={max_batch!r} is not allowed; allowed: an int >= 1 or 'auto'.")
         self.stack = ModelStack.of(model)
@@ -106,11 +143,17 @@ class ContinuousEngine:
         if isinstance(kv_bucket, bool) or not isinstance(kv_bucket, int) or kv_bucket < 2 or kv_bucket % 2:
             raise ValueError(f"`kv_bucket`={kv_bucket!r} is not allowed; allowed: an even int >= 2.")
         self.kv_bucket = kv_bucket
+        if isinstance(prefill_tokens, bool) or not isinstance(prefill_tokens, int) or prefill_tokens < 1:
+            raise ValueError(f"`prefill_tokens`={prefill_tokens!r} is not allowed; allowed: an int >= 1.")
+        self.prefill_tokens = prefill_tokens
         self.compile = compile
-        self.step_fn = decode_step
-        if compile:
-            self.step_fn = torch.compile(decode_step, fullgraph=True, dynamic=False, mode=compile_mode,
-                                         backend=compile_backend, recompile_limit=RECOMPILE_LIMIT)
+        capture = compile and compile_mode == CUDA_GRAPHS
+        if capture and self.stack.device.type != "cuda":
+            raise ValueError(f"`compile_mode`={CUDA_GRAPHS!r} records CUDA graphs and needs a CUDA device; the model "
+                             f"is on {self.stack.device}.")
+        self.runner = StepRunner(compile=compile, capture=capture, backend=compile_backend, mode=compile_mode)
+        self.step_fn = self.runner
+        self.workspace: Workspace | None = None
         self._stop_criteria: dict[tuple[str, ...], StopStringCriteria] = {}
 
     # ---------------------------------------------------------------- public
@@ -154,19 +197,52 @@ class ContinuousEngine:
             run.account(stats_for, time.perf_counter() - started)
         return run.outcomes
 
+    def warmup_report(self) -> dict:
+        """What compiling and capturing the step has cost this engine: ``compiles``, ``captures``,
+        ``compile_seconds``, ``capture_seconds``, ``late_compiles`` (after warm-up: should be 0) and
+        the (advancing rows, refining rows, K/V width) of each capture (``step_graphs.WarmupReport``)."""
+        return self.runner.report.as_dict()
+
     def auto_batch(self, requests: Sequence[Request]) -> int:
-        """``max_batch=auto``: the running rows whose K/V (at the longest request's length bucket) and
-        step activations fit in AUTO_MEMORY_SHARE of the device's free memory, refining headroom included."""
-        longest = max(len(r.prompt) + r.max_new_tokens for r in requests)
-        positions = length_bucket(longest + 2, self.kv_bucket)
-        per_row = bytes_per_row(self.stack, positions)
-        free = free_memory(self.stack.device)
-        rows = int(free * AUTO_MEMORY_SHARE // (per_row * (1 + self.refine_headroom)))
+        """``max_batch=auto``: the running rows that fit in AUTO_MEMORY_SHARE of the device's free memory
+        (a kept workspace counted as free: it is given back first): per row its K/V at the longest
+        request's capacity, its slot state and its share of a decoding step, refining headroom included,
+        after the larger of a budgeted prefill's activations and nothing."""
+        capacity = self.capacity_for(requests)
+        per_row = bytes_per_row(self.stack, capacity)
+        prefill = prefill_bytes(self.stack, self.prefill_tokens, capacity)
+        kept = self.workspace.nbytes() if self.workspace is not None else 0
+        free = free_memory(self.stack.device) + kept
+        usable = free * AUTO_MEMORY_SHARE - prefill
+        rows = int(usable // (per_row * (1 + self.refine_headroom)))
         chosen = max(1, min(rows, len(requests)))
-        logger.info("engine=continuous batch_size=auto: %d running rows (%.2f GiB free on %s, %.1f MiB per row "
-                    "at %d positions, %d requests)", chosen, free / 2**30, self.stack.device, per_row / 2**20,
-                    positions, len(requests))
+        logger.info("engine=continuous batch_size=auto: %d running rows (%d slots with refining headroom) for %d "
+                    "requests: %.2f GiB free on %s, %.0f%% of it usable, minus %.2f GiB for a prefill of %d tokens; "
+                    "%.1f MiB per row (K/V at %d columns, slot state, a step's activations)",
+                    chosen, math.ceil(chosen * (1 + self.refine_headroom)), len(requests), free / 2**30,
+                    self.stack.device, AUTO_MEMORY_SHARE * 100, prefill / 2**30, self.prefill_tokens,
+                    per_row / 2**20, capacity)
         return chosen
+
+    def capacity_for(self, requests: Sequence[Request]) -> int:
+        """K/V columns a run needs: its longest request's prompt and new tokens, the scratch column and
+        the column a last step writes, as a length bucket."""
+        return length_bucket(max(len(r.prompt) + r.max_new_tokens for r in requests) + 3, self.kv_bucket)
+
+    def workspace_for(self, num_slots: int, capacity: int) -> Workspace:
+        """The engine's workspace if it fits, else a new one (the old one, and the graphs recorded on it, dropped first)."""
+        if self.workspace is not None and self.workspace.fits(num_slots, capacity):
+            return self.workspace
+        self.workspace = None
+        self.runner.forget()
+        parts = self.stack.parts
+        vocab, hidden = parts.lm_head.weight.shape
+        cache = SlotCache(num_slots + 1, capacity)
+        # every processor's tensors, whichever a run uses: the state then never moves between runs
+        state = SlotState.allocate(num_slots, hidden, vocab, parts.lm_head.weight.dtype, self.stack.device,
+                                   processors=_EVERY_PROCESSOR, eos_token_ids=sorted(self.eos), history_width=capacity)
+        self.workspace = Workspace(cache, state)
+        return self.workspace
 
     def stop_criterion(self, stop_strings: tuple[str, ...]) -> StopStringCriteria:
         if stop_strings not in self._stop_criteria:
@@ -174,16 +250,11 @@ class ContinuousEngine:
         return self._stop_criteria[stop_strings]
 
 
-# graphs a compiled step may hold: one per (advancing-row bucket, refining-row bucket, K/V width bucket)
-# and step plan; dynamo's default (8) stops a run with fullgraph=True at the 9th
-RECOMPILE_LIMIT = 4096
-AUTO_MEMORY_SHARE = 0.8  # of the free memory: the rest is the allocator's slack and the weights' workspace
-
-
 def free_memory(device: torch.device) -> int:
-    """Free bytes on ``device``: CUDA's own figure, else the host's available memory."""
+    """Free bytes on ``device``: CUDA's own figure plus what its caching allocator holds unused, else
+    the host's available memory."""
     if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
+        return torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     try:
         with open("/proc/meminfo") as meminfo:
             for line in meminfo:
@@ -194,30 +265,51 @@ def free_memory(device: torch.device) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def bytes_per_row(stack: ModelStack, positions: int) -> int:
-    """Memory one running row takes: its K/V over every layer at ``positions`` (+ the scratch column),
-    its slot state and a step's activations (logits and their fp32 copies, the MLP's widest tensor)."""
+def _shapes(stack: ModelStack) -> tuple:
     config = stack.model.config
     config = getattr(config, "text_config", None) or config
-    weight = stack.parts.lm_head.weight
-    vocab, hidden = weight.shape
+    vocab, hidden = stack.parts.lm_head.weight.shape
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or hidden // heads
-    size = weight.element_size()
-    kv = 2 * stack.num_layers * kv_heads * head_dim * (positions + 1) * size
-    state = vocab * 4 + 2 * hidden * size + positions * 8  # logp_prev, anchor and h_prev, token history
-    step = vocab * 4 * 8 + 3 * getattr(config, "intermediate_size", 4 * hidden) * size  # logits, log-probs, noise, ...
+    intermediate = getattr(config, "intermediate_size", None) or 4 * hidden
+    return vocab, hidden, heads, kv_heads, head_dim, intermediate, stack.parts.lm_head.weight.element_size()
+
+
+def bytes_per_row(stack: ModelStack, capacity: int) -> int:
+    """Memory one running row takes: its K/V over every layer at ``capacity`` columns, its slot state
+    (the processors' included) and a decoding step's activations (logits and their fp32 copies, the
+    MLP's widest tensors)."""
+    vocab, hidden, heads, kv_heads, head_dim, intermediate, size = _shapes(stack)
+    kv = 2 * stack.num_layers * kv_heads * head_dim * capacity * size
+    state = vocab * 4 + vocab * 3 + 2 * hidden * size + capacity * 8  # logp_prev, seen/suppress flags, anchor, h_prev, history
+    step = vocab * 4 * 8 + 3 * intermediate * size  # logits, log-probs, noise, ...
     return kv + state + step
 
 
+def prefill_bytes(stack: ModelStack, tokens: int, capacity: int) -> int:
+    """Activations of one prefill forward of ``tokens`` prompt tokens (its budget) whose attention
+    gathers up to max(tokens, capacity) columns: hidden states and the MLP's widest tensors per
+    token, the gathered keys and values, the masks (bool and additive, per query head group and per
+    layer kind) and the last positions' logits."""
+    vocab, hidden, heads, kv_heads, head_dim, intermediate, size = _shapes(stack)
+    columns = max(tokens, capacity)
+    per_token = (4 * hidden + 3 * intermediate + (heads + 2 * kv_heads) * head_dim) * size
+    gathered = 2 * columns * kv_heads * head_dim * size
+    masks = tokens * columns * (1 + (heads // kv_heads) * size) * len(stack.windows)
+    logits = min(tokens, 64) * vocab * 4 * 4
+    return tokens * per_token + gathered + masks + logits
+
+
 def row_buckets(limit: int, *also: int) -> list[int]:
-    """Index-tensor sizes a step may use: powers of two below ``limit``, ``also`` (when below), and ``limit``."""
-    sizes, size = set(), 1
+    """Index-tensor sizes a compiled step may use: powers of two from 2 below ``limit``, ``also`` (when
+    below), and ``limit`` (at least 2: a size of 1 would be specialised by the compiler)."""
+    limit = max(limit, 2)
+    sizes, size = set(), 2
     while size < limit:
         sizes.add(size)
         size *= 2
-    return sorted({*sizes, *(a for a in also if 0 < a < limit), limit})
+    return sorted({*sizes, *(a for a in also if 1 < a < limit), limit})
 
 
 def _bucket(count: int, sizes: list[int]) -> int:
@@ -239,17 +331,15 @@ class _Run:
         configs = [r.config for r in requests]
         headroom = math.ceil(max_batch * engine.refine_headroom) if any(c.refines for c in configs) else 0
         self.num_slots = min(max_batch + headroom, len(requests))
-        self.trash = self.num_slots  # padding rows of a step write to this slot
         self.rows: list[_Row | None] = [None] * self.num_slots
+        self.prefilling: deque[int] = deque()  # slots whose prompt is not all in the K/V yet, in admission order
         self.device = self.stack.device
         parts = self.stack.parts
-        vocab, hidden = parts.lm_head.weight.shape
+        vocab = parts.lm_head.weight.shape[0]
         self.plan = StepPlan.of(configs, self.stack.num_layers, vocab, parts.logit_softcap, options)
-        static = engine.compile and self.device.type == "cuda"
-        self.cache = SlotCache(self.num_slots + 1, engine.kv_bucket, static_addresses=static)
-        self.state = SlotState.allocate(self.num_slots, hidden, vocab, parts.lm_head.weight.dtype, self.device,
-                                        static_addresses=static, processors=self.plan.processors,
-                                        eos_token_ids=sorted(engine.eos), history_width=self.cache.width)
+        workspace = engine.workspace_for(self.num_slots, engine.capacity_for(requests))
+        self.cache, self.state = workspace.cache, workspace.state
+        self.trash = workspace.num_slots  # padding rows of a step write to this slot
         # advancing rows: up to max_batch, more for a step when refining rows exit together
         self.advance_sizes = row_buckets(self.num_slots, self.max_advancing)
         self.refine_sizes = row_buckets(self.num_slots)
@@ -259,60 +349,94 @@ class _Run:
     # ---------------------------------------------------------------- the loop
     def decode(self) -> None:
         while self.waiting or any(self.rows):
-            free = [s for s, row in enumerate(self.rows) if row is None]
-            advancing = sum(1 for row in self.rows if row is not None and row.phase == _ADVANCE)
-            admit = min(len(free), self.max_advancing - advancing, len(self.waiting))
-            if admit > 0 and (admit >= min(self.admit_at, len(self.waiting)) or len(free) == self.num_slots):
-                self.prefill(free[:admit])
-            if any(self.rows):
+            self.admit()
+            if self.prefilling:
+                self.prefill()
+            if any(row is not None and row.phase != _PREFILL for row in self.rows):
                 self.step()
 
-    def _fit(self, positions_needed: int) -> None:
-        """Grow the K/V storage to the bucket of ``positions_needed``, or shrink it to half when that is enough."""
-        live = max((row.position + 2 for row in self.rows if row is not None), default=1)
-        need = length_bucket(max(positions_needed, live), self.engine.kv_bucket)
-        if need > self.cache.capacity or need * 2 <= self.cache.capacity:
-            self.cache.resize(need)
-            if self.plan.processors.ngram_size:
-                self.state.resize_history(self.cache.width)
-
-    def prefill(self, slots: list[int]) -> None:
-        """Admit waiting requests into ``slots``: one (eager) forward of their prompts, right-padded."""
+    def admit(self) -> None:
+        """Give free slots to waiting requests (once ``admit_at`` of them can go in, or the batch is empty)
+        and write their settings into the slots; their prompts are prefilled next (``prefill``)."""
+        free = [s for s, row in enumerate(self.rows) if row is None]
+        advancing = sum(1 for row in self.rows if row is not None and row.phase != _REFINE)
+        admit = min(len(free), self.max_advancing - advancing, len(self.waiting))
+        if admit <= 0 or (admit < min(self.admit_at, len(self.waiting)) and len(free) < self.num_slots):
+            return
+        slots = free[:admit]
         for slot in slots:
             index = self.waiting.popleft()
             request = self.requests[index]
             self.rows[slot] = _Row(request, self.outcomes[index], index, position=len(request.prompt) - 1)
+            self.prefilling.append(slot)
         requests = [self.rows[s].request for s in slots]
-        prompts = [r.prompt for r in requests]
-        width = max(map(len, prompts))
-        self._fit(width + 1)
-        self.state.admit(slots, [r.config for r in requests], [r.seed for r in requests], prompts,
+        self.state.admit(slots, [r.config for r in requests], [r.seed for r in requests], [r.prompt for r in requests],
                          [self.options[self.rows[s].index] for s in slots])
-        ids = torch.zeros(len(slots), width, dtype=torch.long)
-        for g, prompt in enumerate(prompts):
-            ids[g, :len(prompt)] = torch.tensor(prompt)
+
+    def _chunk_rows(self) -> tuple[list[int], int]:
+        """The prefilling slots of the next prefill forward and its chunk length Q: rows at their first
+        chunk packed while rows x Q <= the budget; a row further into its prompt goes alone (its chunk
+        attends to up to its whole prompt)."""
+        budget = self.engine.prefill_tokens
+        first = self.rows[self.prefilling[0]]
+        chunk = min(len(first.request.prompt) - first.prefilled, budget)
+        chosen = [self.prefilling[0]]
+        if first.prefilled == 0:
+            for slot in list(self.prefilling)[1:]:
+                row = self.rows[slot]
+                if row.prefilled or (len(chosen) + 1) * chunk > budget:
+                    break
+                chosen.append(slot)
+        return chosen, chunk
+
+    def prefill(self) -> None:
+        """One prefill forward: the next chunk of each chosen prompt, right-padded to Q positions, within the
+        token budget; rows whose prompt is complete get their first distribution (gate, token)."""
+        slots, chunk = self._chunk_rows()
+        rows = [self.rows[s] for s in slots]
+        starts = [row.prefilled for row in rows]
+        takes = [min(len(row.request.prompt) - row.prefilled, chunk) for row in rows]
+        ids = torch.zeros(len(slots), chunk, dtype=torch.long)
+        for g, (row, start, take) in enumerate(zip(rows, starts, takes)):
+            ids[g, :take] = torch.tensor(row.request.prompt[start:start + take])
         ids = ids.to(self.device)
-        lengths = torch.tensor([len(p) for p in prompts], device=self.device)
-        positions = torch.arange(width, device=self.device)[None].expand(len(slots), width)
-        rows = torch.tensor(slots, device=self.device)
-        last = lengths - 1
+        starts_t = torch.tensor(starts, device=self.device)
+        takes_t = torch.tensor(takes, device=self.device)
+        slots_t = torch.tensor(slots, device=self.device)
+        offsets = torch.arange(chunk, device=self.device)[None]  # (1, Q)
+        positions = starts_t[:, None] + offsets  # (G, Q)
+        real = offsets < takes_t[:, None]  # (G, Q) positions of the prompt (the rest is padding)
         cache = self.cache
-        cache.prefill, cache.rows = True, rows
+        # padding positions write to the trash slot
+        cache.rows = torch.where(real, slots_t[:, None], self.trash)
+        cache.columns = torch.where(real, positions + 1, offsets + 1).clamp(max=cache.capacity - 1)
+        cache.gather, cache.span = slots_t, 1 + max(s + t for s, t in zip(starts, takes))
+        dtype = self.state.anchor.dtype
+        views = {kind: SlotView.of(slots_t, mask, dtype, prefill=True)
+                 for kind, mask in prefill_masks(starts_t, chunk, cache.span, self.stack.windows).items()}
         hidden = self.stack.embed(ids)  # (G, Q, D)
         angles = self.stack.rotary_angles(hidden, positions)
-        views = {kind: SlotView(rows, mask, prefill=True) for kind, mask in prefill_masks(lengths, width, self.stack.windows).items()}
-        entry = self.stack.num_layers - torch.tensor([r.config.L for r in requests], device=self.device)
-        picked = torch.arange(len(slots), device=self.device)
+        done = [g for g, (row, start, take) in enumerate(zip(rows, starts, takes)) if start + take == len(row.request.prompt)]
+        picked = torch.tensor(done, dtype=torch.long, device=self.device)
+        last = takes_t[picked] - 1
+        done_slots = slots_t[picked]
+        entry = self.stack.num_layers - torch.tensor([rows[g].request.config.L for g in done], device=self.device)
         for index in range(self.stack.num_layers):
-            if index in self.plan.entry_layers:
-                takes = (entry == index)[:, None]
-                self.state.anchor.index_copy_(0, rows, torch.where(takes, hidden[picked, last], self.state.anchor[rows]))
+            if index in self.plan.entry_layers and done:
+                anchored = (entry == index)[:, None]
+                self.state.anchor.index_copy_(0, done_slots, torch.where(anchored, hidden[picked, last],
+                                                                         self.state.anchor[done_slots]))
             kind = self.stack.layer_kinds[index]
             hidden = self.stack.layer(index, hidden, views[kind], angles[kind], positions, cache)
-        last_hidden = hidden[picked, last]  # (G, D)
-        cache.prefill = False
-        read = settle(self.stack, self.plan, self.state, rows, 0, last_hidden, self.stack.logits(last_hidden))
-        self.absorb(read.tolist(), slots, [_ADVANCE] * len(slots))
+        for row, take in zip(rows, takes):
+            row.prefilled += take
+        for slot in [slots[g] for g in done]:
+            self.rows[slot].phase = _ADVANCE
+            self.prefilling.remove(slot)
+        if done:
+            last_hidden = hidden[picked, last]  # (G', D)
+            read = settle(self.stack, self.plan, self.state, done_slots, 0, last_hidden, self.stack.logits(last_hidden))
+            self.absorb(read.tolist(), [slots[g] for g in done], [_ADVANCE] * len(done))
 
     def step(self) -> None:
         """One decoding step: advancing rows feed their newest token, refining rows run one iteration."""
@@ -320,9 +444,11 @@ class _Run:
         refining = [s for s, row in enumerate(self.rows) if row is not None and row.phase == _REFINE]
         self.steps_by_config.update({self.rows[s].request.config for s in advancing + refining})  # once per step
         self.refining_steps_by_config.update({self.rows[s].request.config for s in refining})
-        self._fit(max((self.rows[s].position + 3 for s in advancing), default=1))
-        if self.engine.compile:  # few distinct shapes: a compiled step (a CUDA graph) per bucket
-            num_adv = _bucket(len(advancing), self.advance_sizes) if advancing else 1
+        # the columns the step reads: the newest position an advancing row writes, a length bucket of it
+        needed = max([self.rows[s].position + 3 for s in advancing] + [self.rows[s].position + 2 for s in refining])
+        self.cache.width = min(length_bucket(needed, self.engine.kv_bucket), self.cache.capacity)
+        if self.engine.compile:  # few distinct shapes: one CUDA graph per bucket
+            num_adv = _bucket(max(len(advancing), 1), self.advance_sizes)
             num_ref = _bucket(len(refining), self.refine_sizes) if refining else 0
         else:  # eager: any shape costs nothing extra, padding rows would
             num_adv, num_ref = max(len(advancing), 1), len(refining)

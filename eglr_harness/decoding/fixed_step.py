@@ -39,6 +39,7 @@ from eglr_harness.decoding.processors import ban_ngram_repeats, ban_tokens, pena
 from eglr_harness.decoding.sampling import sample_rows
 from eglr_harness.decoding.step_state import SlotState, StepPlan
 from eglr_harness.decoding.kv_slots import SlotCache, SlotView, decode_masks
+from eglr_harness.decoding.stack import call_layer
 
 
 def process(plan: StepPlan, state: SlotState, rows: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -113,11 +114,13 @@ def settle(stack, plan: StepPlan, state: SlotState, rows: torch.Tensor, num_refi
 
 
 def decode_step(stack, plan: StepPlan, state: SlotState, cache: SlotCache, advancing: torch.Tensor,
-                refining: torch.Tensor) -> torch.Tensor:
+                refining: torch.Tensor, layers=call_layer) -> torch.Tensor:
     """One decoding step of every running row.
 
     advancing: (A,) slots that feed their newest token; refining: (R,) slots that run one iteration
-    (R may be 0); padding entries of both are the trash slot. Returns settle's read, (A + R, F).
+    (R may be 0); padding entries of both are the trash slot. The attention reads the first
+    ``cache.width`` columns of the slots. layers: how a decoder layer runs (``stack.call_layer``, or
+    its compiled form: ``step_graphs.py``). Returns settle's read, (A + R, F).
     """
     slots, num_layers = state.position.shape[0], plan.num_layers
     num_adv, num_ref = advancing.shape[0], refining.shape[0]
@@ -125,7 +128,8 @@ def decode_step(stack, plan: StepPlan, state: SlotState, cache: SlotCache, advan
     phase = phase.index_fill(0, advancing, 1).index_fill(0, refining, 2)
     is_refining = phase == 2
     query = torch.where(phase == 1, state.position + 1, torch.where(is_refining, state.position, 0))  # (B,)
-    masks = decode_masks(query, is_refining, cache.width, stack.windows)
+    masks = {kind: SlotView.of(advancing, mask, state.anchor.dtype)
+             for kind, mask in decode_masks(query, is_refining, cache.width, stack.windows).items()}
     angles_all = stack.rotary_angles(state.anchor[:, None], query[:, None])  # per kind (B, 1, d)
 
     hidden = stack.embed(state.token[advancing][:, None])  # (A, 1, D)
@@ -151,12 +155,12 @@ def decode_step(stack, plan: StepPlan, state: SlotState, cache: SlotCache, advan
             takes = (adv_entry == index)[:, None]
             state.anchor.index_copy_(0, advancing, torch.where(takes, hidden[:num_adv, 0], state.anchor[advancing]))
         if views is None:
-            cache.rows, cache.columns = rows, columns
-            views = {kind: SlotView(rows, mask) for kind, mask in masks.items()}
+            views = {kind: SlotView(rows, view.mask, view.bias) for kind, view in masks.items()}
             angles = {kind: (cos[rows], sin[rows]) for kind, (cos, sin) in angles_all.items()}
             positions = query[rows][:, None]
         kind = stack.layer_kinds[index]
-        hidden = stack.layer(index, hidden, views[kind], angles[kind], positions, cache)
+        hidden = layers(stack.parts.layers[index], hidden, views[kind], angles[kind], positions,
+                        cache.layer(index, rows, columns))
     state.position.index_add_(0, advancing, torch.ones_like(advancing))
     last_hidden = hidden[:, 0]
     return settle(stack, plan, state, rows, num_ref, last_hidden, stack.logits(last_hidden))

@@ -1,18 +1,25 @@
 """Per-row KV slots for the continuous engine, and the attention that reads them.
 
 Each of the engine's B slots holds one running row. For every decoder layer the slot keeps keys
-and values of shape (B, H, 1 + S, d): column 0 is the slot's scratch column, column 1 + p holds
+and values of shape (B, Hkv, C, d): column 0 is the slot's scratch column, column 1 + p holds
 position p. A row that is refining its pending position t writes the key/value of its refined
 input into the scratch column, which only its own query sees; its key/value at t (column 1 + t),
 the one later tokens attend to, stays the normal pass's (eglr-method.md §2, "attention context").
 
+The storage is allocated once, at the capacity C of the run's longest request (a length bucket),
+and never moves: a CUDA graph recorded on it stays valid for the engine's life (``step_graphs.py``).
+A decoding step's attention reads only the first W columns, W a length bucket of the running rows'
+longest position, so its cost follows the live lengths, not the storage.
+
 A decoding step runs one attention call per layer over all B slots, whatever mix of rows takes
 part (advancing at their newest position, refining at their pending one, or idle): the queries of
-the G rows of the layer are placed in their slots, one boolean mask per layer kind says what each
-slot's query may see, and the G outputs are read back. Nothing of the cache is copied.
+the G rows of the layer are placed in their slots, one mask per layer kind says what each slot's
+query may see, and the G outputs are read back. Nothing of the cache is copied. A prefill (a chunk
+of each of G prompts, ``prefill_masks``) writes its keys/values into the slots first and attends to
+the slots' columns up to the chunk's end, so that a long prompt can be prefilled in chunks.
 
 Shape letters: B slots, G rows taking part in a layer, H heads (Hkv key/value heads), Q query
-positions, S sequence length of the keys, d head size.
+positions, S key columns, C storage columns, W columns a step reads, d head size.
 """
 
 from __future__ import annotations
@@ -29,80 +36,81 @@ ATTENTION_NAME = "eglr_slots"  # the name under which transformers' attention mo
 class SlotView:
     """What the attention of one layer reads, handed to it as its ``attention_mask``.
 
-    rows: (G,) slots of the layer's query rows, in the order of its hidden states; None when the
-        rows are every slot in slot order (nothing to place or read back).
-    mask: (B, 1, 1, S) bool over the slot cache for a decoding step; (G, 1, Q, Q) over the fresh
-        keys of a prefill (``prefill``).
+    rows: (G,) slots of the layer's query rows, in the order of its hidden states.
+    mask: what each query sees, bool: (B, 1, 1, W) over the slot storage's first W columns for a
+        decoding step; (G, 1, Q, S) over the columns a prefill gathered (``prefill``).
+    bias: the same as an additive mask (0 / -inf) in the queries' dtype, made once per forward and
+        not per layer (sdpa would convert a bool mask in every layer).
     """
 
-    rows: torch.Tensor | None
+    rows: torch.Tensor
     mask: torch.Tensor
+    bias: torch.Tensor
     prefill: bool = False
+
+    @classmethod
+    def of(cls, rows: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype, prefill: bool = False) -> "SlotView":
+        bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+        return cls(rows, mask, bias, prefill)
+
+
+@dataclass
+class LayerWrite:
+    """One layer's slot storage and where a decoding step's G rows write into it; stands in for
+    transformers' cache in that layer's call. keys, values: (B, Hkv, C, d); rows, columns: (G,)."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    rows: torch.Tensor
+    columns: torch.Tensor
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        """key_states, value_states: (G, Hkv, 1, d). Returns the whole storage: the attention reads its first W columns."""
+        self.keys[self.rows, :, self.columns] = key_states[:, :, 0]
+        self.values[self.rows, :, self.columns] = value_states[:, :, 0]
+        return self.keys, self.values
 
 
 class SlotCache:
-    """The KV slots of every layer; stands in for transformers' cache in the layers' calls.
+    """The KV slots of every layer.
 
-    Storage per layer: (B, Hkv, 1 + C, d) for B slots (the engine's slots plus one trash slot that
-    padding rows of a fixed-shape step write to) and a capacity of C positions. C is a length
-    bucket (``length_bucket``): it grows and shrinks by buckets between steps (``resize``), never
-    per token, and a decoding step's attention reads all 1 + C columns, so the attention sees as
-    many distinct widths as there are buckets.
+    Storage per layer: (B, Hkv, C, d) for B slots (the engine's slots plus one trash slot that
+    padding rows of a fixed-shape step write to) and C columns (``capacity``, a length bucket),
+    allocated at the first prefill write of each layer. ``width`` (W <= C) is the number of columns
+    the next decoding step's attention reads; the engine sets it between steps.
 
-    ``rows`` and ``columns`` name, before each layer, where the layer's G rows write: a decoding
-    step writes one column per row (1 + position, or 0 for a refining row's scratch); a prefill
-    writes columns 1..Q of its rows. Storage is allocated at the first (prefill) write of each layer.
+    In a prefill, the cache itself is the layers' cache: ``rows``, ``columns`` (G, Q) name where each
+    chunk position's key/value goes (padding positions to the trash slot) and ``span`` how many columns
+    the chunk's attention gathers. A decoding step hands each layer a ``LayerWrite`` (``layer``).
     """
 
-    def __init__(self, num_slots: int, capacity: int, *, static_addresses: bool = False):
-        self.num_slots, self.capacity = num_slots, capacity  # capacity: positions per slot
-        self.static_addresses = static_addresses  # mark storage for CUDA graphs (torch.compile)
+    def __init__(self, num_slots: int, capacity: int):
+        self.num_slots, self.capacity = num_slots, capacity
+        self.width = capacity
         self.keys: dict[int, torch.Tensor] = {}
         self.values: dict[int, torch.Tensor] = {}
-        self.rows: torch.Tensor | None = None  # (G,)
-        self.columns: torch.Tensor | None = None  # (G,), decoding steps only
-        self.prefill = False
+        self.rows: torch.Tensor | None = None  # prefill: (G, Q) slot of each chunk position
+        self.columns: torch.Tensor | None = None  # prefill: (G, Q) its column
+        self.gather: torch.Tensor | None = None  # prefill: (G,) the chunk rows' slots
+        self.span = 0  # prefill: columns the chunk's attention reads
 
-    @property
-    def width(self) -> int:
-        """Columns a decoding step's attention reads: the scratch column and C positions."""
-        return 1 + self.capacity
-
-    def _new(self, like: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
-        storage = like.new_zeros((self.num_slots, heads, 1 + self.capacity, head_dim))
-        if self.static_addresses:
-            torch._dynamo.mark_static_address(storage)
-        return storage
-
-    def _storage(self, layer_idx: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def storage(self, layer_idx: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if layer_idx not in self.keys:
-            self.keys[layer_idx] = self._new(like, like.shape[1], like.shape[3])
-            self.values[layer_idx] = self._new(like, like.shape[1], like.shape[3])
+            shape = (self.num_slots, like.shape[1], self.capacity, like.shape[3])
+            self.keys[layer_idx], self.values[layer_idx] = like.new_zeros(shape), like.new_zeros(shape)
         return self.keys[layer_idx], self.values[layer_idx]
 
-    def resize(self, capacity: int) -> None:
-        """Re-allocate every layer's storage for ``capacity`` positions, keeping the first ones (eager)."""
-        if capacity == self.capacity:
-            return
-        keep = 1 + min(capacity, self.capacity)
-        self.capacity = capacity
-        for store in (self.keys, self.values):
-            for layer_idx, old in store.items():
-                new = self._new(old, old.shape[1], old.shape[3])
-                new[:, :, :keep] = old[:, :, :keep]
-                store[layer_idx] = new
+    def layer(self, layer_idx: int, rows: torch.Tensor, columns: torch.Tensor) -> LayerWrite:
+        """What decoder layer ``layer_idx`` of a decoding step writes into: its storage at (rows, columns) (G,)."""
+        return LayerWrite(self.keys[layer_idx], self.values[layer_idx], rows, columns)
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        """key_states, value_states: (G, Hkv, Q, d). Returns what the layer's attention reads."""
-        keys, values = self._storage(layer_idx, key_states)
-        if self.prefill:
-            q = key_states.shape[2]
-            keys[self.rows, :, 1:1 + q] = key_states
-            values[self.rows, :, 1:1 + q] = value_states
-            return key_states, value_states  # a prefill attends to its own fresh keys
-        keys[self.rows, :, self.columns] = key_states[:, :, 0]
-        values[self.rows, :, self.columns] = value_states[:, :, 0]
-        return keys, values
+        """A prefill chunk: key_states, value_states (G, Hkv, Q, d) go to their (rows, columns); returns the
+        chunk rows' first ``span`` columns, (G, Hkv, S, d), which the chunk's attention reads."""
+        keys, values = self.storage(layer_idx, key_states)
+        keys[self.rows, :, self.columns] = key_states.transpose(1, 2)
+        values[self.rows, :, self.columns] = value_states.transpose(1, 2)
+        return keys[self.gather, :, :self.span], values[self.gather, :, :self.span]
 
 
 def length_bucket(positions: int, base: int) -> int:
@@ -138,16 +146,20 @@ def decode_masks(positions: torch.Tensor, refining: torch.Tensor, width: int, wi
     return masks
 
 
-def prefill_masks(lengths: torch.Tensor, width: int, windows: dict[str, int | None]) -> dict[str, torch.Tensor]:
-    """One (G, 1, Q, Q) bool causal mask per layer kind for right-padded prompts of ``lengths`` (G,).
+def prefill_masks(starts: torch.Tensor, chunk: int, span: int, windows: dict[str, int | None]) -> dict[str, torch.Tensor]:
+    """One (G, 1, Q, S) bool mask per layer kind for a prefill chunk: row g's queries are positions
+    starts[g] + 0..Q-1 and its keys the slot columns 0..S-1 (column 1 + p holds position p; the
+    scratch column is never seen). A query sees the positions up to its own (and within a window).
 
-    Padding queries see the positions before them (their outputs are never read)."""
-    pos = torch.arange(width, device=lengths.device)
-    causal = pos[None, :] <= pos[:, None]  # (Q, Q): key <= query
+    starts: (G,); chunk: Q; span: S. Padding queries past a row's prompt see positions before them
+    (their outputs are never read)."""
+    query = starts[:, None, None] + torch.arange(chunk, device=starts.device)[None, :, None]  # (G, Q, 1)
+    key_pos = torch.arange(span, device=starts.device)[None, None, :] - 1  # (1, 1, S)
+    causal = (key_pos >= 0) & (key_pos <= query)
     masks = {}
     for kind, window in windows.items():
-        seen = causal if window is None else causal & (pos[None, :] > pos[:, None] - window)
-        masks[kind] = seen[None, None].expand(lengths.numel(), 1, width, width)
+        seen = causal if window is None else causal & (key_pos > query - window)
+        masks[kind] = seen[:, None]
     return masks
 
 
@@ -155,31 +167,44 @@ def slot_attention(module, query, key, value, attention_mask: SlotView, scaling=
                    **kwargs):
     """The attention function transformers' attention modules call (registered as ``ATTENTION_NAME``).
 
-    query: (G, H, Q, d); key, value: (B, Hkv, S, d) slot storage in a decoding step, (G, Hkv, Q, d)
-    in a prefill. Returns ((G, Q, H, d), None) as transformers' attention functions do.
+    query: (G, H, Q, d); key, value: (B, Hkv, C, d) slot storage in a decoding step, (G, Hkv, S, d)
+    gathered columns in a prefill. Returns ((G, Q, H, d), None) as transformers' attention functions do.
     """
     view = attention_mask
-    if view.prefill or view.rows is None:
-        out = attend(query, key, value, view.mask, scaling, softcap)
+    if view.prefill:
+        out = attend(query, key, value, view, scaling, softcap)
     else:
+        width = view.mask.shape[-1]
+        key, value = key[:, :, :width], value[:, :, :width]  # the columns the step reads
         placed = query.new_zeros((key.shape[0], *query.shape[1:])).index_copy_(0, view.rows, query)
-        out = attend(placed, key, value, view.mask, scaling, softcap).index_select(0, view.rows)
+        out = attend(placed, key, value, view, scaling, softcap).index_select(0, view.rows)
     return out.transpose(1, 2).contiguous(), None
 
 
-def attend(query, key, value, mask, scaling, softcap):
+def attend(query, key, value, view: SlotView, scaling, softcap):
     """Masked attention with grouped key/value heads.
 
-    query: (B, H, Q, d); key, value: (B, Hkv, S, d); mask: (B, 1, Q, S) bool -> (B, H, Q, d).
-    Soft-capped scores (Gemma-2) take the explicit path, as transformers' eager attention does.
+    query: (B, H, Q, d); key, value: (B, Hkv, S, d); view.mask / view.bias: (B, 1, Q, S) -> (B, H, Q, d).
+    The query heads of each key/value head become that head's query rows, (B, Hkv, H/Hkv * Q, d): the
+    same sums as grouped-head attention, without copying keys and values per head and without sdpa's
+    grouped-head path (which takes the slow math kernel on CUDA when there is a mask). Soft-capped
+    scores (Gemma-2) take the explicit path, as transformers' eager attention does.
     """
-    groups = query.shape[1] // key.shape[1]
+    batch, heads, length, head_dim = query.shape
+    kv_heads = key.shape[1]
+    groups = heads // kv_heads
     if softcap is None:
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling, enable_gqa=groups > 1)
+        bias = view.bias
+        if groups > 1:
+            query = query.reshape(batch, kv_heads, groups * length, head_dim)
+            if length > 1:  # one mask row per query row: (B, 1, groups * Q, S)
+                bias = bias[:, :, None].expand(-1, -1, groups, -1, -1).reshape(batch, 1, groups * length, -1)
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=bias, scale=scaling)
+        return out.reshape(batch, heads, length, head_dim)
     if groups > 1:
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
     scores = torch.tanh(scores / softcap) * softcap
-    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    scores = scores.masked_fill(~view.mask, torch.finfo(scores.dtype).min)
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     return torch.matmul(weights, value)

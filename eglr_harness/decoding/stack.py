@@ -154,9 +154,7 @@ class ModelStack:
 
     def layer(self, index: int, hidden, mask, angles, positions, cache) -> torch.Tensor:
         """Decoder layer ``index`` on hidden (G, Q, D) -> (G, Q, D)."""
-        out = self.parts.layers[index](hidden, attention_mask=mask, position_embeddings=angles,
-                                       position_ids=positions, use_cache=True, **{CACHE_KWARG: cache})
-        return out[0] if isinstance(out, tuple) else out
+        return call_layer(self.parts.layers[index], hidden, mask, angles, positions, cache)
 
     def logits(self, last_hidden: torch.Tensor) -> torch.Tensor:
         """The model's logits of h^(N), its logit scale applied, before any soft-cap: (G, D) -> (G, V)."""
@@ -178,6 +176,14 @@ class ModelStack:
             yield
         finally:
             config._attn_implementation_internal = previous
+
+
+def call_layer(layer: torch.nn.Module, hidden, mask, angles, positions, cache) -> torch.Tensor:
+    """One decoder layer of a supported family on hidden (G, Q, D) -> (G, Q, D). The same function
+    for every layer (the layer is an argument), so that one compilation serves them all (``step_graphs.py``)."""
+    out = layer(hidden, attention_mask=mask, position_embeddings=angles, position_ids=positions, use_cache=True,
+                **{CACHE_KWARG: cache})
+    return out[0] if isinstance(out, tuple) else out
 
 
 def rope_types(config) -> set[str]:

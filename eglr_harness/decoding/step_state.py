@@ -70,7 +70,7 @@ class SlotState:
     pending position; logp_prev: (B+1, V) fp32 log-probabilities of the last distribution computed.
     The processors' state (``processors.py``) has a V axis only where the run's plan uses it, else 1:
     seen: (B+1, V|1) tokens of the prompt and the generation (repetition penalty); history: (B+1, W)
-    the row's tokens by position (no_repeat_ngram; W follows the K/V storage); suppress,
+    the row's tokens by position (no_repeat_ngram; W: the K/V storage's columns); suppress,
     begin_suppress: (B+1, V|1) banned tokens; eos: (V,) the EOS tokens.
     """
 
@@ -129,13 +129,6 @@ class SlotState:
             for f in fields(state):
                 torch._dynamo.mark_static_address(getattr(state, f.name))
         return state
-
-    def resize_history(self, width: int) -> None:
-        """Keep the token history (no_repeat_ngram runs only) as wide as the K/V storage (eager, between steps)."""
-        old = self.history
-        self.history = old.new_zeros(old.shape[0], width)
-        keep = min(width, old.shape[1])
-        self.history[:, :keep] = old[:, :keep]
 
     def admit(self, slots: list[int], configs: list[EglrConfig], seeds: list[int | None],
               prompts: list[tuple[int, ...]], options: list[LogitsOptions]) -> None:

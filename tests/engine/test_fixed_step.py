@@ -146,18 +146,27 @@ def test_a_nan_kl_raises():
     assert read[:, READ_FIELDS.index("nan")].tolist() == [0.0, 1.0]
 
 
-def test_kv_storage_grows_and_shrinks_by_buckets(monkeypatch):
-    sizes = []
-    original = SlotCache.resize
-    monkeypatch.setattr(SlotCache, "resize", lambda self, c: (sizes.append(c), original(self, c)))
+def test_steps_read_kv_widths_that_grow_and_shrink_by_buckets_over_storage_that_never_moves():
     model = build_tiny_model("mistral", vocab_size=VOCAB, num_layers=LAYERS, seed=1)
     long = Request(tuple(range(3, 40)), EglrConfig(L=2, tau_h=0.0, tau_kl=TAU_KL), 4)  # 37 positions + 4
     short = [Request((5, 6, 7), EglrConfig(L=0), 20)] * 2
-    outcomes = ContinuousEngine(model, max_batch=2, eos_token_ids=[], kv_bucket=4).run([long, *short])
-    assert sizes and all(s in {length_bucket(n, 4) for n in range(1, 200)} for s in sizes)
-    assert max(sizes) == length_bucket(41 + 1, 4)  # grown to the long row's bucket, not per token
-    assert sizes[-1] < max(sizes)  # shrunk once the long row left
-    assert len(sizes) < 10
+    engine = ContinuousEngine(model, max_batch=2, eos_token_ids=[], kv_bucket=4)
+    widths, addresses = [], set()
+    step = engine.step_fn
+
+    def recording(stack, plan, state, cache, advancing, refining):
+        widths.append(cache.width)
+        addresses.update((cache.keys[0].data_ptr(), state.position.data_ptr()))
+        return step(stack, plan, state, cache, advancing, refining)
+    engine.step_fn = recording
+    outcomes = engine.run([long, *short])
+    buckets = {length_bucket(n, 4) for n in range(1, 200)}
+    assert widths and set(widths) <= buckets
+    assert max(widths) == length_bucket(37 + 4 + 1, 4)  # the long row's newest column, as a bucket
+    assert widths[-1] < max(widths)  # narrower once the long row left
+    assert len(set(widths)) < 10
+    assert engine.workspace.cache.capacity == length_bucket(37 + 4 + 3, 4)  # allocated once, for the longest request
+    assert len(addresses) == 2  # K/V storage and slot state stayed where they were, step after step
     assert [len(o.tokens) for o in outcomes] == [4, 20, 20]
     assert [length_bucket(n, 128) for n in (1, 128, 129, 192, 193, 257, 400)] == [128, 128, 192, 192, 256, 384, 512]
 

@@ -1,0 +1,242 @@
+"""How the continuous engine runs its decoding step: eagerly, compiled once, or captured per bucket.
+
+The design, and why (issue 32; how vLLM, SGLang and PyTorch do it: ``benchmarks/README.md``):
+
+- **What is compiled: one decoder layer, once.** ``torch.compile`` is applied to ``stack.call_layer``,
+  the one function every decoder layer runs through (the layer module is an argument, so its weights
+  are graph inputs: dynamo's ``inline_inbuilt_nn_modules``), with the sizes that vary marked dynamic:
+  the rows of the call, the slots, the K/V storage and the columns the step reads. One compilation
+  then serves every layer, every row count, every K/V width, every pool (L and T only change which
+  rows enter where, outside the layers), every run and every task of the process; families whose
+  layers differ by kind (sliding and full attention) make one more. That is PyTorch's regional
+  compilation, with vLLM's symbolic batch size. Compiling the whole step instead (what shipped
+  before) specialised the graph on (advancing rows, refining rows, K/V width, the pool's layer spans):
+  hundreds of 45-60 s compilations in a real pool run. The glue between layers (embedding, the
+  refining rows' join, ``settle``: gate, KL exit, processors, draw) stays eager: it is small, and on
+  CUDA it is captured with the rest.
+- **What is captured: one CUDA graph per step key**, (plan, advancing-row bucket, refining-row bucket,
+  K/V width), recorded lazily the first time the key is met, in one memory pool shared by all the
+  engine's graphs, as SGLang and vLLM record one graph per padded batch size. A capture costs one
+  eager warm-up of the step on the trash slot (outside the graph: lazy initialisations and, once per
+  process, the compilation) and one recording: no compilation. The index tensors are copied into the
+  graph's static inputs before each replay; every other input (the slot state, the K/V storage) is
+  allocated once per engine and never moves (``continuous_engine.Workspace``), so a graph stays valid
+  across K/V widths and across runs. A graph whose recording fails (a model whose layers synchronise
+  with the host, e.g. routing that reads expert counts) turns capturing off for the engine, with one
+  log line, and the step runs as compiled without graphs.
+- **After warm-up nothing compiles.** The first step of the engine's first run compiles; every later
+  call of the compiled layer runs under ``torch.compiler.set_stance("fail_on_recompile")``. Should a
+  later call need a compilation anyway (a bug), that call runs eagerly, ``late_compiles`` counts it and
+  the log says so once, with dynamo's reason: a run never stalls on a silent compilation.
+
+``warmup_report()`` says what it cost: compilations and captures, and their seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from eglr_harness.decoding.fixed_step import decode_step
+from eglr_harness.decoding.kv_slots import LayerWrite, SlotView
+from eglr_harness.decoding.stack import call_layer
+
+logger = logging.getLogger(__name__)
+
+CUDA_GRAPHS = "reduce-overhead"  # the compile mode (compile_setting.py) whose steps are captured
+LATE_COMPILE = "Detected recompile"  # how torch.compiler's fail_on_recompile stance begins its error
+# compilations a process makes at most, whatever its runs: one of the decoder layer, and one more where
+# a family's layers differ in what dynamo guards on (none of the families tested so far do)
+COMPILATION_BOUND = 2
+# compilations the layer function may make before dynamo gives up on it: a few variants of the layer
+# (layer kinds), never one per shape; past it dynamo would silently run the layer eagerly
+RECOMPILE_LIMIT = 8
+
+
+@dataclass
+class WarmupReport:
+    """What compiling and capturing cost an engine: counts and seconds (``ContinuousEngine.warmup_report``)."""
+
+    compiles: int = 0
+    captures: int = 0
+    compile_seconds: float = 0.0
+    capture_seconds: float = 0.0
+    late_compiles: int = 0
+    capture_keys: list = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        report = asdict(self)
+        report["capture_keys"] = [list(key) for key in self.capture_keys]
+        return report
+
+
+class CompiledLayer:
+    """``call_layer`` under ``torch.compile(fullgraph=True)``, its varying sizes marked dynamic.
+
+    One compiled function per (backend, mode) for the whole process (``_compiled``), shared by every
+    engine: a second engine, another run or another task reuses its compilation. backend, mode: passed
+    to ``torch.compile`` (``mode`` is never CUDA graphs here: the engine records its own; inductor's
+    would nest inside them). report: the engine's, where the compilations this engine triggers are counted.
+    """
+
+    def __init__(self, report: WarmupReport, backend="inductor", mode: str | None = None):
+        self.report = report
+        self.warm = False
+        self._warned = False
+        self.compiled, self._counter = _compiled(backend, mode)
+
+    def __call__(self, layer, hidden, view: SlotView, angles, positions, write: LayerWrite) -> torch.Tensor:
+        for tensor, dims in ((hidden, (0,)), (view.rows, (0,)), (view.mask, (0, 3)), (view.bias, (0, 3)),
+                             (angles[0], (0,)), (angles[1], (0,)), (positions, (0,)), (write.rows, (0,)),
+                             (write.columns, (0,)), (write.keys, (0, 2)), (write.values, (0, 2))):
+            for dim in dims:
+                torch._dynamo.maybe_mark_dynamic(tensor, dim)
+        if not self.warm:
+            before, started = self._counter[0], time.perf_counter()
+            with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+                out = self.compiled(layer, hidden, view, angles, positions, write)
+            if self._counter[0] > before:
+                self.report.compiles += self._counter[0] - before
+                self.report.compile_seconds += time.perf_counter() - started
+            return out
+        try:
+            with torch.compiler.set_stance("fail_on_recompile"), torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+                return self.compiled(layer, hidden, view, angles, positions, write)
+        except RuntimeError as error:
+            if not str(error).startswith(LATE_COMPILE):
+                raise
+            self.report.late_compiles += 1
+            if not self._warned:
+                self._warned = True
+                logger.error("continuous engine: the compiled decoder layer needed a compilation after warm-up "
+                             "(rows %d, K/V width %d): this call and any like it run eagerly instead; please report "
+                             "it. %s", hidden.shape[0], view.mask.shape[-1], error)
+            return call_layer(layer, hidden, view, angles, positions, write)
+
+
+_COMPILED: dict = {}
+
+
+def _compiled(backend, mode: str | None) -> tuple[Callable, list[int]]:
+    """The process's one compiled ``call_layer`` for (backend, mode), and its count of compilations."""
+    key = (backend if isinstance(backend, str) else id(backend), mode)
+    if key not in _COMPILED:
+        counter = [0]
+        inner = torch._dynamo.lookup_backend(backend) if isinstance(backend, str) and backend != "inductor" else backend
+
+        def counting_backend(graph_module, example_inputs):
+            counter[0] += 1
+            if inner == "inductor":
+                from torch._inductor.compile_fx import compile_fx
+
+                return compile_fx(graph_module, example_inputs, config_patches=_inductor_options(mode))
+            return inner(graph_module, example_inputs)
+
+        _COMPILED[key] = torch.compile(call_layer, fullgraph=True, backend=counting_backend), counter
+    return _COMPILED[key]
+
+
+def _inductor_options(mode: str | None) -> dict:
+    """inductor settings of a ``torch.compile`` mode, without its CUDA graphs (the engine records its own)."""
+    if mode in (None, "default", CUDA_GRAPHS):
+        return {}
+    return {"max_autotune": True} if mode.startswith("max-autotune") else {}
+
+
+class CudaGraph:
+    """One recorded step: a ``torch.cuda.CUDAGraph`` in the engine's shared memory pool."""
+
+    def __init__(self, pool):
+        self.pool = pool
+        self.graph = None
+
+    def record(self, step: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """Record ``step`` (nothing runs); returns its output tensor, which every replay rewrites."""
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=self.pool):
+            out = step()
+        return out
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+@dataclass
+class _Captured:
+    graph: CudaGraph
+    advancing: torch.Tensor  # (A,) static input
+    refining: torch.Tensor  # (R,) static input
+    out: torch.Tensor  # (A + R, F) static output
+
+
+class StepRunner:
+    """Runs ``decode_step`` for one engine: eager, with the compiled layer, and/or captured per step key.
+
+    compile: compile the decoder layer (``CompiledLayer``); capture: record one CUDA graph per step key.
+    """
+
+    def __init__(self, *, compile: bool = False, capture: bool = False, backend="inductor", mode: str | None = None):
+        self.report = WarmupReport()
+        self.layers = CompiledLayer(self.report, backend, mode) if compile else call_layer
+        self.capture = capture
+        self.pool = None
+        self._graphs: dict[tuple, _Captured] = {}
+
+    def __call__(self, stack, plan, state, cache, advancing: torch.Tensor, refining: torch.Tensor) -> torch.Tensor:
+        if not self.capture:
+            read = decode_step(stack, plan, state, cache, advancing, refining, layers=self.layers)
+        else:
+            captured = self._graphs.get(self._key(plan, advancing, refining, cache))
+            if captured is None:
+                captured = self._record(stack, plan, state, cache, advancing.shape[0], refining.shape[0])
+            if captured is None:  # recording failed: capturing is off from now on
+                return self(stack, plan, state, cache, advancing, refining)
+            captured.advancing.copy_(advancing)
+            captured.refining.copy_(refining)
+            captured.graph.replay()
+            read = captured.out
+        if isinstance(self.layers, CompiledLayer):
+            self.layers.warm = True  # every layer kind has run: warm-up is over
+        return read
+
+    @staticmethod
+    def _key(plan, advancing: torch.Tensor, refining: torch.Tensor, cache) -> tuple:
+        """What a recorded step is specialised on (the state and storage are the engine's workspace,
+        which never moves; ``forget`` drops the graphs when it is replaced)."""
+        return (plan, advancing.shape[0], refining.shape[0], cache.width)
+
+    def _record(self, stack, plan, state, cache, num_adv: int, num_ref: int) -> _Captured | None:
+        """Warm the step up on the trash slot (outside any graph), then record it for this key."""
+        started, compiling = time.perf_counter(), self.report.compile_seconds
+        cache = copy.copy(cache)  # the width it reads is fixed in the graph: freeze it here too
+        trash = state.position.shape[0] - 1
+        device = state.position.device
+        advancing = torch.full((num_adv,), trash, dtype=torch.long, device=device)
+        refining = torch.full((num_ref,), trash, dtype=torch.long, device=device)
+        step = lambda: decode_step(stack, plan, state, cache, advancing, refining, layers=self.layers)  # noqa: E731
+        try:
+            step()  # lazy initialisations (and the compilation, once) happen here, on the trash slot only
+            if self.pool is None and device.type == "cuda":
+                self.pool = torch.cuda.graph_pool_handle()
+            graph = CudaGraph(self.pool)
+            out = graph.record(step)
+        except Exception as error:  # noqa: BLE001 - any recording failure: decode on without graphs
+            logger.warning("continuous engine: recording the step as a CUDA graph failed (%s: %s); decoding on "
+                           "without CUDA graphs", type(error).__name__, error)
+            self.capture = False
+            self._graphs.clear()
+            return None
+        self._graphs[self._key(plan, advancing, refining, cache)] = captured = _Captured(graph, advancing, refining, out)
+        self.report.captures += 1
+        self.report.capture_keys.append((num_adv, num_ref, cache.width))
+        self.report.capture_seconds += time.perf_counter() - started - (self.report.compile_seconds - compiling)
+        return captured
+
+    def forget(self) -> None:
+        """Drop every recorded graph (the workspace they were recorded on is gone)."""
+        self._graphs.clear()
