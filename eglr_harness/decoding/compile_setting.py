@@ -4,8 +4,10 @@
 |---|---|---|
 | ``auto`` (default) | CUDA graphs on a CUDA device, eager elsewhere | anywhere |
 | ``none`` | eager | anywhere |
-| ``reduce-overhead`` | ``torch.compile(mode="reduce-overhead")``: CUDA graphs per (rows, K/V width) bucket | CUDA devices |
-| ``default`` | ``torch.compile(mode="default")``: inductor kernels, no CUDA graphs | anywhere a compiler works |
+| ``reduce-overhead`` | the decoder layer compiled once (inductor), the step recorded as one CUDA graph per (rows, K/V width) bucket | CUDA devices |
+| ``default`` | the decoder layer compiled once (inductor kernels), no CUDA graphs | anywhere a compiler works |
+
+How it is compiled (once per process, whatever the runs) and captured: ``step_graphs.py``.
 
 ``auto`` is eager off CUDA because compiling the step gains nothing on a CPU (SmolLM2, batch 16:
 7.1-8.0 s compiled against 6.9 s eager, after 84 s of compilation); on a GPU the step is bound by

@@ -376,7 +376,8 @@ class _Run:
     def _chunk_rows(self) -> tuple[list[int], int]:
         """The prefilling slots of the next prefill forward and its chunk length Q: rows at their first
         chunk packed while rows x Q <= the budget; a row further into its prompt goes alone (its chunk
-        attends to up to its whole prompt)."""
+        attends to up to its whole prompt). Rows take turns: one whose prompt is not done after a
+        forward goes to the back of the line, so a long prompt does not hold up the short ones."""
         budget = self.engine.prefill_tokens
         first = self.rows[self.prefilling[0]]
         chunk = min(len(first.request.prompt) - first.prefilled, budget)
@@ -430,9 +431,12 @@ class _Run:
             hidden = self.stack.layer(index, hidden, views[kind], angles[kind], positions, cache)
         for row, take in zip(rows, takes):
             row.prefilled += take
-        for slot in [slots[g] for g in done]:
-            self.rows[slot].phase = _ADVANCE
+        for g, slot in enumerate(slots):  # finished prompts decode; the others go to the back of the line
             self.prefilling.remove(slot)
+            if g in done:
+                self.rows[slot].phase = _ADVANCE
+            else:
+                self.prefilling.append(slot)
         if done:
             last_hidden = hidden[picked, last]  # (G', D)
             read = settle(self.stack, self.plan, self.state, done_slots, 0, last_hidden, self.stack.logits(last_hidden))
