@@ -87,6 +87,7 @@ class CompiledLayer:
     def __init__(self, report: WarmupReport, backend="inductor", mode: str | None = None):
         self.report = report
         self.warm = False
+        self.failed = False  # compiling failed: the layers run eagerly
         self._warned = False
         self.compiled, self._counter = _compiled(backend, mode)
 
@@ -96,10 +97,19 @@ class CompiledLayer:
                              (write.columns, (0,)), (write.keys, (0, 2)), (write.values, (0, 2))):
             for dim in dims:
                 torch._dynamo.maybe_mark_dynamic(tensor, dim)
+        if self.failed:
+            return call_layer(layer, hidden, view, angles, positions, write)
         if not self.warm:
             before, started = self._counter[0], time.perf_counter()
-            with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-                out = self.compiled(layer, hidden, view, angles, positions, write)
+            try:
+                with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+                    out = self.compiled(layer, hidden, view, angles, positions, write)
+            except torch._dynamo.exc.TorchDynamoException as error:
+                # a layer dynamo cannot trace whole (a host read, a data-dependent shape): eager, said once
+                self.failed = True
+                logger.warning("continuous engine: compiling %s failed (%s: %s); its layers run eagerly",
+                               type(layer).__name__, type(error).__name__, str(error).splitlines()[0])
+                return call_layer(layer, hidden, view, angles, positions, write)
             if self._counter[0] > before:
                 self.report.compiles += self._counter[0] - before
                 self.report.compile_seconds += time.perf_counter() - started

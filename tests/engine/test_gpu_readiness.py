@@ -41,7 +41,7 @@ from contextlib import contextmanager
 import pytest
 import torch
 from inputs import random_prompts
-from tiny_models import build_tiny_model
+from tiny_models import MORE_ARCHS, TINY_ARCHS, build_tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -502,6 +502,38 @@ def test_captures_one_graph_per_bucket_and_width_and_replays_it_across_runs(monk
         assert [o.tokens for o in outcomes] == [o.tokens for o in eager]
         assert [o.token_iterations for o in outcomes] == [o.token_iterations for o in eager]
     assert sum(o.gated for o in eager) > 0
+
+
+@pytest.mark.parametrize("arch", [*TINY_ARCHS, "gemma3", *MORE_ARCHS])
+def test_compiled_and_captured_steps_give_the_eager_tokens_on_every_family(monkeypatch, fresh_dynamo, arch):
+    """Every family the engine drives: the decoder layer compiles whole (fullgraph) within the bound, and
+    the captured step (CPU stand-in) gives the eager tokens and refinement counts."""
+    model = build_tiny_model(arch, vocab_size=VOCAB, num_layers=LAYERS, seed=1)
+    requests = pool_requests(4, (9, 3, 17, 5, 7), (6,), [
+        EglrConfig(L=2, tau_h=0.0, tau_kl=TAU_KL), EglrConfig(L=0),
+        EglrConfig(L=LAYERS, T=0.7, top_k=20, tau_h=0.0, tau_kl=TAU_KL), EglrConfig(L=1, tau_h=0.0, tau_kl=TAU_KL)])
+    eager = ContinuousEngine(model, max_batch=2, eos_token_ids=[], kv_bucket=2).run(requests)
+    engine = capturing_engine(model, monkeypatch)
+    captured = engine.run(requests)
+    report = engine.warmup_report()
+    assert not engine.runner.layers.failed and 1 <= report["compiles"] <= COMPILE_BOUND and report["captures"] > 1
+    assert [o.tokens for o in captured] == [o.tokens for o in eager]
+    assert [o.token_iterations for o in captured] == [o.token_iterations for o in eager]
+
+
+def test_a_layer_that_cannot_compile_whole_runs_eagerly_with_one_log_line(monkeypatch, fresh_dynamo, caplog):
+    """Broken on purpose: a layer that reads a value on the host (a graph break under fullgraph)."""
+    model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=COMPILE_LAYERS, seed=1)
+    requests = process_sequence()[0][1]
+    eager = ContinuousEngine(model, max_batch=2, eos_token_ids=[], kv_bucket=4).run(requests)
+    for layer in model.model.layers:
+        forward = layer.mlp.forward
+        layer.mlp.forward = lambda x, _forward=forward: _forward(x) * (1.0 if float(x.abs().max()) >= 0 else 0.0)
+    engine = ContinuousEngine(model, max_batch=2, eos_token_ids=[], kv_bucket=4, compile=True, compile_backend="eager")
+    with caplog.at_level("WARNING"):
+        outcomes = engine.run(requests)
+    assert engine.runner.layers.failed and "its layers run eagerly" in caplog.text
+    assert [o.tokens for o in outcomes] == [o.tokens for o in eager]
 
 
 def test_the_capture_check_sees_a_graph_replayed_at_another_width(monkeypatch, fresh_dynamo):
