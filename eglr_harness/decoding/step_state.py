@@ -10,7 +10,7 @@ Shape letters: B slots (+1 trash), D hidden size, V vocabulary.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 
@@ -103,7 +103,7 @@ class SlotState:
     eos: torch.Tensor
 
     @classmethod
-    def allocate(cls, num_slots: int, hidden: int, vocab: int, dtype, device, *, static_addresses: bool = False,
+    def allocate(cls, num_slots: int, hidden: int, vocab: int, dtype, device, *,
                  processors: ProcessorPlan = ProcessorPlan(), eos_token_ids=(), history_width: int = 1):
         n = num_slots + 1  # the trash slot
         long = dict(dtype=torch.long, device=device)
@@ -125,9 +125,6 @@ class SlotState:
         )
         ids = torch.tensor([t for t in eos_token_ids if 0 <= t < vocab], dtype=torch.long)
         state.eos[ids.to(device)] = True
-        if static_addresses:  # CUDA graphs replay on these very tensors
-            for f in fields(state):
-                torch._dynamo.mark_static_address(getattr(state, f.name))
         return state
 
     def admit(self, slots: list[int], configs: list[EglrConfig], seeds: list[int | None],
