@@ -159,16 +159,24 @@ def _inductor_options(mode: str | None) -> dict:
 
 
 class CudaGraph:
-    """One recorded step: a ``torch.cuda.CUDAGraph`` in the engine's shared memory pool."""
+    """One recorded step: a ``torch.cuda.CUDAGraph`` in the engine's shared memory pool, recorded on the
+    side stream its warm-up ran on (lazily made handles and workspaces belong to that stream)."""
 
-    def __init__(self, pool):
-        self.pool = pool
+    def __init__(self, pool, stream):
+        self.pool, self.stream = pool, stream
         self.graph = None
+
+    def warm_up(self, step: Callable[[], torch.Tensor]) -> None:
+        """Run ``step`` once on the recording stream, outside any graph."""
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            step()
+        torch.cuda.current_stream().wait_stream(self.stream)
 
     def record(self, step: Callable[[], torch.Tensor]) -> torch.Tensor:
         """Record ``step`` (nothing runs); returns its output tensor, which every replay rewrites."""
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=self.pool):
+        with torch.cuda.graph(self.graph, pool=self.pool, stream=self.stream):
             out = step()
         return out
 
@@ -194,7 +202,7 @@ class StepRunner:
         self.report = WarmupReport()
         self.layers = CompiledLayer(self.report, backend, mode) if compile else call_layer
         self.capture = capture
-        self.pool = None
+        self.pool = self.stream = None
         self._graphs: dict[tuple, _Captured] = {}
 
     def __call__(self, stack, plan, state, cache, advancing: torch.Tensor, refining: torch.Tensor) -> torch.Tensor:
@@ -230,10 +238,10 @@ class StepRunner:
         refining = torch.full((num_ref,), trash, dtype=torch.long, device=device)
         step = lambda: decode_step(stack, plan, state, cache, advancing, refining, layers=self.layers)  # noqa: E731
         try:
-            step()  # lazy initialisations (and the compilation, once) happen here, on the trash slot only
             if self.pool is None and device.type == "cuda":
-                self.pool = torch.cuda.graph_pool_handle()
-            graph = CudaGraph(self.pool)
+                self.pool, self.stream = torch.cuda.graph_pool_handle(), torch.cuda.Stream(device)
+            graph = CudaGraph(self.pool, self.stream)
+            graph.warm_up(step)  # lazy initialisations (and the compilation, once), on the trash slot only
             out = graph.record(step)
         except Exception as error:  # noqa: BLE001 - any recording failure: decode on without graphs
             logger.warning("continuous engine: recording the step as a CUDA graph failed (%s: %s); decoding on "

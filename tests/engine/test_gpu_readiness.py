@@ -429,11 +429,14 @@ def test_a_compilation_after_warm_up_is_counted_logged_and_decoded_eagerly(fresh
 class ReplayGraph:
     """A CPU stand-in for ``step_graphs.CudaGraph`` with a CUDA graph's semantics: what the step read
     as Python values and which tensors it used are fixed when it is recorded; a replay recomputes on
-    those tensors' current contents into the recorded output. (Recording runs the step once, on the
+    those tensors' current contents into the recorded output. (Recording runs the step once more, on the
     trash slot the engine records on, which a CUDA recording would not: harmless, that slot is never read.)"""
 
-    def __init__(self, pool):
+    def __init__(self, pool, stream):
         self.step = None
+
+    def warm_up(self, step):
+        step()
 
     def record(self, step):
         self.step = step
