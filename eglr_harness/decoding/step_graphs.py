@@ -92,13 +92,14 @@ class CompiledLayer:
         self.compiled, self._counter = _compiled(backend, mode)
 
     def __call__(self, layer, hidden, view: SlotView, angles, positions, write: LayerWrite) -> torch.Tensor:
+        if self.failed:
+            return call_layer(layer, hidden, view, angles, positions, write)
+        # rows, slots, storage columns and the columns read vary; heads, sizes and Q = 1 do not
         for tensor, dims in ((hidden, (0,)), (view.rows, (0,)), (view.mask, (0, 3)), (view.bias, (0, 3)),
                              (angles[0], (0,)), (angles[1], (0,)), (positions, (0,)), (write.rows, (0,)),
                              (write.columns, (0,)), (write.keys, (0, 2)), (write.values, (0, 2))):
             for dim in dims:
                 torch._dynamo.maybe_mark_dynamic(tensor, dim)
-        if self.failed:
-            return call_layer(layer, hidden, view, angles, positions, write)
         if not self.warm:
             before, started = self._counter[0], time.perf_counter()
             try:
