@@ -1,7 +1,7 @@
 """GRPO groups from the L×T pool: an EGLR rollout function for TRL's ``GRPOTrainer``, and a math reward.
 
 TRL is an optional extra (``pip install "eglr-harness[rl]"``); this module is the only one that
-imports it, and only in :func:`grpo_trainer`.
+imports it, and only in :func:`grpo_trainer` and :func:`grpo_config`.
 
 **Rollouts.** :class:`EglrRollout` is a ``rollout_func``: each time the trainer generates, it wraps the
 trainer's model *as it is now* in a fresh ``eglr-hf`` (:class:`~eglr_harness.harness.model.EglrHFLM`,
@@ -62,6 +62,7 @@ from dataclasses import dataclass
 
 from eglr_harness.calibrate import DEFAULT_CALIB_LIMIT
 from eglr_harness.cell import Cell
+from eglr_harness.decoding.compile_setting import check_compile_setting
 from eglr_harness.harness.engines import DEFAULT_ENGINE, check_engine
 from eglr_harness.pool import PoolPlan
 from eglr_harness.presets import load_preset
@@ -69,7 +70,7 @@ from eglr_harness.scoring.equivalence import DEFAULT_TIMEOUT_S, is_equivalent
 from eglr_harness.scoring.extraction import ANSWER_MODES, extract_answer
 from eglr_harness.settings import RunSettings
 
-__all__ = ["EglrRollout", "RolloutRecord", "grpo_trainer", "math_reward", "INSTALL_HINT"]
+__all__ = ["EglrRollout", "RolloutRecord", "grpo_config", "grpo_trainer", "math_reward", "trainable", "INSTALL_HINT"]
 
 logger = logging.getLogger(__name__)
 
@@ -108,14 +109,17 @@ class EglrRollout:
         gen_kwargs: generation kwargs over the task's (``until``, ``repetition_penalty``, ...);
             ``max_gen_toks`` is always the trainer's ``max_completion_length``.
         engine, batch_size: eglr-hf's ``engine`` and HFLM's ``batch_size`` (rows decoded together).
+        compile: eglr-hf's ``compile``; ``none`` by default here: each step builds a fresh engine around
+            the updated weights, so a compiled step would be compiled (CUDA graphs captured) again every step.
         progress: show the decoding progress bar.
     """
 
     def __init__(self, *, model_config: str | None = None, task: str | None = None, L=None, T=None, alpha=None,
                  k_max=None, tau_kl=None, tau_h=None, top_k=None, top_p=None, seed=None, gen_kwargs: dict | None = None,
-                 engine: str = DEFAULT_ENGINE, batch_size: int = 16, progress: bool = False):
+                 engine: str = DEFAULT_ENGINE, batch_size: int = 16, compile: str = "none", progress: bool = False):
         self.model_config, self.task = model_config, task
         self.engine = check_engine(engine)
+        self.compile = check_compile_setting(compile)
         self.batch_size, self.progress = batch_size, progress
         self.eglr_args = {k: v for k, v in dict(L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h,
                                                 top_k=top_k, top_p=top_p, seed=seed).items() if v is not None}
@@ -210,7 +214,7 @@ class EglrRollout:
         hflm_logger.setLevel(logging.ERROR)  # its lines about evaluate() with a model object, every step
         try:
             return EglrHFLM(pretrained=model, tokenizer=tokenizer, model_config=self.model_config,
-                            engine=self.engine, batch_size=self.batch_size, **self.eglr_args)
+                            engine=self.engine, compile=self.compile, batch_size=self.batch_size, **self.eglr_args)
         finally:
             hflm_logger.setLevel(level)
 
@@ -262,6 +266,37 @@ def math_reward(completions: Sequence, answer: Sequence[str], answer_format: Seq
     return rewards
 
 
+def trainable(model):
+    """``model``, trainable by transformers' ``Trainer``: a GGUF checkpoint is dequantised into float
+    weights when it loads, but transformers keeps a GGUF quantizer on the model and its ``Trainer``
+    refuses "purely quantized" models; that mark is dropped here. Weights that really are quantized
+    are refused (``ValueError``)."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is None:
+        return model
+    method = str(getattr(getattr(quantizer, "quantization_config", None), "quant_method", "")).lower()
+    if "gguf" not in method or not all(p.is_floating_point() for p in model.parameters()):
+        raise ValueError(f"the model is quantized ({method or type(quantizer).__name__}); GRPO needs float weights "
+                         "(load it unquantized, or attach a PEFT adapter and pass peft_config to the trainer).")
+    model.hf_quantizer, model.is_quantized, model.quantization_method = None, False, None  # as from_pretrained sets them
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    return model
+
+
+def grpo_config(**kwargs):
+    """TRL's ``GRPOConfig(**kwargs)`` (the import with the install hint)."""
+    return _trl().GRPOConfig(**kwargs)
+
+
+def _trl():
+    try:
+        import trl  # noqa: PLC0415
+    except ImportError as err:
+        raise ImportError(f"eglr_harness.rl needs TRL: {INSTALL_HINT}") from err
+    return trl
+
+
 def grpo_trainer(rollout: EglrRollout, *, args, **trainer_kwargs):
     """TRL's ``GRPOTrainer(rollout_func=rollout, args=args, **trainer_kwargs)``, after refusing a group
     size other than the pool's and the settings the rollouts cannot honour (before any weight moves)."""
@@ -273,8 +308,4 @@ def grpo_trainer(rollout: EglrRollout, *, args, **trainer_kwargs):
         logger.warning("GRPOConfig(temperature=%s): the trainer's log-probabilities are then at that temperature, "
                        "the rollouts' at 1 (eglr_harness.rl); the L×T pool sets the rollouts' temperatures.",
                        args.temperature)
-    try:
-        from trl import GRPOTrainer  # noqa: PLC0415
-    except ImportError as err:
-        raise ImportError(f"eglr_harness.rl needs TRL: {INSTALL_HINT}") from err
-    return GRPOTrainer(args=args, rollout_func=rollout, **trainer_kwargs)
+    return _trl().GRPOTrainer(args=args, rollout_func=rollout, **trainer_kwargs)
