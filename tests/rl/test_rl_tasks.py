@@ -71,3 +71,23 @@ def test_task_prompts_are_the_chat_turns_lm_eval_renders(shared_data_dir, tiny_m
     docs = list(task.eval_docs)[:3]
     assert [row["answer"] for row in rows] == [doc["answer"] for doc in docs]
     assert {row["answer_format"] for row in rows} == {"number"}
+
+
+def test_trainable_drops_the_gguf_mark_and_refuses_real_quantization():
+    from types import SimpleNamespace
+
+    from tiny_models import build_tiny_model
+
+    from eglr_harness.rl import trainable
+
+    def marked(method):
+        model = build_tiny_model("llama")
+        model.hf_quantizer = SimpleNamespace(quantization_config=SimpleNamespace(quant_method=method))
+        model.is_quantized, model.quantization_method = True, method
+        model.config.quantization_config = {"quant_method": method}
+        return model
+
+    model = trainable(marked("gguf"))  # GGUF weights are dequantised on load: floats, trainable
+    assert model.hf_quantizer is None and model.is_quantized is False and not hasattr(model.config, "quantization_config")
+    with pytest.raises(ValueError, match=r"the model is quantized \(bitsandbytes\)"):
+        trainable(marked("bitsandbytes"))
