@@ -127,6 +127,7 @@ def main(argv=None) -> None:
     parser.add_argument("--model_args", required=True, help="as eglr-hf takes them: model_config=... or pretrained=...")
     parser.add_argument("--task", required=True, help="an eglr task: its prompts, gold answers, stop strings, tau_h key")
     parser.add_argument("--limit", type=int, default=4, help="problems (the task's first)")
+    parser.add_argument("--doc_ids", default=None, help="problems by index instead (e.g. 1,3,4,22)")
     parser.add_argument("--group", action="append", required=True, help="NAME:L=...,T=...[,tau_h=...] (repeatable)")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--prompts_per_step", type=int, default=2)
@@ -143,10 +144,11 @@ def main(argv=None) -> None:
 
     model_args = simple_parse_args_string(args.model_args)
     groups_spec = [parse_group(g) for g in args.group]
-    problems = task_problems(args.task, limit=args.limit)
+    problems = _problems(args, task_problems)
     groups = [run_group(name, eglr, args, problems, model_args) for name, eglr in groups_spec]
     versions = {p: importlib.metadata.version(p) for p in ("torch", "transformers", "trl", "lm_eval")}
-    settings = {"model_args": args.model_args, "task": args.task, "problems": len(problems), "steps": args.steps,
+    settings = {"model_args": args.model_args, "task": args.task,
+                "problems": f"{len(problems)} (doc_id {', '.join(str(p['doc_id']) for p in problems)})", "steps": args.steps,
                 "prompts per step": args.prompts_per_step, "max new tokens": args.max_completion_length,
                 "learning rate": args.learning_rate, "seed": args.seed, "beta": 0.0, "versions": versions,
                 "machine": f"{platform.machine()}, {'CUDA' if _cuda() else 'CPU'}",
@@ -154,6 +156,19 @@ def main(argv=None) -> None:
     command = "python -m eglr_harness.grpo_run " + " ".join(_quote(a) for a in (argv if argv is not None else __import__("sys").argv[1:]))
     atomic_write_text(Path(args.output_dir) / "summary.md", summary_markdown(groups, command, settings))
     logger.info("wrote %s", Path(args.output_dir) / "summary.md")
+
+
+def _problems(args, task_problems) -> list[dict]:
+    if args.doc_ids is None:
+        return task_problems(args.task, limit=args.limit)
+    try:
+        wanted = [int(i) for i in args.doc_ids.split(",")]
+    except ValueError:
+        raise ValueError(f"`--doc_ids`={args.doc_ids!r} is not allowed; allowed: problem indices, e.g. 1,3,4,22.") from None
+    problems = task_problems(args.task, limit=max(wanted) + 1)
+    if max(wanted) >= len(problems) or min(wanted) < 0:
+        raise ValueError(f"`--doc_ids`={args.doc_ids!r}: task {args.task!r} has problems 0..{len(problems) - 1}.")
+    return [problems[i] for i in wanted]
 
 
 def _cuda() -> bool:
