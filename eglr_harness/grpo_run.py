@@ -90,6 +90,7 @@ def run_group(name: str, eglr: dict, args, problems: list[dict], model_args: dic
     trainer.train()
     steps = [h for h in trainer.state.log_history if "loss" in h]
     out = Path(args.output_dir) / name
+    out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "steps.jsonl", "".join(json.dumps(s) + "\n" for s in steps))
     atomic_write_text(out / "rollouts.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     return {"name": name, "cells": [c.label for c in rollout.cells], "eglr": eglr, "tau_h": rollout.tau_h,

@@ -223,3 +223,35 @@ def test_settings_the_rollouts_cannot_honour_are_refused():
         EglrRollout.check_args(SimpleNamespace(use_vllm=True))  # GRPOConfig's field, read by name
     with pytest.raises(ValueError, match="`L`"):
         EglrRollout(L="x", tau_h=1.0)  # eglr-hf's own spec check
+
+
+def test_grpo_run_writes_steps_rollouts_and_summary(digit_model_dir, shared_data_dir, tmp_path):
+    """The committed run's command on the tiny model: one step per group, records per step and per completion."""
+    import json
+
+    from eglr_harness.grpo_run import main
+
+    out = tmp_path / "grpo"
+    main(["--model_args", f"pretrained={digit_model_dir},device=cpu", "--task", "gsm8k_eglr", "--doc_ids", "1,3",
+          "--group", "lxt:L=0|2,T=0|0.7,tau_h=0", "--group", "t_only:L=0,T=0|0.3|0.6|0.9", "--steps", "1",
+          "--prompts_per_step", "1", "--max_completion_length", "4", "--output_dir", str(out)])
+    for name in ("lxt", "t_only"):
+        steps = [json.loads(line) for line in (out / name / "steps.jsonl").read_text().splitlines()]
+        rows = [json.loads(line) for line in (out / name / "rollouts.jsonl").read_text().splitlines()]
+        assert len(steps) == 1 and math.isfinite(steps[0]["loss"])
+        assert len(rows) == 4 and {r["doc_id"] for r in rows} <= {1, 3} and all(r["tokens"] <= 4 for r in rows)
+        assert [r["reward"] for r in rows] == [
+            float(is_equivalent(r["gold"], extract_answer(r["text"], "number"))) for r in rows]
+    lxt_rows = [json.loads(line) for line in (out / "lxt" / "rollouts.jsonl").read_text().splitlines()]
+    assert [(r["L"], r["T"]) for r in lxt_rows] == [(0, 0.0), (0, 0.7), (2, 0.0), (2, 0.7)]
+    summary = (out / "summary.md").read_text()
+    assert "| L=2,T=0.7 | 1 |" in summary and "## t_only: L×T = L=0,T=0.0, L=0,T=0.3" in summary
+
+
+def test_a_group_spec_is_checked_naming_the_option():
+    from eglr_harness.grpo_run import parse_group
+
+    assert parse_group("lxt:L=0|2|4,T=0|0.7") == ("lxt", {"L": "0|2|4", "T": "0|0.7"})
+    for bad in ("lxt", "lxt:", ":L=1", "lxt:Q=1", "lxt:L"):
+        with pytest.raises(ValueError, match=f"`--group`={bad!r} is not allowed"):
+            parse_group(bad)
