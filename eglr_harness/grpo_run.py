@@ -7,8 +7,9 @@ that pool as GRPO's group (:class:`eglr_harness.rl.EglrRollout`) and the tasks' 
 
 - ``<NAME>/steps.jsonl``: per optimizer step, TRL's log line (loss, grad norm, reward mean and std,
   the per-cell reward ``eglr/reward/<cell>``, completion lengths, step time);
-- ``<NAME>/rollouts.jsonl``: per completion, its step, problem, cell, reward, extracted answer,
-  tokens, gated tokens, why it ended and its text;
+- ``<NAME>/rollouts.jsonl``: per completion, its ``step`` (the trainer's global step when it was
+  generated: 0 feeds optimizer step 1), problem, cell, reward, extracted answer, tokens, gated
+  tokens, why it ended and its text;
 - ``summary.md``: reward per step and per cell of every group, and the run's settings and versions.
 
     python -m eglr_harness.grpo_run --model_args model_config=smollm2-135m-instruct --task gsm8k_eglr \\
