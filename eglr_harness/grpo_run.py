@@ -78,17 +78,18 @@ def run_group(name: str, eglr: dict, args, problems: list[dict], model_args: dic
     rollout = EglrRollout(model_config=model_args.get("model_config"), task=args.task, batch_size=args.batch_size,
                           **eglr)
     model, tokenizer = _policy(model_args)
-    config = grpo_config(
-        output_dir=tempfile.mkdtemp(prefix=f"grpo_{name}_"), per_device_train_batch_size=len(rollout.cells) *
-        args.prompts_per_step, num_generations=len(rollout.cells), max_completion_length=args.max_completion_length,
-        max_steps=args.steps, learning_rate=args.learning_rate, beta=0.0, logging_steps=1, report_to=[],
-        save_strategy="no", seed=args.seed, use_cpu=not torch.cuda.is_available(),
-        bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     rows: list[dict] = []
-    trainer = grpo_trainer(rollout, args=config, model=model, processing_class=tokenizer,
-                           reward_funcs=[_recording_reward(rows)], train_dataset=Dataset.from_list(problems))
-    started = time.time()
-    trainer.train()
+    with tempfile.TemporaryDirectory(prefix=f"grpo_{name}_") as scratch:  # the Trainer's output_dir: nothing saved
+        config = grpo_config(
+            output_dir=scratch, per_device_train_batch_size=len(rollout.cells) * args.prompts_per_step,
+            num_generations=len(rollout.cells), max_completion_length=args.max_completion_length,
+            max_steps=args.steps, learning_rate=args.learning_rate, beta=0.0, logging_steps=1, report_to=[],
+            save_strategy="no", seed=args.seed, use_cpu=not torch.cuda.is_available(),
+            bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        trainer = grpo_trainer(rollout, args=config, model=model, processing_class=tokenizer,
+                               reward_funcs=[_recording_reward(rows)], train_dataset=Dataset.from_list(problems))
+        started = time.time()
+        trainer.train()
     steps = [h for h in trainer.state.log_history if "loss" in h]
     out = Path(args.output_dir) / name
     out.mkdir(parents=True, exist_ok=True)
