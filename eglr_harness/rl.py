@@ -304,6 +304,10 @@ def grpo_trainer(rollout: EglrRollout, *, args, **trainer_kwargs):
     if getattr(args, "num_generations_eval", None):
         rollout.check_group_size(args.num_generations_eval, "num_generations_eval")
     rollout.check_args(args)
+    if getattr(args, "off_policy_mask_threshold", None) is not None:
+        logger.warning("GRPOConfig(off_policy_mask_threshold=%s) reads the rollouts' log-probabilities, which are the "
+                       "refined distribution's at gated tokens: it takes EGLR's refinement for staleness "
+                       "(eglr_harness.rl); leave it unset.", args.off_policy_mask_threshold)
     if not math.isclose(float(getattr(args, "temperature", 1.0)), 1.0):
         logger.warning("GRPOConfig(temperature=%s): the trainer's log-probabilities are then at that temperature, "
                        "the rollouts' at 1 (eglr_harness.rl); the L×T pool sets the rollouts' temperatures.",
