@@ -1,0 +1,188 @@
+"""``python -m eglr_harness.grpo_run``: a few GRPO steps per group spec from the same weights and prompts.
+
+Each ``--group NAME:L=...,T=...`` trains a fresh copy of the model (``--model_args``, as eglr-hf
+takes them) for ``--steps`` optimizer steps on the first ``--limit`` problems of an eglr task, with
+that pool as GRPO's group (:class:`eglr_harness.rl.EglrRollout`) and the tasks' grader as the reward
+(:func:`eglr_harness.rl.math_reward`). Written to ``--output_dir``:
+
+- ``<NAME>/steps.jsonl``: per optimizer step, TRL's log line (loss, grad norm, reward mean and std,
+  the per-cell reward ``eglr/reward/<cell>``, completion lengths, step time);
+- ``<NAME>/rollouts.jsonl``: per completion, its ``step`` (the trainer's global step when it was
+  generated: 0 feeds optimizer step 1), problem, cell, reward, extracted answer, tokens, gated
+  tokens, why it ended and its text;
+- ``summary.md``: reward per step and per cell of every group, and the run's settings and versions.
+
+    python -m eglr_harness.grpo_run --model_args model_config=smollm2-135m-instruct --task gsm8k_eglr \\
+        --limit 4 --group "lxt:L=0|2|4,T=0|0.7" --group "t_only:L=0,T=0-1.0:0.2" --steps 4 --output_dir out/grpo
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import logging
+import platform
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from eglr_harness.cell import Cell
+from eglr_harness.outputs import atomic_write_text
+from eglr_harness.rl import EglrRollout, grpo_config, grpo_trainer, math_reward, trainable
+from eglr_harness.scoring.extraction import extract_answer
+
+logger = logging.getLogger("eglr_harness.grpo_run")
+_EGLR_KEYS = ("L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed")
+
+
+def parse_group(text: str) -> tuple[str, dict]:
+    """``"lxt:L=0|2|4,T=0|0.7"`` -> ``("lxt", {"L": "0|2|4", "T": "0|0.7"})``; ValueError naming the option."""
+    name, sep, spec = text.partition(":")
+    pairs = [p.split("=", 1) for p in spec.split(",") if p.strip()] if sep else []
+    if not name.strip() or not pairs or any(len(p) != 2 or p[0].strip() not in _EGLR_KEYS for p in pairs):
+        raise ValueError(f"`--group`={text!r} is not allowed; allowed: NAME:KEY=VALUE,... with keys "
+                         f"{', '.join(_EGLR_KEYS)} (e.g. 'lxt:L=0|2|4,T=0|0.7').")
+    return name.strip(), {k.strip(): v.strip() for k, v in pairs}
+
+
+def _policy(model_args: dict):
+    """The model and tokenizer eglr-hf would evaluate (its preset and HFLM's loading), trainable."""
+    from eglr_harness.harness.model import EglrHFLM  # noqa: PLC0415
+
+    lm = EglrHFLM(**model_args, L=0)
+    return trainable(lm.model), lm.tokenizer
+
+
+def _recording_reward(rows: list):
+    def math_reward_recorded(completions, answer, **kwargs):
+        rewards = math_reward(completions, answer, **kwargs)
+        step = kwargs["trainer_state"].global_step
+        for i, reward in enumerate(rewards):
+            fmt = kwargs.get("answer_format", ["math"] * len(rewards))[i]
+            rows.append({"step": step, "doc_id": kwargs["doc_id"][i], "L": kwargs["L"][i], "T": kwargs["T"][i],
+                         "reward": reward, "answer": extract_answer(kwargs["eglr_text"][i], fmt), "gold": answer[i],
+                         "tokens": len(kwargs["completion_ids"][i]), "gated": kwargs["gated"][i],
+                         "finish": kwargs["finish"][i], "text": kwargs["eglr_text"][i]})
+        return rewards
+
+    math_reward_recorded.__name__ = "math_reward"
+    return math_reward_recorded
+
+
+def run_group(name: str, eglr: dict, args, problems: list[dict], model_args: dict) -> dict:
+    import torch  # noqa: PLC0415
+    from datasets import Dataset  # noqa: PLC0415
+
+    rollout = EglrRollout(model_config=model_args.get("model_config"), task=args.task, batch_size=args.batch_size,
+                          **eglr)
+    model, tokenizer = _policy(model_args)
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix=f"grpo_{name}_") as scratch:  # the Trainer's output_dir: nothing saved
+        config = grpo_config(
+            output_dir=scratch, per_device_train_batch_size=len(rollout.cells) * args.prompts_per_step,
+            num_generations=len(rollout.cells), max_completion_length=args.max_completion_length,
+            max_steps=args.steps, learning_rate=args.learning_rate, beta=0.0, logging_steps=1, report_to=[],
+            save_strategy="no", seed=args.seed, use_cpu=not torch.cuda.is_available(),
+            bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        trainer = grpo_trainer(rollout, args=config, model=model, processing_class=tokenizer,
+                               reward_funcs=[_recording_reward(rows)], train_dataset=Dataset.from_list(problems))
+        started = time.time()
+        trainer.train()
+    steps = [h for h in trainer.state.log_history if "loss" in h]
+    out = Path(args.output_dir) / name
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "steps.jsonl", "".join(json.dumps(s) + "\n" for s in steps))
+    atomic_write_text(out / "rollouts.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    return {"name": name, "cells": [c.label for c in rollout.cells], "eglr": eglr, "tau_h": rollout.tau_h,
+            "steps": steps, "rows": rows, "wall_s": round(time.time() - started, 1)}
+
+
+def summary_markdown(groups: list[dict], command: str, settings: dict) -> str:
+    lines = ["# GRPO with EGLR pools: " + ", ".join(g["name"] for g in groups), "", "```bash", command, "```", ""]
+    lines += [f"- {k}: {v}" for k, v in settings.items()]
+    lines += ["", "## Reward per step (mean over the step's completions)", "",
+              "| step | " + " | ".join(g["name"] for g in groups) + " |", "|---|" + "---|" * len(groups)]
+    for i in range(max(len(g["steps"]) for g in groups)):
+        cells = [f"{g['steps'][i]['reward']:.3f}" if i < len(g["steps"]) else "" for g in groups]
+        lines.append(f"| {i + 1} | " + " | ".join(cells) + " |")
+    for g in groups:
+        lines += ["", f"## {g['name']}: L×T = {', '.join(g['cells'])} (tau_h {g['tau_h']}, {g['wall_s']} s)", "",
+                  "| cell | rollouts | mean reward | mean tokens | mean gated tokens | ended by EOS |", "|---|---|---|---|---|---|"]
+        by_cell = defaultdict(list)
+        for row in g["rows"]:
+            by_cell[Cell.of(row["L"], row["T"])].append(row)
+        for cell in sorted(by_cell):
+            rs = by_cell[cell]
+            lines.append(f"| {cell.label} | {len(rs)} | {sum(r['reward'] for r in rs) / len(rs):.3f} | "
+                         f"{sum(r['tokens'] for r in rs) / len(rs):.1f} | {sum(r['gated'] for r in rs) / len(rs):.1f} | "
+                         f"{sum(r['finish'] == 'eos' for r in rs)}/{len(rs)} |")
+        lines += ["", "| step | loss | grad norm | reward | reward std | groups with zero std |", "|---|---|---|---|---|---|"]
+        for s in g["steps"]:
+            lines.append(f"| {s['step']} | {s['loss']:.4g} | {s['grad_norm']:.4g} | {s['reward']:.3f} | "
+                         f"{s['reward_std']:.3f} | {s['frac_reward_zero_std']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m eglr_harness.grpo_run", description=__doc__.split("\n")[0])
+    parser.add_argument("--model_args", required=True, help="as eglr-hf takes them: model_config=... or pretrained=...")
+    parser.add_argument("--task", required=True, help="an eglr task: its prompts, gold answers, stop strings, tau_h key")
+    parser.add_argument("--limit", type=int, default=4, help="problems (the task's first)")
+    parser.add_argument("--doc_ids", default=None, help="problems by index instead (e.g. 1,3,4,22)")
+    parser.add_argument("--group", action="append", required=True, help="NAME:L=...,T=...[,tau_h=...] (repeatable)")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--prompts_per_step", type=int, default=2)
+    parser.add_argument("--max_completion_length", type=int, default=128)
+    parser.add_argument("--learning_rate", type=float, default=1e-6)
+    parser.add_argument("--batch_size", type=int, default=16, help="rows the engine decodes together")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output_dir", required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from lm_eval.utils import simple_parse_args_string  # noqa: PLC0415 -- lm-eval's --model_args syntax
+
+    from eglr_harness.harness.task_source import task_problems  # noqa: PLC0415
+
+    model_args = simple_parse_args_string(args.model_args)
+    groups_spec = [parse_group(g) for g in args.group]
+    problems = _problems(args, task_problems)
+    groups = [run_group(name, eglr, args, problems, model_args) for name, eglr in groups_spec]
+    versions = {p: importlib.metadata.version(p) for p in ("torch", "transformers", "trl", "lm_eval")}
+    settings = {"model_args": args.model_args, "task": args.task,
+                "problems": f"{len(problems)} (doc_id {', '.join(str(p['doc_id']) for p in problems)})", "steps": args.steps,
+                "prompts per step": args.prompts_per_step, "max new tokens": args.max_completion_length,
+                "learning rate": args.learning_rate, "seed": args.seed, "beta": 0.0, "versions": versions,
+                "machine": f"{platform.machine()}, {'CUDA' if _cuda() else 'CPU'}",
+                "wall time (s)": {g["name"]: g["wall_s"] for g in groups}}
+    command = "python -m eglr_harness.grpo_run " + " ".join(_quote(a) for a in (argv if argv is not None else __import__("sys").argv[1:]))
+    atomic_write_text(Path(args.output_dir) / "summary.md", summary_markdown(groups, command, settings))
+    logger.info("wrote %s", Path(args.output_dir) / "summary.md")
+
+
+def _problems(args, task_problems) -> list[dict]:
+    if args.doc_ids is None:
+        return task_problems(args.task, limit=args.limit)
+    try:
+        wanted = [int(i) for i in args.doc_ids.split(",")]
+    except ValueError:
+        raise ValueError(f"`--doc_ids`={args.doc_ids!r} is not allowed; allowed: problem indices, e.g. 1,3,4,22.") from None
+    problems = task_problems(args.task, limit=max(wanted) + 1)
+    if max(wanted) >= len(problems) or min(wanted) < 0:
+        raise ValueError(f"`--doc_ids`={args.doc_ids!r}: task {args.task!r} has problems 0..{len(problems) - 1}.")
+    return [problems[i] for i in wanted]
+
+
+def _cuda() -> bool:
+    import torch  # noqa: PLC0415
+
+    return torch.cuda.is_available()
+
+
+def _quote(arg: str) -> str:
+    return f'"{arg}"' if any(c in arg for c in " |;") else arg
+
+
+if __name__ == "__main__":
+    main()
