@@ -86,8 +86,8 @@ QWEN25_CHAT_TEMPLATE = (
 # Per-size defaults of the flags left unset: full = Qwen2.5-3B's shapes on a GPU within a 10-minute
 # call; tiny = the same code on a CPU in about a minute (tests/benchmarks/test_gpu_e2e.py).
 SIZE_DEFAULTS = {
-    "full": dict(limit=64, max_gen_toks=256, dtype="bfloat16", bpe_vocab=8192, calib_prompts=16,
-                 calib_tokens=128, budget_s=540),
+    "full": dict(limit=32, max_gen_toks=256, dtype="bfloat16", bpe_vocab=8192, calib_prompts=16,
+                 calib_tokens=128, budget_s=530),
     "tiny": dict(limit=2, max_gen_toks=4, dtype="float32", bpe_vocab=1024, calib_prompts=2, calib_tokens=8,
                  budget_s=0),
 }
@@ -128,10 +128,10 @@ def generation_config(size: str) -> dict:
 
 def build_tokenizer(texts: list[str], *, regular_tokens: int, bpe_vocab: int):
     """A fast tokenizer that loads offline: byte-level BPE trained on ``texts`` with Qwen2's split pattern
-    (a vocabulary of ``bpe_vocab`` at most, its 256 bytes included), filled with placeholder tokens (``Ġw<hex>``, a space and a word
-    when decoded) up to ``regular_tokens`` ids, then ``SPECIAL_TOKENS`` at ``regular_tokens``.. and
-    Qwen2.5's chat template. Every id below ``regular_tokens`` + 3 decodes to text, as with Qwen's own.
-    Returns (tokenizer, tokens learned from ``texts``).
+    (a vocabulary of ``bpe_vocab`` at most, its 256 bytes included), filled with placeholder tokens
+    (``Ġw<hex>``: a space and a word when decoded) up to ``regular_tokens`` ids, then ``SPECIAL_TOKENS`` at
+    ``regular_tokens``.. and Qwen2.5's chat template. Every id below ``regular_tokens`` + 3 decodes to text,
+    as with Qwen's own. Returns (tokenizer, tokens learned from ``texts``).
     """
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -345,7 +345,8 @@ def probe(out_path: str, argv: list[str]) -> None:
     is written to ``out_path`` at every milestone, so a run killed on time keeps what it reached."""
     started = time.perf_counter()
     rec: dict = {"load_s": None, "startup_s": None, "generate_s": 0.0, "generate_calls": 0, "generated_tokens": 0,
-                 "tokens_per_s": None, "decode_s": None, "tokens_per_s_decoding": None, "requests": 0, "prompts": None, "prompts_sha256": None,
+                 "tokens_per_s": None, "decode_s": None, "tokens_per_s_decoding": None, "requests": 0, "prompts": None,
+                 "prompts_sha256": None,
                  "batch": {"requested": "auto", "chosen": None, "by": None},
                  "warmup": {"batch_detect_s": None, "engine": None, "dynamo": None},
                  "plan_lines": [], "engine_runs": 0, "peak_gpu_mib": None, "peak_gpu_mib_decoding": None,
@@ -494,14 +495,29 @@ def probe(out_path: str, argv: list[str]) -> None:
         cli_evaluate()
         rec["finished"] = True
     finally:
-        rec["dynamo"] = _dynamo_counters()
-        rec["warmup"]["dynamo"] = rec.pop("dynamo")
+        rec["warmup"]["dynamo"] = _dynamo_counters()
+        rec["imported_distributions"] = imported_distributions()
         memory()
         save()
 
 
 def _as_list(value) -> list:
     return [] if value is None else [value] if isinstance(value, int) else list(value)
+
+
+def imported_distributions() -> dict[str, str]:
+    """Distribution -> version of every package this process imported (what a GPU machine must have)."""
+    import importlib.metadata as metadata
+
+    owners = metadata.packages_distributions()
+    names = {dist for module in list(sys.modules) for dist in owners.get(module.partition(".")[0], ())}
+    versions = {}
+    for name in sorted(names, key=str.lower):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:  # an editable or path install without metadata
+            continue
+    return versions
 
 
 def _dynamo_counters() -> dict | None:
@@ -519,12 +535,13 @@ def summarise(runs: dict) -> dict:
     out: dict = {}
     for run, r in runs.items():
         out[run] = {k: r.get(k) for k in ("returncode", "timed_out", "generate_s", "generated_tokens", "tokens_per_s",
-                                          "load_s", "peak_gpu_mib", "prompts")}
+                                          "tokens_per_s_decoding", "load_s", "peak_gpu_mib", "prompts")}
         out[run]["batch_chosen"] = (r.get("batch") or {}).get("chosen")
-    hf = runs.get("hf", {}).get("tokens_per_s")
-    for run in ("eglr_L4", "eglr_pool"):
-        mine = runs.get(run, {}).get("tokens_per_s")
-        out[f"tokens_per_s_ratio[{run}/hf]"] = mine / hf if mine and hf else None
+    for key in ("tokens_per_s", "tokens_per_s_decoding"):  # decoding: without lm-eval's batch-size probe
+        hf = runs.get("hf", {}).get(key)
+        for run in ("eglr_L4", "eglr_pool"):
+            mine = runs.get(run, {}).get(key)
+            out[f"{key}_ratio[{run}/hf]"] = mine / hf if mine and hf else None
     shas = {r.get("prompts_sha256") for r in runs.values() if r.get("prompts_sha256")}
     out["same_prompts"] = len(shas) == 1 if len(shas) else None
     return out
@@ -535,7 +552,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--size", default="full", choices=SIZES, help="full = Qwen2.5-3B's shapes; tiny = CPU seconds")
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     parser.add_argument("--runs", default=",".join(RUNS), help=f"comma list of {', '.join(RUNS)}")
-    parser.add_argument("--limit", type=int, help="GSM8K problems (lm_eval --limit; full: 64)")
+    parser.add_argument("--limit", type=int, help="GSM8K problems (lm_eval --limit; full: 32)")
     parser.add_argument("--max_gen_toks", type=int, help="new tokens at most per rollout (full: 256)")
     parser.add_argument("--dtype", help="weights' dtype (full: bfloat16; tiny: float32)")
     parser.add_argument("--tau_h", default=None, help="eglr-hf's tau_h: a number, or auto (the paper's capped "
@@ -549,7 +566,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rebuild", action="store_true", help="build the checkpoint even when one is there")
     parser.add_argument("--work_dir", default=None, help="lm_eval outputs and logs (default: <out>_runs)")
     parser.add_argument("--budget_s", type=float, help="seconds for all runs: a run starts only while time is left "
-                        "and is killed when it runs out (full: 540, for a 10-minute call; 0 = no limit)")
+                        "and is killed when it runs out (full: 530, for a 10-minute call; 0 = no limit)")
     parser.add_argument("--bpe_vocab", type=int, help="BPE vocabulary learned from GSM8K, its 256 bytes "
                         "included (full: 8192)")
     parser.add_argument("--calib_prompts", type=int, help="prompts of the tau_h calibration (full: 16)")
