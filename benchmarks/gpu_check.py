@@ -983,6 +983,7 @@ def timed_pool_mode(model, prompts, limits, *, spec, tau_h: float, args, device:
         return continuous_pool(model, prompts[:n], limits[:n], spans=spans, tau_h=tau_h, batch=args.pool_batch,
                                options=options, stats=stats)
 
+    _continuous_engine.cache_clear()  # each mode its own engine: its warm-up report counts its own compiles
     graphs_before = dynamo_graphs()
     _sync(device)
     started = time.perf_counter()

@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -300,6 +301,7 @@ def run_one(run: str, argv: list[str], *, work_dir: Path, env: dict, timeout: fl
     probe_out = work_dir / f"{run}.probe.json"
     log_path = work_dir / f"{run}.log"
     probe_out.unlink(missing_ok=True)
+    shutil.rmtree(work_dir / run, ignore_errors=True)  # an earlier run's results file must not pass for this one's
     command = [sys.executable, str(Path(__file__).resolve()), "--probe", str(probe_out), "--", *argv]
     started = time.perf_counter()
     timed_out = False
@@ -487,7 +489,7 @@ def probe(out_path: str, argv: list[str]) -> None:
     ContinuousEngine.auto_batch = recorded_auto_batch
     ContinuousEngine.run = counted_run(ContinuousEngine.run)
     HookEngine.run = counted_run(HookEngine.run)
-    evaluator.evaluate = timed_evaluate
+    evaluator.evaluate = timed_evaluate  # simple_evaluate looks it up in its module at call time
     sys.argv = ["lm_eval", *argv]
     try:
         from lm_eval.__main__ import cli_evaluate

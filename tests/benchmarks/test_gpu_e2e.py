@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs the lm_eval CLI three times (about 1.5 minutes on one thread)
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_e2e.py"
 TINY = ["--size", "tiny", "--device", "cpu"]
 
