@@ -426,7 +426,9 @@ def probe(out_path: str, argv: list[str]) -> None:
     model_generate = HFLM._model_generate
 
     @functools.wraps(model_generate)
-    def counted_generate(self, context, *a, **k):  # lm-eval hf: new tokens per row, up to its first end token
+    def counted_generate(self, context, *a, **k):
+        # lm-eval hf: each row's new tokens up to its first end token (EOS or the padding generate writes after
+        # a finished row; a row ended by a stop string counts that first padding too, as eglr-hf counts its stop token)
         out = model_generate(self, context, *a, **k)
         ends = set(_as_list(self.model.generation_config.eos_token_id)) | {self.tokenizer.pad_token_id}
         for row in out[:, context.shape[1]:].tolist():
@@ -539,6 +541,8 @@ def summarise(runs: dict) -> dict:
         out[run] = {k: r.get(k) for k in ("returncode", "timed_out", "generate_s", "generated_tokens", "tokens_per_s",
                                           "tokens_per_s_decoding", "load_s", "peak_gpu_mib", "prompts")}
         out[run]["batch_chosen"] = (r.get("batch") or {}).get("chosen")
+        warmup = r.get("warmup") or {}
+        out[run]["batch_detect_s"], out[run]["warmup_engine"] = warmup.get("batch_detect_s"), warmup.get("engine")
     for key in ("tokens_per_s", "tokens_per_s_decoding"):  # decoding: without lm-eval's batch-size probe
         hf = runs.get("hf", {}).get(key)
         for run in ("eglr_L4", "eglr_pool"):
