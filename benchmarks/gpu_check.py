@@ -30,7 +30,16 @@ Checks (``--checks``, all by default):
    (``--profile_tokens`` tokens): GPU kernel time / wall (busy), kernel launches and host syncs
    per step. ``goals`` holds issue 29's targets with their values (judged on full-size CUDA runs).
    The continuous engine's K/V bucket holds the whole run (``--speed_kv_bucket``): one width.
+   Each captured mode also reports its warm-up split (issue 32): the engine's ``warmup_report()``
+   (compilations, CUDA-graph captures, the seconds of each, compilations after warm-up; null while
+   the engine has none) and, counted here, the graphs dynamo compiled in the warm-up and in the timed runs.
 4. ``memory`` (CUDA only): peak allocated memory of EGLR L=10 / L=0 at a 3,072-token context.
+5. ``pool`` (issue 32; only when named in ``--checks``): ``--pool_prompts`` prompts of ``--pool_prompt_lens``
+   tokens, each request with its own new-token limit (``--pool_new_tokens``: rows end at different
+   lengths, no EOS), ``--pool_batch`` rows: tokens/s of the continuous engine captured at L=0 (``cL0c``)
+   and over the pool L=1..10 at T=0 in one run (``cpoolc``), refilling freed slots, against
+   transformers' static compiled ``generate`` and dynamic ``generate`` in batches, on the same prompts;
+   each mode warmed up on ``--pool_warmup_prompts`` prompts, then timed once over all of them.
 
 Time (``--budget_s``, per family; 540 s at full size, for a 10-minute call): a part or a speed
 mode starts only while time is left (a mode at a later batch only if the time it took at the batch
@@ -43,6 +52,7 @@ tau_h is set per model from its own greedy (L=0) entropies: the 95th percentile 
     python benchmarks/gpu_check.py --families llama-3.1-8b --checks exactness,speed --attn sdpa --batches 16,64 \
         --new_tokens 128 --repeats 2 --profile_tokens 16 --out llama.json   # issue 29, one family
     python benchmarks/gpu_check.py --size tiny --device cpu --out tiny.json   # seconds, CPU
+    python benchmarks/gpu_check.py --families qwen2.5-3b --checks pool --out pool.json   # issue 32's pool mode
 """
 
 from __future__ import annotations
@@ -68,7 +78,8 @@ logger = logging.getLogger("gpu_check")
 ROOT = Path(__file__).resolve().parent.parent
 NAIVE_REFERENCE = ROOT / "tests" / "engine" / "naive_reference.py"
 PAD, BOS, EOS = 0, 1, 2
-CHECKS = ("exactness", "placement", "speed", "memory")
+CHECKS = ("exactness", "placement", "speed", "memory", "pool")
+DEFAULT_CHECKS = ("exactness", "placement", "speed", "memory")  # pool (issue 32): asked for by name
 SIZES = ("full", "tiny")
 # Random init gives near-uniform next-token distributions; the output embedding is scaled (as
 # tests/tiny_models.py does) so that greedy is not decided by near-ties: by the factor that gives
@@ -163,10 +174,12 @@ DEFAULT_FAMILIES = ("qwen2.5-3b", "llama-3.1-8b", "mistral-7b-v0.3", "gemma-3-4b
 SIZE_DEFAULTS = {
     "full": dict(exact_layers=6, exact_new_tokens=16, batches="1,16,64", new_tokens=512, prompt_len=64,
                  calib_tokens=128, mem_context=3072, mem_batch=16, mem_new_tokens=16, repeats=3, profile_tokens=32,
-                budget_s=540),
+                budget_s=540, pool_prompts=256, pool_prompt_lens="64-1024", pool_new_tokens="64-512", pool_batch=64,
+                 pool_warmup_prompts=64),
     "tiny": dict(exact_layers=4, exact_new_tokens=12, batches="1,4", new_tokens=16, prompt_len=8,
                  calib_tokens=16, mem_context=64, mem_batch=2, mem_new_tokens=4, repeats=1, profile_tokens=4,
-                budget_s=0),
+                budget_s=0, pool_prompts=8, pool_prompt_lens="6-20", pool_new_tokens="3-10", pool_batch=4,
+                 pool_warmup_prompts=4),
 }
 
 
@@ -211,9 +224,9 @@ def random_prompts(lengths: list[int], vocab: int, seed: int) -> list[list[int]]
     return [torch.randint(3, vocab, (n,), generator=g).tolist() for n in lengths]
 
 
-def left_pad(prompts: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids, mask), both (B, S), left-padded with PAD."""
-    width = max(map(len, prompts))
+def left_pad(prompts: list[list[int]], device, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, mask), both (B, S), left-padded with PAD to ``width`` (default: the longest prompt)."""
+    width = width or max(map(len, prompts))
     ids = torch.full((len(prompts), width), PAD, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for r, p in enumerate(prompts):
@@ -265,8 +278,7 @@ def decode_continuous(model, prompts, new_tokens: int, *, eglr: dict, stats=None
     from eglr_harness.decoding.contract import Request
 
     config = EglrConfig(**{"tau_h": math.inf, **{k: v for k, v in eglr.items() if k not in ("engine", "engine_options")}})
-    options = tuple(sorted(eglr.get("engine_options", {}).items()))
-    engine = _continuous_engine(model, len(prompts), () if eos_token_id is None else (eos_token_id,), options)
+    engine = engine_of(model, len(prompts), eglr, eos_token_id)
     outcomes = engine.run([Request(tuple(p), config, new_tokens) for p in prompts],
                           stats_for=None if stats is None else (lambda _config: stats))
     return [o.tokens for o in outcomes]
@@ -278,6 +290,49 @@ def _continuous_engine(model, max_batch: int, eos: tuple, options: tuple):
     from eglr_harness.decoding.continuous_engine import ContinuousEngine
 
     return ContinuousEngine(model, max_batch=max_batch, eos_token_ids=list(eos), **dict(options))
+
+
+def engine_of(model, max_batch: int, eglr: dict, eos_token_id: int | None = None):
+    """The (cached) continuous engine that ``decode`` / the pool runs use for these settings."""
+    options = tuple(sorted(eglr.get("engine_options", {}).items()))
+    return _continuous_engine(model, max_batch, () if eos_token_id is None else (eos_token_id,), options)
+
+
+def _is_captured(eglr: dict | None) -> bool:
+    return bool(eglr) and eglr.get("engine") == "continuous" and bool(eglr.get("engine_options", {}).get("compile"))
+
+
+def dynamo_graphs() -> int | None:
+    """Graphs dynamo compiled in this process so far (its ``unique_graphs`` counter), where torch keeps it."""
+    try:
+        from torch._dynamo.utils import counters
+    except Exception:  # noqa: BLE001 -- a torch without the counter: nothing to report
+        return None
+    return int(counters["stats"]["unique_graphs"])
+
+
+WARMUP_REPORT_KEYS = ("compiles", "captures", "compile_seconds", "capture_seconds", "late_compiles")
+CAPTURED_SUMMARY = ("warmup_s", "warmup_compile_s", "warmup_capture_s", "compiles", "captures", "late_compiles",
+                    "dynamo_graphs_warmup", "dynamo_graphs_late")
+
+
+def captured_warmup(engine, graphs_before: int | None, graphs_warm: int | None, graphs_after: int | None) -> dict:
+    """A captured mode's warm-up, split: the engine's own ``warmup_report()`` (compiles, captures, their
+    seconds, compiles after warm-up; None while the engine has no such report) and, counted here,
+    the graphs dynamo compiled during the warm-up decode and during the timed decodes (late)."""
+    report = getattr(engine, "warmup_report", None)
+    report = report() if callable(report) else None
+    delta = lambda a, b: None if a is None or b is None else b - a
+    return {
+        "warmup_report": None if report is None else {k: report.get(k) for k in WARMUP_REPORT_KEYS},
+        "warmup_compile_s": None if report is None else report.get("compile_seconds"),
+        "warmup_capture_s": None if report is None else report.get("capture_seconds"),
+        "compiles": None if report is None else report.get("compiles"),
+        "captures": None if report is None else report.get("captures"),
+        "late_compiles": None if report is None else report.get("late_compiles"),
+        "dynamo_graphs_warmup": delta(graphs_before, graphs_warm),
+        "dynamo_graphs_late": delta(graphs_warm, graphs_after),
+    }
 
 
 def greedy_entropies(model, prompts, new_tokens: int, *, device, eos_token_id: int | None = EOS) -> torch.Tensor:
@@ -579,11 +634,14 @@ def timed_decode(model, prompts, new_tokens: int, *, device: str, mode: str, egl
 
     from eglr_harness.decoding.stats import EglrStats
 
+    captured = _is_captured(eglr)
+    graphs_before = dynamo_graphs()
     _sync(device)
     started = time.perf_counter()
     decode_with(model, prompts, new_tokens, device=device, mode=mode, eglr=eglr)  # warm-up, full length
     _sync(device)
     warmup = time.perf_counter() - started
+    graphs_warm = dynamo_graphs()
     walls, stats, rows = [], None, []
     for _ in range(repeats):
         stats = EglrStats() if eglr is not None else None
@@ -601,6 +659,9 @@ def timed_decode(model, prompts, new_tokens: int, *, device: str, mode: str, egl
            "tokens_per_s": tokens / median, "steps": steps, "ms_per_step": 1000 * median / steps}
     if stats is not None:
         out["stats"] = stats.summary()
+    if captured:
+        engine = engine_of(model, len(prompts), eglr)
+        out.update(captured_warmup(engine, graphs_before, graphs_warm, dynamo_graphs()))
     return out, rows
 
 
@@ -846,6 +907,181 @@ def check_memory(model, config, args, device: str, span: int) -> dict:
     return out
 
 
+# ------------------------------------------------------------------------------------- pool (issue 32)
+POOL_MODES = ("generate_static", "cL0c", "cpoolc", "generate", "cL0", "cpool")
+"""``generate_static`` / ``generate``: transformers' generate (static cache compiled on CUDA / dynamic), batches
+of ``--pool_batch`` prompts; ``cL0c`` / ``cpoolc``: the continuous engine captured (``--compile``) at L=0 / over
+the pool L=1..10 at T=0; ``cL0`` / ``cpool``: the same eager."""
+DEFAULT_POOL_MODES = ("generate_static", "cL0c", "cpoolc", "generate")
+ROW_ENDS = ("each request's max_new_tokens drawn uniformly from --pool_new_tokens (seeded), no EOS: rows end at "
+            "different lengths; generate runs each batch to the longest and counts only each row's own tokens")
+
+
+def pool_workload(config, args) -> tuple[list[list[int]], list[int]]:
+    """(prompts, per-prompt new-token limits): ``--pool_prompts`` random prompts with lengths and limits drawn
+    uniformly from ``--pool_prompt_lens`` and ``--pool_new_tokens`` (seeded)."""
+    g = torch.Generator().manual_seed(args.seed + 5)
+    (lo, hi), (new_lo, new_hi) = args.pool_prompt_lens, args.pool_new_tokens
+    lengths = torch.randint(lo, hi + 1, (args.pool_prompts,), generator=g).tolist()
+    limits = torch.randint(new_lo, new_hi + 1, (args.pool_prompts,), generator=g).tolist()
+    return random_prompts(lengths, config.vocab_size, args.seed + 6), limits
+
+
+def generate_batches(model, prompts, limits, *, batch: int, static: bool, width: int, new_tokens: int, device: str
+                     ) -> list[list[int]]:
+    """transformers' greedy ``generate`` over ``prompts`` in batches of ``batch`` (no refill), every batch left-padded
+    to ``width`` and run for ``new_tokens`` (the longest prompt and limit of the whole workload: one shape, one
+    compiled graph for the static cache). Returns each row's first ``limit`` new tokens."""
+    cache = {"cache_implementation": "static"} if static else {}
+    rows: list[list[int]] = []
+    for start in range(0, len(prompts), batch):
+        ids, mask = left_pad(prompts[start:start + batch], device, width)
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, pad_token_id=PAD,
+                                 eos_token_id=None, **cache)
+        rows += out[:, width:].tolist()
+    return [row[:limit] for row, limit in zip(rows, limits)]
+
+
+def continuous_pool(model, prompts, limits, *, spans: list[int], tau_h: float, batch: int, options: dict, stats=None
+                    ) -> list[list[int]]:
+    """One continuous-engine run of every prompt at every span of ``spans`` (``[0]``: plain decoding), each request
+    with its own limit, ``batch`` rows advancing, freed slots refilled from the queue. Returns the rows' tokens
+    (prompt-major: prompt 0 at every span, then prompt 1, ...)."""
+    from eglr_harness.config import EglrConfig
+    from eglr_harness.decoding.contract import Request
+
+    configs = [EglrConfig(L=0, tau_h=math.inf) if L == 0 else EglrConfig(L=L, tau_h=tau_h, **PAPER) for L in spans]
+    requests = [Request(tuple(p), config, limit) for p, limit in zip(prompts, limits) for config in configs]
+    engine = engine_of(model, batch, {"engine_options": options})
+    outcomes = engine.run(requests, stats_for=None if stats is None else (lambda _config: stats))
+    return [o.tokens for o in outcomes]
+
+
+def pool_modes(spans: list[int], captured: dict, only: list[str]) -> dict:
+    """Mode -> (kind, spans, engine options) or the reason it is skipped."""
+    compiled = captured.get("skipped") or {"compile": True, "compile_mode": captured["compile"],
+                                           "compile_backend": captured["compile_backend"]}
+    settings = {"generate_static": ("generate", None, {"static": True}), "generate": ("generate", None, {"static": False}),
+                "cL0": ("continuous", [0], {}), "cpool": ("continuous", spans, {}),
+                "cL0c": compiled if isinstance(compiled, str) else ("continuous", [0], compiled),
+                "cpoolc": compiled if isinstance(compiled, str) else ("continuous", spans, compiled)}
+    return {mode: settings[mode] for mode in POOL_MODES if mode in only}
+
+
+def timed_pool_mode(model, prompts, limits, *, spec, tau_h: float, args, device: str) -> tuple[dict, list]:
+    """One pool mode: a warm-up over the first ``--pool_warmup_prompts`` prompts (same settings; the compiled
+    graphs and captures it leaves are reused), then one timed run over all of them."""
+    from eglr_harness.decoding.stats import EglrStats
+
+    kind, spans, options = spec
+
+    def once(n: int, stats=None) -> list[list[int]]:
+        if kind == "generate":
+            return generate_batches(model, prompts[:n], limits[:n], batch=args.pool_batch, width=max(map(len, prompts)),
+                                    new_tokens=max(limits), device=device, **options)
+        return continuous_pool(model, prompts[:n], limits[:n], spans=spans, tau_h=tau_h, batch=args.pool_batch,
+                               options=options, stats=stats)
+
+    _continuous_engine.cache_clear()  # each mode its own engine: its warm-up report counts its own compiles
+    graphs_before = dynamo_graphs()
+    _sync(device)
+    started = time.perf_counter()
+    once(args.pool_warmup_prompts)
+    _sync(device)
+    warmup = time.perf_counter() - started
+    graphs_warm = dynamo_graphs()
+    stats = EglrStats() if kind == "continuous" else None
+    started = time.perf_counter()
+    rows = once(len(prompts), stats)
+    _sync(device)
+    wall = time.perf_counter() - started
+    per_row = [limit for limit in limits for _ in (spans or [None])]
+    tokens = sum(map(len, rows))
+    if [len(r) for r in rows] != per_row:
+        raise RuntimeError(f"expected {sum(per_row)} new tokens ({len(per_row)} rows at their limits), got {tokens}")
+    out = {"requests": len(rows), "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall, "warmup_s": warmup,
+           "warmup_prompts": args.pool_warmup_prompts}
+    if kind == "generate":
+        batches = math.ceil(len(prompts) / args.pool_batch)
+        out["decoded_tokens"] = batches * args.pool_batch * max(limits)  # what ran, padding rows' steps included
+        out["steps"] = batches * max(limits)
+    else:
+        out["steps"] = stats.steps
+        out["stats"] = stats.summary()
+        if options.get("compile"):
+            out.update(captured_warmup(engine_of(model, args.pool_batch, {"engine_options": options}), graphs_before,
+                                       graphs_warm, dynamo_graphs()))
+    return out, rows
+
+
+def check_pool(name: str, args, device: str, result: dict | None = None, budget: "Budget | None" = None,
+               save=lambda: None) -> dict:
+    """Check 5 (issue 32): continuous batching with refill against ``generate`` on the same prompts, in one run.
+
+    ``--pool_prompts`` prompts (lengths ``--pool_prompt_lens``), each request with its own new-token limit
+    (``--pool_new_tokens``: rows end at different lengths), ``--pool_batch`` rows: generate with a static cache
+    (compiled on CUDA) and dynamic, batch after batch; the continuous engine captured at L=0 and over the pool
+    L=1..min(10, N) at T=0 (all spans in one run), refilling freed slots. Tokens/s count each request's own tokens.
+    """
+    result = {} if result is None else result
+    budget = budget or Budget(None)
+    config = family_config(name, args.size, eos_token_id=None)
+    n = config.num_hidden_layers
+    spans = list(range(1, min(args.pool_L, n) + 1))
+    model = build_model(config, dtype=torch.bfloat16, attn=FAMILIES[name].attn[0], device=device,
+                        logit_std=args.logit_std, seed=args.seed)
+    prompts, limits = pool_workload(config, args)
+    tau_h = calibrate_tau_h(greedy_entropies(model, prompts[:16], args.calib_tokens, device=device, eos_token_id=None))
+    captured = captured_plan(args, device)
+    modes = pool_modes(spans, captured, args.pool_modes)
+    result.update({
+        "layers": n, "spans": spans, "tau_h_p95": tau_h, "prompts": len(prompts), "batch": args.pool_batch,
+        "prompt_lengths": {"min": min(map(len, prompts)), "max": max(map(len, prompts)),
+                           "mean": sum(map(len, prompts)) / len(prompts)},
+        "new_tokens": {"min": min(limits), "max": max(limits), "mean": sum(limits) / len(limits)},
+        "row_ends": ROW_ENDS, "captured": captured,
+        "modes": {mode: {"skipped": spec} if isinstance(spec, str) else dict(NOT_REACHED) for mode, spec in modes.items()},
+    })
+    rows_of: dict[str, list] = {}
+    for mode, spec in modes.items():
+        if isinstance(spec, str):
+            continue
+        if not budget.allows():
+            result["modes"][mode] = {"skipped": budget.skip_reason()}
+            continue
+        logger.info("%s pool: %s (%.0f s of the budget left)", name, mode, budget.left())
+        result["running"] = mode
+        result["modes"][mode] = dict(STARTED)
+        result["modes"][mode], rows_of[mode] = timed_pool_mode(model, prompts, limits, spec=spec, tau_h=tau_h,
+                                                               args=args, device=device)
+        del result["running"]
+        result.update(pool_figures(result["modes"], rows_of, len(spans)))
+        save()
+    del model
+    _free(device)
+    return result
+
+
+def pool_figures(runs: dict, rows_of: dict, spans: int) -> dict:
+    """Tokens/s ratios of the modes that ran, and whether L=0 of the engine gave generate's tokens."""
+    tps = {mode: run["tokens_per_s"] for mode, run in runs.items() if "tokens_per_s" in run}
+    ratio = lambda a, b: tps[a] / tps[b] if a in tps and b in tps else None
+    same = lambda a, b: (sum(x == y for x, y in zip(rows_of[a], rows_of[b])) / len(rows_of[a])
+                         if a in rows_of and b in rows_of else None)
+    return {"tokens_per_s": tps, "figures": {
+        "tokens_per_s_ratio[cL0c/generate_static]": ratio("cL0c", "generate_static"),
+        "tokens_per_s_ratio[cL0c/generate]": ratio("cL0c", "generate"),
+        "tokens_per_s_ratio[cpoolc/generate]": ratio("cpoolc", "generate"),
+        "tokens_per_s_ratio[cpoolc/cL0c]": ratio("cpoolc", "cL0c"),
+        "tokens_per_s_ratio[generate_static/generate]": ratio("generate_static", "generate"),
+        # greedy bf16: kernels may round a near-tie differently across shapes, so a share, not a verdict
+        "rows_equal[cL0c,generate]": same("cL0c", "generate"),
+        "rows_equal[cL0c,cL0]": same("cL0c", "cL0"),
+        "rows_equal[cpoolc,cpool]": same("cpoolc", "cpool"),
+    }}
+
+
 # ------------------------------------------------------------------------------------- budget
 class BudgetExhausted(BaseException):
     """Raised by ``Budget.alarm`` in the main thread when the family's time is spent. A BaseException,
@@ -932,12 +1168,24 @@ def _csv(value: str, allowed, flag: str) -> list[str]:
     return items
 
 
+def _span(value: str, flag: str) -> tuple[int, int]:
+    """``lo-hi`` -> (lo, hi), 1 <= lo <= hi."""
+    try:
+        lo, hi = (int(part) for part in str(value).split("-"))
+    except ValueError:
+        raise ValueError(f"{flag}={value!r}: expected lo-hi, two integers, e.g. 64-512") from None
+    if not 1 <= lo <= hi:
+        raise ValueError(f"{flag}={value!r}: expected 1 <= lo <= hi")
+    return lo, hi
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="full", choices=SIZES, help="full = the checkpoints' shapes; tiny = CPU seconds")
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     parser.add_argument("--families", default=",".join(DEFAULT_FAMILIES), help=f"comma list of {', '.join(FAMILIES)}")
-    parser.add_argument("--checks", default=",".join(CHECKS), help=f"comma list of {', '.join(CHECKS)}")
+    parser.add_argument("--checks", default=",".join(DEFAULT_CHECKS), help=f"comma list of {', '.join(CHECKS)} "
+                        "(default: all but pool)")
     parser.add_argument("--attn", default="sdpa,eager", help="attention implementations of the fp32 exactness check")
     parser.add_argument("--exact_layers", type=int, help="layers of the shortened exactness/placement models (full: 6)")
     parser.add_argument("--exact_new_tokens", type=int, help="new tokens per exactness run (full: 16)")
@@ -963,6 +1211,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--budget_s", type=float, help="seconds per family: parts start only while time is "
                         "left, the running one is interrupted when it runs out, the report says what was skipped "
                         "(full: 540, for a 10-minute call; tiny: none); 0 = no limit")
+    parser.add_argument("--pool_prompts", type=int, help="prompts of the pool check (full: 256)")
+    parser.add_argument("--pool_prompt_lens", help="prompt lengths of the pool check, lo-hi, drawn uniformly "
+                        "(full: 64-1024)")
+    parser.add_argument("--pool_new_tokens", help="each request's new-token limit, lo-hi, drawn uniformly: rows end "
+                        "at different lengths (full: 64-512)")
+    parser.add_argument("--pool_batch", type=int, help="rows of the pool check: generate's batch, the engine's "
+                        "max_batch (full: 64)")
+    parser.add_argument("--pool_warmup_prompts", type=int, help="prompts of each pool mode's warm-up run (full: 64)")
+    parser.add_argument("--pool_L", type=int, default=10, help="the pool's spans: L=1..this (capped at the depth)")
+    parser.add_argument("--pool_modes", default=",".join(DEFAULT_POOL_MODES),
+                        help=f"comma list of {', '.join(POOL_MODES)} (c...c: captured)")
     parser.add_argument("--mem_context", type=int, help="prompt + new tokens of the memory check (full: 3072)")
     parser.add_argument("--mem_batch", type=int, help="batch of the memory check (full: 16)")
     parser.add_argument("--mem_new_tokens", type=int, help="new tokens of the memory check (full: 16)")
@@ -1000,6 +1259,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
     args.compile = check_compile_setting(args.compile)
     args.speed_modes = _csv(args.speed_modes, SPEED_MODES, "--speed_modes")
+    args.pool_modes = _csv(args.pool_modes, POOL_MODES, "--pool_modes")
+    args.pool_prompt_lens = _span(args.pool_prompt_lens, "--pool_prompt_lens")
+    args.pool_new_tokens = _span(args.pool_new_tokens, "--pool_new_tokens")
+    for flag in ("pool_prompts", "pool_batch", "pool_warmup_prompts", "pool_L"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag}={getattr(args, flag)}: must be >= 1")
+    for flag in ("pool_prompts", "pool_warmup_prompts"):  # whole batches: generate's static cache keeps one shape
+        if getattr(args, flag) % args.pool_batch or getattr(args, flag) > args.pool_prompts:
+            raise ValueError(f"--{flag}={getattr(args, flag)}: must be a multiple of --pool_batch={args.pool_batch}"
+                             f" and at most --pool_prompts={args.pool_prompts}")
     if args.speed_kv_bucket is not None and (args.speed_kv_bucket < 2 or args.speed_kv_bucket % 2):
         raise ValueError(f"--speed_kv_bucket={args.speed_kv_bucket}: must be an even int >= 2")
     if args.budget_s is not None and args.budget_s < 0:
@@ -1041,13 +1310,13 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def run_family(name: str, entry: dict, args, device: str, checks: set[str], save) -> None:
-    """The checks of one family within its budget, in ``entry``: exactness, placement, speed (+ memory).
+    """The checks of one family within its budget, in ``entry``: exactness, placement, speed (+ memory), pool.
 
     A part the budget does not reach is ``{"skipped": ...}``; the one the alarm interrupts keeps what
     it finished and says ``"interrupted"``."""
     budget = Budget(args.budget_s)
     entry["budget"] = {"budget_s": args.budget_s}
-    parts = [part for part in ("exactness", "placement", "speed") if part in checks or
+    parts = [part for part in ("exactness", "placement", "speed", "pool") if part in checks or
              (part == "speed" and "memory" in checks)]
     checks_of = {"exactness": check_exactness, "placement": check_placement}
     running = None
@@ -1058,9 +1327,10 @@ def run_family(name: str, entry: dict, args, device: str, checks: set[str], save
                     entry[part] = {"skipped": budget.skip_reason()}
                     continue
                 running = part
-                if part == "speed":
-                    result = entry["speed"] = {}
-                    out = guarded(check_speed_and_memory, name, args, device, checks, result, budget, save)
+                if part in ("speed", "pool"):  # filled mode by mode, saved after each
+                    result = entry[part] = {}
+                    out = (guarded(check_speed_and_memory, name, args, device, checks, result, budget, save)
+                           if part == "speed" else guarded(check_pool, name, args, device, result, budget, save))
                     if out is not result:  # an error: keep the modes that finished beside it
                         result.update(out)
                 else:
@@ -1119,6 +1389,16 @@ def summarise(report: dict) -> dict:
             skipped = sorted(mode for mode, run in figures["runs"].items() if "skipped" in run)
             if skipped:
                 line[f"b{batch}"]["skipped"] = skipped
+            captured = {mode: {k: run.get(k) for k in CAPTURED_SUMMARY} for mode, run in figures["runs"].items()
+                        if "dynamo_graphs_warmup" in run}
+            if captured:
+                line[f"b{batch}"]["captured"] = captured
+        pool = entry.get("pool")
+        if pool is not None:
+            line["pool"] = {mode: run.get("tokens_per_s", run.get("skipped")) for mode, run in pool.get("modes", {}).items()}
+            for key in ("skipped", "interrupted", "error"):
+                if key in pool:
+                    line["pool"][key] = pool[key]
         for key in ("error", "interrupted", "skipped"):
             if key in speed:
                 line[f"speed_{key}"] = speed[key]

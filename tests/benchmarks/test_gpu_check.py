@@ -130,6 +130,14 @@ def test_the_captured_modes_run_compiled_on_a_cpu(gpu_check, tmp_path):
         run = figures["runs"][mode]
         assert run["tokens"] == 2 * 4 and run["warmup_s"] > run["wall_s"] > 0 and run["ms_per_step"] > 0
     assert figures["captured_tokens_equal_eager"] == {"cL0": True, "cL4": True}
+    for mode in ("cL0c", "cL4c"):  # the warm-up split (issue 32): dynamo's graphs counted here, the engine's report
+        run = figures["runs"][mode]
+        assert run["dynamo_graphs_warmup"] >= 1 and run["dynamo_graphs_late"] == 0  # warmed up over the full length
+        engine_report = run["warmup_report"]
+        assert engine_report is None or set(engine_report) == set(gpu_check.WARMUP_REPORT_KEYS)
+        assert run["compiles"] == (None if engine_report is None else engine_report["compiles"])
+    captured_line = report["summary"]["llama-3.1-8b"]["b2"]["captured"]
+    assert set(captured_line) == {"cL0c", "cL4c"} and captured_line["cL0c"]["warmup_s"] == figures["runs"]["cL0c"]["warmup_s"]
     assert figures["wall_ratio_L_vs_L0[continuous,compiled]"] > 0
     goals = figures["goals"]
     assert set(goals) == {"captured_L0_ms_per_step_vs_generate_static", "captured_L_vs_L0", "gpu_busy[cL0c]",
@@ -185,6 +193,70 @@ def test_a_budget_spent_before_a_part_skips_it(gpu_check, monkeypatch):
     assert report["summary"]["qwen2.5-3b"]["exact"].startswith("budget:")
 
 
+def test_captured_warmup_reads_the_engines_report(gpu_check):
+    """The engine's warmup_report() (the lead's API) goes into the record as it is; without it, null."""
+
+    class Reporting:
+        def warmup_report(self):
+            return {"compiles": 3, "captures": 7, "compile_seconds": 41.5, "capture_seconds": 2.25, "late_compiles": 0,
+                    "other": "ignored"}
+
+    out = gpu_check.captured_warmup(Reporting(), 10, 13, 13)
+    assert out["warmup_report"] == {"compiles": 3, "captures": 7, "compile_seconds": 41.5, "capture_seconds": 2.25,
+                                    "late_compiles": 0}
+    assert (out["warmup_compile_s"], out["warmup_capture_s"], out["compiles"], out["captures"], out["late_compiles"]) == (
+        41.5, 2.25, 3, 7, 0)
+    assert (out["dynamo_graphs_warmup"], out["dynamo_graphs_late"]) == (3, 0)
+    bare = gpu_check.captured_warmup(object(), None, None, None)
+    assert bare["warmup_report"] is None and bare["compiles"] is None and bare["dynamo_graphs_warmup"] is None
+
+
+def test_the_pool_mode_runs_every_mode_on_the_same_prompts(gpu_check, tmp_path):
+    """Issue 32's pool mode at tiny sizes: prompts and limits of varied lengths, every mode counts each request's
+    own tokens, the engine refills freed slots (fewer steps than generate's batches), the captured runs (dynamo,
+    eager backend) give the eager tokens and report their warm-up."""
+    out = tmp_path / "pool.json"
+    report = gpu_check.main([*TINY, "--families", "llama-3.1-8b", "--checks", "pool", "--compile", "default",
+                             "--compile_backend", "eager", "--pool_modes", ",".join(gpu_check.POOL_MODES),
+                             "--out", str(out)])
+    pool = report["families"]["llama-3.1-8b"]["pool"]
+    assert pool["prompts"] == 8 and pool["batch"] == 4 and pool["spans"] == [1, 2, 3, 4]
+    assert 6 <= pool["prompt_lengths"]["min"] < pool["prompt_lengths"]["max"] <= 20
+    assert 3 <= pool["new_tokens"]["min"] < pool["new_tokens"]["max"] <= 10 and "different lengths" in pool["row_ends"]
+    useful = round(pool["new_tokens"]["mean"] * 8)
+    modes = pool["modes"]
+    assert set(modes) == set(gpu_check.POOL_MODES)
+    for mode, run in modes.items():
+        per_prompt = 4 if mode.startswith("cpool") else 1
+        assert run["requests"] == 8 * per_prompt and run["tokens"] == useful * per_prompt, mode
+        assert run["tokens_per_s"] == pytest.approx(run["tokens"] / run["wall_s"]) and run["warmup_s"] > 0
+        assert pool["tokens_per_s"][mode] == run["tokens_per_s"]
+    for mode in ("generate", "generate_static"):  # batch after batch, each to its longest row
+        assert modes[mode]["steps"] == 2 * pool["new_tokens"]["max"]
+        assert modes[mode]["decoded_tokens"] == 2 * 4 * pool["new_tokens"]["max"] > useful
+    assert modes["cL0"]["steps"] < modes["generate"]["steps"]  # refill: freed slots take waiting requests
+    assert modes["cpool"]["stats"]["tokens"] == 4 * useful and modes["cpool"]["stats"]["rho"] > 0
+    for mode in ("cL0c", "cpoolc"):
+        assert modes[mode]["dynamo_graphs_warmup"] >= 1 and modes[mode]["dynamo_graphs_late"] >= 0
+        assert modes[mode]["warmup_report"] is None or set(modes[mode]["warmup_report"]) == set(gpu_check.WARMUP_REPORT_KEYS)
+    figures = pool["figures"]
+    assert figures["rows_equal[cL0c,cL0]"] == 1.0 and figures["rows_equal[cpoolc,cpool]"] == 1.0
+    assert 0 <= figures["rows_equal[cL0c,generate]"] <= 1
+    assert figures["tokens_per_s_ratio[cpoolc/generate]"] == pytest.approx(
+        modes["cpoolc"]["tokens_per_s"] / modes["generate"]["tokens_per_s"])
+    assert report["summary"]["llama-3.1-8b"]["pool"] == pool["tokens_per_s"]
+    assert json.loads(out.read_text())["families"]["llama-3.1-8b"]["pool"]["modes"]["cpoolc"] == modes["cpoolc"]
+
+
+def test_the_pool_modes_default_to_the_issues_four(gpu_check):
+    args = gpu_check.parse_args([*TINY, "--checks", "pool"])
+    assert args.pool_modes == ["generate_static", "cL0c", "cpoolc", "generate"]
+    assert args.pool_prompt_lens == (6, 20) and args.pool_new_tokens == (3, 10)
+    full = gpu_check.parse_args(["--device", "cpu", "--checks", "pool"])
+    assert (full.pool_prompts, full.pool_prompt_lens, full.pool_new_tokens, full.pool_batch) == (256, (64, 1024), (64, 512), 64)
+    assert "pool" not in gpu_check.parse_args(["--device", "cpu"]).checks  # asked for by name only
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--families", "gpt2"], "--families='gpt2'"),
     (["--checks", "speed,latency"], "--checks='speed,latency'"),
@@ -196,6 +268,10 @@ def test_a_budget_spent_before_a_part_skips_it(gpu_check, monkeypatch):
     (["--speed_modes", "cL0,fast"], "--speed_modes='cL0,fast'"),
     (["--speed_kv_bucket", "7"], "--speed_kv_bucket=7"),
     (["--budget_s", "-1"], "--budget_s=-1"),
+    (["--pool_prompt_lens", "64"], "--pool_prompt_lens='64'"),
+    (["--pool_new_tokens", "512-64"], "--pool_new_tokens='512-64'"),
+    (["--pool_modes", "cL0c,fast"], "--pool_modes='cL0c,fast'"),
+    (["--pool_prompts", "250"], "--pool_prompts=250"),
     (["--size", "tiny", "--mem_context", "4", "--mem_new_tokens", "4"], "--mem_context=4"),
 ])
 def test_bad_flags_raise_value_error(gpu_check, argv, message):
