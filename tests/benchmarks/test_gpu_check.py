@@ -128,14 +128,19 @@ def test_the_captured_modes_run_compiled_on_a_cpu(gpu_check, tmp_path):
     assert set(figures["runs"]) == {"generate_static", "cL0c", "cL4c", "cL0", "cL4"}
     for mode in ("cL0c", "cL4c"):
         run = figures["runs"][mode]
-        assert run["tokens"] == 2 * 4 and run["warmup_s"] > run["wall_s"] > 0 and run["ms_per_step"] > 0
+        assert run["tokens"] == 2 * 4 and run["warmup_s"] > 0 and run["wall_s"] > 0 and run["ms_per_step"] > 0
     assert figures["captured_tokens_equal_eager"] == {"cL0": True, "cL4": True}
-    for mode in ("cL0c", "cL4c"):  # the warm-up split (issue 32): dynamo's graphs counted here, the engine's report
+    # the warm-up split (issue 32): the process compiles the decoder layer once (here or in an earlier test), and
+    # the second mode reuses that compilation; dynamo's graphs counted by the script agree with the engine's report
+    assert figures["runs"]["cL0c"]["dynamo_graphs_warmup"] <= 2 and figures["runs"]["cL4c"]["dynamo_graphs_warmup"] == 0
+    for mode in ("cL0c", "cL4c"):
         run = figures["runs"][mode]
-        assert run["dynamo_graphs_warmup"] >= 1 and run["dynamo_graphs_late"] == 0  # warmed up over the full length
+        assert run["dynamo_graphs_late"] == 0  # warmed up over the full length
         engine_report = run["warmup_report"]
-        assert engine_report is None or set(engine_report) == set(gpu_check.WARMUP_REPORT_KEYS)
-        assert run["compiles"] == (None if engine_report is None else engine_report["compiles"])
+        assert set(engine_report) == set(gpu_check.WARMUP_REPORT_KEYS) and run["compiles"] == engine_report["compiles"]
+    # the engine's own count (over its life: the script keeps one engine per batch) is dynamo's
+    assert figures["runs"]["cL0c"]["compiles"] == figures["runs"]["cL0c"]["dynamo_graphs_warmup"]
+    assert figures["runs"]["cL4c"]["compiles"] <= 2
     captured_line = report["summary"]["llama-3.1-8b"]["b2"]["captured"]
     assert set(captured_line) == {"cL0c", "cL4c"} and captured_line["cL0c"]["warmup_s"] == figures["runs"]["cL0c"]["warmup_s"]
     assert figures["wall_ratio_L_vs_L0[continuous,compiled]"] > 0
@@ -236,9 +241,13 @@ def test_the_pool_mode_runs_every_mode_on_the_same_prompts(gpu_check, tmp_path):
         assert modes[mode]["decoded_tokens"] == 2 * 4 * pool["new_tokens"]["max"] > useful
     assert modes["cL0"]["steps"] < modes["generate"]["steps"]  # refill: freed slots take waiting requests
     assert modes["cpool"]["stats"]["tokens"] == 4 * useful and modes["cpool"]["stats"]["rho"] > 0
+    # the process compiles the decoder layer once (in cL0c, or in an earlier test of this process); the pool
+    # reuses it; nothing after warm-up
+    assert modes["cL0c"]["dynamo_graphs_warmup"] <= 2 and modes["cpoolc"]["dynamo_graphs_warmup"] == 0
     for mode in ("cL0c", "cpoolc"):
-        assert modes[mode]["dynamo_graphs_warmup"] >= 1 and modes[mode]["dynamo_graphs_late"] >= 0
-        assert modes[mode]["warmup_report"] is None or set(modes[mode]["warmup_report"]) == set(gpu_check.WARMUP_REPORT_KEYS)
+        assert modes[mode]["dynamo_graphs_late"] == 0 and modes[mode]["late_compiles"] == 0
+        assert set(modes[mode]["warmup_report"]) == set(gpu_check.WARMUP_REPORT_KEYS)
+    assert modes["cL0c"]["compiles"] + modes["cpoolc"]["compiles"] <= 2
     figures = pool["figures"]
     assert figures["rows_equal[cL0c,cL0]"] == 1.0 and figures["rows_equal[cpoolc,cpool]"] == 1.0
     assert 0 <= figures["rows_equal[cL0c,generate]"] <= 1
