@@ -474,6 +474,15 @@ def step_keys(engine: ContinuousEngine) -> list[tuple]:
     return keys
 
 
+def eager_and_capturing(monkeypatch) -> tuple:
+    """``capture_requests``, their eager outcomes, and a capturing engine over the same model whose steps' keys are recorded."""
+    model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=COMPILE_LAYERS, seed=1)
+    requests = capture_requests()
+    eager = ContinuousEngine(model, max_batch=2, eos_token_ids=[], kv_bucket=2).run(requests)
+    engine = capturing_engine(model, monkeypatch)
+    return requests, eager, engine, step_keys(engine)
+
+
 def capture_violations(keys: list[tuple], report: dict) -> list[str]:
     """What breaks 'one recording per (rows, refining rows, width) key met, none for a key seen before'."""
     met = sorted(set(keys))
@@ -483,11 +492,7 @@ def capture_violations(keys: list[tuple], report: dict) -> list[str]:
 
 
 def test_captures_one_graph_per_bucket_and_width_and_replays_it_across_runs(monkeypatch, fresh_dynamo):
-    model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=COMPILE_LAYERS, seed=1)
-    requests = capture_requests()
-    eager = ContinuousEngine(model, max_batch=2, eos_token_ids=[], kv_bucket=2).run(requests)
-    engine = capturing_engine(model, monkeypatch)
-    keys = step_keys(engine)
+    requests, eager, engine, keys = eager_and_capturing(monkeypatch)
     first = engine.run(requests)
     recorded = engine.warmup_report()["captures"]
     again = engine.run(requests)  # the same workspace: every graph replays, none is recorded again
@@ -543,11 +548,7 @@ def test_the_capture_check_sees_a_graph_replayed_at_another_width(monkeypatch, f
     """Broken on purpose: graphs keyed without the K/V width replay a recording made at another
     width. The stand-in replays what was recorded, as a CUDA graph would: the counts and the tokens say so."""
     monkeypatch.setattr(step_graphs.StepRunner, "_key", staticmethod(lambda plan, a, r, cache: (plan, a.shape[0], r.shape[0])))
-    model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=COMPILE_LAYERS, seed=1)
-    requests = capture_requests()
-    eager = ContinuousEngine(model, max_batch=2, eos_token_ids=[], kv_bucket=2).run(requests)
-    engine = capturing_engine(model, monkeypatch)
-    keys = step_keys(engine)
+    requests, eager, engine, keys = eager_and_capturing(monkeypatch)
     broken = engine.run(requests)
     assert capture_violations(keys, engine.warmup_report())
     assert [o.tokens for o in broken] != [o.tokens for o in eager]
