@@ -337,7 +337,12 @@ class _Run:
         parts = self.stack.parts
         vocab = parts.lm_head.weight.shape[0]
         self.plan = StepPlan.of(configs, self.stack.num_layers, vocab, parts.logit_softcap, options)
-        workspace = engine.workspace_for(self.num_slots, engine.capacity_for(requests))
+        # captured steps: storage for the longest request at once (graphs must not see it move); eager
+        # steps: for the longest prompt, grown by buckets as rows get longer (``step``)
+        longest_prompt = max(len(r.prompt) for r in requests)
+        capacity = (engine.capacity_for(requests) if engine.runner.capture else
+                    length_bucket(longest_prompt + 3, engine.kv_bucket))
+        workspace = engine.workspace_for(self.num_slots, capacity)
         self.cache, self.state = workspace.cache, workspace.state
         self.trash = workspace.num_slots  # padding rows of a step write to this slot
         # advancing rows: up to max_batch, more for a step when refining rows exit together
@@ -450,7 +455,12 @@ class _Run:
         self.refining_steps_by_config.update({self.rows[s].request.config for s in refining})
         # the columns the step reads: the newest position an advancing row writes, a length bucket of it
         needed = max([self.rows[s].position + 3 for s in advancing] + [self.rows[s].position + 2 for s in refining])
-        self.cache.width = min(length_bucket(needed, self.engine.kv_bucket), self.cache.capacity)
+        width = length_bucket(needed, self.engine.kv_bucket)
+        if width > self.cache.capacity:  # eager steps only: a captured run's storage holds its longest request
+            self.engine.runner.forget()
+            self.cache.grow(width)
+            self.state.grow_history(width)
+        self.cache.width = width
         if self.engine.compile:  # few distinct shapes: one CUDA graph per bucket
             num_adv = _bucket(max(len(advancing), 1), self.advance_sizes)
             num_ref = _bucket(len(refining), self.refine_sizes) if refining else 0

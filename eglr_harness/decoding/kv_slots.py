@@ -6,8 +6,10 @@ position p. A row that is refining its pending position t writes the key/value o
 input into the scratch column, which only its own query sees; its key/value at t (column 1 + t),
 the one later tokens attend to, stays the normal pass's (eglr-method.md §2, "attention context").
 
-The storage is allocated once, at the capacity C of the run's longest request (a length bucket),
-and never moves: a CUDA graph recorded on it stays valid for the engine's life (``step_graphs.py``).
+When the step is captured, the storage is allocated once, at the capacity C of the run's longest
+request (a length bucket), and never moves: a CUDA graph recorded on it stays valid for the engine's
+life (``step_graphs.py``). Eager steps grow it by length buckets as rows get longer (``grow``), so
+that a run whose rows end early never holds its longest request's K/V for every slot.
 A decoding step's attention reads only the first W columns, W a length bucket of the running rows'
 longest position, so its cost follows the live lengths, not the storage.
 
@@ -99,6 +101,16 @@ class SlotCache:
             shape = (self.num_slots, like.shape[1], self.capacity, like.shape[3])
             self.keys[layer_idx], self.values[layer_idx] = like.new_zeros(shape), like.new_zeros(shape)
         return self.keys[layer_idx], self.values[layer_idx]
+
+    def grow(self, capacity: int) -> None:
+        """Re-allocate every layer's storage with ``capacity`` columns, keeping the ones written (eager
+        steps only: a recorded CUDA graph would still read the old storage)."""
+        for store in (self.keys, self.values):
+            for layer_idx, old in store.items():
+                new = old.new_zeros((*old.shape[:2], capacity, old.shape[3]))
+                new[:, :, :self.capacity] = old
+                store[layer_idx] = new
+        self.capacity = capacity
 
     def layer(self, layer_idx: int, rows: torch.Tensor, columns: torch.Tensor) -> LayerWrite:
         """What decoder layer ``layer_idx`` of a decoding step writes into: its storage at (rows, columns) (G,)."""

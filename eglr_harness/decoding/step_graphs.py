@@ -232,7 +232,9 @@ class StepRunner:
     def _record(self, stack, plan, state, cache, num_adv: int, num_ref: int) -> _Captured | None:
         """Warm the step up on the trash slot (outside any graph), then record it for this key."""
         started, compiling = time.perf_counter(), self.report.compile_seconds
-        cache = copy.copy(cache)  # the width it reads is fixed in the graph: freeze it here too
+        # what the graph reads is fixed at recording, the width and the storage tensors: freeze them here too
+        cache = copy.copy(cache)
+        cache.keys, cache.values = dict(cache.keys), dict(cache.values)
         trash = state.position.shape[0] - 1
         device = state.position.device
         advancing = torch.full((num_adv,), trash, dtype=torch.long, device=device)

@@ -127,6 +127,12 @@ class SlotState:
         state.eos[ids.to(device)] = True
         return state
 
+    def grow_history(self, width: int) -> None:
+        """Keep the token history as wide as the K/V storage when it grows (eager, between steps)."""
+        history = self.history.new_zeros(self.history.shape[0], width)
+        history[:, :self.history.shape[1]] = self.history
+        self.history = history
+
     def admit(self, slots: list[int], configs: list[EglrConfig], seeds: list[int | None],
               prompts: list[tuple[int, ...]], options: list[LogitsOptions]) -> None:
         """Write the settings of newly admitted requests into ``slots`` (host -> device, eager)."""

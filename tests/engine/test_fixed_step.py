@@ -146,28 +146,31 @@ def test_a_nan_kl_raises():
     assert read[:, READ_FIELDS.index("nan")].tolist() == [0.0, 1.0]
 
 
-def test_steps_read_kv_widths_that_grow_and_shrink_by_buckets_over_storage_that_never_moves():
+def test_steps_read_kv_widths_that_grow_and_shrink_by_buckets_of_storage_grown_by_buckets():
+    """Eager steps: the storage starts at the longest prompt and grows by buckets with the rows (never per
+    token); each step reads a bucket of columns that grows and shrinks with the live rows."""
     model = build_tiny_model("mistral", vocab_size=VOCAB, num_layers=LAYERS, seed=1)
-    long = Request(tuple(range(3, 40)), EglrConfig(L=2, tau_h=0.0, tau_kl=TAU_KL), 4)  # 37 positions + 4
+    long = Request(tuple(range(3, 40)), EglrConfig(L=0), 12)  # 37 positions + 12
     short = [Request((5, 6, 7), EglrConfig(L=0), 20)] * 2
     engine = ContinuousEngine(model, max_batch=2, eos_token_ids=[], kv_bucket=4)
-    widths, addresses = [], set()
+    widths, capacities = [], []
     step = engine.step_fn
 
     def recording(stack, plan, state, cache, advancing, refining):
         widths.append(cache.width)
-        addresses.update((cache.keys[0].data_ptr(), state.position.data_ptr()))
+        capacities.append((cache.capacity, cache.keys[0].shape[2], state.history.shape[1]))
         return step(stack, plan, state, cache, advancing, refining)
     engine.step_fn = recording
     outcomes = engine.run([long, *short])
     buckets = {length_bucket(n, 4) for n in range(1, 200)}
     assert widths and set(widths) <= buckets
-    assert max(widths) == length_bucket(37 + 4 + 1, 4)  # the long row's newest column, as a bucket
+    assert max(widths) == length_bucket(37 + 12 + 1, 4) > length_bucket(37 + 3, 4)  # the long row's newest column
     assert widths[-1] < max(widths)  # narrower once the long row left
     assert len(set(widths)) < 10
-    assert engine.workspace.cache.capacity == length_bucket(37 + 4 + 3, 4)  # allocated once, for the longest request
-    assert len(addresses) == 2  # K/V storage and slot state stayed where they were, step after step
-    assert [len(o.tokens) for o in outcomes] == [4, 20, 20]
+    assert capacities[0][0] == length_bucket(37 + 3, 4)  # the longest prompt's bucket at first
+    assert all(c == k == h >= w for (c, k, h), w in zip(capacities, widths))  # storage and history hold every step
+    assert len({c for c, _, _ in capacities}) == 2  # grown once, by a bucket
+    assert [len(o.tokens) for o in outcomes] == [12, 20, 20]
     assert [length_bucket(n, 128) for n in (1, 128, 129, 192, 193, 257, 400)] == [128, 128, 192, 192, 256, 384, 512]
 
 

@@ -464,11 +464,14 @@ def capturing_engine(model, monkeypatch, max_batch=2, **kwargs) -> ContinuousEng
 
 
 def step_keys(engine: ContinuousEngine) -> list[tuple]:
-    """Wrap the engine's step: the (advancing rows, refining rows, K/V width) of every step it takes."""
+    """Wrap the engine's step: the (advancing rows, refining rows, K/V width) of every step it takes;
+    ``engine.addresses`` gets where its storage and state live at each step."""
     keys, step = [], engine.step_fn
+    engine.addresses = set()
 
     def keyed(stack, plan, state, cache, advancing, refining):
         keys.append((advancing.shape[0], refining.shape[0], cache.width))
+        engine.addresses.add((cache.keys[0].data_ptr(), state.position.data_ptr(), state.history.data_ptr()))
         return step(stack, plan, state, cache, advancing, refining)
     engine.step_fn = keyed
     return keys
@@ -499,6 +502,7 @@ def test_captures_one_graph_per_bucket_and_width_and_replays_it_across_runs(monk
     report = engine.warmup_report()
     assert capture_violations(keys, report) == []
     assert report["captures"] == recorded == len(set(keys))
+    assert len(engine.addresses) == 1  # storage and state never moved, across widths and runs
     widths = [width for _, _, width in keys[:len(keys) // 2]]
     drop = next(i for i in range(1, len(widths)) if widths[i] < widths[i - 1])  # StopIteration: never down
     assert len(set(widths)) >= 4 and widths[0] < widths[drop - 1] and max(widths[drop:]) > widths[drop]  # up, down, up
