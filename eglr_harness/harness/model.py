@@ -27,10 +27,13 @@ from eglr_harness.decoding.compile_setting import DEFAULT_COMPILE, check_compile
 from eglr_harness.distributed import process_gather
 from eglr_harness.errors import model_arg_errors
 from eglr_harness.harness.decode import RolloutDecoder, TextCodec
-from eglr_harness.harness.engines import DEFAULT_ENGINE, build_engines, check_engine, log_plan
+from eglr_harness.harness.engines import DEFAULT_ENGINE, build_engines, check_engine, engine_name, engines_said, log_plan
+from eglr_harness.generation_options import (
+    check_generation_options, continuous_refusals, generation_config_options, refuse_for_continuous,
+)
 from eglr_harness.model_args import USE_CACHE_REFUSAL, check_model_args
 from eglr_harness.model_names import loaded_name, model_name
-from eglr_harness.pool import Job, PoolPlan, assign_jobs, frozen
+from eglr_harness.pool import TASK_POOL_KEYS, Job, PoolPlan, assign_jobs, frozen
 from eglr_harness.presets import load_preset
 from eglr_harness.rollout import Rollout
 from eglr_harness.settings import RunSettings
@@ -80,6 +83,11 @@ class EglrHFLM(HFLM):
         self.num_layers = find_model_parts(self.model).num_layers
         with model_arg_errors():
             self.settings.check_layers(self.num_layers)
+            # the model's own generation options, known only now: checked as --gen_kwargs were before the load
+            model_options = generation_config_options(self.model.generation_config)
+            check_generation_options(model_options, "the model's generation_config")
+            if self.engine == "continuous":
+                refuse_for_continuous(continuous_refusals({}, self.model.generation_config), "the model's generation_config")
         self.model_name = model_name({k: v for k, v in hf_args.items() if isinstance(v, str)}) or loaded_name(hf_args["pretrained"])
         self._fingerprint = loaded_model_fingerprint(self.model, hf_args, settings=self.settings.base.as_dict(),
                                                      max_length=self.max_length,
@@ -95,7 +103,9 @@ class EglrHFLM(HFLM):
             self.engines, self.engine_used, self.compile_plan = build_engines(self, self.engine, self.compile_requested)
         self.decoder = RolloutDecoder(_codec(self), self.engines, self._fingerprint,
                                       RolloutStore(rollout_cache, rank=self.rank) if rollout_cache else None,
-                                      strict=self.engine == "continuous", show_progress=self.rank == 0)
+                                      strict=self.engine == "continuous", show_progress=self.rank == 0,
+                                      names=[engine_name(e) for e in self.engines])
+        self.engines_by_cell: dict = {}  # (task, Cell) -> names of the engines that decoded its rollouts
 
     # ------------------------------------------------------------------ lm-eval hooks
     def set_cache_hook(self, cache_hook) -> None:
@@ -122,12 +132,14 @@ class EglrHFLM(HFLM):
         items = [(j.context, self.settings.rollout(j.gen_kwargs, j.cell, j.cycle, self.tau_h_by_task.get(j.task)))
                  for j in jobs]
         keys = [self.decoder.key(*item) for item in items]
-        log_plan(self, jobs, keys)
+        log_plan(self, jobs, keys, [spec for _, spec in items])
         done = self.decoder.decode(items, stats_for=lambda config: self.accounts.stats_for(Cell(config.L, config.T)),
                                    desc="eglr-hf generation", disable_tqdm=disable_tqdm, keys=keys)
         self.accounts.reused.update(spec.cell for spec in done.reused)
         self._gathered_accounts = self.accounts.gathered(self._gather)
-        return [Rollout(r["text"], L=j.cell.L, T=j.cell.T, cycle=j.cycle, signals=r.get("signals"))
+        for r, j in zip(done.records, jobs):
+            self.engines_by_cell.setdefault((j.task, j.cell), set()).add(r.get("engine"))
+        return [Rollout(r["text"], L=j.cell.L, T=j.cell.T, cycle=j.cycle, signals=r.get("signals"), engine=r.get("engine"))
                 for r, j in zip(done.records, jobs)]
 
     def get_model_info(self) -> dict:
@@ -137,7 +149,9 @@ class EglrHFLM(HFLM):
             "model": self.model_name,
             "num_layers": self.num_layers,
             "preset": self.preset.get("name"),
-            "engine": self.engine_used,
+            # the engine(s) that decoded the rollouts (mixed: some cells or rollouts each), per task and cell
+            "engine": engines_said(n for names in self.engines_by_cell.values() for n in names) or self.engine_used,
+            "engines": self._engines_by_task(),
             "engine_requested": self.engine,
             "compile": self.compile_plan.recorded,
             "compile_requested": self.compile_plan.requested,
@@ -147,6 +161,16 @@ class EglrHFLM(HFLM):
         }
         return info
 
+    def _engines_by_task(self) -> dict:
+        """``{task: {cell label: continuous | hf | mixed}}`` of this rank's rollouts (the engine recorded
+        with each; rollouts stored before the engine was recorded count as unknown)."""
+        table: dict = {}
+        for (task, cell), names in sorted(self.engines_by_cell.items(), key=lambda item: (str(item[0][0]), item[0][1])):
+            said = engines_said(names)
+            if said is not None:
+                table.setdefault(str(task), {})[cell.label] = said
+        return table
+
     # ------------------------------------------------------------------ pools and cells
     def _jobs(self, requests: list[Instance]) -> list[Job]:
         return assign_jobs(((r.task_name, r.doc_id, r.idx, *r.args, r.repeats) for r in requests), self._pool)
@@ -154,11 +178,22 @@ class EglrHFLM(HFLM):
     def _pool(self, task: str | None, gen_kwargs: dict, repeats: int) -> PoolPlan:
         key = (task, frozen(gen_kwargs), repeats)
         if key not in self._plans:
+            self._check_task_options(task, gen_kwargs)
             plan = self.settings.pool_plan(task, gen_kwargs, repeats)
             self.settings.check_cells(plan.cells, self.num_layers)
             plan.log(f"eglr-hf task {task}", repeats)
             self._plans[key] = plan
         return self._plans[key]
+
+    def _check_task_options(self, task, gen_kwargs: dict) -> None:
+        """A task's generation options (its YAML merged with ``--gen_kwargs``), before any of its rollouts
+        decodes: invalid values, and with ``engine=continuous`` the valid ones it does not apply."""
+        source = f"generation_kwargs of task {task}"
+        with model_arg_errors():
+            check_generation_options(gen_kwargs, source, ignore=TASK_POOL_KEYS)
+            if self.engine == "continuous":
+                options = {k: v for k, v in gen_kwargs.items() if k not in TASK_POOL_KEYS}
+                refuse_for_continuous(continuous_refusals(options, self.model.generation_config), source)
 
     def calibrate(self, requests: list[Instance], disable_tqdm: bool = False) -> dict[str, float]:
         """tau_h of every task of ``requests`` (calibrated or looked up), without decoding their rollouts."""
@@ -167,7 +202,7 @@ class EglrHFLM(HFLM):
 
     def forget_rollouts(self) -> None:
         """Drop the rollouts and accounting of this run (benchmarks time repeated runs)."""
-        self.decoder.memo.clear()
+        self.decoder.forget()
         self.accounts = RunAccounts(self.num_layers)
         self._gathered_accounts = None
 

@@ -16,6 +16,7 @@ from eglr_harness.decoding.contract import Request
 from eglr_harness.decoding.generate import eglr_generate
 from eglr_harness.decoding.processors import LogitsOptions
 from eglr_harness.decoding.sampling import row_seed
+from eglr_harness.errors import GenerationOptionError
 
 VOCAB, LAYERS, EOS, PAD = 96, 4, 2, 0
 NEW = 12
@@ -115,7 +116,7 @@ def test_the_gate_and_signals_read_the_raw_distribution(model):
 def test_settings_it_does_not_apply_are_refused_by_name(model):
     engine = ContinuousEngine(model, max_batch=1, eos_token_ids=[EOS])
     for options, named in (({"num_beams": 4}, "num_beams=4"), ({"typical_p": 0.5}, "typical_p=0.5"),
-                           ({"frobnicate": 1}, "frobnicate=1")):
+                           ({"epsilon_cutoff": 0.1}, "epsilon_cutoff=0.1")):
         request = Request((5, 6, 7), EglrConfig(L=0), 3, options=options)
         assert named in engine.unsupported(request)
         with pytest.raises(ValueError, match=named) as err:
@@ -130,12 +131,33 @@ def test_settings_it_does_not_apply_are_refused_by_name(model):
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"repetition_penalty": 0.0}, "repetition_penalty"), ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size"),
-    ({"min_p": 1.5}, "min_p"), ({"suppress_tokens": [-3]}, "suppress_tokens"),
+    ({"repetition_penalty": 0.0}, "`repetition_penalty`=0.0 .*allowed: a float > 0"),
+    ({"repetition_penalty": -1}, "`repetition_penalty`=-1 "),
+    ({"no_repeat_ngram_size": -2}, "`no_repeat_ngram_size`=-2 .*allowed: an int >= 0"),
+    ({"min_p": 1.5}, "`min_p`=1.5 .*allowed: a float in \\[0, 1\\]"), ({"suppress_tokens": [-3]}, "suppress_tokens"),
+    ({"typical_p": 0.0}, "`typical_p`=0.0 "), ({"num_beams": 0}, "`num_beams`=0 "), ({"frobnicate": 1}, "`frobnicate`=1 "),
 ])
-def test_bad_processor_values_are_refused_naming_them(options, message):
-    with pytest.raises(ValueError, match=message):
+def test_an_invalid_value_is_an_error_never_a_reason_to_fall_back(model, options, message):
+    """Issue 35: ``unsupported`` (what engine=auto falls back on) raises for an invalid value instead of
+    returning it as a reason, so engine=auto never hands it to engine=hf to fail there, or to be ignored."""
+    with pytest.raises(GenerationOptionError, match=message):
         LogitsOptions.resolve(None, options)
+    engine = ContinuousEngine(model, max_batch=1, eos_token_ids=[EOS])
+    request = Request((5, 6, 7), EglrConfig(L=0), 3, options=options)
+    with pytest.raises(GenerationOptionError, match=message):
+        engine.unsupported(request)
+    with pytest.raises(GenerationOptionError, match=message):
+        engine.run([request])
+
+
+def test_an_invalid_value_of_the_models_generation_config_is_an_error(model):
+    engine = ContinuousEngine(model, max_batch=1, eos_token_ids=[EOS])
+    model.generation_config.repetition_penalty = 0.0
+    try:
+        with pytest.raises(GenerationOptionError, match="`repetition_penalty`=0.0 \\(the model's generation_config\\)"):
+            engine.unsupported(Request((5, 6, 7), EglrConfig(L=0), 3))
+    finally:
+        model.generation_config.repetition_penalty = None
 
 
 def test_one_ngram_size_per_run(model):
