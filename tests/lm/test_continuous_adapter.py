@@ -144,6 +144,91 @@ def test_auto_is_the_default_and_falls_back_to_hf_saying_why(llama_dir, tiny_mod
     assert all(x.signals for x in mixed)  # both engines record signals
     said = [r.getMessage() for r in caplog.records if "decode with engine=hf" in r.getMessage()]
     assert len(said) == 1 and "num_beams=2" in said[0]
+    # which engine decoded is said per rollout, cell and task (issue 35), and in the plan line
+    assert [x.engine for x in mixed] == ["hf", "hf", "continuous", "continuous"]
+    info = lm.get_model_info()["eglr"]
+    assert info["engine"] == "mixed" and info["engines"] == {"a": {"L=0,T=0.0": "hf"}, "b": {"L=0,T=0.0": "continuous"}}
+    plans = {r.getMessage().split("task ")[1].split(":")[0]: r.getMessage() for r in caplog.records
+             if "eglr-hf plan" in r.getMessage()}
+    assert "engine hf;" in plans["a"] and "engine continuous;" in plans["b"]
+
+
+@pytest.mark.parametrize("engine", ["auto", "hf"])
+def test_results_say_hf_when_every_request_went_through_generate(llama_dir, engine, caplog):
+    """Issue 35: typical_p under engine=auto decodes every rollout with generate; the results said continuous."""
+    lm = _lm(llama_dir, engine, batch_size=2, L=2, tau_h=0.0)
+    with caplog.at_level("INFO", logger="eglr_harness"):
+        got = lm.generate_until(requests_for(CONTEXTS[:2], {**GREEDY, "typical_p": 0.9}))
+    info = lm.get_model_info()["eglr"]
+    assert (info["engine"], info["engines"], info["engine_requested"]) == ("hf", {"unit_task": {"L=2,T=0.0": "hf"}}, engine)
+    assert [x.engine for x in got] == ["hf", "hf"] and all(rollout_meta(x)["engine"] == "hf" for x in got)
+    assert any("eglr-hf plan" in r.getMessage() and "engine hf;" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"repetition_penalty": 0}, r"`repetition_penalty`=0 \(generation_kwargs of task unit_task\) is not allowed; allowed: a float > 0"),
+    ({"repetition_penalty": -1}, r"`repetition_penalty`=-1 "),
+    ({"no_repeat_ngram_size": -2}, r"`no_repeat_ngram_size`=-2 .*allowed: an int >= 0"),
+    ({"min_p": 1.5}, r"`min_p`=1\.5 .*allowed: a float in \[0, 1\]"),
+    ({"max_gen_toks": 0}, r"`max_gen_toks`=0 .*allowed: an int >= 1"),
+    ({"top_k": -3}, r"`top_k`=-3 .*allowed: an int >= 0"),  # at T=0 too, where it is not used
+    ({"typical_p": 1.5}, r"`typical_p`=1\.5 "),
+])
+@pytest.mark.parametrize("engine", ["auto", "continuous", "hf"])
+def test_an_invalid_generation_option_is_an_error_before_anything_decodes(llama_dir, monkeypatch, engine, options, message):
+    """Issue 35: never a fallback to engine=hf (where transformers raised, or ignored the value)."""
+    from eglr_harness.decoding.continuous_engine import ContinuousEngine
+    from eglr_harness.decoding.hook_engine import HookEngine
+    from eglr_harness.errors import GenerationOptionError
+
+    lm = _lm(llama_dir, engine, batch_size=2, L=2, tau_h=0.0)
+    for cls in (ContinuousEngine, HookEngine):
+        monkeypatch.setattr(cls, "run", lambda *a, **k: pytest.fail("decoding started"))
+    with pytest.raises(GenerationOptionError, match=message):
+        lm.generate_until(requests_for(CONTEXTS[:1], {**GREEDY, **options}))
+
+
+@pytest.mark.parametrize("options, named", [({"typical_p": 0.9}, "typical_p=0.9"), ({"num_beams": 2}, "num_beams=2")])
+def test_engine_continuous_refuses_an_option_it_does_not_apply_before_decoding(llama_dir, monkeypatch, options, named):
+    from eglr_harness.decoding.continuous_engine import ContinuousEngine
+    from eglr_harness.errors import GenerationOptionError
+
+    lm = _lm(llama_dir, "continuous", batch_size=2, L=0)
+    monkeypatch.setattr(ContinuousEngine, "run", lambda *a, **k: pytest.fail("decoding started"))
+    with pytest.raises(GenerationOptionError, match=rf"engine=continuous does not apply .*{named}.*engine=hf"):
+        lm.generate_until(requests_for(CONTEXTS[:1], {**GREEDY, **options}))
+
+
+def _with_generation_config(tiny_model_dir, folder, **settings):
+    """The tiny llama with ``settings`` written into its generation_config.json (as a hub model ships it)."""
+    import json
+    import shutil
+
+    shutil.copytree(tiny_model_dir("llama"), folder)
+    path = folder / "generation_config.json"
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps({**config, **settings}))
+    return str(folder)
+
+
+@pytest.mark.parametrize("engine", ["auto", "continuous", "hf"])
+def test_an_invalid_value_in_the_models_generation_config_is_refused_right_after_the_load(tiny_model_dir, tmp_path, engine):
+    from eglr_harness.errors import GenerationOptionError
+
+    folder = _with_generation_config(tiny_model_dir, tmp_path / "bad", repetition_penalty=0.0)
+    with pytest.raises(GenerationOptionError, match=r"`repetition_penalty`=0\.0 \(the model's generation_config\)"):
+        _lm(folder, engine, batch_size=2, L=0)
+
+
+def test_an_option_of_the_models_generation_config_the_continuous_engine_does_not_apply(tiny_model_dir, tmp_path):
+    from eglr_harness.errors import GenerationOptionError
+
+    folder = _with_generation_config(tiny_model_dir, tmp_path / "typical", typical_p=0.9, do_sample=True)
+    with pytest.raises(GenerationOptionError, match=r"engine=continuous does not apply .*typical_p=0\.9 \(the model's generation_config\)"):
+        _lm(folder, "continuous", batch_size=2, L=0)
+    auto = _lm(folder, "auto", batch_size=2, L=0, T=0.7)
+    got = auto.generate_until(requests_for(CONTEXTS[:2], GREEDY))
+    assert [x.engine for x in got] == ["hf", "hf"] and auto.get_model_info()["eglr"]["engine"] == "hf"
 
 
 def test_the_compile_arg_is_resolved_recorded_and_refused_where_it_cannot_apply(llama_dir):
