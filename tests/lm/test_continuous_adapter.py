@@ -241,3 +241,39 @@ def test_the_compile_arg_is_resolved_recorded_and_refused_where_it_cannot_apply(
         _lm(llama_dir, "hf", batch_size=2, compile="default")
     with pytest.raises(ValueError, match=r"`compile`=true is not allowed.*compile=reduce-overhead"):
         _lm(llama_dir, "auto", batch_size=2, compile=True)
+
+
+def test_a_run_interrupted_and_resumed_reports_an_uninterrupted_runs_figures(llama_dir, tmp_path, monkeypatch):
+    """Issue 35: killed mid-run (here after its 6th stored rollout), then rerun into the same store: the
+    texts, signals, engines and every compute figure but the batch-dependent ones equal an uninterrupted run's."""
+    from eglr_harness.stores import RolloutStore
+
+    settings = dict(batch_size=2, tau_h=0.0, tau_kl=0.0)
+    requests = requests_for(CONTEXTS, {**GREEDY, "eglr_L": "0-3", "eglr_T": 0}, repeats=4)
+    whole = _lm(llama_dir, "auto", rollout_cache=str(tmp_path / "whole"), **settings)
+    expected = whole.generate_until(requests)
+
+    original, stored = RolloutStore.put, []
+
+    def killed_after_six(self, key, record):
+        original(self, key, record)
+        stored.append(key)
+        if len(stored) == 6:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(RolloutStore, "put", killed_after_six)
+    with pytest.raises(KeyboardInterrupt):
+        _lm(llama_dir, "auto", rollout_cache=str(tmp_path / "resumed"), **settings).generate_until(requests)
+    monkeypatch.setattr(RolloutStore, "put", original)
+    resumed = _lm(llama_dir, "auto", rollout_cache=str(tmp_path / "resumed"), **settings)
+    got = resumed.generate_until(requests)
+    assert [str(x) for x in got] == [str(x) for x in expected]
+    assert [x.engine for x in got] == [x.engine for x in expected]
+    for x, y in zip(got, expected):  # other batch compositions: float noise in the signals only
+        assert x.signals.keys() == y.signals.keys()
+        assert all(v == (None if y.signals[k] is None else pytest.approx(y.signals[k], rel=1e-4, abs=1e-6))
+                   for k, v in x.signals.items())
+    ours, theirs = (lm.get_model_info()["eglr"] for lm in (resumed, whole))
+    assert ours["stats"]["reused_rollouts"] == theirs["stats"]["reused_rollouts"] == {"total": 0, "cells": {}}
+    assert batch_independent(ours["stats"]) == batch_independent(theirs["stats"])
+    assert theirs["stats"]["total"]["gated_tokens"] > 0 and (ours["engine"], ours["engines"]) == (theirs["engine"], theirs["engines"])
