@@ -106,6 +106,7 @@ class EglrHFLM(HFLM):
                                       strict=self.engine == "continuous", show_progress=self.rank == 0,
                                       names=[engine_name(e) for e in self.engines])
         self.engines_by_cell: dict = {}  # (task, Cell) -> names of the engines that decoded its rollouts
+        self._gathered_engines: list[dict] = [self.engines_by_cell]  # the same of every rank
 
     # ------------------------------------------------------------------ lm-eval hooks
     def set_cache_hook(self, cache_hook) -> None:
@@ -139,6 +140,7 @@ class EglrHFLM(HFLM):
         self._gathered_accounts = self.accounts.gathered(self._gather)
         for r, j in zip(done.records, jobs):
             self.engines_by_cell.setdefault((j.task, j.cell), set()).add(r.get("engine"))
+        self._gathered_engines = self._gather(self.engines_by_cell)  # every rank's rollouts (collective)
         return [Rollout(r["text"], L=j.cell.L, T=j.cell.T, cycle=j.cycle, signals=r.get("signals"), engine=r.get("engine"))
                 for r, j in zip(done.records, jobs)]
 
@@ -150,7 +152,8 @@ class EglrHFLM(HFLM):
             "num_layers": self.num_layers,
             "preset": self.preset.get("name"),
             # the engine(s) that decoded the rollouts (mixed: some cells or rollouts each), per task and cell
-            "engine": engines_said(n for names in self.engines_by_cell.values() for n in names) or self.engine_used,
+            "engine": engines_said(n for part in self._gathered_engines for names in part.values() for n in names)
+            or self.engine_used,
             "engines": self._engines_by_task(),
             "engine_requested": self.engine,
             "compile": self.compile_plan.recorded,
@@ -162,10 +165,14 @@ class EglrHFLM(HFLM):
         return info
 
     def _engines_by_task(self) -> dict:
-        """``{task: {cell label: continuous | hf | mixed}}`` of this rank's rollouts (the engine recorded
-        with each; rollouts stored before the engine was recorded count as unknown)."""
+        """``{task: {cell label: continuous | hf | mixed}}`` of every rank's rollouts (the engine recorded
+        with each; rollouts stored before the engine was recorded are left out)."""
+        merged: dict = {}
+        for part in self._gathered_engines:
+            for task_cell, names in part.items():
+                merged.setdefault(task_cell, set()).update(names)
         table: dict = {}
-        for (task, cell), names in sorted(self.engines_by_cell.items(), key=lambda item: (str(item[0][0]), item[0][1])):
+        for (task, cell), names in sorted(merged.items(), key=lambda item: (str(item[0][0]), item[0][1])):
             said = engines_said(names)
             if said is not None:
                 table.setdefault(str(task), {})[cell.label] = said
@@ -205,6 +212,8 @@ class EglrHFLM(HFLM):
         self.decoder.forget()
         self.accounts = RunAccounts(self.num_layers)
         self._gathered_accounts = None
+        self.engines_by_cell = {}
+        self._gathered_engines = [self.engines_by_cell]
 
     # ------------------------------------------------------------------ tau_h
     def _ensure_tau_h_of(self, jobs: list[Job], disable_tqdm: bool, every_task: bool) -> None:
