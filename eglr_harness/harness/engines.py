@@ -55,7 +55,7 @@ def engine_name(engine: Engine) -> str:
     return "continuous" if isinstance(engine, ContinuousEngine) else "hf"
 
 
-def engines_said(names) -> str:
+def engines_said(names) -> str | None:
     """One name for the engines that decoded something (``continuous``, ``hf``, or ``mixed``), None for none."""
     names = set(names) - {None}
     return next(iter(names)) if len(names) == 1 else "mixed" if names else None

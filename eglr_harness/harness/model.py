@@ -147,16 +147,18 @@ class EglrHFLM(HFLM):
     def get_model_info(self) -> dict:
         info = super().get_model_info()
         s = self.settings.base
+        engine = engines_said(n for part in self._gathered_engines for names in part.values() for n in names) \
+            or self.engine_used  # nothing decoded yet: the engine preferred
         info["eglr"] = {
             "model": self.model_name,
             "num_layers": self.num_layers,
             "preset": self.preset.get("name"),
             # the engine(s) that decoded the rollouts (mixed: some cells or rollouts each), per task and cell
-            "engine": engines_said(n for part in self._gathered_engines for names in part.values() for n in names)
-            or self.engine_used,
+            "engine": engine,
             "engines": self._engines_by_task(),
             "engine_requested": self.engine,
-            "compile": self.compile_plan.recorded,
+            # what the continuous engine's step ran as; none when every rollout went through generate
+            "compile": "none" if engine == "hf" else self.compile_plan.recorded,
             "compile_requested": self.compile_plan.requested,
             "settings": {"alpha": s.alpha, "k_max": s.k_max, "tau_kl": s.tau_kl, "top_k": s.top_k, "top_p": s.top_p, "seed": s.seed},
             "tau_h": dict(self.tau_h_by_task),
