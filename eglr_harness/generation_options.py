@@ -111,9 +111,9 @@ def _known_names() -> frozenset[str]:
 
 def check_generation_options(options: Mapping, source: str, *, ignore: frozenset[str] | set[str] = frozenset(),
                              written: Mapping[str, str] | None = None) -> None:
-    """``GenerationOptionError`` (a ``ValueError``) for the first option of ``options`` that ``generate`` (or lm-eval) does not know,
-    or whose value is not allowed: one line naming the option as written, its value, ``source``
-    (where it came from, e.g. ``--gen_kwargs``) and what is allowed.
+    """``GenerationOptionError`` (a ``ValueError``) for the first option of ``options`` that ``generate``
+    (or lm-eval) does not know, or whose value is not allowed: one line naming the option as written,
+    its value, ``source`` (where it came from, e.g. ``--gen_kwargs``) and what is allowed.
 
     ignore: names another check owns (the pool keys ``eglr_L``, ...); written: the values as the user
     typed them, where known (lm-eval parses ``-2`` on the command line as ``-2.0``).
@@ -134,7 +134,7 @@ def check_generation_options(options: Mapping, source: str, *, ignore: frozenset
             close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.7)
             hint = f"; did you mean {' or '.join(f'`{c}`' for c in close)}?" if close else ""
             raise GenerationOptionError(f"`{name}`={shown} ({source}) is not a generation option of transformers' "
-                             f"generate or lm-eval{hint}")
+                                        f"generate or lm-eval{hint}")
 
 
 def _as_written(value) -> str:
