@@ -78,8 +78,9 @@ class EglrStats:
             "iteration_hist": {str(k): self.iterations[k] for k in sorted(self.iterations)},
             "flop_ratio": 1.0 + self.refine_layer_evals / (n * self.tokens) if self.tokens else 1.0,
             "batched_flop_ratio": 1.0 + self.batched_refine_layer_evals / (n * self.row_steps) if self.row_steps else 1.0,
-            "steps": round(self.steps),  # a sum of shares in a resumed run
-            "p_step_gated": self.gated_steps / self.steps if self.steps else 0.0,
+            # counts; sums of the stored rollouts' shares (floats) in a resumed run
+            "steps": round(self.steps),
+            "p_step_gated": round(self.gated_steps) / round(self.steps) if round(self.steps) else 0.0,
             "wall_time_s": round(self.wall_time_s, 3),
         }
 
