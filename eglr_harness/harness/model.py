@@ -27,7 +27,9 @@ from eglr_harness.decoding.compile_setting import DEFAULT_COMPILE, check_compile
 from eglr_harness.distributed import process_gather
 from eglr_harness.errors import model_arg_errors
 from eglr_harness.harness.decode import RolloutDecoder, TextCodec
-from eglr_harness.harness.engines import DEFAULT_ENGINE, build_engines, check_engine, engine_name, engines_said, log_plan
+from eglr_harness.harness.engines import (
+    DEFAULT_ENGINE, build_engines, check_engine, engine_name, engines_said, log_plan,
+)
 from eglr_harness.generation_options import (
     check_generation_options, continuous_refusals, generation_config_options, refuse_for_continuous,
 )
@@ -87,7 +89,8 @@ class EglrHFLM(HFLM):
             model_options = generation_config_options(self.model.generation_config)
             check_generation_options(model_options, "the model's generation_config")
             if self.engine == "continuous":
-                refuse_for_continuous(continuous_refusals({}, self.model.generation_config), "the model's generation_config")
+                refuse_for_continuous(continuous_refusals({}, self.model.generation_config),
+                                      "the model's generation_config")
         self.model_name = model_name({k: v for k, v in hf_args.items() if isinstance(v, str)}) or loaded_name(hf_args["pretrained"])
         self._fingerprint = loaded_model_fingerprint(self.model, hf_args, settings=self.settings.base.as_dict(),
                                                      max_length=self.max_length,
@@ -141,8 +144,8 @@ class EglrHFLM(HFLM):
         for r, j in zip(done.records, jobs):
             self.engines_by_cell.setdefault((j.task, j.cell), set()).add(r.get("engine"))
         self._gathered_engines = self._gather(self.engines_by_cell)  # every rank's rollouts (collective)
-        return [Rollout(r["text"], L=j.cell.L, T=j.cell.T, cycle=j.cycle, signals=r.get("signals"), engine=r.get("engine"))
-                for r, j in zip(done.records, jobs)]
+        return [Rollout(r["text"], L=j.cell.L, T=j.cell.T, cycle=j.cycle, signals=r.get("signals"),
+                        engine=r.get("engine")) for r, j in zip(done.records, jobs)]
 
     def get_model_info(self) -> dict:
         info = super().get_model_info()

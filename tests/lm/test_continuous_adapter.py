@@ -224,7 +224,8 @@ def test_an_option_of_the_models_generation_config_the_continuous_engine_does_no
     from eglr_harness.errors import GenerationOptionError
 
     folder = _with_generation_config(tiny_model_dir, tmp_path / "typical", typical_p=0.9, do_sample=True)
-    with pytest.raises(GenerationOptionError, match=r"engine=continuous does not apply .*typical_p=0\.9 \(the model's generation_config\)"):
+    refused = r"engine=continuous does not apply .*typical_p=0\.9 \(the model's generation_config\)"
+    with pytest.raises(GenerationOptionError, match=refused):
         _lm(folder, "continuous", batch_size=2, L=0)
     auto = _lm(folder, "auto", batch_size=2, L=0, T=0.7)
     got = auto.generate_until(requests_for(CONTEXTS[:2], GREEDY))
@@ -276,4 +277,5 @@ def test_a_run_interrupted_and_resumed_reports_an_uninterrupted_runs_figures(lla
     ours, theirs = (lm.get_model_info()["eglr"] for lm in (resumed, whole))
     assert ours["stats"]["reused_rollouts"] == theirs["stats"]["reused_rollouts"] == {"total": 0, "cells": {}}
     assert batch_independent(ours["stats"]) == batch_independent(theirs["stats"])
-    assert theirs["stats"]["total"]["gated_tokens"] > 0 and (ours["engine"], ours["engines"]) == (theirs["engine"], theirs["engines"])
+    assert theirs["stats"]["total"]["gated_tokens"] > 0
+    assert (ours["engine"], ours["engines"]) == (theirs["engine"], theirs["engines"])
