@@ -1,7 +1,9 @@
 """Per-cell compute accounting of a run, and the count of rollouts that were reused instead of decoded.
 
-Rollouts taken from the rollout store or repeated within the run carry no accounting, so the
-results say per cell how many there were (``reused_rollouts``): the compute figures cover the rest.
+Rollouts repeated within the run (and rollouts stored before the store kept accounting) carry no
+accounting, so the results say per cell how many there were (``reused_rollouts``): the compute
+figures cover the rest. A rollout the store keeps with its accounting counts as decoded
+(``harness/decode.py``), so a resumed run reports the figures of an uninterrupted one.
 tau_h calibration (a greedy run on the task's first prompts) is accounted apart, per task, with
 the number of prompts and token entropies the threshold came from: it is not part of the pool, so
 it is in neither the cells nor the total; the pool's greedy rollouts that it decoded count as reused.

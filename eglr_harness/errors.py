@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-__all__ = ["FileFormatError", "ModelArgError", "OutputError", "UserError", "model_arg_errors"]
+__all__ = ["FileFormatError", "GenerationOptionError", "ModelArgError", "OutputError", "UserError", "model_arg_errors"]
 
 
 class UserError(Exception):
@@ -28,6 +28,12 @@ class FileFormatError(UserError, ValueError):
 class ModelArgError(UserError, ValueError):
     """A model arg (or a preset value) that cannot be used: the message names the argument, the value
     as written, what is allowed and the fix."""
+
+
+class GenerationOptionError(UserError, ValueError):
+    """A generation option (task YAML, ``--gen_kwargs``, the model's ``generation_config``) whose value
+    is not allowed, or that the engine asked for cannot apply: the message names the option as
+    written, its value, where it came from and what is allowed."""
 
 
 @contextmanager

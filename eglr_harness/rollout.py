@@ -11,35 +11,40 @@ from __future__ import annotations
 
 
 class Rollout(str):
-    """A ``str`` with ``L``, ``T``, ``cycle`` and ``signals`` (a dict, or None when not recorded)."""
+    """A ``str`` with ``L``, ``T``, ``cycle``, ``signals`` (a dict, or None when not recorded) and
+    ``engine`` (``continuous`` or ``hf``: which engine decoded it; None when not recorded)."""
 
     L: int
     T: float
     cycle: int
     signals: dict | None
+    engine: str | None
 
-    def __new__(cls, text: str, *, L: int, T: float, cycle: int = 0, signals: dict | None = None) -> "Rollout":
+    def __new__(cls, text: str, *, L: int, T: float, cycle: int = 0, signals: dict | None = None,
+                engine: str | None = None) -> "Rollout":
         obj = super().__new__(cls, text)
-        obj.L, obj.T, obj.cycle, obj.signals = int(L), float(T), int(cycle), signals
+        obj.L, obj.T, obj.cycle, obj.signals, obj.engine = int(L), float(T), int(cycle), signals, engine
         return obj
 
     def __reduce__(self):
-        return (_rebuild, (str(self), self.L, self.T, self.cycle, self.signals))
+        return (_rebuild, (str(self), self.L, self.T, self.cycle, self.signals, self.engine))
 
     def meta(self) -> dict:
-        """``{"L", "T", "cycle"}``, plus ``"signals"`` when they were recorded."""
+        """``{"L", "T", "cycle"}``, plus ``"signals"`` and ``"engine"`` when they were recorded."""
         meta = {"L": self.L, "T": self.T, "cycle": self.cycle}
         if self.signals is not None:
             meta["signals"] = self.signals
+        if self.engine is not None:
+            meta["engine"] = self.engine
         return meta
 
 
-def _rebuild(text: str, L: int, T: float, cycle: int, signals: dict | None = None) -> Rollout:
-    return Rollout(text, L=L, T=T, cycle=cycle, signals=signals)
+def _rebuild(text: str, L: int, T: float, cycle: int, signals: dict | None = None, engine: str | None = None) -> Rollout:
+    return Rollout(text, L=L, T=T, cycle=cycle, signals=signals, engine=engine)
 
 
 def rollout_meta(response) -> dict | None:
-    """``{"L", "T", "cycle"[, "signals"]}`` of a response from eglr-hf, or ``None`` for a plain string."""
+    """``{"L", "T", "cycle"[, "signals"][, "engine"]}`` of a response from eglr-hf, or ``None`` for a plain string."""
     return response.meta() if isinstance(response, Rollout) else None
 
 

@@ -321,11 +321,33 @@ def _rollout_problem(value) -> str | None:
         return "expected {'text': str, 'signals': dict or None}"
     if value.get("signals") is not None and not isinstance(value["signals"], dict):
         return "signals must be a dict or None"
+    if value.get("engine") not in (None, "continuous", "hf"):
+        return "engine must be 'continuous', 'hf' or absent"
+    accounting = value.get("accounting")
+    if accounting is not None and not _sound_accounting(accounting):
+        return "accounting must be {'tokens': int >= 0, 'iterations': {k: int}, 'L': int >= 0[, 'shares': {...}]}"
     return None
 
 
+def _sound_accounting(accounting) -> bool:
+    def count(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    def share(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+    return (isinstance(accounting, dict) and count(accounting.get("tokens")) and count(accounting.get("L"))
+            and isinstance(accounting.get("iterations"), dict)
+            and all(str(k).isdigit() and count(n) for k, n in accounting["iterations"].items())
+            and (accounting.get("shares") is None or (isinstance(accounting["shares"], dict)
+                                                      and all(share(v) for v in accounting["shares"].values()))))
+
+
 class RolloutStore(_SqliteTable):
-    """``key -> {"text": str, "signals": dict or None}``, one file per rank, written per batch."""
+    """``key -> {"text": str, "signals": dict or None, "engine": "continuous" | "hf", "accounting": dict}``
+    (``engine`` and ``accounting`` since 2026-11-25: which engine decoded the rollout, and its compute
+    accounting, ``decoding/stats.py``; a record without them is reused with no figures), one file per
+    rank, written per rollout as it finishes (and again with its share of its batch's figures)."""
 
     _label = "rollout store"
 

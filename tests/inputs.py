@@ -24,6 +24,18 @@ def requests_for(contexts, gen_kwargs, repeats=1, task="unit_task"):
     return out
 
 
+# Figures of config.eglr.stats that depend on how the rollouts were batched (a resumed run batches the
+# rollouts left differently); every other figure of a resumed run equals an uninterrupted run's.
+BATCH_DEPENDENT = ("steps", "p_step_gated", "wall_time_s")
+
+
+def batch_independent(stats: dict, also: tuple[str, ...] = ()) -> dict:
+    """``config.eglr.stats`` without the batch-dependent figures (and ``also``), per part (total, cells)."""
+    drop = (*BATCH_DEPENDENT, *also)
+    return {part: {k: v for k, v in figures.items() if k not in drop}
+            for part, figures in [("total", stats["total"]), *stats["cells"].items()]}
+
+
 ENGINE_VOCAB, ENGINE_PAD = 96, 0  # the engine tests' tiny models
 
 

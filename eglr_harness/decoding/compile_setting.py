@@ -75,7 +75,8 @@ def check_compile_setting(value) -> str:
     hint = ""
     if isinstance(value, bool):  # lm-eval turns compile=true/false into a bool
         hint = f" (for {'CUDA graphs write compile=reduce-overhead' if value else 'eager write compile=none'})"
-    raise ValueError(f"`compile`={value!r} is not allowed; allowed: {', '.join(COMPILE_SETTINGS)}{hint}.")
+    written = str(value).lower() if isinstance(value, bool) else repr(value)  # as typed: compile=true
+    raise ValueError(f"`compile`={written} is not allowed; allowed: {', '.join(COMPILE_SETTINGS)}{hint}.")
 
 
 def _device_type(device) -> str:

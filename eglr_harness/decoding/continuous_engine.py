@@ -52,7 +52,7 @@ from eglr_harness.decoding.stats import EglrStats
 from eglr_harness.decoding.contract import Outcome, Request
 from eglr_harness.decoding.fixed_step import settle
 from eglr_harness.decoding.functional import raise_on_nan_rows
-from eglr_harness.decoding.processors import LogitsOptions, ProcessorPlan
+from eglr_harness.decoding.processors import LogitsOptions, ProcessorPlan, not_applied
 from eglr_harness.decoding.step_graphs import CUDA_GRAPHS, StepRunner
 from eglr_harness.decoding.step_state import READ_FIELDS, SlotState, StepPlan
 from eglr_harness.decoding.kv_slots import SlotCache, SlotView, length_bucket, prefill_masks
@@ -158,19 +158,18 @@ class ContinuousEngine:
 
     # ---------------------------------------------------------------- public
     def logits_options(self, request: Request) -> LogitsOptions:
-        """The processors of ``request``, or ``ValueError`` naming what this engine does not apply."""
-        try:
-            return LogitsOptions.resolve(self.generation_config, dict(request.options))
-        except ValueError as err:
-            raise ValueError(f"{err}; {FALLBACK}.") from None
+        """The processors of ``request``; ``ValueError`` for an invalid option value, or naming what this
+        engine does not apply (``unsupported``)."""
+        reason = self.unsupported(request)
+        if reason is not None:
+            raise ValueError(reason)
+        return LogitsOptions.resolve(self.generation_config, dict(request.options))
 
     def unsupported(self, request: Request) -> str | None:
-        """Why this engine cannot decode ``request`` (generate's options it does not apply), or None."""
-        try:
-            self.logits_options(request)
-        except ValueError as err:
-            return str(err)
-        return None
+        """Why this engine cannot decode ``request`` (valid options of generate that it does not apply), or
+        None. An invalid option value raises ``ValueError``: it is no reason to hand the request to another engine."""
+        reason = not_applied(self.generation_config, dict(request.options))
+        return None if reason is None else f"{reason}; {FALLBACK}."
 
     def run(self, requests: Sequence[Request], *, stats_for: Callable[[EglrConfig], EglrStats] | None = None,
             on_finish: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:

@@ -75,7 +75,8 @@ class Engine(Protocol):
     """A decoder of EGLR requests."""
 
     def unsupported(self, request: Request) -> str | None:
-        """Why this engine cannot decode ``request``, or None."""
+        """Why this engine cannot decode ``request`` (a valid option it does not apply), or None. An invalid
+        option value raises ``ValueError``: it is no reason to hand the request to another engine."""
 
     def run(self, requests: Sequence[Request], *, stats_for: Callable[[EglrConfig], EglrStats] | None = None,
             on_finish: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:

@@ -10,8 +10,10 @@ at gated tokens), after the entropy gate and the KL exit have read the raw distr
     -> begin_suppress_tokens, then the sampling warpers temperature -> top_k -> top_p -> min_p
     (``sampling.warp_candidates``).
 
-Every other active processor (beams, bad words, sequence bias, typical-p, ...) is refused by name
-(:func:`LogitsOptions.resolve`), so a request never decodes other text than ``engine=hf`` would.
+Every other active processor (beams, bad words, sequence bias, typical-p, ...) is named by
+:func:`not_applied` (``eglr_harness/generation_options.py`` holds the list and the one check of every
+option's value), so a request never decodes other text than ``engine=hf`` would: the engine refuses it
+and ``engine=auto`` hands it to ``engine=hf``. An invalid value is an error, never such a reason.
 
 Where the engines can differ (documented, not hidden): ``generate`` counts ``min_length`` on the
 left-padded prompt of its batch and lets ``no_repeat_ngram_size`` see the padding; the continuous
@@ -22,35 +24,17 @@ Shape letters: G rows of a step, V vocabulary, W token-history width.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass
 
 import torch
 
-# The options that carry a request's EGLR cell and sampling (EglrConfig), not a processor.
-SAMPLING_OPTIONS = frozenset({"do_sample", "temperature", "top_k", "top_p"})
+from eglr_harness.generation_options import (
+    APPLIED_BY_CONTINUOUS, SAMPLING_OPTIONS, check_generation_options, continuous_refusals, generation_config_options,
+)
 
-# setting -> test that it is active, as transformers' ``GenerationMixin._get_logits_processor`` decides;
-# the ones the continuous engine does not apply.
-_REFUSED = {
-    "encoder_repetition_penalty": lambda v: v is not None and v != 1.0,
-    "encoder_no_repeat_ngram_size": lambda v: v is not None and v > 0,
-    "bad_words_ids": lambda v: v is not None,
-    "sequence_bias": lambda v: v is not None,
-    "forced_bos_token_id": lambda v: v is not None,
-    "forced_eos_token_id": lambda v: v is not None,
-    "remove_invalid_values": lambda v: v is True,
-    "exponential_decay_length_penalty": lambda v: v is not None,
-    "guidance_scale": lambda v: v is not None and v != 1,
-    "watermarking_config": lambda v: v is not None,
-    "renormalize_logits": lambda v: v is True,
-    "num_beams": lambda v: v is not None and v > 1,
-    "top_h": lambda v: v is not None,
-    "typical_p": lambda v: v is not None and v < 1.0,
-    "epsilon_cutoff": lambda v: v is not None and 0.0 < v < 1.0,
-    "eta_cutoff": lambda v: v is not None and 0.0 < v < 1.0,
-}
+__all__ = ["LogitsOptions", "ProcessorPlan", "SAMPLING_OPTIONS", "ban_ngram_repeats", "ban_tokens", "not_applied",
+           "penalize_repeats"]
 
 
 @dataclass(frozen=True)
@@ -73,29 +57,20 @@ class LogitsOptions:
     min_p: float = 0.0
 
     def __post_init__(self) -> None:
-        _check(self.repetition_penalty, "repetition_penalty", "a float > 0 (1.0 = off)",
-               lambda v: isinstance(v, float) and math.isfinite(v) and v > 0)
-        for name in ("no_repeat_ngram_size", "min_length", "min_new_tokens"):
-            _check(getattr(self, name), name, "an int >= 0 (0 = off)", lambda v: isinstance(v, int) and v >= 0)
-        for name in ("suppress_tokens", "begin_suppress_tokens"):
-            _check(getattr(self, name), name, "a list of token ids >= 0",
-                   lambda v: isinstance(v, tuple) and all(isinstance(t, int) and t >= 0 for t in v))
-        _check(self.min_p, "min_p", "a float in [0, 1] (0 = off)", lambda v: isinstance(v, float) and 0.0 <= v <= 1.0)
+        check_generation_options(asdict(self), "LogitsOptions")
 
     @classmethod
     def resolve(cls, generation_config, options: Mapping) -> "LogitsOptions":
         """The processors of a request: its ``options`` over the model's ``generation_config``, as
-        ``generate`` merges them. ``ValueError`` naming every active setting the engine does not apply."""
+        ``generate`` merges them. ``ValueError`` for an invalid value (``check_generation_options``) or
+        naming every active setting the engine does not apply (``not_applied``)."""
+        reason = not_applied(generation_config, options)
+        if reason is not None:
+            raise ValueError(reason)
 
         def setting(name):
             return options[name] if name in options else getattr(generation_config, name, None)
 
-        unknown = sorted(set(options) - SAMPLING_OPTIONS - {f.name for f in fields(cls)} - set(_REFUSED))
-        refused = {name: setting(name) for name, active in _REFUSED.items() if active(setting(name))}
-        if unknown or refused:
-            named = [f"{n}={v!r}" for n, v in refused.items()] + [f"{n}={options[n]!r}" for n in unknown]
-            raise ValueError(f"the continuous engine does not apply the generation setting(s) {', '.join(named)} "
-                             f"(it applies {', '.join(f.name for f in fields(cls))} and temperature/top_k/top_p)")
         penalty, min_p = setting("repetition_penalty"), setting("min_p")
         return cls(
             repetition_penalty=1.0 if penalty is None else float(penalty),
@@ -111,9 +86,17 @@ class LogitsOptions:
         return max(self.min_new_tokens, self.min_length - prompt_length, 0)
 
 
-def _check(value, name: str, allowed: str, ok) -> None:
-    if isinstance(value, bool) or not ok(value):
-        raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {allowed}.")
+def not_applied(generation_config, options: Mapping) -> str | None:
+    """Why the continuous engine cannot decode a request with ``options`` (over ``generation_config``):
+    the valid settings it does not apply, named; None when it applies them all. An invalid value of
+    either is a ``ValueError`` (``check_generation_options``), never a reason."""
+    check_generation_options(options, "a request's generation options")
+    check_generation_options(generation_config_options(generation_config), "the model's generation_config")
+    refused = continuous_refusals(options, generation_config)
+    if not refused:
+        return None
+    return (f"the continuous engine does not apply the generation setting(s) {', '.join(refused)} "
+            f"(it applies {', '.join(APPLIED_BY_CONTINUOUS)} and temperature/top_k/top_p)")
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,20 @@ class EglrStats:
         self.refine_layer_evals += L * sum(k * c for k, c in gated.items())
         self.batched_refine_layer_evals += L * pass_row_iterations
 
+    def add_rollout(self, accounting: dict) -> None:
+        """One stored rollout's accounting (``rollout_accounting``, with the ``shares`` of its batch's
+        figures when its engine run finished): a resumed run counts it as when it was decoded."""
+        iterations = {int(k): int(n) for k, n in accounting["iterations"].items() if int(n)}
+        evals = accounting["L"] * sum(k * n for k, n in iterations.items())
+        self.tokens += accounting["tokens"]
+        self.gated_tokens += sum(iterations.values())
+        self.iterations.update(iterations)
+        self.refine_layer_evals += evals
+        # without shares (its run was cut short): the per-row figures, as the continuous engine counts them
+        shares = accounting.get("shares") or {"row_steps": accounting["tokens"], "batched_refine_layer_evals": evals}
+        for name in BATCH_FIELDS:
+            setattr(self, name, getattr(self, name) + shares.get(name, 0))
+
     def merge(self, other: "EglrStats") -> None:
         self.num_layers = self.num_layers or other.num_layers
         for name in ("tokens", "gated_tokens", "refine_layer_evals", "steps", "gated_steps", "row_steps", "batched_refine_layer_evals", "wall_time_s"):
@@ -64,7 +78,37 @@ class EglrStats:
             "iteration_hist": {str(k): self.iterations[k] for k in sorted(self.iterations)},
             "flop_ratio": 1.0 + self.refine_layer_evals / (n * self.tokens) if self.tokens else 1.0,
             "batched_flop_ratio": 1.0 + self.batched_refine_layer_evals / (n * self.row_steps) if self.row_steps else 1.0,
-            "steps": self.steps,
-            "p_step_gated": self.gated_steps / self.steps if self.steps else 0.0,
+            # counts; sums of the stored rollouts' shares (floats) in a resumed run
+            "steps": round(self.steps),
+            "p_step_gated": round(self.gated_steps) / round(self.steps) if round(self.steps) else 0.0,
             "wall_time_s": round(self.wall_time_s, 3),
         }
+
+
+# figures of a batch (a generate call, a continuous run) rather than of a row: a stored rollout keeps its share
+BATCH_FIELDS = ("steps", "gated_steps", "row_steps", "batched_refine_layer_evals", "wall_time_s")
+
+
+def rollout_accounting(tokens: int, iterations: dict, L: int) -> dict:
+    """A rollout's own accounting, as the rollout store keeps it: its generated tokens, ``{k*: gated
+    tokens}`` and layer span (what ``tokens``, rho, the iteration histogram and ``flop_ratio`` sum)."""
+    return {"tokens": tokens, "iterations": {str(k): n for k, n in sorted(iterations.items()) if n}, "L": L}
+
+
+def batch_shares(batch: "EglrStats", rollouts: list[dict]) -> list[dict]:
+    """Each rollout's share of ``batch``'s figures (``BATCH_FIELDS``; the rollouts are the ones the batch
+    decoded, as ``rollout_accounting``): rows by tokens, refinement passes by refinement layer
+    evaluations, steps and time by all layer evaluations. The shares sum to ``batch``'s figures."""
+    n = max(batch.num_layers, 1)
+    tokens = [r["tokens"] for r in rollouts]
+    refine = [r["L"] * sum(int(k) * c for k, c in r["iterations"].items()) for r in rollouts]
+    work = [n * t + e for t, e in zip(tokens, refine)]
+
+    def split(total, weights):
+        whole = sum(weights)
+        return [total * w / whole if whole else total / len(weights) for w in weights]
+
+    parts = {"row_steps": split(batch.row_steps, tokens),
+             "batched_refine_layer_evals": split(batch.batched_refine_layer_evals, refine),
+             **{name: split(getattr(batch, name), work) for name in ("steps", "gated_steps", "wall_time_s")}}
+    return [{name: parts[name][i] for name in BATCH_FIELDS} for i in range(len(rollouts))]

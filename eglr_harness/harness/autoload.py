@@ -9,8 +9,8 @@ its evaluation tracker is imported, runs through a preset (``model_config=``) or
 named after the model (``model_names.run_folder_name``) instead of a random id or a path of the machine,
 ``--output_path`` is checked for writing and the results and samples files are written whole or fail
 the run (``harness/output.py``);
-when ``lm_eval.evaluator`` is imported, ``--use_cache`` with ``eglr-hf`` is refused and the eglr
-tasks' local data files are read before the model loads; a task name that is not found gets the
+when ``lm_eval.evaluator`` is imported, ``--use_cache`` with ``eglr-hf`` is refused, ``--gen_kwargs``
+are checked (``generation_options.py``) and the eglr tasks' local data files are read before the model loads; a task name that is not found gets the
 closest task names in lm-eval's error.
 
 Set ``EGLR_AUTOLOAD=0`` to switch this off.
@@ -116,6 +116,8 @@ def _patch_fail_fast(evaluator_module) -> None:
         tasks, metadata = kwargs.get("tasks"), kwargs.get("metadata")
         data_dir = metadata.get("eglr_data_dir") if isinstance(metadata, dict) else None  # as the tasks read it
         check_local_data(tasks if isinstance(tasks, (list, tuple)) else [tasks], data_dir)  # before the model loads
+        if ours:
+            check_cli_gen_kwargs(kwargs.get("gen_kwargs"), kwargs.get("model_args"))  # before the model loads
         if ours and kwargs.get("gen_kwargs"):  # lm-eval warns about do_sample whenever --gen_kwargs is given
             logging.getLogger("lm_eval.eglr_hf").info(
                 "eglr-hf: lm-eval's warning \"Ensure 'do_sample=True' for non-greedy decoding\" does not apply: "
@@ -124,6 +126,26 @@ def _patch_fail_fast(evaluator_module) -> None:
 
     simple_evaluate._eglr_patched = True
     evaluator_module.simple_evaluate = simple_evaluate
+
+
+def check_cli_gen_kwargs(gen_kwargs, model_args) -> None:
+    """``--gen_kwargs`` of an eglr-hf run, checked before the model loads (``generation_options.py``): an
+    invalid value, and with ``engine=continuous`` a valid option it does not apply, are refused as one line."""
+    if not gen_kwargs:
+        return
+    from lm_eval.utils import simple_parse_args_string
+
+    from eglr_harness.generation_options import check_generation_options, continuous_refusals, refuse_for_continuous
+    from eglr_harness.model_names import parse_model_args
+    from eglr_harness.pool import TASK_POOL_KEYS
+
+    options = simple_parse_args_string(gen_kwargs) if isinstance(gen_kwargs, str) else dict(gen_kwargs)
+    written = parse_model_args(gen_kwargs) if isinstance(gen_kwargs, str) else None  # name -> the text as typed
+    check_generation_options(options, "--gen_kwargs", ignore=TASK_POOL_KEYS, written=written)
+    args = parse_model_args(model_args) if isinstance(model_args, (str, dict)) else {}
+    if str(args.get("engine", "")).strip() == "continuous":
+        refuse_for_continuous(continuous_refusals({k: v for k, v in options.items() if k not in TASK_POOL_KEYS}),
+                              "--gen_kwargs")
 
 
 def _patch_task_lookup(config_module) -> None:

@@ -20,12 +20,18 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, po
 from tqdm import tqdm
 
 from eglr_harness.decoding.contract import Engine, Outcome, Request
-from eglr_harness.decoding.processors import SAMPLING_OPTIONS
+from eglr_harness.decoding.stats import EglrStats, batch_shares, rollout_accounting
+from eglr_harness.generation_options import SAMPLING_OPTIONS
 from eglr_harness.settings import RolloutSpec
 from eglr_harness.signals import rollout_signals
 from eglr_harness.stores import content_key
 
 logger = logging.getLogger(__name__)
+
+
+def _options(kwargs: dict) -> dict:
+    """generate's options among normalised gen kwargs: all but the cell's sampling settings."""
+    return {k: v for k, v in kwargs.items() if k not in SAMPLING_OPTIONS}
 
 
 @dataclass(frozen=True)
@@ -47,9 +53,15 @@ class TextCodec:
         if self.max_length - max_gen_toks <= 0:
             raise ValueError(f"max_gen_toks={max_gen_toks} leaves no room for the context in max_length={self.max_length}.")
         prompt = self.encode(context, self.max_length - max_gen_toks)
-        options = {k: v for k, v in kwargs.items() if k not in SAMPLING_OPTIONS}
         return Request(prompt, spec.config, max_gen_toks, seed=spec.seed(prompt),
-                       stop_strings=tuple(s for s in until if s), options=options), until
+                       stop_strings=tuple(s for s in until if s), options=_options(kwargs)), until
+
+    def options(self, spec: RolloutSpec) -> dict:
+        """``generate``'s options of ``spec``'s requests (what picks their engine): the gen kwargs without
+        lm-eval's ``until`` and length limit and without the cell's sampling settings."""
+        kwargs = normalize_gen_kwargs(dict(spec.task_kwargs), self.default_max_gen_toks)
+        kwargs.pop("until", None), kwargs.pop("max_gen_toks", None)
+        return _options(kwargs)
 
     def text(self, tokens: list[int], until: list[str]) -> str:
         """``HFLM.generate_until``'s text of a continuation: thinking tokens, decode, cut at ``until``."""
@@ -84,14 +96,18 @@ class RolloutDecoder:
 
     engines: the engines in order of preference (continuous first under auto); a request goes to the
     first that supports it (``Engine.unsupported``); ``strict``: the first always (engine=continuous
-    then refuses what it cannot do, naming engine=hf).
+    then refuses what it cannot do, naming engine=hf). names: the engines' names (``continuous``,
+    ``hf``), recorded with each rollout it decodes (``record["engine"]``).
     """
 
     def __init__(self, codec: TextCodec, engines: list[Engine], fingerprint: dict, store=None, *,
-                 strict: bool = False, show_progress: bool = True):
+                 strict: bool = False, show_progress: bool = True, names: list[str] | None = None):
         self.codec, self.engines, self.fingerprint, self.store = codec, engines, fingerprint, store
+        self.names = names or [type(e).__name__ for e in engines]
         self.strict, self.show_progress = strict, show_progress
-        self.memo: dict[str, dict] = {}  # key -> {"text", "signals"} (as in the rollout store)
+        self.memo: dict[str, dict] = {}  # key -> {"text", "signals", "engine", "accounting"} (as in the rollout store)
+        self._decoded: set[str] = set()  # keys this run decoded, or counted as decoded (from the store)
+        self._config_of: dict[str, object] = {}  # key -> its EglrConfig (which batch figures it shares)
         self._said: set[str] = set()
 
     def key(self, context: str, spec: RolloutSpec) -> str:
@@ -105,6 +121,11 @@ class RolloutDecoder:
                 self.memo[key] = record
         return record
 
+    def forget(self) -> None:
+        """Drop this run's rollouts (the store keeps its own)."""
+        self.memo.clear()
+        self._decoded.clear()
+
     def stored(self, keys: list[str]) -> tuple[int, int]:
         """(distinct rollouts among ``keys``, how many of them are finished already)."""
         distinct = set(keys)
@@ -116,45 +137,102 @@ class RolloutDecoder:
         stats_for(config): the accounting a config's fresh rollouts add to; keys: the items' keys when
         the caller has them already."""
         keys = keys or [self.key(c, s) for c, s in items]
+        self._config_of.update((key, spec.config) for key, (_, spec) in zip(keys, items))
         first = {}  # key -> index of its first item
         for i, key in enumerate(keys):
             first.setdefault(key, i)
         found = {key: self.lookup(key) if reuse else None for key in first}
         missing = [i for key, i in first.items() if found[key] is None]
-        done = Decoded(reused=[items[i][1] for key, i in first.items() if found[key] is not None])
-        if done.reused:
-            logger.info("eglr-hf: %d of %d rollouts reused from earlier work", len(done.reused), len(first))
+        # a rollout an earlier run stored with its accounting counts as decoded (a resumed run reports what an
+        # uninterrupted one does); this run's own rollouts, and stored ones without accounting, count as reused
+        restored = [i for key, i in first.items() if found[key] is not None and key not in self._decoded
+                    and found[key].get("accounting") is not None and stats_for is not None]
+        for i in restored:
+            stats_for(items[i][1].config).add_rollout(found[keys[i]]["accounting"])
+            self._decoded.add(keys[i])
+        done = Decoded(reused=[items[i][1] for key, i in first.items() if found[key] is not None and i not in restored])
+        if done.reused or restored:
+            logger.info("eglr-hf: %d of %d rollouts reused from earlier work (%d of them from the rollout store "
+                        "with their accounting)", len(done.reused) + len(restored), len(first), len(restored))
         fresh: dict[int, Outcome] = {}
         requests, untils = zip(*(self.codec.request(*items[i]) for i in missing)) if missing else ((), ())
         bar = tqdm(total=len(missing), desc=desc, disable=disable_tqdm or not self.show_progress)
         try:
-            for engine, share in self._route(requests):
-                def finished(j, outcome, share=share):
+            for choice, share in self._route(requests):
+                def finished(j, outcome, share=share, name=self.names[choice]):
                     i = missing[share[j]]
-                    record = {"text": self.codec.text(outcome.tokens, untils[share[j]]), "signals": outcome_signals(outcome)}
+                    accounting = rollout_accounting(len(outcome.tokens), outcome.iterations, requests[share[j]].config.L)
+                    record = {"text": self.codec.text(outcome.tokens, untils[share[j]]), "signals": outcome_signals(outcome),
+                              "engine": name, "accounting": accounting}
                     self.memo[keys[i]], found[keys[i]], fresh[i] = record, record, outcome
+                    self._decoded.add(keys[i])
                     if self.store is not None:
                         self.store.put(keys[i], record)
                     bar.update(1)
-                engine.run([requests[j] for j in share], stats_for=stats_for, on_finish=finished)
+                batches = self._run([requests[j] for j in share], self.engines[choice], stats_for, finished)
+                self._keep_shares(batches, [keys[missing[j]] for j in share], found)
         finally:
             bar.close()
         done.records = [found[key] for key in keys]
         done.outcomes = [fresh.get(i) for i in range(len(items))]
         return done
 
-    def _route(self, requests) -> list[tuple[Engine, list[int]]]:
-        """Which engine decodes which request (indices), in the engines' order."""
+    @staticmethod
+    def _run(requests: list[Request], engine: Engine, stats_for, on_finish) -> dict:
+        """``engine.run`` with each config's figures gathered apart first (``{config: EglrStats}``), then
+        added to ``stats_for(config)``: the run's batch figures are shared out among its rollouts."""
+        batches: dict = {}
+
+        def run_stats(config):
+            if config not in batches:
+                batches[config] = EglrStats(num_layers=stats_for(config).num_layers)
+            return batches[config]
+
+        engine.run(requests, stats_for=run_stats if stats_for is not None else None, on_finish=on_finish)
+        for config, part in batches.items():
+            stats_for(config).merge(part)
+        return batches
+
+    def _keep_shares(self, batches: dict, keys: list[str], found: dict) -> None:
+        """Store each rollout of a finished engine run with its share of its config's batch figures."""
+        by_config: dict = {}
+        for key in dict.fromkeys(keys):
+            record = found.get(key)
+            if record is not None and "accounting" in record:
+                by_config.setdefault(self._config_of.get(key), []).append(key)
+        updated = {}
+        for config, members in by_config.items():
+            if config not in batches:
+                continue
+            shares = batch_shares(batches[config], [found[k]["accounting"] for k in members])
+            for key, share in zip(members, shares):
+                found[key]["accounting"]["shares"] = share
+                updated[key] = found[key]
+        if self.store is not None and updated:
+            self.store.put_many(updated)
+
+    def engine_of(self, spec: RolloutSpec) -> str:
+        """The name of the engine that decodes ``spec``'s requests (the choice depends on their options only)."""
+        probe = Request((0,), spec.config, 1, seed=0 if spec.config.sampled else None, options=self.codec.options(spec))
+        return self.names[self._choice(probe, log=False)]
+
+    def _choice(self, request: Request, log: bool = True) -> int:
+        """The index of the first engine that decodes ``request`` (the first, when strict); each new reason
+        to pass an engine by is logged once."""
+        if self.strict:
+            return 0
+        for choice, engine in enumerate(self.engines):
+            reason = engine.unsupported(request)
+            if reason is None:
+                return choice
+            if log and reason not in self._said:
+                self._said.add(reason)
+                logger.info("eglr-hf: such requests decode with engine=%s: %s", self.names[choice + 1], reason)
+        return len(self.engines) - 1
+
+    def _route(self, requests) -> list[tuple[int, list[int]]]:
+        """Which engine (index) decodes which request (indices), in the engines' order."""
         shares: dict[int, list[int]] = {}
         for j, request in enumerate(requests):
-            choice = 0
-            if not self.strict:
-                for choice, engine in enumerate(self.engines):
-                    reason = engine.unsupported(request)
-                    if reason is None:
-                        break
-                    if reason not in self._said:
-                        self._said.add(reason)
-                        logger.info("eglr-hf: such requests decode with engine=hf: %s", reason)
-            shares.setdefault(choice, []).append(j)
-        return [(self.engines[choice], share) for choice, share in sorted(shares.items())]
+            shares.setdefault(self._choice(request), []).append(j)
+        return sorted(shares.items())

@@ -2,13 +2,15 @@
 
 ``auto`` takes the continuous engine wherever it can drive the model and the hook engine
 (``generate`` with EGLR hooks) for the rest: the whole model (another family, a split device_map)
-with one log line, single requests with options the continuous engine does not apply (beams, ...)
-with one line per reason (``harness/decode.py``). ``continuous`` refuses those, naming engine=hf.
+with one log line, single requests with valid options the continuous engine does not apply (beams,
+...) with one line per reason (``harness/decode.py``). ``continuous`` refuses those, naming engine=hf.
+The plan line, ``config.eglr`` and the samples say which engine decoded each task, cell and rollout.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 from eglr_harness.decoding.compile_setting import CompilePlan, resolve_compile
 from eglr_harness.decoding.continuous_engine import ContinuousEngine
@@ -48,6 +50,17 @@ def build_engines(lm, engine: str, compile_setting: str) -> tuple[list[Engine], 
     return [continuous, hook], "continuous", plan
 
 
+def engine_name(engine: Engine) -> str:
+    """The name a run records for ``engine``: ``continuous`` or ``hf``."""
+    return "continuous" if isinstance(engine, ContinuousEngine) else "hf"
+
+
+def engines_said(names) -> str | None:
+    """One name for the engines that decoded something (``continuous``, ``hf``, or ``mixed``), None for none."""
+    names = set(names) - {None}
+    return next(iter(names)) if len(names) == 1 else "mixed" if names else None
+
+
 def _hook_batch_size(lm):
     """HFLM's batch size; ``auto`` is HFLM's own detection, on first use (at once under data parallel,
     where the detection is a collective step every rank takes together)."""
@@ -65,12 +78,18 @@ def _eos_ids(lm) -> list[int]:
     return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
 
-def log_plan(lm, jobs, keys: list[str]) -> None:
-    """Say once, before the first token, what this call will decode: a long run should not look hung."""
+def log_plan(lm, jobs, keys: list[str], specs) -> None:
+    """Say once, before the first token, what this call will decode and with which engine (per request:
+    ``engine=auto`` hands requests with options the continuous engine does not apply to ``hf``): a long
+    run should not look hung."""
     for task in sorted({j.task for j in jobs}, key=str):
         mine = [i for i, j in enumerate(jobs) if j.task == task]
         cells = sorted({jobs[i].cell for i in mine})
         distinct, stored = lm.decoder.stored([keys[i] for i in mine])
+        to_decode = {keys[i]: i for i in mine if lm.decoder.lookup(keys[i]) is None}
+        routed = Counter(lm.decoder.engine_of(specs[i]) for i in to_decode.values())
+        engine = ", ".join(f"{name} for {n}" for name, n in sorted(routed.items())) if len(routed) > 1 \
+            else next(iter(routed), "none (all stored)")
         max_tokens = max(int(jobs[i].gen_kwargs.get("max_gen_toks", lm.max_gen_toks)) for i in mine)
         source = lm.accounts.calibration_source.get(task)
         if not any(c.L > 0 for c in cells):
@@ -84,4 +103,4 @@ def log_plan(lm, jobs, keys: list[str]) -> None:
                     "cells once), %d stored, %d to decode, at most %d new tokens each, batch %s, engine %s; %s",
                     task, len({jobs[i].doc_id for i in mine}), len(cells),
                     ", ".join(c.label for c in cells[:4]) + (", ..." if len(cells) > 4 else ""), len(mine), distinct,
-                    stored, distinct - stored, max_tokens, lm.batch_size, lm.engine_used, tau)
+                    stored, distinct - stored, max_tokens, lm.batch_size, engine, tau)

@@ -27,10 +27,15 @@ from eglr_harness.decoding.compile_setting import DEFAULT_COMPILE, check_compile
 from eglr_harness.distributed import process_gather
 from eglr_harness.errors import model_arg_errors
 from eglr_harness.harness.decode import RolloutDecoder, TextCodec
-from eglr_harness.harness.engines import DEFAULT_ENGINE, build_engines, check_engine, log_plan
+from eglr_harness.harness.engines import (
+    DEFAULT_ENGINE, build_engines, check_engine, engine_name, engines_said, log_plan,
+)
+from eglr_harness.generation_options import (
+    check_generation_options, continuous_refusals, generation_config_options, refuse_for_continuous,
+)
 from eglr_harness.model_args import USE_CACHE_REFUSAL, check_model_args
 from eglr_harness.model_names import loaded_name, model_name
-from eglr_harness.pool import Job, PoolPlan, assign_jobs, frozen
+from eglr_harness.pool import TASK_POOL_KEYS, Job, PoolPlan, assign_jobs, frozen
 from eglr_harness.presets import load_preset
 from eglr_harness.rollout import Rollout
 from eglr_harness.settings import RunSettings
@@ -80,6 +85,12 @@ class EglrHFLM(HFLM):
         self.num_layers = find_model_parts(self.model).num_layers
         with model_arg_errors():
             self.settings.check_layers(self.num_layers)
+            # the model's own generation options, known only now: checked as --gen_kwargs were before the load
+            model_options = generation_config_options(self.model.generation_config)
+            check_generation_options(model_options, "the model's generation_config")
+            if self.engine == "continuous":
+                refuse_for_continuous(continuous_refusals({}, self.model.generation_config),
+                                      "the model's generation_config")
         self.model_name = model_name({k: v for k, v in hf_args.items() if isinstance(v, str)}) or loaded_name(hf_args["pretrained"])
         self._fingerprint = loaded_model_fingerprint(self.model, hf_args, settings=self.settings.base.as_dict(),
                                                      max_length=self.max_length,
@@ -95,7 +106,10 @@ class EglrHFLM(HFLM):
             self.engines, self.engine_used, self.compile_plan = build_engines(self, self.engine, self.compile_requested)
         self.decoder = RolloutDecoder(_codec(self), self.engines, self._fingerprint,
                                       RolloutStore(rollout_cache, rank=self.rank) if rollout_cache else None,
-                                      strict=self.engine == "continuous", show_progress=self.rank == 0)
+                                      strict=self.engine == "continuous", show_progress=self.rank == 0,
+                                      names=[engine_name(e) for e in self.engines])
+        self.engines_by_cell: dict = {}  # (task, Cell) -> names of the engines that decoded its rollouts
+        self._gathered_engines: list[dict] = [self.engines_by_cell]  # the same of every rank
 
     # ------------------------------------------------------------------ lm-eval hooks
     def set_cache_hook(self, cache_hook) -> None:
@@ -122,30 +136,52 @@ class EglrHFLM(HFLM):
         items = [(j.context, self.settings.rollout(j.gen_kwargs, j.cell, j.cycle, self.tau_h_by_task.get(j.task)))
                  for j in jobs]
         keys = [self.decoder.key(*item) for item in items]
-        log_plan(self, jobs, keys)
+        log_plan(self, jobs, keys, [spec for _, spec in items])
         done = self.decoder.decode(items, stats_for=lambda config: self.accounts.stats_for(Cell(config.L, config.T)),
                                    desc="eglr-hf generation", disable_tqdm=disable_tqdm, keys=keys)
         self.accounts.reused.update(spec.cell for spec in done.reused)
         self._gathered_accounts = self.accounts.gathered(self._gather)
-        return [Rollout(r["text"], L=j.cell.L, T=j.cell.T, cycle=j.cycle, signals=r.get("signals"))
-                for r, j in zip(done.records, jobs)]
+        for r, j in zip(done.records, jobs):
+            self.engines_by_cell.setdefault((j.task, j.cell), set()).add(r.get("engine"))
+        self._gathered_engines = self._gather(self.engines_by_cell)  # every rank's rollouts (collective)
+        return [Rollout(r["text"], L=j.cell.L, T=j.cell.T, cycle=j.cycle, signals=r.get("signals"),
+                        engine=r.get("engine")) for r, j in zip(done.records, jobs)]
 
     def get_model_info(self) -> dict:
         info = super().get_model_info()
         s = self.settings.base
+        engine = engines_said(n for part in self._gathered_engines for names in part.values() for n in names) \
+            or self.engine_used  # nothing decoded yet: the engine preferred
         info["eglr"] = {
             "model": self.model_name,
             "num_layers": self.num_layers,
             "preset": self.preset.get("name"),
-            "engine": self.engine_used,
+            # the engine(s) that decoded the rollouts (mixed: some cells or rollouts each), per task and cell
+            "engine": engine,
+            "engines": self._engines_by_task(),
             "engine_requested": self.engine,
-            "compile": self.compile_plan.recorded,
+            # what the continuous engine's step ran as; none when every rollout went through generate
+            "compile": "none" if engine == "hf" else self.compile_plan.recorded,
             "compile_requested": self.compile_plan.requested,
             "settings": {"alpha": s.alpha, "k_max": s.k_max, "tau_kl": s.tau_kl, "top_k": s.top_k, "top_p": s.top_p, "seed": s.seed},
             "tau_h": dict(self.tau_h_by_task),
             "stats": (self._gathered_accounts or self.accounts).summary(),
         }
         return info
+
+    def _engines_by_task(self) -> dict:
+        """``{task: {cell label: continuous | hf | mixed}}`` of every rank's rollouts (the engine recorded
+        with each; rollouts stored before the engine was recorded are left out)."""
+        merged: dict = {}
+        for part in self._gathered_engines:
+            for task_cell, names in part.items():
+                merged.setdefault(task_cell, set()).update(names)
+        table: dict = {}
+        for (task, cell), names in sorted(merged.items(), key=lambda item: (str(item[0][0]), item[0][1])):
+            said = engines_said(names)
+            if said is not None:
+                table.setdefault(str(task), {})[cell.label] = said
+        return table
 
     # ------------------------------------------------------------------ pools and cells
     def _jobs(self, requests: list[Instance]) -> list[Job]:
@@ -154,11 +190,22 @@ class EglrHFLM(HFLM):
     def _pool(self, task: str | None, gen_kwargs: dict, repeats: int) -> PoolPlan:
         key = (task, frozen(gen_kwargs), repeats)
         if key not in self._plans:
+            self._check_task_options(task, gen_kwargs)
             plan = self.settings.pool_plan(task, gen_kwargs, repeats)
             self.settings.check_cells(plan.cells, self.num_layers)
             plan.log(f"eglr-hf task {task}", repeats)
             self._plans[key] = plan
         return self._plans[key]
+
+    def _check_task_options(self, task, gen_kwargs: dict) -> None:
+        """A task's generation options (its YAML merged with ``--gen_kwargs``), before any of its rollouts
+        decodes: invalid values, and with ``engine=continuous`` the valid ones it does not apply."""
+        source = f"generation_kwargs of task {task}"
+        with model_arg_errors():
+            check_generation_options(gen_kwargs, source, ignore=TASK_POOL_KEYS)
+            if self.engine == "continuous":
+                options = {k: v for k, v in gen_kwargs.items() if k not in TASK_POOL_KEYS}
+                refuse_for_continuous(continuous_refusals(options, self.model.generation_config), source)
 
     def calibrate(self, requests: list[Instance], disable_tqdm: bool = False) -> dict[str, float]:
         """tau_h of every task of ``requests`` (calibrated or looked up), without decoding their rollouts."""
@@ -167,9 +214,11 @@ class EglrHFLM(HFLM):
 
     def forget_rollouts(self) -> None:
         """Drop the rollouts and accounting of this run (benchmarks time repeated runs)."""
-        self.decoder.memo.clear()
+        self.decoder.forget()
         self.accounts = RunAccounts(self.num_layers)
         self._gathered_accounts = None
+        self.engines_by_cell = {}
+        self._gathered_engines = [self.engines_by_cell]
 
     # ------------------------------------------------------------------ tau_h
     def _ensure_tau_h_of(self, jobs: list[Job], disable_tqdm: bool, every_task: bool) -> None:

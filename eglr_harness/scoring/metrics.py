@@ -8,7 +8,8 @@ The per-document keys (docs/run-format.md) come from :func:`score_document`:
   ``cluster`` = index of the answer's equivalence cluster among the document's rollouts, clusters
   numbered in order of first appearance, ``None`` for no answer — so a reader can redo the vote
   without any equivalence check; ``signals`` = the rollout's :mod:`eglr_harness.signals` dict, or
-  ``None`` when the model recorded none).
+  ``None`` when the model recorded none; ``engine`` = ``continuous`` or ``hf``, the engine that decoded it,
+  present only when the model recorded it).
 - ``acc``: the accuracy of one rollout, averaged over the document's ``B`` rollouts (correct / B).
   The same meaning in every task: for a one-rollout task it is that rollout's correctness; for a
   pool it is the expected accuracy of a rollout drawn from the pool at random (no cell favoured).
@@ -180,6 +181,7 @@ def score_document(
             "correct": ok,
             "cluster": cluster_of[i],
             "signals": meta.get("signals"),
+            **({"engine": meta["engine"]} if "engine" in meta else {}),
         })
     B = len(rollouts)
     solved = sum(correct)

@@ -195,3 +195,24 @@ def test_seeded_sampler_never_draws_a_filtered_token():
     counts = torch.bincount(drawn, minlength=4)
     assert counts[1] == counts[3] == 0
     assert 0.70 < counts[2] / 2000 < 0.80  # 0.75 expected; sd 0.01
+
+
+def test_stored_rollouts_add_up_to_the_batch_that_decoded_them():
+    """Issue 35: a resumed run adds each stored rollout's accounting; summed, the rollouts of a batch give
+    that batch's figures (per-row ones exactly, batch ones as shares)."""
+    from eglr_harness.decoding.stats import EglrStats, batch_shares, rollout_accounting
+
+    batch = EglrStats(num_layers=8)
+    batch.add_batch(steps=13, gated_steps=5, row_steps=40, tokens=22, iterations={1: 2, 3: 4}, L=2, pass_row_iterations=21)
+    batch.wall_time_s = 1.5
+    rollouts = [rollout_accounting(12, {1: 2, 3: 1}, 2), rollout_accounting(7, {3: 3}, 2), rollout_accounting(3, {}, 2)]
+    resumed = EglrStats(num_layers=8)
+    for accounting, shares in zip(rollouts, batch_shares(batch, rollouts)):
+        resumed.add_rollout({**accounting, "shares": shares})
+    got, expected = resumed.summary(), batch.summary()
+    assert got.pop("iteration_hist") == expected.pop("iteration_hist") == {"1": 2, "3": 4}
+    assert got == pytest.approx(expected) and got["steps"] == 13
+    # a rollout stored without shares (its run was killed) counts its rows as the continuous engine does
+    alone = EglrStats(num_layers=8)
+    alone.add_rollout(rollouts[1])
+    assert alone.summary()["batched_flop_ratio"] == alone.summary()["flop_ratio"] == 1 + 2 * 9 / (8 * 7)

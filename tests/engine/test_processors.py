@@ -16,6 +16,7 @@ from eglr_harness.decoding.contract import Request
 from eglr_harness.decoding.generate import eglr_generate
 from eglr_harness.decoding.processors import LogitsOptions
 from eglr_harness.decoding.sampling import row_seed
+from eglr_harness.errors import GenerationOptionError
 
 VOCAB, LAYERS, EOS, PAD = 96, 4, 2, 0
 NEW = 12
@@ -115,7 +116,7 @@ def test_the_gate_and_signals_read_the_raw_distribution(model):
 def test_settings_it_does_not_apply_are_refused_by_name(model):
     engine = ContinuousEngine(model, max_batch=1, eos_token_ids=[EOS])
     for options, named in (({"num_beams": 4}, "num_beams=4"), ({"typical_p": 0.5}, "typical_p=0.5"),
-                           ({"frobnicate": 1}, "frobnicate=1")):
+                           ({"epsilon_cutoff": 0.1}, "epsilon_cutoff=0.1")):
         request = Request((5, 6, 7), EglrConfig(L=0), 3, options=options)
         assert named in engine.unsupported(request)
         with pytest.raises(ValueError, match=named) as err:
@@ -130,12 +131,33 @@ def test_settings_it_does_not_apply_are_refused_by_name(model):
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"repetition_penalty": 0.0}, "repetition_penalty"), ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size"),
-    ({"min_p": 1.5}, "min_p"), ({"suppress_tokens": [-3]}, "suppress_tokens"),
+    ({"repetition_penalty": 0.0}, "`repetition_penalty`=0.0 .*allowed: a float > 0"),
+    ({"repetition_penalty": -1}, "`repetition_penalty`=-1 "),
+    ({"no_repeat_ngram_size": -2}, "`no_repeat_ngram_size`=-2 .*allowed: an int >= 0"),
+    ({"min_p": 1.5}, "`min_p`=1.5 .*allowed: a float in \\[0, 1\\]"), ({"suppress_tokens": [-3]}, "suppress_tokens"),
+    ({"typical_p": 0.0}, "`typical_p`=0.0 "), ({"num_beams": 0}, "`num_beams`=0 "), ({"frobnicate": 1}, "`frobnicate`=1 "),
 ])
-def test_bad_processor_values_are_refused_naming_them(options, message):
-    with pytest.raises(ValueError, match=message):
+def test_an_invalid_value_is_an_error_never_a_reason_to_fall_back(model, options, message):
+    """Issue 35: ``unsupported`` (what engine=auto falls back on) raises for an invalid value instead of
+    returning it as a reason, so engine=auto never hands it to engine=hf to fail there, or to be ignored."""
+    with pytest.raises(GenerationOptionError, match=message):
         LogitsOptions.resolve(None, options)
+    engine = ContinuousEngine(model, max_batch=1, eos_token_ids=[EOS])
+    request = Request((5, 6, 7), EglrConfig(L=0), 3, options=options)
+    with pytest.raises(GenerationOptionError, match=message):
+        engine.unsupported(request)
+    with pytest.raises(GenerationOptionError, match=message):
+        engine.run([request])
+
+
+def test_an_invalid_value_of_the_models_generation_config_is_an_error(model):
+    engine = ContinuousEngine(model, max_batch=1, eos_token_ids=[EOS])
+    model.generation_config.repetition_penalty = 0.0
+    try:
+        with pytest.raises(GenerationOptionError, match="`repetition_penalty`=0.0 \\(the model's generation_config\\)"):
+            engine.unsupported(Request((5, 6, 7), EglrConfig(L=0), 3))
+    finally:
+        model.generation_config.repetition_penalty = None
 
 
 def test_one_ngram_size_per_run(model):
@@ -182,3 +204,77 @@ def test_the_step_processors_equal_transformers_processors_row_by_row(generated)
         for processor in hf:
             expected = processor(ids, expected)
         torch.testing.assert_close(got[slot:slot + 1], expected, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------- issue 35, part 5: the processors' subtle errors
+def _entropy(logits: torch.Tensor) -> float:
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return float(-(logp.exp() * logp).sum())
+
+
+def test_a_penalty_that_moves_the_entropy_across_tau_h_does_not_move_the_gate(model):
+    """The gate, the KL exit and the signals read the raw distribution: with tau_h between a token's raw
+    entropy and its entropy after the repetition penalty, the token is gated as the raw entropy says, its
+    recorded entropy and log-probability are the raw ones, and the whole decode is generate's."""
+    from eglr_harness.decoding.processors import penalize_repeats
+
+    penalty, found = 1.8, None
+    for seed in range(40):  # a prompt whose first token's entropy the penalty moves by > 0.05 nats
+        prompt = random_prompts(seed, lengths=(9,), vocab=VOCAB)[0]
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt])).logits[0, -1]
+        seen = torch.zeros(1, VOCAB, dtype=torch.bool)
+        seen[0, prompt] = True
+        raw = _entropy(logits)
+        penalised = _entropy(penalize_repeats(logits.float()[None], seen, torch.tensor([penalty]))[0])
+        if abs(penalised - raw) > 0.05:
+            found = prompt, raw, penalised
+            break
+    assert found is not None, "no prompt where the penalty moves the entropy: the test would prove nothing"
+    prompt, raw, penalised = found
+    tau_h = (raw + penalised) / 2
+    config = EglrConfig(L=2, tau_h=tau_h, tau_kl=TAU_KL)
+    options = {"repetition_penalty": penalty}
+    got = ContinuousEngine(model, max_batch=1, eos_token_ids=[]).run([Request(tuple(prompt), config, NEW, options=options)])[0]
+    assert got.entropies[0] == pytest.approx(raw, abs=1e-5)
+    assert (got.token_iterations[0] > 0) == (raw > tau_h), "the gate read the penalised distribution"
+    # the log-probability recorded is the emitted token's under the raw (refined when gated) distribution
+    plain = ContinuousEngine(model, max_batch=1, eos_token_ids=[]).run([Request(tuple(prompt), config, NEW)])[0]
+    if got.tokens[0] == plain.tokens[0]:
+        assert got.logprobs[0] == pytest.approx(plain.logprobs[0], abs=1e-5)
+    assert got.tokens == _hf(model, prompt, config, None, options, eos=-1)
+
+
+@pytest.mark.parametrize("name", ["repetition_penalty", "no_repeat_ngram_size", "min_new_tokens", "min_length",
+                                  "suppress_tokens", "begin_suppress_tokens", "min_p"])
+def test_each_processor_of_the_models_generation_config_is_applied(name):
+    """What the model's generation_config sets, and no request overrides, is applied as generate applies it."""
+    model = build_tiny_model("qwen2", vocab_size=VOCAB, num_layers=LAYERS, seed=3, sharpen=40.0)
+    prompts = random_prompts(4, lengths=(8, 8, 8), vocab=VOCAB)
+    first = _greedy_tokens(model, prompts[0])
+    eos = first[2]
+    T = 0.8 if name == "min_p" else 0.0
+    config = EglrConfig(L=2, T=T, tau_h=0.0, tau_kl=TAU_KL, top_k=20, top_p=0.95)
+    plain = _continuous(model, prompts, [config] * 3, {}, eos=eos)
+    for key, value in PROCESSORS[name](first).items():
+        setattr(model.generation_config, key, value)
+    got = _continuous(model, prompts, [config] * 3, {}, eos=eos)
+    assert got != plain, f"the generation config's {name} changed no token"
+    for prompt, tokens in zip(prompts, got):
+        seed = row_seed(config.seed, SALT, list(prompt)) if T else None
+        assert tokens == _hf(model, prompt, config, seed, {}, eos=eos)
+
+
+def test_the_ngram_ban_reaches_only_the_rows_that_ask_for_it(model):
+    """Rows of one batch with and without no_repeat_ngram_size: each decodes as it does alone."""
+    prompts = random_prompts(4, lengths=(8, 8, 8, 8), vocab=VOCAB)
+    config = EglrConfig(L=2, tau_h=0.0, tau_kl=TAU_KL)
+    ban = {"no_repeat_ngram_size": 2}
+    alone_plain = [_continuous(model, [p], [config], {}, max_batch=1, eos=-1)[0] for p in prompts]
+    alone_banned = [_continuous(model, [p], [config], ban, max_batch=1, eos=-1)[0] for p in prompts]
+    assert alone_plain != alone_banned, "the ban changed no row: pick prompts whose text repeats"
+    requests = [Request(tuple(p), config, NEW, options=ban if i % 2 else {}) for i, p in enumerate(prompts)]
+    together = [o.tokens for o in ContinuousEngine(model, max_batch=4, eos_token_ids=[]).run(requests)]
+    assert together == [alone_banned[i] if i % 2 else alone_plain[i] for i in range(len(prompts))]
+    assert any(alone_plain[i] != alone_banned[i] for i in range(0, len(prompts), 2)), \
+        "no row without the ban repeats an n-gram: a leaking ban would change nothing"

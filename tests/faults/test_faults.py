@@ -150,6 +150,19 @@ def test_an_invalid_tau_h_is_not_stored(tmp_path, caplog):
     assert any("tau_h" in m and "nan" in m for m in _warnings(caplog))
 
 
+@pytest.mark.parametrize("accounting", [
+    {"tokens": -1, "iterations": {}, "L": 2}, {"tokens": 3, "iterations": {"x": 1}, "L": 2},
+    {"tokens": 3, "iterations": {"1": 1}, "L": 2, "shares": {"steps": math.nan}}, {"tokens": 3, "iterations": {}},
+])
+def test_a_rollout_with_an_invalid_accounting_is_not_stored(tmp_path, accounting):
+    """The accounting a resumed run adds to its figures (issue 35) is checked like the rest of a record."""
+    store = RolloutStore(tmp_path)
+    store.put("bad", {"text": "t", "signals": None, "engine": "continuous", "accounting": accounting})
+    store.put("good", {"text": "t", "signals": None, "engine": "hf",
+                       "accounting": {"tokens": 3, "iterations": {"2": 1}, "L": 2, "shares": {"steps": 1.5}}})
+    assert store.get("bad") is None and store.get("good")["accounting"]["shares"] == {"steps": 1.5}
+
+
 def test_a_rollout_store_in_a_folder_that_cannot_be_created_names_it(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

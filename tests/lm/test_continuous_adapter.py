@@ -8,7 +8,7 @@ import pytest
 from lm_eval.models.huggingface import HFLM
 from transformers import AutoTokenizer
 
-from inputs import CONTEXTS, requests_for
+from inputs import CONTEXTS, batch_independent, requests_for
 
 from eglr_harness.harness.model import EglrHFLM
 from eglr_harness.rollout import rollout_meta
@@ -76,7 +76,10 @@ def test_calibration_and_store_work_through_the_engine(llama_dir, tmp_path, monk
                 rollout_cache=str(tmp_path / "store"))
     reused = again.generate_until(requests_for(CONTEXTS, GREEDY))
     assert [str(x) for x in reused] == [str(x) for x in b]
-    assert again.get_model_info()["eglr"]["stats"]["reused_rollouts"]["total"] == len(CONTEXTS)
+    # stored with their accounting: the rerun reports the figures of the run that decoded them (issue 35)
+    first_stats, again_stats = (lm.get_model_info()["eglr"]["stats"] for lm in (continuous, again))
+    assert again_stats["reused_rollouts"]["total"] == 0
+    assert batch_independent(again_stats) == batch_independent(first_stats) and first_stats["total"]["tokens"] > 0
     assert [x.signals for x in reused] == [x.signals for x in b] and all(x.signals for x in b)  # stored with the text
 
 
@@ -141,6 +144,92 @@ def test_auto_is_the_default_and_falls_back_to_hf_saying_why(llama_dir, tiny_mod
     assert all(x.signals for x in mixed)  # both engines record signals
     said = [r.getMessage() for r in caplog.records if "decode with engine=hf" in r.getMessage()]
     assert len(said) == 1 and "num_beams=2" in said[0]
+    # which engine decoded is said per rollout, cell and task (issue 35), and in the plan line
+    assert [x.engine for x in mixed] == ["hf", "hf", "continuous", "continuous"]
+    info = lm.get_model_info()["eglr"]
+    assert info["engine"] == "mixed" and info["engines"] == {"a": {"L=0,T=0.0": "hf"}, "b": {"L=0,T=0.0": "continuous"}}
+    plans = {r.getMessage().split("task ")[1].split(":")[0]: r.getMessage() for r in caplog.records
+             if "eglr-hf plan" in r.getMessage()}
+    assert "engine hf;" in plans["a"] and "engine continuous;" in plans["b"]
+
+
+@pytest.mark.parametrize("engine", ["auto", "hf"])
+def test_results_say_hf_when_every_request_went_through_generate(llama_dir, engine, caplog):
+    """Issue 35: typical_p under engine=auto decodes every rollout with generate; the results said continuous."""
+    lm = _lm(llama_dir, engine, batch_size=2, L=2, tau_h=0.0)
+    with caplog.at_level("INFO", logger="eglr_harness"):
+        got = lm.generate_until(requests_for(CONTEXTS[:2], {**GREEDY, "typical_p": 0.9}))
+    info = lm.get_model_info()["eglr"]
+    assert (info["engine"], info["engines"], info["engine_requested"]) == ("hf", {"unit_task": {"L=2,T=0.0": "hf"}}, engine)
+    assert [x.engine for x in got] == ["hf", "hf"] and all(rollout_meta(x)["engine"] == "hf" for x in got)
+    assert any("eglr-hf plan" in r.getMessage() and "engine hf;" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"repetition_penalty": 0}, r"`repetition_penalty`=0 \(generation_kwargs of task unit_task\) is not allowed; allowed: a float > 0"),
+    ({"repetition_penalty": -1}, r"`repetition_penalty`=-1 "),
+    ({"no_repeat_ngram_size": -2}, r"`no_repeat_ngram_size`=-2 .*allowed: an int >= 0"),
+    ({"min_p": 1.5}, r"`min_p`=1\.5 .*allowed: a float in \[0, 1\]"),
+    ({"max_gen_toks": 0}, r"`max_gen_toks`=0 .*allowed: an int >= 1"),
+    ({"top_k": -3}, r"`top_k`=-3 .*allowed: an int >= 0"),  # at T=0 too, where it is not used
+    ({"typical_p": 1.5}, r"`typical_p`=1\.5 "),
+])
+@pytest.mark.parametrize("engine", ["auto", "continuous", "hf"])
+def test_an_invalid_generation_option_is_an_error_before_anything_decodes(llama_dir, monkeypatch, engine, options, message):
+    """Issue 35: never a fallback to engine=hf (where transformers raised, or ignored the value)."""
+    from eglr_harness.decoding.continuous_engine import ContinuousEngine
+    from eglr_harness.decoding.hook_engine import HookEngine
+    from eglr_harness.errors import GenerationOptionError
+
+    lm = _lm(llama_dir, engine, batch_size=2, L=2, tau_h=0.0)
+    for cls in (ContinuousEngine, HookEngine):
+        monkeypatch.setattr(cls, "run", lambda *a, **k: pytest.fail("decoding started"))
+    with pytest.raises(GenerationOptionError, match=message):
+        lm.generate_until(requests_for(CONTEXTS[:1], {**GREEDY, **options}))
+
+
+@pytest.mark.parametrize("options, named", [({"typical_p": 0.9}, "typical_p=0.9"), ({"num_beams": 2}, "num_beams=2")])
+def test_engine_continuous_refuses_an_option_it_does_not_apply_before_decoding(llama_dir, monkeypatch, options, named):
+    from eglr_harness.decoding.continuous_engine import ContinuousEngine
+    from eglr_harness.errors import GenerationOptionError
+
+    lm = _lm(llama_dir, "continuous", batch_size=2, L=0)
+    monkeypatch.setattr(ContinuousEngine, "run", lambda *a, **k: pytest.fail("decoding started"))
+    with pytest.raises(GenerationOptionError, match=rf"engine=continuous does not apply .*{named}.*engine=hf"):
+        lm.generate_until(requests_for(CONTEXTS[:1], {**GREEDY, **options}))
+
+
+def _with_generation_config(tiny_model_dir, folder, **settings):
+    """The tiny llama with ``settings`` written into its generation_config.json (as a hub model ships it)."""
+    import json
+    import shutil
+
+    shutil.copytree(tiny_model_dir("llama"), folder)
+    path = folder / "generation_config.json"
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps({**config, **settings}))
+    return str(folder)
+
+
+@pytest.mark.parametrize("engine", ["auto", "continuous", "hf"])
+def test_an_invalid_value_in_the_models_generation_config_is_refused_right_after_the_load(tiny_model_dir, tmp_path, engine):
+    from eglr_harness.errors import GenerationOptionError
+
+    folder = _with_generation_config(tiny_model_dir, tmp_path / "bad", repetition_penalty=0.0)
+    with pytest.raises(GenerationOptionError, match=r"`repetition_penalty`=0\.0 \(the model's generation_config\)"):
+        _lm(folder, engine, batch_size=2, L=0)
+
+
+def test_an_option_of_the_models_generation_config_the_continuous_engine_does_not_apply(tiny_model_dir, tmp_path):
+    from eglr_harness.errors import GenerationOptionError
+
+    folder = _with_generation_config(tiny_model_dir, tmp_path / "typical", typical_p=0.9, do_sample=True)
+    refused = r"engine=continuous does not apply .*typical_p=0\.9 \(the model's generation_config\)"
+    with pytest.raises(GenerationOptionError, match=refused):
+        _lm(folder, "continuous", batch_size=2, L=0)
+    auto = _lm(folder, "auto", batch_size=2, L=0, T=0.7)
+    got = auto.generate_until(requests_for(CONTEXTS[:2], GREEDY))
+    assert [x.engine for x in got] == ["hf", "hf"] and auto.get_model_info()["eglr"]["engine"] == "hf"
 
 
 def test_the_compile_arg_is_resolved_recorded_and_refused_where_it_cannot_apply(llama_dir):
@@ -151,5 +240,42 @@ def test_the_compile_arg_is_resolved_recorded_and_refused_where_it_cannot_apply(
         _lm(llama_dir, "continuous", batch_size=2, compile="reduce-overhead")
     with pytest.raises(ValueError, match=r"`compile`='default' applies to engine=continuous only"):
         _lm(llama_dir, "hf", batch_size=2, compile="default")
-    with pytest.raises(ValueError, match=r"`compile`=True is not allowed.*compile=reduce-overhead"):
+    with pytest.raises(ValueError, match=r"`compile`=true is not allowed.*compile=reduce-overhead"):
         _lm(llama_dir, "auto", batch_size=2, compile=True)
+
+
+def test_a_run_interrupted_and_resumed_reports_an_uninterrupted_runs_figures(llama_dir, tmp_path, monkeypatch):
+    """Issue 35: killed mid-run (here after its 6th stored rollout), then rerun into the same store: the
+    texts, signals, engines and every compute figure but the batch-dependent ones equal an uninterrupted run's."""
+    from eglr_harness.stores import RolloutStore
+
+    settings = dict(batch_size=2, tau_h=0.0, tau_kl=0.0)
+    requests = requests_for(CONTEXTS, {**GREEDY, "eglr_L": "0-3", "eglr_T": 0}, repeats=4)
+    whole = _lm(llama_dir, "auto", rollout_cache=str(tmp_path / "whole"), **settings)
+    expected = whole.generate_until(requests)
+
+    original, stored = RolloutStore.put, []
+
+    def killed_after_six(self, key, record):
+        original(self, key, record)
+        stored.append(key)
+        if len(stored) == 6:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(RolloutStore, "put", killed_after_six)
+    with pytest.raises(KeyboardInterrupt):
+        _lm(llama_dir, "auto", rollout_cache=str(tmp_path / "resumed"), **settings).generate_until(requests)
+    monkeypatch.setattr(RolloutStore, "put", original)
+    resumed = _lm(llama_dir, "auto", rollout_cache=str(tmp_path / "resumed"), **settings)
+    got = resumed.generate_until(requests)
+    assert [str(x) for x in got] == [str(x) for x in expected]
+    assert [x.engine for x in got] == [x.engine for x in expected]
+    for x, y in zip(got, expected):  # other batch compositions: float noise in the signals only
+        assert x.signals.keys() == y.signals.keys()
+        assert all(v == (None if y.signals[k] is None else pytest.approx(y.signals[k], rel=1e-4, abs=1e-6))
+                   for k, v in x.signals.items())
+    ours, theirs = (lm.get_model_info()["eglr"] for lm in (resumed, whole))
+    assert ours["stats"]["reused_rollouts"] == theirs["stats"]["reused_rollouts"] == {"total": 0, "cells": {}}
+    assert batch_independent(ours["stats"]) == batch_independent(theirs["stats"])
+    assert theirs["stats"]["total"]["gated_tokens"] > 0
+    assert (ours["engine"], ours["engines"]) == (theirs["engine"], theirs["engines"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from lm_eval.models.huggingface import HFLM
 
-from inputs import CONTEXTS, requests_for
+from inputs import CONTEXTS, batch_independent, requests_for
 
 from eglr_harness.decoding.continuous_engine import ContinuousEngine
 from eglr_harness.decoding.hook_engine import HookEngine
@@ -32,7 +32,8 @@ def test_L0_matches_lm_eval_hf_token_for_token(llama_dir, batch_size):
     expected = hf.generate_until(requests_for(CONTEXTS, GREEDY))
     got = ours.generate_until(requests_for(CONTEXTS, GREEDY))
     assert [str(g) for g in got] == expected
-    assert all((g.L, g.T, g.cycle) == (0, 0.0, 0) and set(rollout_meta(g)) <= {"L", "T", "cycle", "signals"} for g in got)
+    assert all((g.L, g.T, g.cycle) == (0, 0.0, 0) and set(rollout_meta(g)) <= {"L", "T", "cycle", "signals", "engine"}
+               and g.engine == "continuous" for g in got)
     assert any(text.strip() for text in expected)
 
 
@@ -129,11 +130,15 @@ def test_rollout_cache_resumes_without_recomputing(llama_dir, tmp_path, monkeypa
     again = second.generate_until(requests_for(CONTEXTS[:3], pool, repeats=4))
     assert again[:8] == done and [o.L for o in again[:8]] == [o.L for o in done]
     assert sum(calls) == 4  # only the third document's four cells were generated
-    # the results say that 8 rollouts (2 docs x 4 cells) carry no accounting of this run
-    stats = second.get_model_info()["eglr"]["stats"]
-    assert stats["reused_rollouts"] == {"total": 8, "cells": {f"L={L},T=0.0": 2 for L in range(1, 5)}}
-    assert sum(cell["steps"] > 0 for cell in stats["cells"].values()) == 4
-    assert first.get_model_info()["eglr"]["stats"]["reused_rollouts"] == {"total": 0, "cells": {}}
+    # the stored rollouts carry their accounting: the resumed run's figures equal an uninterrupted run's
+    # (issue 35), but for those that depend on generate's batches
+    whole = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=2, tau_h=0.0,
+                     rollout_cache=str(tmp_path / "whole"), engine="hf")
+    whole.generate_until(requests_for(CONTEXTS[:3], pool, repeats=4))
+    stats, uninterrupted = (lm.get_model_info()["eglr"]["stats"] for lm in (second, whole))
+    assert stats["reused_rollouts"] == uninterrupted["reused_rollouts"] == {"total": 0, "cells": {}}
+    assert batch_independent(stats, also=("batched_flop_ratio",)) == batch_independent(uninterrupted, also=("batched_flop_ratio",))
+    assert stats["total"]["gated_tokens"] > 0 and all(cell["steps"] > 0 for cell in stats["cells"].values())
 
 
 def test_tau_h_auto_calibrates_once_and_caches(llama_dir, tmp_path, monkeypatch):

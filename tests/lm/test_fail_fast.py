@@ -124,7 +124,49 @@ def test_integer_args_written_as_whole_numbers_pass(no_loading):
     ({"compile": "reduce-overhead", "device": "cpu"}, r"`compile`='reduce-overhead' captures CUDA graphs"),
     ({"compile": "default", "engine": "hf"}, r"`compile`='default' applies to engine=continuous only"),
     ({"compile": "fast"}, r"`compile`='fast' is not allowed; allowed: auto, none, reduce-overhead, default"),
+    ({"compile": True}, r"`compile`=true is not allowed"),  # lm-eval parses compile=true as True: echoed as typed
 ])
 def test_a_compile_that_cannot_apply_is_refused_before_loading(no_loading, args, message):
     with pytest.raises(ValueError, match=message):
         EglrHFLM(model_config="smollm2-135m-instruct", **args)
+
+
+@pytest.mark.parametrize("model_args, gen_kwargs, message", [
+    ("", "repetition_penalty=0", r"`repetition_penalty`=0 \(--gen_kwargs\) is not allowed; allowed: a float > 0"),
+    ("", "repetition_penalty=-1", r"`repetition_penalty`=-1 \(--gen_kwargs\)"),
+    ("", "no_repeat_ngram_size=-2", r"`no_repeat_ngram_size`=-2 \(--gen_kwargs\) is not allowed; allowed: an int >= 0"),
+    ("", "min_p=1.5", r"`min_p`=1\.5 \(--gen_kwargs\) is not allowed; allowed: a float in \[0, 1\]"),
+    ("", "max_gen_toks=0", r"`max_gen_toks`=0 \(--gen_kwargs\) is not allowed; allowed: an int >= 1"),
+    ("", "top_k=-3", r"`top_k`=-3 \(--gen_kwargs\) is not allowed; allowed: an int >= 0"),
+    ("", "repetiton_penalty=1.1", r"`repetiton_penalty`=1\.1 \(--gen_kwargs\) is not a generation option.*`repetition_penalty`"),
+    (",engine=hf", "repetition_penalty=0", r"`repetition_penalty`=0 \(--gen_kwargs\)"),  # whatever the engine
+    (",engine=continuous", "typical_p=0.9", r"engine=continuous does not apply .*typical_p=0\.9 \(--gen_kwargs\).*engine=hf"),
+    (",engine=continuous", "num_beams=2", r"engine=continuous does not apply .*num_beams=2 \(--gen_kwargs\)"),
+])
+def test_gen_kwargs_are_checked_before_the_model_loads(no_loading, model_args, gen_kwargs, message):
+    """Issue 35: an invalid value is one error naming it, never a fallback to engine=hf after the load."""
+    from lm_eval import evaluator
+
+    from eglr_harness.errors import GenerationOptionError
+
+    with pytest.raises(GenerationOptionError, match=message):
+        evaluator.simple_evaluate(model="eglr-hf", model_args="model_config=smollm2-135m-instruct" + model_args,
+                                  tasks=["eglr_demo"], gen_kwargs=gen_kwargs)
+
+
+def test_valid_gen_kwargs_get_as_far_as_loading(no_loading):
+    from lm_eval import evaluator
+
+    with pytest.raises(AssertionError, match="HFLM.__init__ ran"):  # typical_p: engine=auto hands it to hf
+        evaluator.simple_evaluate(model="eglr-hf", model_args="model_config=smollm2-135m-instruct", tasks=["eglr_demo"],
+                                  gen_kwargs="typical_p=0.9,repetition_penalty=1.1,max_gen_toks=16")
+
+
+def test_cli_prints_an_invalid_gen_kwarg_as_one_line():
+    result = subprocess.run(
+        [sys.executable, "-m", "lm_eval", "--model", "eglr-hf", "--model_args", "model_config=smollm2-135m-instruct",
+         "--tasks", "eglr_demo", "--limit", "1", "--gen_kwargs", "repetition_penalty=0"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "HF_DATASETS_OFFLINE": "1"},
+    )
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "error: `repetition_penalty`=0 (--gen_kwargs) is not allowed; allowed: a float > 0 (1.0 = off)." in result.stderr
