@@ -22,8 +22,9 @@ earlier columns, and decoding steps go on between chunks. No forward processes m
 than the budget, so its activations do not grow with the prompts.
 
 The step itself (``fixed_step.decode_step``) is a function of fixed-shape tensors: the per-slot
-state (``step_state.py``), K/V storage allocated once at the run's longest request (``Workspace``,
-kept for the next run when it fits) of which a step reads a length bucket of columns, and two index
+state (``step_state.py``), K/V storage (``Workspace``, kept for the next run when it fits; allocated
+once at the run's longest request when steps are captured, grown by buckets when eager) of which a
+step reads a length bucket of columns, and two index
 tensors of the advancing and the refining slots, padded to row-count buckets when the step is
 compiled. How it is compiled (once) and captured (per bucket): ``step_graphs.py``. This module is
 the host side: between steps it reads one small tensor (tokens and flags), admits and retires rows,
@@ -79,9 +80,8 @@ class _Row:
 
 @dataclass
 class Workspace:
-    """What the steps of a run read and write in place: the K/V storage and the slot state. Allocated
-    once for B slots and C columns and kept for the next run when that fits (CUDA graphs recorded on it
-    stay valid)."""
+    """What the steps of a run read and write in place: the K/V storage and the slot state, for B slots
+    and C columns, kept for the next run when that fits (CUDA graphs recorded on it stay valid)."""
 
     cache: SlotCache
     state: SlotState
