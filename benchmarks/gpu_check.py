@@ -1179,6 +1179,13 @@ def _span(value: str, flag: str) -> tuple[int, int]:
     return lo, hi
 
 
+def apply_size_defaults(args, defaults: dict) -> None:
+    """Fill the arguments left unset with the defaults of ``args.size`` (``defaults``: size -> {name: value})."""
+    for key, value in defaults[args.size].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="full", choices=SIZES, help="full = the checkpoints' shapes; tiny = CPU seconds")
@@ -1230,10 +1237,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
-
-    for key, value in SIZE_DEFAULTS[args.size].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    apply_size_defaults(args, SIZE_DEFAULTS)
     args.families = _csv(args.families, FAMILIES, "--families")
     args.checks = _csv(args.checks, CHECKS, "--checks")
     args.attn = _csv(args.attn, ("sdpa", "eager"), "--attn")

@@ -581,9 +581,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="the JSON report")
     args = parser.parse_args(argv)
-    for key, value in SIZE_DEFAULTS[args.size].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    gpu_check().apply_size_defaults(args, SIZE_DEFAULTS)
     bad = [r for r in args.runs.split(",") if r.strip() not in RUNS]
     if bad or not args.runs.strip():
         raise ValueError(f"--runs={args.runs!r}: unknown {bad or 'empty list'}; allowed: {', '.join(RUNS)}")
