@@ -37,6 +37,7 @@ Shape letters: B slots, G rows of a forward, D hidden size, V vocabulary, Q prom
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -54,9 +55,9 @@ from eglr_harness.decoding.contract import Outcome, Request
 from eglr_harness.decoding.fixed_step import settle
 from eglr_harness.decoding.functional import raise_on_nan_rows
 from eglr_harness.decoding.processors import LogitsOptions, ProcessorPlan, not_applied
-from eglr_harness.decoding.step_graphs import CUDA_GRAPHS, StepRunner
+from eglr_harness.decoding.step_graphs import CUDA_GRAPHS, EAGER_STEP_SHARE, StepRunner, WarmupReport
 from eglr_harness.decoding.step_state import READ_FIELDS, SlotState, StepPlan
-from eglr_harness.decoding.kv_slots import SlotCache, SlotView, length_bucket, prefill_masks
+from eglr_harness.decoding.kv_slots import SPARE_COLUMNS, SlotCache, SlotView, length_bucket, prefill_masks
 from eglr_harness.decoding.stack import FALLBACK, ModelStack
 
 _PREFILL, _ADVANCE, _REFINE = 0, 1, 2
@@ -188,18 +189,33 @@ class ContinuousEngine:
         if not requests:
             return []
         started = time.perf_counter()
+        before = dataclasses.replace(self.runner.report)
         run = _Run(self, requests, options, on_finish)
         # no_grad, not inference_mode: under inference_mode the CPU linear layers ran 24 % slower here
         with torch.no_grad(), self.stack.slot_attention():
             run.decode()
+        self._say_eager_steps(before)
         if stats_for is not None:
             run.account(stats_for, time.perf_counter() - started)
         return run.outcomes
 
+    def _say_eager_steps(self, before: WarmupReport) -> None:
+        """At the end of a run: say it when more than ``EAGER_STEP_SHARE`` of its steps after warm-up ran a
+        decoder layer eagerly because the compiled layer would have compiled again."""
+        report = self.runner.report
+        steps, eager = report.steps - before.steps, report.eager_steps - before.eager_steps
+        if steps and eager > EAGER_STEP_SHARE * steps:
+            logger.warning("continuous engine: %d of %d decoding steps of this run (%.0f %%) ran decoder layers eagerly "
+                           "after warm-up, for want of a compilation (%d late compilations refused; the first is logged "
+                           "above with dynamo's reason): this run was not the compiled run it was asked to be; please "
+                           "report it.", eager, steps, 100 * eager / steps, report.late_compiles - before.late_compiles)
+
     def warmup_report(self) -> dict:
         """What compiling and capturing the step has cost this engine: ``compiles``, ``captures``,
-        ``compile_seconds``, ``capture_seconds``, ``late_compiles`` (after warm-up: should be 0) and
-        the (advancing rows, refining rows, K/V width) of each capture (``step_graphs.WarmupReport``)."""
+        ``compile_seconds``, ``capture_seconds``, ``late_compiles`` (layer calls after warm-up that would have
+        compiled and ran eagerly: should be 0), ``steps`` after warm-up and ``eager_steps`` among them (steps
+        that ran such a call) and the (advancing rows, refining rows, K/V width) of each capture
+        (``step_graphs.WarmupReport``)."""
         return self.runner.report.as_dict()
 
     def auto_batch(self, requests: Sequence[Request]) -> int:
@@ -280,7 +296,7 @@ def bytes_per_row(stack: ModelStack, capacity: int) -> int:
     (the processors' included) and a decoding step's activations (logits and their fp32 copies, the
     MLP's widest tensors)."""
     vocab, hidden, heads, kv_heads, head_dim, intermediate, size = _shapes(stack)
-    kv = 2 * stack.num_layers * kv_heads * head_dim * capacity * size
+    kv = 2 * stack.num_layers * kv_heads * head_dim * (capacity + SPARE_COLUMNS) * size
     state = vocab * 4 + vocab * 3 + 2 * hidden * size + capacity * 8  # logp_prev, seen/suppress flags, anchor, h_prev, history
     step = vocab * 4 * 8 + 3 * intermediate * size  # logits, log-probs, noise, ...
     return kv + state + step

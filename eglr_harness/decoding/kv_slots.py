@@ -73,12 +73,19 @@ class LayerWrite:
         return self.keys, self.values
 
 
+# Columns the storage holds beyond its capacity, never written or read. With them, the W <= C columns a
+# decoding step reads are always a strict slice of the storage, never all of it: inductor decides whether
+# a slice is contiguous from its sizes, and a first step that read the whole storage (W == C) made the
+# compiled layer guard on W == C, so that every later step with W < C compiled again (issue 39).
+SPARE_COLUMNS = 1
+
+
 class SlotCache:
     """The KV slots of every layer.
 
-    Storage per layer: (B, Hkv, C, d) for B slots (the engine's slots plus one trash slot that
-    padding rows of a fixed-shape step write to) and C columns (``capacity``, a length bucket),
-    allocated at the first prefill write of each layer. ``width`` (W <= C) is the number of columns
+    Storage per layer: (B, Hkv, C + SPARE_COLUMNS, d) for B slots (the engine's slots plus one trash
+    slot that padding rows of a fixed-shape step write to) and C columns (``capacity``, a length
+    bucket; the spare column is never used), allocated at the first prefill write of each layer. ``width`` (W <= C) is the number of columns
     the next decoding step's attention reads; the engine sets it between steps.
 
     In a prefill, the cache itself is the layers' cache: ``rows``, ``columns`` (G, Q) name where each
@@ -98,7 +105,7 @@ class SlotCache:
 
     def storage(self, layer_idx: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if layer_idx not in self.keys:
-            shape = (self.num_slots, like.shape[1], self.capacity, like.shape[3])
+            shape = (self.num_slots, like.shape[1], self.capacity + SPARE_COLUMNS, like.shape[3])
             self.keys[layer_idx], self.values[layer_idx] = like.new_zeros(shape), like.new_zeros(shape)
         return self.keys[layer_idx], self.values[layer_idx]
 
@@ -107,8 +114,8 @@ class SlotCache:
         steps only: a recorded CUDA graph would still read the old storage)."""
         for store in (self.keys, self.values):
             for layer_idx, old in store.items():
-                new = old.new_zeros((*old.shape[:2], capacity, old.shape[3]))
-                new[:, :, :self.capacity] = old
+                new = old.new_zeros((*old.shape[:2], capacity + SPARE_COLUMNS, old.shape[3]))
+                new[:, :, :self.capacity] = old[:, :, :self.capacity]
                 store[layer_idx] = new
         self.capacity = capacity
 

@@ -27,7 +27,16 @@ The design, and why (issue 32; how vLLM, SGLang and PyTorch do it: ``benchmarks/
 - **After warm-up nothing compiles.** The first step of the engine's first run compiles; every later
   call of the compiled layer runs under ``torch.compiler.set_stance("fail_on_recompile")``. Should a
   later call need a compilation anyway (a bug), that call runs eagerly, ``late_compiles`` counts it and
-  the log says so once, with dynamo's reason: a run never stalls on a silent compilation.
+  the log says so at once, with dynamo's reason; ``eager_steps`` counts the steps that ran a layer so,
+  and a run in which more than ``EAGER_STEP_SHARE`` of the steps did says so again at its end
+  (``ContinuousEngine.run``): a run never stalls on a silent compilation, nor passes for compiled when
+  it mostly ran eagerly.
+- **No guard that a later step breaks.** Every size that varies is marked dynamic, and no step meets a
+  size relation that the first step did not: the K/V storage holds a spare column beyond its capacity
+  (``kv_slots.SPARE_COLUMNS``), so the W columns a step reads are never the whole storage. Without it a
+  first step that read every column (W == C) made inductor guard on that equality (it decides whether
+  a slice is contiguous from its sizes), and every later step with W < C compiled again (issue 39: 446
+  late compilations in six runs of one process on the CPU, 432 in one pool check on an H200).
 
 ``warmup_report()`` says what it cost: compilations and captures, and their seconds.
 """
@@ -50,6 +59,8 @@ logger = logging.getLogger(__name__)
 
 CUDA_GRAPHS = "reduce-overhead"  # the compile mode (compile_setting.py) whose steps are captured
 LATE_COMPILE = "Detected recompile"  # how torch.compiler's fail_on_recompile stance begins its error
+# a run whose steps after warm-up ran a layer eagerly more often than this share says so at its end
+EAGER_STEP_SHARE = 0.01
 # compilations a process makes at most, whatever its runs: one of the decoder layer, and one more where
 # a family's layers differ in what dynamo guards on (none of the families tested so far do)
 COMPILATION_BOUND = 2
@@ -66,7 +77,9 @@ class WarmupReport:
     captures: int = 0
     compile_seconds: float = 0.0
     capture_seconds: float = 0.0
-    late_compiles: int = 0
+    late_compiles: int = 0  # calls of the compiled layer after warm-up that would have compiled (ran eagerly)
+    steps: int = 0  # decoding steps after warm-up
+    eager_steps: int = 0  # of them, steps in which a layer ran eagerly for want of a compilation
     capture_keys: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -88,6 +101,7 @@ class CompiledLayer:
         self.report = report
         self.warm = False
         self.failed = False  # compiling failed: the layers run eagerly
+        self.fell_back = False  # a call since the last ``StepRunner`` step ran eagerly instead of compiling
         self._warned = False
         self.compiled, self._counter = _compiled(backend, mode)
 
@@ -122,6 +136,7 @@ class CompiledLayer:
             if not str(error).startswith(LATE_COMPILE):
                 raise
             self.report.late_compiles += 1
+            self.fell_back = True
             if not self._warned:
                 self._warned = True
                 logger.error("continuous engine: the compiled decoder layer needed a compilation after warm-up "
@@ -191,6 +206,7 @@ class _Captured:
     advancing: torch.Tensor  # (A,) static input
     refining: torch.Tensor  # (R,) static input
     out: torch.Tensor  # (A + R, F) static output
+    eager_layers: bool = False  # recorded with layers that ran eagerly (a late compilation refused)
 
 
 class StepRunner:
@@ -207,8 +223,14 @@ class StepRunner:
         self._graphs: dict[tuple, _Captured] = {}
 
     def __call__(self, stack, plan, state, cache, advancing: torch.Tensor, refining: torch.Tensor) -> torch.Tensor:
+        compiled = self.layers if isinstance(self.layers, CompiledLayer) else None
+        warm = compiled is not None and compiled.warm
+        if compiled is not None:
+            compiled.fell_back = False
+        eager_layers = False
         if not self.capture:
             read = decode_step(stack, plan, state, cache, advancing, refining, layers=self.layers)
+            eager_layers = compiled is not None and compiled.fell_back
         else:
             captured = self._graphs.get(self._key(plan, advancing, refining, cache))
             if captured is None:
@@ -219,8 +241,12 @@ class StepRunner:
             captured.refining.copy_(refining)
             captured.graph.replay()
             read = captured.out
-        if isinstance(self.layers, CompiledLayer):
-            self.layers.warm = True  # every layer kind has run: warm-up is over
+            eager_layers = captured.eager_layers
+        if warm:
+            self.report.steps += 1
+            self.report.eager_steps += eager_layers
+        if compiled is not None:
+            compiled.warm = True  # every layer kind has run: warm-up is over
         return read
 
     @staticmethod
@@ -252,7 +278,9 @@ class StepRunner:
             self.capture = False
             self._graphs.clear()
             return None
-        self._graphs[self._key(plan, advancing, refining, cache)] = captured = _Captured(graph, advancing, refining, out)
+        eager_layers = isinstance(self.layers, CompiledLayer) and self.layers.fell_back
+        self._graphs[self._key(plan, advancing, refining, cache)] = captured = _Captured(
+            graph, advancing, refining, out, eager_layers)
         self.report.captures += 1
         self.report.capture_keys.append((num_adv, num_ref, cache.width))
         self.report.capture_seconds += time.perf_counter() - started - (self.report.compile_seconds - compiling)

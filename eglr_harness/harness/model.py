@@ -163,11 +163,18 @@ class EglrHFLM(HFLM):
             # what the continuous engine's step ran as; none when every rollout went through generate
             "compile": "none" if engine == "hf" else self.compile_plan.recorded,
             "compile_requested": self.compile_plan.requested,
+            # what compiling and capturing cost the continuous engine, late compilations included (should be 0)
+            "compile_report": self._compile_report(),
             "settings": {"alpha": s.alpha, "k_max": s.k_max, "tau_kl": s.tau_kl, "top_k": s.top_k, "top_p": s.top_p, "seed": s.seed},
             "tau_h": dict(self.tau_h_by_task),
             "stats": (self._gathered_accounts or self.accounts).summary(),
         }
         return info
+
+    def _compile_report(self) -> dict | None:
+        """The continuous engine's ``warmup_report()`` (this rank's), or None when it is not among the engines."""
+        continuous = [e for e in self.engines if engine_name(e) == "continuous"]
+        return continuous[0].warmup_report() if continuous else None
 
     def _engines_by_task(self) -> dict:
         """``{task: {cell label: continuous | hf | mixed}}`` of every rank's rollouts (the engine recorded

@@ -232,6 +232,24 @@ def test_an_option_of_the_models_generation_config_the_continuous_engine_does_no
     assert [x.engine for x in got] == ["hf", "hf"] and auto.get_model_info()["eglr"]["engine"] == "hf"
 
 
+def test_a_compiled_run_records_what_compiling_cost_in_its_results(llama_dir):
+    """compile=default (inductor) on a CPU: the results carry the engine's compile report, late compilations
+    included, and the texts are the eager engine's."""
+    import torch
+
+    torch._dynamo.reset()
+    eager = _lm(llama_dir, "continuous", batch_size=2, L=2, tau_h=0.0).generate_until(requests_for(CONTEXTS, GREEDY))
+    lm = _lm(llama_dir, "continuous", batch_size=2, L=2, tau_h=0.0, compile="default")
+    got = lm.generate_until(requests_for(CONTEXTS, GREEDY))
+    info = lm.get_model_info()["eglr"]
+    report = info["compile_report"]
+    assert info["compile"] == "default" and report["compiles"] >= 1 and report["steps"] > 0
+    assert report["late_compiles"] == report["eager_steps"] == 0
+    assert [str(g) for g in got] == [str(e) for e in eager]
+    assert _lm(llama_dir, "hf", batch_size=2, L=0).get_model_info()["eglr"]["compile_report"] is None
+    torch._dynamo.reset()
+
+
 def test_the_compile_arg_is_resolved_recorded_and_refused_where_it_cannot_apply(llama_dir):
     lm = _lm(llama_dir, "auto", batch_size=2, L=0)  # compile=auto: eager on a CPU
     info = lm.get_model_info()["eglr"]
