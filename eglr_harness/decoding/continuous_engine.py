@@ -26,13 +26,16 @@ state (``step_state.py``), K/V storage (``Workspace``, kept for the next run whe
 once at the run's longest request when steps are captured, grown by buckets when eager) of which a
 step reads a length bucket of columns, and two index
 tensors of the advancing and the refining slots, padded to row-count buckets when the step is
-compiled. How it is compiled (once) and captured (per bucket): ``step_graphs.py``. This module is
-the host side: between steps it reads one small tensor (tokens and flags), admits and retires rows,
-checks EOS, stop strings and lengths, and picks the K/V width the next step reads. Sampling draws
+compiled. How it is compiled (once) and captured (per bucket): ``step_graphs.py``; the sizes a step is
+shaped by (``StepKey``) and their buckets: ``step_key.py``. Which request runs in which slot, and when
+(admission, prefill chunks, retirement): ``scheduler.py``. This module is the model runner, the host
+side of the steps: it runs the prefill forwards and the steps the scheduler calls for, reads one small
+tensor per forward (tokens and flags, by the names of ``step_state.READ_FIELDS``), applies it (gates,
+exits, EOS, stop strings and lengths) and picks the K/V width the next step reads. Sampling draws
 per row from noise of (row seed, token index) (``sampling.py``), so a rollout does not depend on its
 neighbours; ``fixed_step.py`` says what that means on a GPU.
 
-Shape letters: B slots, G rows of a forward, D hidden size, V vocabulary, Q prompt positions.
+Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import logging
 import math
 import os
 import time
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -56,27 +59,18 @@ from eglr_harness.decoding.fixed_step import settle
 from eglr_harness.decoding.functional import raise_on_nan_rows
 from eglr_harness.decoding.processors import LogitsOptions, ProcessorPlan, not_applied
 from eglr_harness.decoding.step_graphs import CUDA_GRAPHS, EAGER_STEP_SHARE, StepRunner, WarmupReport
-from eglr_harness.decoding.step_state import READ_FIELDS, SlotState, StepPlan
-from eglr_harness.decoding.kv_slots import SPARE_COLUMNS, SlotCache, SlotView, length_bucket, prefill_masks
+from eglr_harness.decoding.scheduler import Row, Scheduler
+from eglr_harness.decoding.step_key import StepSizes, length_bucket
+from eglr_harness.decoding.step_state import READ_FIELDS, RowPhase, SlotState, StepPlan
+from eglr_harness.decoding.kv_slots import SPARE_COLUMNS, SlotCache, SlotView, prefill_masks
 from eglr_harness.decoding.stack import FALLBACK, ModelStack
 
-_PREFILL, _ADVANCE, _REFINE = 0, 1, 2
 # the state's widths for every processor, so that one workspace serves any run (a few bool (B, V) tensors)
 _EVERY_PROCESSOR = ProcessorPlan(penalty=True, ngram_size=1, suppress=True, begin_suppress=True)
 logger = logging.getLogger(__name__)
 _F = {name: i for i, name in enumerate(READ_FIELDS)}
 PREFILL_TOKENS = 4096  # the default prompt-token budget of one forward
 AUTO_MEMORY_SHARE = 0.8  # of the free memory: the rest is the allocator's slack (fragmentation) and workspaces
-
-
-@dataclass
-class _Row:
-    request: Request
-    outcome: Outcome
-    index: int  # of the request
-    position: int  # last position whose key/value is in the slot (a host mirror of the device's)
-    phase: int = _PREFILL
-    prefilled: int = 0  # prompt positions whose key/value is in the slot
 
 
 @dataclass
@@ -118,7 +112,7 @@ class ContinuousEngine:
             row's place, and a step (whose cost is mostly reading the weights on an accelerator)
             would emit fewer tokens. With it, ``max_batch`` rows keep advancing while the refining
             ones ride along in the top L layers.
-        kv_bucket: the smallest K/V length bucket (columns); a step reads ``kv_slots.length_bucket`` columns.
+        kv_bucket: the smallest K/V length bucket (columns); a step reads ``step_key.length_bucket`` columns.
         prefill_tokens: the most prompt tokens one forward processes (rows x padded chunk length).
         compile: compile the decoder layer once (``step_graphs.py``), the step's row counts padded to
             buckets (powers of two from 2, ``max_batch``, the slot count); ``compile_mode``
@@ -316,21 +310,6 @@ def prefill_bytes(stack: ModelStack, tokens: int, capacity: int) -> int:
     return tokens * per_token + gathered + masks + logits
 
 
-def row_buckets(limit: int, *also: int) -> list[int]:
-    """Index-tensor sizes a compiled step may use: powers of two from 2 below ``limit``, ``also`` (when
-    below), and ``limit`` (at least 2: a size of 1 would be specialised by the compiler)."""
-    limit = max(limit, 2)
-    sizes, size = set(), 2
-    while size < limit:
-        sizes.add(size)
-        size *= 2
-    return sorted({*sizes, *(a for a in also if 1 < a < limit), limit})
-
-
-def _bucket(count: int, sizes: list[int]) -> int:
-    return next(size for size in sizes if size >= count)
-
-
 class _Run:
     """The state of one ``ContinuousEngine.run``: slots, rows, device state, accounting."""
 
@@ -338,16 +317,14 @@ class _Run:
         self.engine, self.stack, self.requests, self.on_finish = engine, engine.stack, requests, on_finish
         self.options = options
         self.outcomes = [Outcome() for _ in requests]
-        # longest prompts first, as lm-eval orders them: memory peaks early, slots fill evenly
-        self.waiting = deque(sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt)))
         max_batch = engine.max_batch if engine.max_batch != "auto" else engine.auto_batch(requests)
-        self.max_advancing = max_batch
-        self.admit_at = engine.admit_at or max(1, max_batch // 8)
         configs = [r.config for r in requests]
         headroom = math.ceil(max_batch * engine.refine_headroom) if any(c.refines for c in configs) else 0
         self.num_slots = min(max_batch + headroom, len(requests))
-        self.rows: list[_Row | None] = [None] * self.num_slots
-        self.prefilling: deque[int] = deque()  # slots whose prompt is not all in the K/V yet, in admission order
+        self.scheduler = Scheduler(requests, self.outcomes, num_slots=self.num_slots, max_advancing=max_batch,
+                                   admit_at=engine.admit_at or max(1, max_batch // 8),
+                                   prefill_tokens=engine.prefill_tokens)
+        self.rows = self.scheduler.rows  # the scheduler's, by slot
         self.device = self.stack.device
         parts = self.stack.parts
         vocab = parts.lm_head.weight.shape[0]
@@ -360,60 +337,36 @@ class _Run:
         workspace = engine.workspace_for(self.num_slots, capacity)
         self.cache, self.state = workspace.cache, workspace.state
         self.trash = workspace.num_slots  # padding rows of a step write to this slot
-        # advancing rows: up to max_batch, more for a step when refining rows exit together
-        self.advance_sizes = row_buckets(self.num_slots, self.max_advancing)
-        self.refine_sizes = row_buckets(self.num_slots)
+        self.sizes = StepSizes.of(self.num_slots, max_batch, engine.kv_bucket, engine.capacity_for(requests), engine.compile)
+        if engine.compile:
+            logger.info("continuous engine: %d slots, %s", self.num_slots, self.sizes.describe())
         self.steps_by_config: Counter = Counter()
         self.refining_steps_by_config: Counter = Counter()
 
     # ---------------------------------------------------------------- the loop
     def decode(self) -> None:
-        while self.waiting or any(self.rows):
+        scheduler = self.scheduler
+        while scheduler.busy():
             self.admit()
-            if self.prefilling:
+            if scheduler.prefilling:
                 self.prefill()
-            if any(row is not None and row.phase != _PREFILL for row in self.rows):
+            if scheduler.decoding():
                 self.step()
 
     def admit(self) -> None:
-        """Give free slots to waiting requests (once ``admit_at`` of them can go in, or the batch is empty)
-        and write their settings into the slots; their prompts are prefilled next (``prefill``)."""
-        free = [s for s, row in enumerate(self.rows) if row is None]
-        advancing = sum(1 for row in self.rows if row is not None and row.phase != _REFINE)
-        admit = min(len(free), self.max_advancing - advancing, len(self.waiting))
-        if admit <= 0 or (admit < min(self.admit_at, len(self.waiting)) and len(free) < self.num_slots):
+        """Admit what the scheduler admits and write the requests' settings into their slots; their prompts
+        are prefilled next (``prefill``)."""
+        slots = self.scheduler.admit()
+        if not slots:
             return
-        slots = free[:admit]
-        for slot in slots:
-            index = self.waiting.popleft()
-            request = self.requests[index]
-            self.rows[slot] = _Row(request, self.outcomes[index], index, position=len(request.prompt) - 1)
-            self.prefilling.append(slot)
-        requests = [self.rows[s].request for s in slots]
-        self.state.admit(slots, [r.config for r in requests], [r.seed for r in requests], [r.prompt for r in requests],
-                         [self.options[self.rows[s].index] for s in slots])
-
-    def _chunk_rows(self) -> tuple[list[int], int]:
-        """The prefilling slots of the next prefill forward and its chunk length Q: rows at their first
-        chunk packed while rows x Q <= the budget; a row further into its prompt goes alone (its chunk
-        attends to up to its whole prompt). Rows take turns: one whose prompt is not done after a
-        forward goes to the back of the line, so a long prompt does not hold up the short ones."""
-        budget = self.engine.prefill_tokens
-        first = self.rows[self.prefilling[0]]
-        chunk = min(len(first.request.prompt) - first.prefilled, budget)
-        chosen = [self.prefilling[0]]
-        if first.prefilled == 0:
-            for slot in list(self.prefilling)[1:]:
-                row = self.rows[slot]
-                if row.prefilled or (len(chosen) + 1) * chunk > budget:
-                    break
-                chosen.append(slot)
-        return chosen, chunk
+        rows = [self.rows[s] for s in slots]
+        self.state.admit(slots, [r.request.config for r in rows], [r.request.seed for r in rows],
+                         [r.request.prompt for r in rows], [self.options[r.index] for r in rows])
 
     def prefill(self) -> None:
-        """One prefill forward: the next chunk of each chosen prompt, right-padded to Q positions, within the
-        token budget; rows whose prompt is complete get their first distribution (gate, token)."""
-        slots, chunk = self._chunk_rows()
+        """One prefill forward: the next chunk of each prompt the scheduler picks, right-padded to Q positions,
+        within the token budget; rows whose prompt is complete get their first distribution (gate, token)."""
+        slots, chunk = self.scheduler.next_chunk()
         rows = [self.rows[s] for s in slots]
         starts = [row.prefilled for row in rows]
         takes = [min(len(row.request.prompt) - row.prefilled, chunk) for row in rows]
@@ -449,38 +402,28 @@ class _Run:
                                                                          self.state.anchor[done_slots]))
             kind = self.stack.layer_kinds[index]
             hidden = self.stack.layer(index, hidden, views[kind], angles[kind], positions, cache)
-        for row, take in zip(rows, takes):
-            row.prefilled += take
-        for g, slot in enumerate(slots):  # finished prompts decode; the others go to the back of the line
-            self.prefilling.remove(slot)
-            if g in done:
-                self.rows[slot].phase = _ADVANCE
-            else:
-                self.prefilling.append(slot)
+        advancing = self.scheduler.prefilled(slots, takes)  # finished prompts decode, the others wait their turn
+        assert advancing == [slots[g] for g in done]  # the forward anchored exactly these rows
         if done:
             last_hidden = hidden[picked, last]  # (G', D)
             read = settle(self.stack, self.plan, self.state, done_slots, 0, last_hidden, self.stack.logits(last_hidden))
-            self.absorb(read.tolist(), [slots[g] for g in done], [_ADVANCE] * len(done))
+            self.absorb(read.tolist(), advancing, [RowPhase.ADVANCE] * len(done))
 
     def step(self) -> None:
         """One decoding step: advancing rows feed their newest token, refining rows run one iteration."""
-        advancing = [s for s, row in enumerate(self.rows) if row is not None and row.phase == _ADVANCE]
-        refining = [s for s, row in enumerate(self.rows) if row is not None and row.phase == _REFINE]
+        advancing = self.scheduler.slots_in(RowPhase.ADVANCE)
+        refining = self.scheduler.slots_in(RowPhase.REFINE)
         self.steps_by_config.update({self.rows[s].request.config for s in advancing + refining})  # once per step
         self.refining_steps_by_config.update({self.rows[s].request.config for s in refining})
         # the columns the step reads: the newest position an advancing row writes, a length bucket of it
         needed = max([self.rows[s].position + 3 for s in advancing] + [self.rows[s].position + 2 for s in refining])
-        width = length_bucket(needed, self.engine.kv_bucket)
-        if width > self.cache.capacity:  # eager steps only: a captured run's storage holds its longest request
+        key = self.sizes.key(len(advancing), len(refining), needed)  # compiled: buckets; eager: exact row counts
+        if key.width > self.cache.capacity:  # eager steps only: a captured run's storage holds its longest request
             self.engine.runner.forget()
-            self.cache.grow(width)
-            self.state.grow_history(width)
-        self.cache.width = width
-        if self.engine.compile:  # few distinct shapes: one CUDA graph per bucket
-            num_adv = _bucket(max(len(advancing), 1), self.advance_sizes)
-            num_ref = _bucket(len(refining), self.refine_sizes) if refining else 0
-        else:  # eager: any shape costs nothing extra, padding rows would
-            num_adv, num_ref = max(len(advancing), 1), len(refining)
+            self.cache.grow(key.width)
+            self.state.grow_history(key.width)
+        self.cache.width = key.width
+        num_adv, num_ref = key.advancing, key.refining
         slots = self._upload(advancing + [self.trash] * (num_adv - len(advancing)) +
                              refining + [self.trash] * (num_ref - len(refining)))
         read = self.engine.step_fn(self.stack, self.plan, self.state, self.cache, slots[:num_adv], slots[num_adv:])
@@ -488,7 +431,7 @@ class _Run:
         for s in advancing:
             self.rows[s].position += 1
         self.absorb(host[:len(advancing)] + host[num_adv:num_adv + len(refining)], advancing + refining,
-                    [_ADVANCE] * len(advancing) + [_REFINE] * len(refining))
+                    [RowPhase.ADVANCE] * len(advancing) + [RowPhase.REFINE] * len(refining))
 
     def _upload(self, values: list[int]) -> torch.Tensor:
         """Host ints to the device without a host sync (pinned memory, non-blocking copy on CUDA):
@@ -499,26 +442,26 @@ class _Run:
         return host.to(self.device, non_blocking=True)
 
     # ---------------------------------------------------------------- after a forward
-    def absorb(self, read: list[list[float]], slots: list[int], phases: list[int]) -> None:
+    def absorb(self, read: list[list[float]], slots: list[int], phases: list[RowPhase]) -> None:
         """Apply a forward's read (one row per slot of ``slots``): gates, exits, emitted tokens, finishes."""
         raise_on_nan_rows([slot for slot, values in zip(slots, read) if values[_F["nan"]]],
                           "a decoding step of the continuous engine")
-        emitted: list[tuple[int, _Row]] = []
+        emitted: list[tuple[int, Row]] = []
         for slot, phase, values in zip(slots, phases, read):
             row = self.rows[slot]
             outcome = row.outcome
-            if phase == _ADVANCE:
+            if phase == RowPhase.ADVANCE:
                 outcome.entropies.append(values[_F["entropy"]])
                 if values[_F["gated"]]:
-                    row.phase = _REFINE
+                    row.phase = RowPhase.REFINE
                     outcome.gated += 1
                     continue
             if not values[_F["emitted"]]:
                 continue  # KL still above the exit threshold: another iteration next step
             k = int(values[_F["iterations"]])
-            if phase == _REFINE:
+            if phase == RowPhase.REFINE:
                 outcome.iterations[k] += 1
-                row.phase = _ADVANCE
+                row.phase = RowPhase.ADVANCE
             outcome.tokens.append(int(values[_F["token"]]))
             outcome.logprobs.append(values[_F["logprob"]])
             outcome.final_kls.append(values[_F["kl"]])
@@ -534,14 +477,14 @@ class _Run:
             elif len(outcome.tokens) >= row.request.max_new_tokens:
                 outcome.finish = "length"
             if outcome.finish:
-                self.rows[slot] = None
+                self.scheduler.retire(slot)
                 if self.on_finish is not None:
                     self.on_finish(row.index, outcome)
 
-    def _stopped(self, rows: list[_Row]) -> set[int]:
+    def _stopped(self, rows: list[Row]) -> set[int]:
         """ids of the rows whose generated text now ends with one of their stop strings: one call of
         each stop-string set's criterion for all its rows of equal tail length (tokens, never the prompt)."""
-        groups: dict[tuple, list[_Row]] = defaultdict(list)
+        groups: dict[tuple, list[Row]] = defaultdict(list)
         for row in rows:
             criterion = self.engine.stop_criterion(row.request.stop_strings)
             tail = min(len(row.outcome.tokens), criterion.maximum_token_len)

@@ -9,7 +9,7 @@ by the host; padding entries name the trash slot, whose results are never read) 
   masked select: the few layers it ran before are discarded, shapes never change),
 - the final norm and unembedding, then ``settle``: the entropy gate, the iteration counters and
   the KL exit as masks, the token (argmax, or the per-row Gumbel-max draw), the per-slot state
-  updates as scatters, and the one small read the host needs (``slot_state.READ_FIELDS``).
+  updates as scatters, and the one small read the host needs (``step_state.READ_FIELDS``).
 
 Nothing here branches on a tensor value, reads a tensor on the host or makes a data-dependent
 shape, so ``torch.compile(decode_step, fullgraph=True)`` traces it whole (tests/engine/
@@ -25,7 +25,7 @@ the running batch. A row's logits can therefore differ in the last bits between 
 buckets differ (another max_batch, or a run whose other rows finish earlier), as with any batched
 decoding; with the same buckets and the same inputs the step is deterministic.
 
-Shape letters: B slots (+1 trash), A advancing rows, R refining rows, G = A + R, D hidden, V vocabulary.
+Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from eglr_harness.decoding.functional import (
 )
 from eglr_harness.decoding.processors import ban_ngram_repeats, ban_tokens, penalize_repeats
 from eglr_harness.decoding.sampling import sample_rows
-from eglr_harness.decoding.step_state import SlotState, StepPlan
+from eglr_harness.decoding.step_state import READ_FIELDS, RowPhase, SlotState, StepPlan
 from eglr_harness.decoding.kv_slots import SlotCache, SlotView, decode_masks
 from eglr_harness.decoding.stack import call_layer
 
@@ -108,9 +108,10 @@ def settle(stack, plan: StepPlan, state: SlotState, rows: torch.Tensor, num_refi
     state.token.index_copy_(0, rows, torch.where(emits, token, state.token[rows]))
     remember_tokens(plan, state, rows, token, emits)
     state.drawn.index_add_(0, rows, emits.long())
-    read = [torch.where(emits, token, -1).float(), gated.float(), emits.float(), entropy, logprob,
-            torch.where(refining, kl, 0.0), iterations.float(), nan.float()]
-    return torch.stack(read, dim=1)
+    read = {"token": torch.where(emits, token, -1).float(), "gated": gated.float(), "emitted": emits.float(),
+            "entropy": entropy, "logprob": logprob, "kl": torch.where(refining, kl, 0.0),
+            "iterations": iterations.float(), "nan": nan.float()}
+    return torch.stack([read[name] for name in READ_FIELDS], dim=1)  # the host reads its columns by these names
 
 
 def decode_step(stack, plan: StepPlan, state: SlotState, cache: SlotCache, advancing: torch.Tensor,
@@ -124,10 +125,10 @@ def decode_step(stack, plan: StepPlan, state: SlotState, cache: SlotCache, advan
     """
     slots, num_layers = state.position.shape[0], plan.num_layers
     num_adv, num_ref = advancing.shape[0], refining.shape[0]
-    phase = torch.zeros(slots, dtype=torch.long, device=advancing.device)
-    phase = phase.index_fill(0, advancing, 1).index_fill(0, refining, 2)
-    is_refining = phase == 2
-    query = torch.where(phase == 1, state.position + 1, torch.where(is_refining, state.position, 0))  # (B,)
+    phase = torch.full((slots,), RowPhase.PREFILL, dtype=torch.long, device=advancing.device)  # idle slots
+    phase = phase.index_fill(0, advancing, RowPhase.ADVANCE).index_fill(0, refining, RowPhase.REFINE)
+    is_refining = phase == RowPhase.REFINE
+    query = torch.where(phase == RowPhase.ADVANCE, state.position + 1, torch.where(is_refining, state.position, 0))  # (B,)
     masks = {kind: SlotView.of(advancing, mask, state.anchor.dtype)
              for kind, mask in decode_masks(query, is_refining, cache.width, stack.windows).items()}
     angles_all = stack.rotary_angles(state.anchor[:, None], query[:, None])  # per kind (B, 1, d)

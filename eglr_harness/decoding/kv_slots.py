@@ -20,8 +20,7 @@ query may see, and the G outputs are read back. Nothing of the cache is copied. 
 of each of G prompts, ``prefill_masks``) writes its keys/values into the slots first and attends to
 the slots' columns up to the chunk's end, so that a long prompt can be prefilled in chunks.
 
-Shape letters: B slots, G rows taking part in a layer, H heads (Hkv key/value heads), Q query
-positions, S key columns, C storage columns, W columns a step reads, d head size.
+Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``).
 """
 
 from __future__ import annotations
@@ -130,16 +129,6 @@ class SlotCache:
         keys[self.rows, :, self.columns] = key_states.transpose(1, 2)
         values[self.rows, :, self.columns] = value_states.transpose(1, 2)
         return keys[self.gather, :, :self.span], values[self.gather, :, :self.span]
-
-
-def length_bucket(positions: int, base: int) -> int:
-    """The smallest bucket >= ``positions``: base · 1, 1.5, 2, 3, 4, 6, 8, 12, ... (at most 1.5x too large,
-    log-many distinct sizes).  base: an even int >= 2."""
-    size, step = base, 0
-    while size < positions:
-        size = size * 3 // 2 if step % 2 == 0 else size * 4 // 3
-        step += 1
-    return size
 
 
 def decode_masks(positions: torch.Tensor, refining: torch.Tensor, width: int, windows: dict[str, int | None]

@@ -19,7 +19,7 @@ Where the engines can differ (documented, not hidden): ``generate`` counts ``min
 left-padded prompt of its batch and lets ``no_repeat_ngram_size`` see the padding; the continuous
 engine counts each row's own prompt. For one prompt per batch, or prompts of equal length, they agree.
 
-Shape letters: G rows of a step, V vocabulary, W token-history width.
+Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def ban_ngram_repeats(scores: torch.Tensor, history: torch.Tensor, length: torch
                       active: torch.Tensor) -> torch.Tensor:
     """NoRepeatNGramLogitsProcessor per row, on a fixed-width token history.
 
-    scores: (G, V); history: (G, W) long, a row's tokens at positions 0 .. length-1 (the rest stale);
+    scores: (G, V); history: (G, C) long, a row's tokens at positions 0 .. length-1 (the rest stale);
     length: (G,) tokens so far; size: n; active: (G,) bool rows that use it. -> (G, V).
     """
     vocab, width = scores.shape[-1], history.shape[-1]
@@ -142,7 +142,7 @@ def ban_ngram_repeats(scores: torch.Tensor, history: torch.Tensor, length: torch
         return scores
     start = (length - (size - 1)).clamp(min=0)
     prefix = history.gather(1, (start[:, None] + torch.arange(size - 1, device=history.device)).clamp(max=width - 1))
-    windows = history.unfold(1, size, 1)  # (G, W - n + 1, n): window j holds positions j .. j + n - 1
+    windows = history.unfold(1, size, 1)  # (G, C - n + 1, n): window j holds positions j .. j + n - 1
     complete = torch.arange(windows.shape[1], device=history.device)[None] <= (length - size)[:, None]
     matches = (windows[..., :-1] == prefix[:, None]).all(dim=-1) & complete & active[:, None]
     # a matching window bans its own last token; the others go to a spare column past the vocabulary

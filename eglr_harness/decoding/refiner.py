@@ -21,8 +21,7 @@ that are not gated are computed and discarded. The loop runs k_max iterations an
 row at its KL exit, so a decoding step reads the device once (which rows are gated); counters
 stay on the device until the end of the ``generate`` call.
 
-Shape letters: B batch rows, S sequence length (of the keys), D hidden, V vocab, G rows of the
-refinement pass, L layer span.
+Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ The hash (32-bit words held in int64; ``mix`` is Wellons' lowbias32 finaliser):
     bits     = mix(mix(step ^ v) ^ 0x85ebca6b);  u uses the top 23 bits: exact in fp32 and < 1
                (with 24 bits the largest u rounds to 1.0 in fp32 and its noise is inf)
 
-Shape letters: B rows, V vocabulary, C candidate tokens of a draw.
+Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def row_keys(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
 
 
 def gumbel_noise(keys: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
-    """Gumbel noise of each row's candidate tokens.  keys: (B,) from ``row_keys``; token_ids: (B, C) -> (B, C) fp32."""
+    """Gumbel noise of each row's candidate tokens.  keys: (B,) from ``row_keys``; token_ids: (B, M) -> (B, M) fp32."""
     bits = _mix(_mix(keys[:, None] ^ token_ids) ^ 0x85EBCA6B)
     u = ((bits >> 9).float() + 0.5) * (1.0 / (1 << 23))  # in (0, 1), exact in fp32: 1 - 2^-24 at most
     return -torch.log(-torch.log(u))
@@ -85,11 +85,11 @@ def warp_candidates(scores: torch.Tensor, temperature: torch.Tensor, top_k: torc
     scores: (B, V) fp32 logits; temperature: (B,) > 0; top_k: (B,) int (0 = off); top_p: (B,) in
     (0, 1] (1 = off); num_candidates: C >= every row's top_k (V when a row has top_k = 0); min_p: (B,)
     in [0, 1] (0 = off) or None (no row uses it).
-    Returns (warped (B, C) with removed tokens at -inf, their token ids (B, C)), best first.
+    Returns (warped (B, M) with removed tokens at -inf, their token ids (B, M)), best first.
     Tokens tied with a row's k-th best are kept, as ``TopKLogitsWarper`` keeps them, up to C.
     """
     scaled = scores / temperature[:, None]
-    values, ids = torch.topk(scaled, num_candidates, dim=-1)  # (B, C) descending
+    values, ids = torch.topk(scaled, num_candidates, dim=-1)  # (B, M) descending
     kth = values.gather(1, (top_k.clamp(min=1, max=num_candidates) - 1)[:, None])
     values = values.masked_fill((top_k[:, None] > 0) & (values < kth), float("-inf"))
     # TopPLogitsWarper: ascending order, drop tokens whose cumulative mass (them and all worse) <= 1 - top_p

@@ -6,7 +6,7 @@ that refine join the batch in the top L layers only. That needs the model's forw
 one (embed, rotary angles, the layers, final norm, unembedding) up to the small declared
 differences of ``FAMILIES``: the families below, whose layers take ``(hidden, attention_mask,
 position_embeddings, position_ids, cache)`` (the cache under ``cache_kwarg.CACHE_KWARG``), whose
-attention goes through transformers' attention interface (so that it calls ``slots.slot_attention``)
+attention goes through transformers' attention interface (so that it calls ``kv_slots.slot_attention``)
 and whose rotary angles depend on the position alone:
 
 - Llama, Mistral, Mixtral, Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE (experts routed per token),
@@ -26,7 +26,7 @@ naming ``engine=hf``, which drives any model through ``generate`` (under ``engin
 line): other families, bidirectional attention, rotary scalings whose angles depend on the longest
 position in the batch (``dynamic``, ``longrope``: Phi-3 128k / Phi-3.5), a model split over devices.
 
-Shape letters: B rows, Q positions, D hidden size, V vocabulary, d rotary size.
+Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``).
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ class ModelStack:
         return hidden if self.embedding_multiplier is None else hidden * self.embedding_multiplier
 
     def rotary_angles(self, hidden: torch.Tensor, positions: torch.Tensor) -> dict[str, tuple]:
-        """Per layer kind, (cos, sin) of shape (B, Q, d) for ``positions`` (B, Q)."""
+        """Per layer kind, (cos, sin) of shape (G, Q, d) for ``positions`` (G, Q)."""
         if self.rotary_by_kind:
             return {kind: self.rotary(hidden, positions, kind) for kind in self.windows}
         angles = self.rotary(hidden, positions)
@@ -166,7 +166,7 @@ class ModelStack:
 
     @contextmanager
     def slot_attention(self):
-        """The model's attention modules call ``slots.slot_attention`` while the context is open."""
+        """The model's attention modules call ``kv_slots.slot_attention`` while the context is open."""
         if ATTENTION_NAME not in AttentionInterface._global_mapping:  # registered on first use, not at import
             AttentionInterface.register(ATTENTION_NAME, slot_attention)
         config = self.model.config

@@ -14,8 +14,8 @@ The design, and why (issue 32; how vLLM, SGLang and PyTorch do it: ``benchmarks/
   hundreds of 45-60 s compilations in a real pool run. The glue between layers (embedding, the
   refining rows' join, ``settle``: gate, KL exit, processors, draw) stays eager: it is small, and on
   CUDA it is captured with the rest.
-- **What is captured: one CUDA graph per step key**, (plan, advancing-row bucket, refining-row bucket,
-  K/V width), recorded lazily the first time the key is met, in one memory pool shared by all the
+- **What is captured: one CUDA graph per step key**, (plan, ``step_key.StepKey``: advancing-row bucket,
+  refining-row bucket, K/V width), recorded lazily the first time the key is met, in one memory pool shared by all the
   engine's graphs, as SGLang and vLLM record one graph per padded batch size. A capture costs one
   eager warm-up of the step on the trash slot (outside the graph: lazy initialisations and, once per
   process, the compilation) and one recording: no compilation. The index tensors are copied into the
@@ -54,6 +54,7 @@ import torch
 from eglr_harness.decoding.fixed_step import decode_step
 from eglr_harness.decoding.kv_slots import LayerWrite, SlotView
 from eglr_harness.decoding.stack import call_layer
+from eglr_harness.decoding.step_key import StepKey
 
 logger = logging.getLogger(__name__)
 
@@ -80,11 +81,11 @@ class WarmupReport:
     late_compiles: int = 0  # calls of the compiled layer after warm-up that would have compiled (ran eagerly)
     steps: int = 0  # decoding steps after warm-up
     eager_steps: int = 0  # of them, steps in which a layer ran eagerly for want of a compilation
-    capture_keys: list = field(default_factory=list)
+    capture_keys: list[StepKey] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         report = asdict(self)
-        report["capture_keys"] = [list(key) for key in self.capture_keys]
+        report["capture_keys"] = [[key.advancing, key.refining, key.width] for key in self.capture_keys]
         return report
 
 
@@ -207,6 +208,16 @@ class _Captured:
     refining: torch.Tensor  # (R,) static input
     out: torch.Tensor  # (A + R, F) static output
     eager_layers: bool = False  # recorded with layers that ran eagerly (a late compilation refused)
+    addresses: dict | None = None  # debug mode: where each tensor the graph reads lived when it was recorded
+
+
+def workspace_addresses(state, cache) -> dict[str, int]:
+    """Where every tensor a recorded step reads lives: the slot state's tensors and each layer's K/V storage."""
+    addresses = {f"state.{name}": value.data_ptr() for name, value in vars(state).items()
+                 if isinstance(value, torch.Tensor)}
+    for store, tensors in (("keys", cache.keys), ("values", cache.values)):
+        addresses.update({f"cache.{store}[{layer}]": tensor.data_ptr() for layer, tensor in tensors.items()})
+    return addresses
 
 
 class StepRunner:
@@ -237,6 +248,8 @@ class StepRunner:
                 captured = self._record(stack, plan, state, cache, advancing.shape[0], refining.shape[0])
             if captured is None:  # recording failed: capturing is off from now on
                 return self(stack, plan, state, cache, advancing, refining)
+            if captured.addresses is not None:
+                self._check_addresses(captured, state, cache)
             captured.advancing.copy_(advancing)
             captured.refining.copy_(refining)
             captured.graph.replay()
@@ -251,9 +264,20 @@ class StepRunner:
 
     @staticmethod
     def _key(plan, advancing: torch.Tensor, refining: torch.Tensor, cache) -> tuple:
-        """What a recorded step is specialised on (the state and storage are the engine's workspace,
-        which never moves; ``forget`` drops the graphs when it is replaced)."""
-        return (plan, advancing.shape[0], refining.shape[0], cache.width)
+        """What a recorded step is specialised on: the run's plan and the step's key (the state and storage
+        are the engine's workspace, which never moves; ``forget`` drops the graphs when it is replaced)."""
+        return plan, StepKey(advancing.shape[0], refining.shape[0], cache.width)
+
+    @staticmethod
+    def _check_addresses(captured: _Captured, state, cache) -> None:
+        """Debug mode (this module's logger at DEBUG, as vLLM checks under VLLM_LOGGING_LEVEL=DEBUG): a graph
+        replays only on the tensors it was recorded on; one that moved would be read stale, so say which."""
+        now = workspace_addresses(state, cache)
+        moved = sorted(name for name, address in captured.addresses.items() if now.get(name) != address)
+        if moved:
+            raise RuntimeError(f"continuous engine: a recorded step would replay on tensors that moved since it was "
+                               f"recorded ({', '.join(moved)}); the workspace must not be replaced without "
+                               f"StepRunner.forget().")
 
     def _record(self, stack, plan, state, cache, num_adv: int, num_ref: int) -> _Captured | None:
         """Warm the step up on the trash slot (outside any graph), then record it for this key."""
@@ -279,10 +303,11 @@ class StepRunner:
             self._graphs.clear()
             return None
         eager_layers = isinstance(self.layers, CompiledLayer) and self.layers.fell_back
+        addresses = workspace_addresses(state, cache) if logger.isEnabledFor(logging.DEBUG) else None
         self._graphs[self._key(plan, advancing, refining, cache)] = captured = _Captured(
-            graph, advancing, refining, out, eager_layers)
+            graph, advancing, refining, out, eager_layers, addresses)
         self.report.captures += 1
-        self.report.capture_keys.append((num_adv, num_ref, cache.width))
+        self.report.capture_keys.append(StepKey(num_adv, num_ref, cache.width))
         self.report.capture_seconds += time.perf_counter() - started - (self.report.compile_seconds - compiling)
         return captured
 

@@ -4,18 +4,28 @@ Every tensor here has the engine's B slots plus one trash slot (index B) as its 
 for the whole run: a decoding step reads and writes them by slot index (``fixed_step.py``), and
 the host writes a request's settings into its slot when it is admitted, between steps.
 
-Shape letters: B slots (+1 trash), D hidden size, V vocabulary.
+Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import IntEnum
 
 import torch
 
 from eglr_harness.config import EglrConfig
 from eglr_harness.decoding.processors import LogitsOptions, ProcessorPlan
+
+class RowPhase(IntEnum):
+    """Where a running row is. The host keeps one per row; a decoding step builds the same values per slot
+    (``fixed_step.decode_step``), where PREFILL stands for every slot that takes no part in the step."""
+
+    PREFILL = 0  # its prompt is not all in the K/V yet (or, in a step: the slot is idle)
+    ADVANCE = 1  # feeds its newest token this step
+    REFINE = 2  # runs one refinement iteration of its pending position this step
+
 
 READ_FIELDS = ("token", "gated", "emitted", "entropy", "logprob", "kl", "iterations", "nan")
 """Columns of the one (G, len(READ_FIELDS)) fp32 read per step: the emitted token (-1 when none), whether
@@ -69,8 +79,8 @@ class SlotState:
     so far (the draw counter of the sampling noise); anchor, h_prev: (B+1, D) a and h^(N'k) of the
     pending position; logp_prev: (B+1, V) fp32 log-probabilities of the last distribution computed.
     The processors' state (``processors.py``) has a V axis only where the run's plan uses it, else 1:
-    seen: (B+1, V|1) tokens of the prompt and the generation (repetition penalty); history: (B+1, W)
-    the row's tokens by position (no_repeat_ngram; W: the K/V storage's columns); suppress,
+    seen: (B+1, V|1) tokens of the prompt and the generation (repetition penalty); history: (B+1, C)
+    the row's tokens by position (no_repeat_ngram; C: the K/V storage's columns); suppress,
     begin_suppress: (B+1, V|1) banned tokens; eos: (V,) the EOS tokens.
     """
 

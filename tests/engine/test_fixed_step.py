@@ -30,7 +30,8 @@ from eglr_harness.config import EglrConfig  # noqa: E402
 from eglr_harness.decoding.continuous_engine import ContinuousEngine  # noqa: E402
 from eglr_harness.decoding.contract import Request  # noqa: E402
 from eglr_harness.decoding.step_state import READ_FIELDS, SlotState, StepPlan  # noqa: E402
-from eglr_harness.decoding.kv_slots import SlotCache, length_bucket  # noqa: E402
+from eglr_harness.decoding.kv_slots import SlotCache  # noqa: E402
+from eglr_harness.decoding.step_key import length_bucket  # noqa: E402
 
 VOCAB, LAYERS, EOS = 96, 4, 2
 TAU_KL = 4.4e-4

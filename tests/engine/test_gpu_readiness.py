@@ -54,6 +54,7 @@ from eglr_harness.decoding.processors import LogitsOptions
 from eglr_harness.decoding.step_state import READ_FIELDS, SlotState, StepPlan
 from eglr_harness.decoding.kv_slots import SlotCache
 from eglr_harness.decoding.stack import ModelStack
+from eglr_harness.decoding.step_key import row_buckets
 
 VOCAB, LAYERS, EOS = 96, 4, 2
 TAU_KL = 4.4e-4
@@ -552,8 +553,8 @@ def test_captures_one_graph_per_bucket_and_width_and_replays_it_across_runs(monk
     assert len(set(widths)) >= 4 and widths[0] < widths[drop - 1] and max(widths[drop:]) > widths[drop]  # up, down, up
     assert any(r for _, r, _ in keys) and any(not r for _, r, _ in keys)
     num_slots = 2 + 1  # max_batch + refine headroom
-    assert {a for a, *_ in keys} <= set(continuous.row_buckets(num_slots, 2))
-    assert {r for _, r, _ in keys} <= {0, *continuous.row_buckets(num_slots)}
+    assert {a for a, *_ in keys} <= set(row_buckets(num_slots, 2))
+    assert {r for _, r, _ in keys} <= {0, *row_buckets(num_slots)}
     for outcomes in (first, again):
         assert [o.tokens for o in outcomes] == [o.tokens for o in eager]
         assert [o.token_iterations for o in outcomes] == [o.token_iterations for o in eager]

@@ -1,0 +1,106 @@
+"""The sizes the continuous engine's decoding steps are specialised on, named in one place.
+
+A compiled step (``step_graphs.py``) is compiled once with its sizes symbolic, and on CUDA recorded as
+one graph per ``StepKey``: (advancing rows, refining rows, K/V width). Each is a bucket, so that a run
+meets few keys whatever its rows do:
+
+- **rows** (``row_buckets``): the index tensors of a compiled step are padded (with the trash slot) to
+  powers of two from 2, the run's ``max_batch`` and its slot count. Never 1: the compiler specialises a
+  size of 1. An eager step takes exact counts (padding rows would cost compute and save nothing).
+- **width** (``length_bucket``): the K/V columns a step reads, a bucket of the running rows' newest
+  position: base x 1, 1.5, 2, 3, 4, 6, ... (at most 1.5x too wide, log-many widths). Storage
+  capacities are length buckets too.
+
+``StepSizes`` holds a run's buckets; ``describe`` lists the keys the run may record, which the engine
+logs when a run starts (as SGLang logs the batch sizes it captures).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def length_bucket(positions: int, base: int) -> int:
+    """The smallest bucket >= ``positions``: base · 1, 1.5, 2, 3, 4, 6, 8, 12, ... (at most 1.5x too large,
+    log-many distinct sizes).  base: an even int >= 2."""
+    size, step = base, 0
+    while size < positions:
+        size = size * 3 // 2 if step % 2 == 0 else size * 4 // 3
+        step += 1
+    return size
+
+
+def row_buckets(limit: int, *also: int) -> list[int]:
+    """Index-tensor sizes a compiled step may use: powers of two from 2 below ``limit``, ``also`` (when
+    below), and ``limit`` (at least 2: a size of 1 would be specialised by the compiler)."""
+    limit = max(limit, 2)
+    sizes, size = set(), 2
+    while size < limit:
+        sizes.add(size)
+        size *= 2
+    return sorted({*sizes, *(a for a in also if 1 < a < limit), limit})
+
+
+def bucket_of(count: int, sizes: list[int]) -> int:
+    """The smallest of ``sizes`` (ascending) that holds ``count``."""
+    return next(size for size in sizes if size >= count)
+
+
+@dataclass(frozen=True)
+class StepKey:
+    """What one decoding step is shaped by: its advancing rows A, refining rows R (0: none) and K/V width W."""
+
+    advancing: int
+    refining: int
+    width: int
+
+
+@dataclass(frozen=True)
+class StepSizes:
+    """The buckets of one run of the continuous engine.
+
+    advancing, refining: the row buckets of a compiled step (``row_buckets``); bucketed: whether steps
+    are padded to them (compiled) or take exact counts (eager). kv_bucket: the smallest width;
+    capacity: the widest a step of the run can read (the bucket of its longest request: C).
+    """
+
+    advancing: tuple[int, ...]
+    refining: tuple[int, ...]
+    kv_bucket: int
+    capacity: int
+    bucketed: bool
+
+    @classmethod
+    def of(cls, num_slots: int, max_advancing: int, kv_bucket: int, capacity: int, bucketed: bool) -> "StepSizes":
+        # advancing rows: up to max_advancing, more for a step when refining rows exit together
+        return cls(tuple(row_buckets(num_slots, max_advancing)), tuple(row_buckets(num_slots)), kv_bucket, capacity,
+                   bucketed)
+
+    def width(self, needed_columns: int) -> int:
+        """The columns a step reads when its rows need ``needed_columns``."""
+        return length_bucket(needed_columns, self.kv_bucket)
+
+    def key(self, num_advancing: int, num_refining: int, needed_columns: int) -> StepKey:
+        """The key of a step of ``num_advancing`` advancing and ``num_refining`` refining rows (a step always
+        runs at least one advancing row: the trash slot when none advances)."""
+        width = self.width(needed_columns)
+        if not self.bucketed:
+            return StepKey(max(num_advancing, 1), num_refining, width)
+        return StepKey(bucket_of(max(num_advancing, 1), list(self.advancing)),
+                       bucket_of(num_refining, list(self.refining)) if num_refining else 0, width)
+
+    def widths(self) -> list[int]:
+        """Every width a step of this run can read, up to the capacity."""
+        widths, size = [], self.kv_bucket
+        while size <= self.capacity:
+            widths.append(size)
+            size = length_bucket(size + 1, self.kv_bucket)
+        return widths
+
+    def describe(self) -> str:
+        """The keys this run may record, for the log line at its start."""
+        widths = self.widths()
+        keys = len(self.advancing) * (1 + len(self.refining)) * len(widths)
+        shown = widths if len(widths) <= 8 else [*widths[:3], "...", *widths[-2:]]
+        return (f"advancing rows {list(self.advancing)}, refining rows {[0, *self.refining]}, K/V widths "
+                f"{', '.join(map(str, shown))} (up to {keys} step keys, each recorded when first met)")
