@@ -55,7 +55,7 @@ from transformers import StopStringCriteria
 from eglr_harness.config import EglrConfig
 from eglr_harness.decoding.stats import EglrStats
 from eglr_harness.decoding.contract import Outcome, Request
-from eglr_harness.decoding.fixed_step import settle
+from eglr_harness.decoding.fixed_step import save_anchors, settle
 from eglr_harness.decoding.functional import raise_on_nan_rows
 from eglr_harness.decoding.processors import LogitsOptions, ProcessorPlan, not_applied
 from eglr_harness.decoding.step_graphs import CUDA_GRAPHS, EAGER_STEP_SHARE, StepRunner, WarmupReport
@@ -90,7 +90,7 @@ class Workspace:
         return num_slots <= self.num_slots <= 2 * num_slots and capacity <= self.cache.capacity
 
     def nbytes(self) -> int:
-        tensors = [*self.cache.keys.values(), *self.cache.values.values(), *vars(self.state).values()]
+        tensors = [*self.cache.keys.values(), *self.cache.values.values(), *self.state.tensors().values()]
         return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
@@ -397,9 +397,7 @@ class _Run:
         entry = self.stack.num_layers - torch.tensor([rows[g].request.config.L for g in done], device=self.device)
         for index in range(self.stack.num_layers):
             if index in self.plan.entry_layers and done:
-                anchored = (entry == index)[:, None]
-                self.state.anchor.index_copy_(0, done_slots, torch.where(anchored, hidden[picked, last],
-                                                                         self.state.anchor[done_slots]))
+                save_anchors(self.state.anchor, done_slots, hidden[picked, last], entry, index)
             kind = self.stack.layer_kinds[index]
             hidden = self.stack.layer(index, hidden, views[kind], angles[kind], positions, cache)
         advancing = self.scheduler.prefilled(slots, takes)  # finished prompts decode, the others wait their turn

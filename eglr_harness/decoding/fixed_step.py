@@ -47,18 +47,18 @@ def process(plan: StepPlan, state: SlotState, rows: torch.Tensor, scores: torch.
 
     rows: (G,) slots; scores: (G, V) fp32 -> (G, V). Only the processors some row of the run uses run.
     """
-    used = plan.processors
+    used, settings = plan.processors, state.settings
     if used.penalty:
-        scores = penalize_repeats(scores, state.seen[rows], state.penalty[rows])
+        scores = penalize_repeats(scores, state.seen[rows], settings.penalty[rows])
     if used.ngram_size:
         scores = ban_ngram_repeats(scores, state.history[rows], state.position[rows] + 1, used.ngram_size,
-                                   state.ngram[rows])
+                                   settings.ngram[rows])
     if used.eos_block:
-        scores = ban_tokens(scores, (state.drawn[rows] < state.eos_blocked_until[rows])[:, None] & state.eos[None])
+        scores = ban_tokens(scores, (state.drawn[rows] < settings.eos_blocked_until[rows])[:, None] & settings.eos[None])
     if used.suppress:
-        scores = ban_tokens(scores, state.suppress[rows])
+        scores = ban_tokens(scores, settings.suppress[rows])
     if used.begin_suppress:
-        scores = ban_tokens(scores, state.begin_suppress[rows] & (state.drawn[rows] == 0)[:, None])
+        scores = ban_tokens(scores, settings.begin_suppress[rows] & (state.drawn[rows] == 0)[:, None])
     return scores
 
 
@@ -80,6 +80,7 @@ def settle(stack, plan: StepPlan, state: SlotState, rows: torch.Tensor, num_refi
     rows: (G,) slots, the last ``num_refining`` of them refining; last_hidden: (G, D) h^(N) before
     the final norm; raw: (G, V) logits before any soft-cap. Returns the read: (G, len(READ_FIELDS)) fp32.
     """
+    settings = state.settings  # the requests' (read only), beside the slots' running state
     final = softcap(raw.float(), plan.logit_softcap)  # fp32: what the gate, the KL exit and log-probs read
     decode_logits = final if plan.logit_softcap is None else stack.emitted(raw)  # what generate decodes from
     logp = torch.log_softmax(final, dim=-1)
@@ -89,16 +90,16 @@ def settle(stack, plan: StepPlan, state: SlotState, rows: torch.Tensor, num_refi
     kl = kl_divergence(logp[num_adv:], state.logp_prev[rows[num_adv:]])  # (R,): the refining rows only
     kl = torch.cat([torch.zeros(num_adv, dtype=kl.dtype, device=kl.device), kl])  # (G,)
     iterations = torch.where(refining, state.iterations[rows] + 1, 0)
-    gated = entropy_gate(entropy, state.tau_h[rows], ~refining)
-    done = refinement_done(kl, state.tau_kl[rows], iterations, state.k_max[rows])  # KL exit or k_max
+    gated = entropy_gate(entropy, settings.tau_h[rows], ~refining)
+    done = refinement_done(kl, settings.tau_kl[rows], iterations, settings.k_max[rows])  # KL exit or k_max
     emits = (~refining & ~gated) | (refining & done)
     scores = process(plan, state, rows, decode_logits)
     token = scores.argmax(dim=-1)
     if plan.sampled:
-        drawn = sample_rows(scores, state.temperature[rows], state.top_k[rows], state.top_p[rows],
-                            state.seed[rows], state.drawn[rows], plan.num_candidates,
-                            min_p=state.min_p[rows] if plan.processors.min_p else None)
-        token = torch.where(state.sampled[rows], drawn, token)
+        drawn = sample_rows(scores, settings.temperature[rows], settings.top_k[rows], settings.top_p[rows],
+                            settings.seed[rows], state.drawn[rows], plan.num_candidates,
+                            min_p=settings.min_p[rows] if plan.processors.min_p else None)
+        token = torch.where(settings.sampled[rows], drawn, token)
     logprob = logp.gather(1, token[:, None])[:, 0]
     nan = non_finite(entropy, kl)
     # the slots' state: where the next iteration starts from, counters, the token to feed next
@@ -114,6 +115,19 @@ def settle(stack, plan: StepPlan, state: SlotState, rows: torch.Tensor, num_refi
     return torch.stack([read[name] for name in READ_FIELDS], dim=1)  # the host reads its columns by these names
 
 
+def save_anchors(anchor: torch.Tensor, slots: torch.Tensor, hidden: torch.Tensor, entry: torch.Tensor,
+                 layer: int) -> None:
+    """Keep, as the anchor a (eglr-method.md §2), the input of ``layer`` of the rows that enter refinement
+    there: the hidden state at layer N - L of the position they are decoding. Used by the step (advancing
+    rows) and the prefill (rows whose prompt ends), so an anchor is taken one way wherever it is taken.
+
+    anchor: (B+1, D) the slots' anchors, written in place; slots: (G,) the rows' slots; hidden: (G, D) their
+    input to ``layer``; entry: (G,) N - L of each row (rows of other spans keep their anchor).
+    """
+    takes = (entry == layer)[:, None]
+    anchor.index_copy_(0, slots, torch.where(takes, hidden.to(anchor.dtype), anchor[slots]))
+
+
 def decode_step(stack, plan: StepPlan, state: SlotState, cache: SlotCache, advancing: torch.Tensor,
                 refining: torch.Tensor, layers=call_layer) -> torch.Tensor:
     """One decoding step of every running row.
@@ -123,7 +137,7 @@ def decode_step(stack, plan: StepPlan, state: SlotState, cache: SlotCache, advan
     ``cache.width`` columns of the slots. layers: how a decoder layer runs (``stack.call_layer``, or
     its compiled form: ``step_graphs.py``). Returns settle's read, (A + R, F).
     """
-    slots, num_layers = state.position.shape[0], plan.num_layers
+    slots, num_layers, settings = state.position.shape[0], plan.num_layers, state.settings
     num_adv, num_ref = advancing.shape[0], refining.shape[0]
     phase = torch.full((slots,), RowPhase.PREFILL, dtype=torch.long, device=advancing.device)  # idle slots
     phase = phase.index_fill(0, advancing, RowPhase.ADVANCE).index_fill(0, refining, RowPhase.REFINE)
@@ -138,10 +152,10 @@ def decode_step(stack, plan: StepPlan, state: SlotState, cache: SlotCache, advan
     rows, columns = advancing, (state.position[advancing] + 2).clamp(max=cache.width - 1)
     if num_ref:
         anchor = state.anchor[refining]
-        fused = fuse(anchor, norm_match(state.h_prev[refining], anchor), state.alpha[refining],
-                          state.one_minus_alpha[refining])[:, None]  # (R, 1, D)
-        entry = num_layers - state.L[refining]  # (R,) the layer each refining row enters at
-    adv_entry = num_layers - state.L[advancing]  # (A,) where each advancing row's anchor is taken
+        fused = fuse(anchor, norm_match(state.h_prev[refining], anchor), settings.alpha[refining],
+                          settings.one_minus_alpha[refining])[:, None]  # (R, 1, D)
+        entry = num_layers - settings.L[refining]  # (R,) the layer each refining row enters at
+    adv_entry = num_layers - settings.L[advancing]  # (A,) where each advancing row's anchor is taken
     views = angles = None
     for index in range(num_layers):
         if num_ref and index == plan.join_layer:
@@ -153,8 +167,7 @@ def decode_step(stack, plan: StepPlan, state: SlotState, cache: SlotCache, advan
             enters = (entry == index)[:, None, None]
             hidden = torch.cat([hidden[:num_adv], torch.where(enters, fused.to(hidden.dtype), hidden[num_adv:])])
         if index in plan.entry_layers:
-            takes = (adv_entry == index)[:, None]
-            state.anchor.index_copy_(0, advancing, torch.where(takes, hidden[:num_adv, 0], state.anchor[advancing]))
+            save_anchors(state.anchor, advancing, hidden[:num_adv, 0], adv_entry, index)
         if views is None:
             views = {kind: SlotView(rows, view.mask, view.bias) for kind, view in masks.items()}
             angles = {kind: (cos[rows], sin[rows]) for kind, (cos, sin) in angles_all.items()}

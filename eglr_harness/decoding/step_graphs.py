@@ -213,8 +213,7 @@ class _Captured:
 
 def workspace_addresses(state, cache) -> dict[str, int]:
     """Where every tensor a recorded step reads lives: the slot state's tensors and each layer's K/V storage."""
-    addresses = {f"state.{name}": value.data_ptr() for name, value in vars(state).items()
-                 if isinstance(value, torch.Tensor)}
+    addresses = {f"state.{name}": value.data_ptr() for name, value in state.tensors().items()}
     for store, tensors in (("keys", cache.keys), ("values", cache.values)):
         addresses.update({f"cache.{store}[{layer}]": tensor.data_ptr() for layer, tensor in tensors.items()})
     return addresses

@@ -71,23 +71,16 @@ class StepPlan:
 
 
 @dataclass
-class SlotState:
-    """Per-slot tensors (first dimension B + 1). Settings are written at admission; the rest by the steps.
+class SlotSettings:
+    """Per-slot settings of the requests in the slots (first dimension B + 1): written when a request is
+    admitted, read by the steps, never written by them (as vLLM keeps sampling metadata apart from the batch).
 
-    token: the row's newest token (fed when it advances); position: its last position with a key/value
-    in the slot; iterations: refinement iterations done at the pending position; drawn: tokens emitted
-    so far (the draw counter of the sampling noise); anchor, h_prev: (B+1, D) a and h^(N'k) of the
-    pending position; logp_prev: (B+1, V) fp32 log-probabilities of the last distribution computed.
-    The processors' state (``processors.py``) has a V axis only where the run's plan uses it, else 1:
-    seen: (B+1, V|1) tokens of the prompt and the generation (repetition penalty); history: (B+1, C)
-    the row's tokens by position (no_repeat_ngram; C: the K/V storage's columns); suppress,
-    begin_suppress: (B+1, V|1) banned tokens; eos: (V,) the EOS tokens.
+    L, alpha, k_max, tau_kl, tau_h: the EGLR cell; temperature, top_k, top_p, sampled, seed, min_p: the draw;
+    penalty, ngram, eos_blocked_until, suppress, begin_suppress: generate's logits processors
+    (``processors.py``; suppress, begin_suppress: (B+1, V|1) banned tokens, a V axis only where the run's
+    plan uses them); eos: (V,) the engine's EOS tokens.
     """
 
-    token: torch.Tensor
-    position: torch.Tensor
-    iterations: torch.Tensor
-    drawn: torch.Tensor
     L: torch.Tensor
     alpha: torch.Tensor  # fp32
     one_minus_alpha: torch.Tensor  # fp32, 1 - alpha taken in float64 as a Python scalar would be
@@ -99,12 +92,7 @@ class SlotState:
     top_p: torch.Tensor  # fp32
     sampled: torch.Tensor  # bool
     seed: torch.Tensor
-    anchor: torch.Tensor
-    h_prev: torch.Tensor
-    logp_prev: torch.Tensor
     penalty: torch.Tensor  # fp32, 1.0 = off
-    seen: torch.Tensor
-    history: torch.Tensor
     ngram: torch.Tensor  # bool: the row bans repeated n-grams
     eos_blocked_until: torch.Tensor  # long: EOS banned while drawn < it
     suppress: torch.Tensor
@@ -112,30 +100,63 @@ class SlotState:
     min_p: torch.Tensor  # fp32, 0 = off
     eos: torch.Tensor
 
+
+@dataclass
+class SlotState:
+    """The running state of every slot (first dimension B + 1), written by the steps (and reset at
+    admission), beside the requests' ``settings``.
+
+    token: the row's newest token (fed when it advances); position: its last position with a key/value
+    in the slot; iterations: refinement iterations done at the pending position; drawn: tokens emitted
+    so far (the draw counter of the sampling noise); anchor, h_prev: (B+1, D) a and h^(N'k) of the
+    pending position; logp_prev: (B+1, V) fp32 log-probabilities of the last distribution computed.
+    The processors' state has a V axis only where the run's plan uses it, else 1: seen: (B+1, V|1) tokens
+    of the prompt and the generation (repetition penalty); history: (B+1, C) the row's tokens by position
+    (no_repeat_ngram; C: the K/V storage's columns).
+    """
+
+    token: torch.Tensor
+    position: torch.Tensor
+    iterations: torch.Tensor
+    drawn: torch.Tensor
+    anchor: torch.Tensor
+    h_prev: torch.Tensor
+    logp_prev: torch.Tensor
+    seen: torch.Tensor
+    history: torch.Tensor
+    settings: SlotSettings
+
     @classmethod
     def allocate(cls, num_slots: int, hidden: int, vocab: int, dtype, device, *,
                  processors: ProcessorPlan = ProcessorPlan(), eos_token_ids=(), history_width: int = 1):
         n = num_slots + 1  # the trash slot
         long = dict(dtype=torch.long, device=device)
         f32, f64 = dict(dtype=torch.float32, device=device), dict(dtype=torch.float64, device=device)
-        state = cls(
-            token=torch.zeros(n, **long), position=torch.zeros(n, **long), iterations=torch.zeros(n, **long),
-            drawn=torch.zeros(n, **long), L=torch.zeros(n, **long), alpha=torch.zeros(n, **f32),
-            one_minus_alpha=torch.ones(n, **f32), k_max=torch.ones(n, **long), tau_kl=torch.zeros(n, **f64),
-            tau_h=torch.full((n,), math.inf, **f64), temperature=torch.ones(n, **f32), top_k=torch.zeros(n, **long),
-            top_p=torch.ones(n, **f32), sampled=torch.zeros(n, dtype=torch.bool, device=device),
-            seed=torch.zeros(n, **long), anchor=torch.zeros(n, hidden, dtype=dtype, device=device),
-            h_prev=torch.zeros(n, hidden, dtype=dtype, device=device), logp_prev=torch.zeros(n, vocab, **f32),
-            penalty=torch.ones(n, **f32), seen=_flags(n, vocab if processors.penalty else 1, device),
-            history=torch.zeros(n, history_width if processors.ngram_size else 1, **long),
-            ngram=torch.zeros(n, dtype=torch.bool, device=device), eos_blocked_until=torch.zeros(n, **long),
-            suppress=_flags(n, vocab if processors.suppress else 1, device),
+        settings = SlotSettings(
+            L=torch.zeros(n, **long), alpha=torch.zeros(n, **f32), one_minus_alpha=torch.ones(n, **f32),
+            k_max=torch.ones(n, **long), tau_kl=torch.zeros(n, **f64), tau_h=torch.full((n,), math.inf, **f64),
+            temperature=torch.ones(n, **f32), top_k=torch.zeros(n, **long), top_p=torch.ones(n, **f32),
+            sampled=torch.zeros(n, dtype=torch.bool, device=device), seed=torch.zeros(n, **long),
+            penalty=torch.ones(n, **f32), ngram=torch.zeros(n, dtype=torch.bool, device=device),
+            eos_blocked_until=torch.zeros(n, **long), suppress=_flags(n, vocab if processors.suppress else 1, device),
             begin_suppress=_flags(n, vocab if processors.begin_suppress else 1, device),
             min_p=torch.zeros(n, **f32), eos=_flags(1, vocab, device)[0],
         )
         ids = torch.tensor([t for t in eos_token_ids if 0 <= t < vocab], dtype=torch.long)
-        state.eos[ids.to(device)] = True
-        return state
+        settings.eos[ids.to(device)] = True
+        return cls(
+            token=torch.zeros(n, **long), position=torch.zeros(n, **long), iterations=torch.zeros(n, **long),
+            drawn=torch.zeros(n, **long), anchor=torch.zeros(n, hidden, dtype=dtype, device=device),
+            h_prev=torch.zeros(n, hidden, dtype=dtype, device=device), logp_prev=torch.zeros(n, vocab, **f32),
+            seen=_flags(n, vocab if processors.penalty else 1, device),
+            history=torch.zeros(n, history_width if processors.ngram_size else 1, **long), settings=settings,
+        )
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every tensor of the slots, running state and settings, by name (``settings.`` before a setting's)."""
+        tensors = {name: value for name, value in vars(self).items() if isinstance(value, torch.Tensor)}
+        tensors.update({f"settings.{name}": value for name, value in vars(self.settings).items()})
+        return tensors
 
     def grow_history(self, width: int) -> None:
         """Keep the token history as wide as the K/V storage when it grows (eager, between steps)."""
@@ -145,33 +166,35 @@ class SlotState:
 
     def admit(self, slots: list[int], configs: list[EglrConfig], seeds: list[int | None],
               prompts: list[tuple[int, ...]], options: list[LogitsOptions]) -> None:
-        """Write the settings of newly admitted requests into ``slots`` (host -> device, eager)."""
-        index = torch.tensor(slots, device=self.L.device)
+        """Write the settings of newly admitted requests into ``slots`` and reset their running state
+        (host -> device, eager)."""
+        index = torch.tensor(slots, device=self.position.device)
         positions = [len(p) - 1 for p in prompts]
+        settings = self.settings
 
         def put(tensor, values):
             tensor.index_copy_(0, index, torch.tensor(values, dtype=tensor.dtype).to(tensor.device))
 
-        put(self.L, [c.L for c in configs])
-        put(self.alpha, [c.alpha for c in configs])
-        put(self.one_minus_alpha, [1.0 - c.alpha for c in configs])
-        put(self.k_max, [c.k_max for c in configs])
-        put(self.tau_kl, [c.tau_kl for c in configs])
-        put(self.tau_h, [c.tau_h if c.refines else math.inf for c in configs])
-        put(self.temperature, [c.T if c.sampled else 1.0 for c in configs])
-        put(self.top_k, [c.top_k for c in configs])
-        put(self.top_p, [c.top_p for c in configs])
-        put(self.sampled, [c.sampled for c in configs])
-        put(self.seed, [s or 0 for s in seeds])
+        put(settings.L, [c.L for c in configs])
+        put(settings.alpha, [c.alpha for c in configs])
+        put(settings.one_minus_alpha, [1.0 - c.alpha for c in configs])
+        put(settings.k_max, [c.k_max for c in configs])
+        put(settings.tau_kl, [c.tau_kl for c in configs])
+        put(settings.tau_h, [c.tau_h if c.refines else math.inf for c in configs])
+        put(settings.temperature, [c.T if c.sampled else 1.0 for c in configs])
+        put(settings.top_k, [c.top_k for c in configs])
+        put(settings.top_p, [c.top_p for c in configs])
+        put(settings.sampled, [c.sampled for c in configs])
+        put(settings.seed, [s or 0 for s in seeds])
+        put(settings.penalty, [o.repetition_penalty for o in options])
+        put(settings.ngram, [o.no_repeat_ngram_size > 0 for o in options])
+        put(settings.eos_blocked_until, [o.eos_blocked_until(len(p)) for o, p in zip(options, prompts)])
+        put(settings.min_p, [o.min_p if c.sampled else 0.0 for o, c in zip(options, configs)])
         put(self.position, positions)
         put(self.iterations, [0] * len(slots))
         put(self.drawn, [0] * len(slots))
-        put(self.penalty, [o.repetition_penalty for o in options])
-        put(self.ngram, [o.no_repeat_ngram_size > 0 for o in options])
-        put(self.eos_blocked_until, [o.eos_blocked_until(len(p)) for o, p in zip(options, prompts)])
-        put(self.min_p, [o.min_p if c.sampled else 0.0 for o, c in zip(options, configs)])
-        for tensor, tokens in ((self.seen, prompts), (self.suppress, [o.suppress_tokens for o in options]),
-                               (self.begin_suppress, [o.begin_suppress_tokens for o in options])):
+        for tensor, tokens in ((self.seen, prompts), (settings.suppress, [o.suppress_tokens for o in options]),
+                               (settings.begin_suppress, [o.begin_suppress_tokens for o in options])):
             if tensor.shape[1] > 1:
                 tensor[index] = False
                 for slot, ids in zip(slots, tokens):

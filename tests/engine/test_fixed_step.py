@@ -30,7 +30,7 @@ from eglr_harness.config import EglrConfig  # noqa: E402
 from eglr_harness.decoding.continuous_engine import ContinuousEngine  # noqa: E402
 from eglr_harness.decoding.contract import Request  # noqa: E402
 from eglr_harness.decoding.step_state import READ_FIELDS, SlotState, StepPlan  # noqa: E402
-from eglr_harness.decoding.kv_slots import SlotCache  # noqa: E402
+from eglr_harness.decoding.kv_slots import SPARE_COLUMNS, SlotCache  # noqa: E402
 from eglr_harness.decoding.step_key import length_bucket  # noqa: E402
 
 VOCAB, LAYERS, EOS = 96, 4, 2
@@ -169,7 +169,8 @@ def test_steps_read_kv_widths_that_grow_and_shrink_by_buckets_of_storage_grown_b
     assert widths[-1] < max(widths)  # narrower once the long row left
     assert len(set(widths)) < 10
     assert capacities[0][0] == length_bucket(37 + 3, 4)  # the longest prompt's bucket at first
-    assert all(c == k == h >= w for (c, k, h), w in zip(capacities, widths))  # storage and history hold every step
+    # storage (and its one spare column, ``kv_slots.SPARE_COLUMNS``) and history hold every step
+    assert all(c == k - SPARE_COLUMNS == h >= w for (c, k, h), w in zip(capacities, widths))
     assert len({c for c, _, _ in capacities}) == 2  # grown once, by a bucket
     assert [len(o.tokens) for o in outcomes] == [12, 20, 20]
     assert [length_bucket(n, 128) for n in (1, 128, 129, 192, 193, 257, 400)] == [128, 128, 192, 192, 256, 384, 512]

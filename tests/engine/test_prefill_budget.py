@@ -29,7 +29,7 @@ def prefill_shapes(monkeypatch) -> list[tuple[int, int, int]]:
     real = continuous._Run.prefill
 
     def recording(run):
-        slots, chunk = run._chunk_rows()
+        slots, chunk = run.scheduler.next_chunk()
         shapes.append((len(slots), chunk, run.rows[slots[0]].prefilled))
         return real(run)
     monkeypatch.setattr(continuous._Run, "prefill", recording)
