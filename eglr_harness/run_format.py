@@ -161,7 +161,8 @@ def read_samples_file(path: str | Path, filter_name: str | None = None, *, requi
             lines.append(SampleLine(where, doc_id, sample, None))
             continue
         if not isinstance(items, list):
-            raise FileFormatError(f"{where}: doc {doc_id} has `rollouts` {_shown(items)}; allowed: a list of "
+            got = "no `rollouts` list" if items is None else f"`rollouts` {_shown(items)}"
+            raise FileFormatError(f"{where}: doc {doc_id} has {got}; allowed: a list of "
                                   "rollouts, as eglr tasks log them with --log_samples (e.g. gsm8k_eglr_sc; "
                                   f"{CONTRACT}).")
         rollouts = [check_rollout(item, where, doc_id, i) for i, item in enumerate(items)]
