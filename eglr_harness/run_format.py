@@ -269,6 +269,12 @@ def check_results(data: Any, path: str | Path, text: str = "") -> dict:
         if not isinstance(entry, dict):
             raise FileFormatError(f"{path}:{_line_of(text, ['results', task])}: results[{task!r}] is "
                                   f"{_shown(entry)}; allowed: a dict of metrics.")
+    for task, counts in (data.get("n-samples") or {}).items():
+        bad = [k for k in ("original", "effective") if k in (counts or {}) and not _count(counts[k])] \
+            if isinstance(counts, dict) else ["counts"]
+        if bad:
+            raise FileFormatError(f"{path}:{_line_of(text, ['n-samples', task])}: n-samples[{task!r}] is "
+                                  f"{_shown(counts)}; allowed: {{'original': int >= 0, 'effective': int >= 0}}.")
     config = data.get("config")
     if not _dict_or_none(config):
         raise FileFormatError(f"{path}:{_line_of(text, ['config'])}: `config` is {_shown(config)}; allowed: "

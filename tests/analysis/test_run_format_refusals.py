@@ -140,3 +140,16 @@ def test_the_console_command_prints_one_line_and_exits_2(tmp_path, command):
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert len(lines) == 1 and re.match(rf"{command}: error: {re.escape(str(samples))}:1: doc 0 rollout #0: "
                                         r"`correct` is '0'; allowed: 0 or 1", lines[0]), lines
+
+
+@pytest.mark.parametrize("command", ["eglr-report", "eglr-export"])
+def test_bad_sample_counts_are_refused_naming_file_line_and_value(tmp_path, capsys, command):
+    run, _, results = _copy(tmp_path)
+    data = json.loads(results.read_text())
+    data["n-samples"]["gsm8k_eglr_sc"]["effective"] = [2]  # today: a TypeError traceback
+    text = json.dumps(data, indent=2)
+    results.write_text(text)
+    message = _refused(command, run, tmp_path, capsys)
+    line = text[: text.index('"gsm8k_eglr_sc":', text.index('"n-samples":'))].count("\n") + 1
+    assert message.startswith(f"{command}: error: {results}:{line}: n-samples['gsm8k_eglr_sc'] is "), message
+    assert "'effective': [2]" in message and "allowed: {'original': int >= 0" in message
