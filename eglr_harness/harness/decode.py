@@ -157,10 +157,12 @@ class RolloutDecoder:
         return len(distinct), sum(self.lookup(k) is not None for k in distinct)
 
     def decode(self, items: list[tuple[str, RolloutSpec]], *, stats_for, desc: str, disable_tqdm: bool = False,
-               reuse: bool = True, keys: list[str] | None = None) -> Decoded:
+               reuse: bool = True, keys: list[str] | None = None, calibration: bool = False) -> Decoded:
         """Every item's rollout; identical items (deterministic cells across cycles) decode once.
         stats_for(config): the accounting a config's fresh rollouts add to; keys: the items' keys when
-        the caller has them already."""
+        the caller has them already; calibration: the items are tau_h calibration's greedy prompts, whose
+        compute is accounted apart: their rollouts are stored marked so (``accounting["calibration"]``)
+        and count as reused wherever a pool takes them, in this run or, from the store, a later one."""
         keys = keys or [self.key(c, s) for c, s in items]
         self._config_of.update((key, spec.config) for key, (_, spec) in zip(keys, items))
         first = {}  # key -> index of its first item
@@ -170,8 +172,10 @@ class RolloutDecoder:
         missing = [i for key, i in first.items() if found[key] is None]
         # a rollout an earlier run stored with its accounting counts as decoded (a resumed run reports what an
         # uninterrupted one does); this run's own rollouts, and stored ones without accounting, count as reused
+        # (a rollout calibration decoded counts as reused, as in the run that decoded it: its compute is calibration's)
         restored = [i for key, i in first.items() if found[key] is not None and key not in self._decoded
-                    and found[key].get("accounting") is not None and stats_for is not None]
+                    and found[key].get("accounting") is not None and stats_for is not None
+                    and not found[key]["accounting"].get("calibration")]
         for i in restored:
             record, config = found[keys[i]], items[i][1].config
             accounting = record["accounting"]
@@ -194,6 +198,8 @@ class RolloutDecoder:
                     i = missing[share[j]]
                     config = requests[share[j]].config
                     accounting = rollout_accounting(len(outcome.tokens), outcome.iterations, config.L)
+                    if calibration:
+                        accounting["calibration"] = True
                     # its own figures until the run ends (row_shares), the time since the previous rollout finished
                     now = time.perf_counter()
                     accounting["shares"] = {**row_shares(accounting, name, config.k_max), "wall_time_s": now - clock[0]}
