@@ -9,7 +9,8 @@ utilities read —, ``reward`` (1.0 when the extracted answer is right, else 0.0
 greedy-decoded cells, identical on a rerun), the cell ``L``, ``T``, ``cycle``, ``repeat``, the
 other settings from ``config.eglr`` (``alpha``, ``k_max``, ``tau_kl``, ``tau_h``), ``signals``
 (:mod:`eglr_harness.signals` dict, null when not recorded), ``cluster``, ``task``, ``doc_id``,
-``doc_hash``, ``model`` and ``run`` (the results file, relative). Reads only lm-eval's files.
+``doc_hash``, ``model`` and ``run`` (the results file, relative). Reads only lm-eval's files, checked
+as eglr-report checks them (:mod:`eglr_harness.run_format`): a value the contract does not allow is refused.
 
     eglr-export out/demo --out pool.parquet
     python -c "import datasets; print(datasets.load_dataset('parquet', data_files='pool.parquet'))"

@@ -13,14 +13,17 @@ sub-pools), and two files are written to the output folder, laid out like an lm-
 
 - ``samples_<task>_<timestamp>.jsonl`` — one line per document (filter ``pool``; other filters'
   lines of the input, which repeat the same responses, are dropped), with the per-document keys
-  of docs/run-format.md;
+  of docs/run-format.md; everything but the scores is kept as read: each logged rollout's cell,
+  ``signals`` (so ``wmaj@B`` is scored again), ``engine`` and any later field;
 - ``results_<timestamp>.json`` — the input run's results file when it is beside the samples
-  (its ``config`` keeps the model and the accounting), with ``results[<task>]`` replaced by the
-  new aggregates and ``eglr_cell_accuracies[<task>]`` added; else a minimal one.
+  (its ``config`` keeps the model and the accounting), with the metric values of ``results[<task>]``
+  replaced by the new aggregates (its other keys and ``_stderr`` entries kept, recomputed) and
+  ``eglr_cell_accuracies[<task>]`` added; else a minimal one.
 
-Which (L, T) produced repeat ``i`` is not in a samples file (lm-eval logs responses as plain
-text); it is the pool that eglr-hf resolved, recomputed here with the same rule
-(:func:`eglr_harness.pool.resolve_pool`) from the run's model args (results file) and the
+Lines and results files are checked by :mod:`eglr_harness.run_format`, as eglr-report checks them.
+A scored run logs which (L, T) produced repeat ``i``; a ``--predict_only`` run does not (lm-eval
+logs responses as plain text): there it is the pool that eglr-hf resolved, recomputed here with the
+same rule (:func:`eglr_harness.pool.resolve_pool`) from the run's model args (results file) and the
 task's generation kwargs (the samples' ``arguments``). Runs of other models, or without their
 results file, are scored without cells (one ``"unknown"`` cell).
 """
