@@ -143,6 +143,9 @@ def score_sample(sample: dict, task: str, config: dict | None, where: str = "sam
         raise FileFormatError(f"{where}: doc {sample.get('doc_id')}: answer_format={mode!r}; allowed: "
                               f"{', '.join(ANSWER_MODES)}.")
     logged = _logged_rollouts(sample, len(texts))
+    if logged is None and isinstance(sample.get("rollouts"), list):
+        raise FileFormatError(f"{where}: doc {sample.get('doc_id')} has {len(texts)} texts in `resps` but "
+                              f"{len(sample['rollouts'])} logged rollouts; allowed: one text per rollout.")
     if logged is not None and all(r.get("L") is not None and r.get("T") is not None for r in logged):
         texts = [Rollout(text, L=r["L"], T=r["T"], cycle=r.get("cycle") or 0, signals=r.get("signals"),
                          engine=r.get("engine")) for text, r in zip(texts, logged)]
@@ -215,6 +218,10 @@ def rescore_file(path: Path, output: Path) -> tuple[str, dict[str, Any]]:
         except (KeyError, TypeError) as err:
             detail = f"no key {err}" if isinstance(err, KeyError) else str(err)
             raise FileFormatError(f"{line.where}: not an lm-eval samples line of an eglr task ({detail}).") from None
+        except FileFormatError:
+            raise
+        except ValueError as err:  # e.g. the pool the line's generation kwargs resolve to
+            raise FileFormatError(f"{line.where}: {err}") from None
 
     output.mkdir(parents=True, exist_ok=True)
     atomic_write_text(output / path.name, "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in scored))

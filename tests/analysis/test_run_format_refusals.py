@@ -56,6 +56,10 @@ def _replace_rollout(line):
     line["rollouts"][3] = "L=4: 18"
 
 
+def _one_text(line):
+    line["resps"] = [line["resps"][0][:1]]
+
+
 def _bad_arguments(line):
     line["arguments"] = {"gen_args_0": {"arg_1": {}}}
 
@@ -69,6 +73,7 @@ SAMPLE_CASES = [
     ("engine_unknown", _rollout(0, "engine", "vllm"), "`engine` is 'vllm'; allowed: 'continuous', 'hf'", list(COMMANDS)),
     ("signals_not_numbers", _rollout(0, "signals", {"mean_logprob": "high"}), "`signals` is", list(COMMANDS)),
     ("no_prompt", _bad_arguments, "has `arguments`", ["eglr-export"]),
+    ("texts_fewer_than_rollouts", _one_text, "`resps`", ["eglr-export", "eglr-score"]),
 ]
 
 
