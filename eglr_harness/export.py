@@ -52,7 +52,8 @@ def export_rows(run_paths: Sequence[str | Path], task: str | None = None) -> Ite
             for name, samples_path in sorted(files.samples.items()):
                 if task is not None and name != task:
                     continue
-                tau_h = (eglr.get("tau_h") or {}).get(name)
+                tau_h = eglr.get("tau_h")
+                tau_h = tau_h.get(name) if isinstance(tau_h, dict) else tau_h  # per task; one number in older runs
                 for line in read_samples_file(samples_path).lines:
                     sample = line.sample
                     prompt = prompt_of(line)

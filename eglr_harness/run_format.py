@@ -224,14 +224,26 @@ def _dict_or_none(v) -> bool:
     return v is None or isinstance(v, dict)
 
 
+# settings the readers use as numbers (the ablation's axes, the export's columns)
+NUMERIC_SETTINGS = ("alpha", "k_max", "tau_kl", "top_k", "top_p", "seed")
+
+
+def _settings(v) -> bool:
+    return v is None or (isinstance(v, dict) and all(v.get(k) is None or _number(v[k]) for k in NUMERIC_SETTINGS))
+
+
+def _tau_h(v) -> bool:
+    def one(x):
+        return x is None or (_number(x) and x >= 0)
+
+    return one(v) or (isinstance(v, dict) and all(one(x) for x in v.values()))
+
+
 # key of config.eglr -> rule (docs/run-format.md, "Results JSON"); absent keys are fine (older runs)
 EGLR_FIELDS: dict[str, FieldRule] = {
     "num_layers": FieldRule(_optional(_count), "an int >= 0 or null"),
-    "settings": FieldRule(lambda v: v is None or (isinstance(v, dict) and all(x is None or _number(x) or isinstance(
-        x, str) for x in v.values())), "a dict of the decoding settings (numbers)"),
-    "tau_h": FieldRule(lambda v: v is None or (isinstance(v, dict) and all(x is None or _number(x) and x >= 0
-                                                                           for x in v.values())),
-                       "a dict task -> tau_h (a number >= 0, or null)"),
+    "settings": FieldRule(_settings, f"a dict whose {', '.join(NUMERIC_SETTINGS)} are numbers (or null)"),
+    "tau_h": FieldRule(_tau_h, "a dict task -> tau_h (a number >= 0, or null), or one such number (older runs)"),
     "stats": FieldRule(_dict_or_none, "a dict with `total` and `cells`"),
     "engines": FieldRule(_dict_or_none, "a dict task -> {cell: engine}"),
 }
