@@ -168,10 +168,10 @@ def read_samples_file(path: str | Path, filter_name: str | None = None, *, requi
         rollouts = [check_rollout(item, where, doc_id, i) for i, item in enumerate(items)]
         lines.append(SampleLine(where, doc_id, sample, rollouts))
     if not filters:
-        raise FileFormatError(f"{path}:1: no document lines (an empty samples file: was the run stopped before it "
+        raise FileFormatError(f"{path}: no document lines (an empty samples file: was the run stopped before it "
                               "saved them?); rerun the task with --log_samples or leave this run out.")
     if filter_name is not None and filter_name not in filters:
-        raise FileFormatError(f"{path}:1: filter {filter_name!r} not found; filters in this file: {filters}.")
+        raise FileFormatError(f"{path}: filter {filter_name!r} not found; filters in this file: {filters}.")
     return SamplesFile(path, chosen, tuple(lines), tuple(f for f in filters if f != chosen))
 
 
