@@ -9,7 +9,8 @@ utilities read —, ``reward`` (1.0 when the extracted answer is right, else 0.0
 greedy-decoded cells, identical on a rerun), the cell ``L``, ``T``, ``cycle``, ``repeat``, the
 other settings from ``config.eglr`` (``alpha``, ``k_max``, ``tau_kl``, ``tau_h``), ``signals``
 (:mod:`eglr_harness.signals` dict, null when not recorded), ``cluster``, ``task``, ``doc_id``,
-``doc_hash``, ``model`` and ``run`` (the results file, relative). Reads only lm-eval's files.
+``doc_hash``, ``model`` and ``run`` (the results file, relative). Reads only lm-eval's files, checked
+as eglr-report checks them (:mod:`eglr_harness.run_format`): a value the contract does not allow is refused.
 
     eglr-export out/demo --out pool.parquet
     python -c "import datasets; print(datasets.load_dataset('parquet', data_files='pool.parquet'))"
@@ -21,14 +22,15 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from eglr_harness.analysis.load import find_runs, read_results, read_samples, run_info
+from eglr_harness.analysis.load import find_runs, read_results, run_info
 from eglr_harness.errors import OutputError
+from eglr_harness.run_format import completions_of, prompt_of, read_samples_file
 from eglr_harness.outputs import atomic_writer
 
-__all__ = ["COLUMNS", "prompt_of", "completions_of", "export_rows", "write_rows", "main"]
+__all__ = ["COLUMNS", "export_rows", "write_rows", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,34 +40,9 @@ COLUMNS = (
 )
 
 
-def prompt_of(sample: Mapping) -> str:
-    """The context of a samples line's (first) request: lm-eval 0.4.13 logs ``arguments`` as
-    ``{"gen_args_0": {"arg_0": context, "arg_1": gen_kwargs}}``; older writers as ``[[context, kwargs], ...]``."""
-    args = sample.get("arguments")
-    if isinstance(args, Mapping) and args:
-        first = next(iter(args.values()))
-        if isinstance(first, Mapping) and "arg_0" in first:
-            return str(first["arg_0"])
-    if isinstance(args, Sequence) and not isinstance(args, str) and args:
-        first = args[0]
-        if isinstance(first, Sequence) and not isinstance(first, str) and first:
-            return str(first[0])
-    raise ValueError(f"doc {sample.get('doc_id')!r}: `arguments` is {str(args)[:80]!r}; expected lm-eval's logged request.")
-
-
-def completions_of(sample: Mapping, n: int) -> list[str]:
-    """The ``n`` rollout texts of a samples line: one request with ``n`` repeats (``[[r0, ..., rn]]``),
-    or ``n`` requests of one response each (``[[r0], [r1], ...]``)."""
-    resps = sample.get("resps") or []
-    if len(resps) == 1 and isinstance(resps[0], list) and len(resps[0]) == n:
-        return [str(r) for r in resps[0]]
-    if len(resps) == n and all(isinstance(r, list) and r for r in resps):
-        return [str(r[0]) for r in resps]
-    raise ValueError(f"doc {sample.get('doc_id')!r}: `resps` does not hold {n} rollout texts; was it an eglr task?")
-
-
 def export_rows(run_paths: Sequence[str | Path], task: str | None = None) -> Iterator[dict]:
-    """Rows (:data:`COLUMNS`) of every rollout of the runs under ``run_paths`` (first filter of each file)."""
+    """Rows (:data:`COLUMNS`) of every rollout of the runs under ``run_paths`` (first filter of each file),
+    every line and rollout checked as the report checks them (:mod:`eglr_harness.run_format`)."""
     for path in run_paths:
         for files in find_runs(path):
             results = read_results(files.results)
@@ -75,28 +52,25 @@ def export_rows(run_paths: Sequence[str | Path], task: str | None = None) -> Ite
             for name, samples_path in sorted(files.samples.items()):
                 if task is not None and name != task:
                     continue
-                tau_h = (eglr.get("tau_h") or {}).get(name) if isinstance(eglr.get("tau_h"), Mapping) else None
-                chosen = None
-                for sample in read_samples(samples_path):
-                    chosen = sample.get("filter") if chosen is None else chosen
-                    if sample.get("filter") != chosen or not isinstance(sample.get("rollouts"), list):
-                        continue
-                    rollouts = sample["rollouts"]
-                    prompt = prompt_of(sample)
-                    texts = completions_of(sample, len(rollouts))
-                    doc_hash = str(sample.get("doc_hash") or sample["doc_id"])
-                    for r, text in zip(rollouts, texts):
+                tau_h = eglr.get("tau_h")
+                tau_h = tau_h.get(name) if isinstance(tau_h, dict) else tau_h  # per task; one number in older runs
+                for line in read_samples_file(samples_path).lines:
+                    sample = line.sample
+                    prompt = prompt_of(line)
+                    texts = completions_of(line, len(line.rollouts))
+                    doc_hash = str(sample.get("doc_hash") or line.doc_id)
+                    for r, text in zip(line.rollouts, texts):
                         T = r.get("T")
                         yield {
-                            "prompt": prompt, "completion": text, "reward": float(bool(r.get("correct"))),
-                            "correct": int(bool(r.get("correct"))), "answer": r.get("answer"),
+                            "prompt": prompt, "completion": text, "reward": float(r["correct"]),
+                            "correct": int(r["correct"]), "answer": r.get("answer"),
                             "gold": None if sample.get("target") is None else str(sample["target"]),
                             "group_id": f"{name}/{doc_hash}", "deterministic": None if T is None else T == 0,
                             "L": r.get("L"), "T": None if T is None else float(T), "cycle": r.get("cycle"),
                             "repeat": r.get("repeat"), "alpha": settings.get("alpha"), "k_max": settings.get("k_max"),
                             "tau_kl": settings.get("tau_kl"), "tau_h": None if tau_h is None else float(tau_h),
                             "signals": r.get("signals"), "cluster": r.get("cluster"), "task": name,
-                            "doc_id": int(sample["doc_id"]), "doc_hash": doc_hash, "model": info.model,
+                            "doc_id": line.doc_id, "doc_hash": doc_hash, "model": info.model,
                             "run": files.name,
                         }  # fmt: skip
 

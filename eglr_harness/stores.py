@@ -10,8 +10,9 @@ lm-eval's ``--use_cache`` keys on (context, gen_kwargs) and so would collapse a 
 configs into one answer; the rollout store keys on the concrete cell settings instead.
 
 Nothing read back is trusted blindly: each record has a checksum and is validated (a tau_h is a
-finite number > 0 or inf), and a damaged file is moved aside with its sound records kept
-(:class:`_SqliteTable`); a store that cannot be written raises :class:`StoreError` naming the file.
+finite number > 0 or inf; a record without a checksum is dropped and computed again), and a damaged
+file is moved aside with its sound records kept (:class:`_SqliteTable`); a store that cannot be
+written raises :class:`StoreError` naming the file.
 """
 
 from __future__ import annotations
@@ -243,7 +244,9 @@ class _SqliteTable:
     # ------------------------------------------------------------------ records
     def _decode(self, key: str, value: str, checksum: str | None):
         """The value of a stored record, or None when its checksum, JSON or validation fails."""
-        if checksum is not None and checksum != _checksum(key, value):
+        # no checksum (a row written by an eglr-harness older than checksums, or behind the store's back):
+        # nothing vouches for it, so it is computed again rather than trusted
+        if checksum is None or checksum != _checksum(key, value):
             return None
         try:
             decoded = json.loads(value)
@@ -347,7 +350,10 @@ class RolloutStore(_SqliteTable):
     """``key -> {"text": str, "signals": dict or None, "engine": "continuous" | "hf", "accounting": dict}``
     (``engine`` and ``accounting`` since 2026-11-25: which engine decoded the rollout, and its compute
     accounting, ``decoding/stats.py``; a record without them is reused with no figures), one file per
-    rank, written per rollout as it finishes (and again with its share of its batch's figures)."""
+    rank, written per rollout as it finishes (with its own part of the batch figures, ``shares``:
+    ``harness/decode.py``'s ``row_shares``) and again with its share of its batch's figures when its
+    engine run ends. ``accounting["calibration"]`` marks a rollout tau_h calibration decoded: a pool
+    that takes it counts it as reused (its compute is calibration's)."""
 
     _label = "rollout store"
 

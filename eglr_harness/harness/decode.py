@@ -13,6 +13,7 @@ engine does not apply (beams, bad words, ...): then to the hook engine, said onc
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -75,6 +76,30 @@ class TextCodec:
                                           think_end_token=think if isinstance(think, str) else None)
 
 
+def row_shares(accounting: dict, engine: str | None, k_max: int) -> dict:
+    """A rollout's own part of the batch figures (``BATCH_FIELDS`` of ``decoding/stats.py``): the steps
+    its row took part in and the refinement it ran, counted as its engine counts a row (from
+    ``rollout_accounting``; ``wall_time_s`` is left to the caller).
+
+    What a rollout carries into the rollout store as soon as it finishes, until its engine run ends and
+    replaces it with its share of the run's figures (``batch_shares``): a run killed in between, or a
+    second process reading the store meanwhile, then counts every rollout it reuses. The continuous
+    engine steps a row once per emitted token after the prompt's pass and once per refinement
+    iteration, and its refining passes hold the refining rows only; ``generate`` (engine=hf) steps a
+    row once per token and refines the gated rows of a step ``k_max`` times. For a run of one row at a
+    time (``batch_size=1``) these are the batch figures exactly; with more rows a step is shared, so
+    they count the steps a row took part in as if it had run alone.
+    """
+    tokens, L = accounting["tokens"], accounting["L"]
+    iterations = {int(k): int(n) for k, n in accounting["iterations"].items()}
+    gated, passes = sum(iterations.values()), sum(k * n for k, n in iterations.items())
+    if engine == "continuous":
+        return {"steps": max(tokens - 1, 0) + passes, "gated_steps": passes, "row_steps": tokens,
+                "batched_refine_layer_evals": L * passes, "wall_time_s": 0.0}
+    return {"steps": tokens, "gated_steps": gated, "row_steps": tokens,
+            "batched_refine_layer_evals": L * k_max * gated, "wall_time_s": 0.0}
+
+
 def outcome_signals(outcome: Outcome) -> dict:
     """The rollout's signals (``eglr_harness.signals``) from an engine's per-token values."""
     return rollout_signals(outcome.entropies, outcome.logprobs, outcome.token_iterations, outcome.final_kls)
@@ -132,10 +157,12 @@ class RolloutDecoder:
         return len(distinct), sum(self.lookup(k) is not None for k in distinct)
 
     def decode(self, items: list[tuple[str, RolloutSpec]], *, stats_for, desc: str, disable_tqdm: bool = False,
-               reuse: bool = True, keys: list[str] | None = None) -> Decoded:
+               reuse: bool = True, keys: list[str] | None = None, calibration: bool = False) -> Decoded:
         """Every item's rollout; identical items (deterministic cells across cycles) decode once.
         stats_for(config): the accounting a config's fresh rollouts add to; keys: the items' keys when
-        the caller has them already."""
+        the caller has them already; calibration: the items are tau_h calibration's greedy prompts, whose
+        compute is accounted apart: their rollouts are stored marked so (``accounting["calibration"]``)
+        and count as reused wherever a pool takes them, in this run or, from the store, a later one."""
         keys = keys or [self.key(c, s) for c, s in items]
         self._config_of.update((key, spec.config) for key, (_, spec) in zip(keys, items))
         first = {}  # key -> index of its first item
@@ -145,10 +172,16 @@ class RolloutDecoder:
         missing = [i for key, i in first.items() if found[key] is None]
         # a rollout an earlier run stored with its accounting counts as decoded (a resumed run reports what an
         # uninterrupted one does); this run's own rollouts, and stored ones without accounting, count as reused
+        # (a rollout calibration decoded counts as reused, as in the run that decoded it: its compute is calibration's)
         restored = [i for key, i in first.items() if found[key] is not None and key not in self._decoded
-                    and found[key].get("accounting") is not None and stats_for is not None]
+                    and found[key].get("accounting") is not None and stats_for is not None
+                    and not found[key]["accounting"].get("calibration")]
         for i in restored:
-            stats_for(items[i][1].config).add_rollout(found[keys[i]]["accounting"])
+            record, config = found[keys[i]], items[i][1].config
+            accounting = record["accounting"]
+            if accounting.get("shares") is None:  # stored before rollouts carried their own shares from the start
+                accounting = {**accounting, "shares": row_shares(accounting, record.get("engine"), config.k_max)}
+            stats_for(config).add_rollout(accounting)
             self._decoded.add(keys[i])
         done = Decoded(reused=[items[i][1] for key, i in first.items() if found[key] is not None and i not in restored])
         if done.reused or restored:
@@ -159,9 +192,18 @@ class RolloutDecoder:
         bar = tqdm(total=len(missing), desc=desc, disable=disable_tqdm or not self.show_progress)
         try:
             for choice, share in self._route(requests):
-                def finished(j, outcome, share=share, name=self.names[choice]):
+                clock = [time.perf_counter()]  # when the engine run started, then when its last rollout finished
+
+                def finished(j, outcome, share=share, name=self.names[choice], clock=clock):
                     i = missing[share[j]]
-                    accounting = rollout_accounting(len(outcome.tokens), outcome.iterations, requests[share[j]].config.L)
+                    config = requests[share[j]].config
+                    accounting = rollout_accounting(len(outcome.tokens), outcome.iterations, config.L)
+                    if calibration:
+                        accounting["calibration"] = True
+                    # its own figures until the run ends (row_shares), the time since the previous rollout finished
+                    now = time.perf_counter()
+                    accounting["shares"] = {**row_shares(accounting, name, config.k_max), "wall_time_s": now - clock[0]}
+                    clock[0] = now
                     record = {"text": self.codec.text(outcome.tokens, untils[share[j]]), "signals": outcome_signals(outcome),
                               "engine": name, "accounting": accounting}
                     self.memo[keys[i]], found[keys[i]], fresh[i] = record, record, outcome

@@ -253,7 +253,8 @@ class EglrHFLM(HFLM):
 
     def _greedy_entropies(self, task, prompts: list[str], greedy, disable_tqdm: bool) -> list[float]:
         """Decode afresh (stored texts carry no entropies); the texts are reused as the L=0 rollouts."""
-        done = self.decoder.decode([(p, greedy) for p in prompts], reuse=False, disable_tqdm=disable_tqdm,
+        done = self.decoder.decode([(p, greedy) for p in prompts], reuse=False, calibration=True,
+                                   disable_tqdm=disable_tqdm,
                                    stats_for=lambda _config: self.accounts.calibration_for(task),
                                    desc=f"eglr-hf tau_h calibration ({len(prompts)} greedy prompts)")
         return [e for outcome in done.outcomes if outcome is not None for e in outcome.entropies]

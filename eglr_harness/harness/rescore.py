@@ -13,14 +13,17 @@ sub-pools), and two files are written to the output folder, laid out like an lm-
 
 - ``samples_<task>_<timestamp>.jsonl`` — one line per document (filter ``pool``; other filters'
   lines of the input, which repeat the same responses, are dropped), with the per-document keys
-  of docs/run-format.md;
+  of docs/run-format.md; everything but the scores is kept as read: each logged rollout's cell,
+  ``signals`` (so ``wmaj@B`` is scored again), ``engine`` and any later field;
 - ``results_<timestamp>.json`` — the input run's results file when it is beside the samples
-  (its ``config`` keeps the model and the accounting), with ``results[<task>]`` replaced by the
-  new aggregates and ``eglr_cell_accuracies[<task>]`` added; else a minimal one.
+  (its ``config`` keeps the model and the accounting), with the metric values of ``results[<task>]``
+  replaced by the new aggregates (its other keys and ``_stderr`` entries kept, recomputed) and
+  ``eglr_cell_accuracies[<task>]`` added; else a minimal one.
 
-Which (L, T) produced repeat ``i`` is not in a samples file (lm-eval logs responses as plain
-text); it is the pool that eglr-hf resolved, recomputed here with the same rule
-(:func:`eglr_harness.pool.resolve_pool`) from the run's model args (results file) and the
+Lines and results files are checked by :mod:`eglr_harness.run_format`, as eglr-report checks them.
+A scored run logs which (L, T) produced repeat ``i``; a ``--predict_only`` run does not (lm-eval
+logs responses as plain text): there it is the pool that eglr-hf resolved, recomputed here with the
+same rule (:func:`eglr_harness.pool.resolve_pool`) from the run's model args (results file) and the
 task's generation kwargs (the samples' ``arguments``). Runs of other models, or without their
 results file, are scored without cells (one ``"unknown"`` cell).
 """
@@ -34,10 +37,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from eglr_harness.errors import OutputError
-from eglr_harness.jsonl import iter_jsonl
+from eglr_harness.errors import FileFormatError, OutputError
 from eglr_harness.outputs import atomic_write_text, check_writable
 from eglr_harness.rollout import Rollout, with_meta
+from eglr_harness.run_format import read_results, read_samples_file
 from eglr_harness.scoring.extraction import ANSWER_MODES, extract_answer
 from eglr_harness.scoring.metrics import GRID_SUB_POOLS, best_cfg_acc, cell_accuracies, score_document
 
@@ -106,21 +109,82 @@ def _gen_kwargs(sample: dict) -> dict:
     return dict(kwargs) if isinstance(kwargs, dict) else {}
 
 
-def score_sample(sample: dict, task: str, config: dict | None) -> dict:
-    """One samples line rescored: ``filtered_resps`` re-extracted, the per-document keys replaced."""
-    doc = sample["doc"]
-    (texts,) = sample["resps"]  # one request per document: its responses over the repeats
+# what rescoring recomputes of a logged rollout; every other key (L, T, cycle, signals, engine, and any
+# field a later writer adds) is carried over as the run logged it
+RESCORED_ROLLOUT_KEYS = ("repeat", "answer", "correct", "cluster")
+
+
+def _logged_rollouts(sample: dict, n: int) -> list[dict] | None:
+    """The line's logged ``rollouts`` when it has one per response (a scored run), else None (``--predict_only``)."""
+    logged = sample.get("rollouts")
+    if isinstance(logged, list) and len(logged) == n and all(isinstance(r, dict) for r in logged):
+        return logged
+    return None
+
+
+def score_sample(sample: dict, task: str, config: dict | None, where: str = "sample") -> dict:
+    """One samples line rescored: ``filtered_resps`` re-extracted, the per-document keys replaced.
+
+    Each rollout keeps what the run logged of it but the answer and its scores
+    (:data:`RESCORED_ROLLOUT_KEYS`): its cell (the logged one; recomputed with :func:`pool_cells` only
+    for a ``--predict_only`` line), ``signals`` (so ``wmaj@B`` is scored again) and ``engine``.
+    """
+    doc, resps = sample.get("doc"), sample.get("resps")
+    if not isinstance(doc, dict) or not isinstance(doc.get("answer"), (str, int, float)):
+        raise FileFormatError(f"{where}: `doc` is {str(doc)[:80]!r}; allowed: the task's document, a dict whose "
+                              "`answer` is the gold answer (an eglr task's samples).")
+    if not (isinstance(resps, list) and len(resps) == 1 and isinstance(resps[0], list)
+            and all(isinstance(t, str) for t in resps[0])):
+        raise FileFormatError(f"{where}: `resps` is {str(resps)[:80]!r}; allowed: one request's texts over the "
+                              "repeats, [[text, ...]] (an eglr task's samples).")
+    (texts,) = resps  # one request per document: its responses over the repeats
     mode = doc.get("answer_format") or "math"
     if mode not in ANSWER_MODES:
-        raise ValueError(f"doc {sample.get('doc_id')}: answer_format={mode!r}; allowed: {', '.join(ANSWER_MODES)}.")
-    cells = pool_cells(config, task, _gen_kwargs(sample), len(texts))
-    if cells is not None:
+        raise FileFormatError(f"{where}: doc {sample.get('doc_id')}: answer_format={mode!r}; allowed: "
+                              f"{', '.join(ANSWER_MODES)}.")
+    logged = _logged_rollouts(sample, len(texts))
+    if logged is None and isinstance(sample.get("rollouts"), list):
+        raise FileFormatError(f"{where}: doc {sample.get('doc_id')} has {len(texts)} texts in `resps` but "
+                              f"{len(sample['rollouts'])} logged rollouts; allowed: one text per rollout.")
+    if logged is not None and all(r.get("L") is not None and r.get("T") is not None for r in logged):
+        texts = [Rollout(text, L=r["L"], T=r["T"], cycle=r.get("cycle") or 0, signals=r.get("signals"),
+                         engine=r.get("engine")) for text, r in zip(texts, logged)]
+    elif (cells := pool_cells(config, task, _gen_kwargs(sample), len(texts))) is not None:
         texts = [Rollout(text, L=L, T=T, cycle=cycle) for text, (L, T, cycle) in zip(texts, cells)]
     answers = [with_meta(extract_answer(text, mode) or "", text) for text in texts]
-    scores = score_document(doc["answer"], answers, sub_pools=GRID_SUB_POOLS if task.endswith(GRID_SUFFIX) else None)
+    scores = score_document(str(doc["answer"]), answers, sub_pools=GRID_SUB_POOLS if task.endswith(GRID_SUFFIX) else None)
+    if logged is not None:
+        scores["rollouts"] = [{**new, **{k: v for k, v in old.items() if k not in new}}
+                              for new, old in zip(scores["rollouts"], logged)]
     kept = {k: v for k, v in sample.items() if k not in set(sample.get("metrics") or ()) | {"bypass"}}
     return {**kept, "filter": POOL_FILTER, "filtered_resps": [[str(a) for a in answers]],
             "metrics": list(scores), **scores}
+
+
+def _stderr(values: list) -> float | str:
+    """lm-eval's standard error of a mean (``mean_stderr``); "N/A" where it has none."""
+    if len(values) < 2:
+        return "N/A"
+    mean = sum(values) / len(values)
+    return (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 / len(values) ** 0.5
+
+
+def task_entry(previous: dict | None, task: str, samples: list[dict], metrics: dict[str, Any]) -> dict:
+    """``results[<task>]`` of the rescored run: the input's entry (``name``, ``alias``, ``sample_len``, ...)
+    with every metric replaced by its new value, and a standard error wherever the input had one ("N/A"
+    stays "N/A": the run was made without them; the aggregations other than a mean have none)."""
+    previous = dict(previous or {"alias": task})
+    kept = {k: v for k, v in previous.items() if "," not in k}
+    out = {**kept, **metrics}
+    for key in metrics:
+        metric = key.split(",", 1)[0]
+        stderr_key = f"{metric}_stderr,{POOL_FILTER}"
+        old = next((v for k, v in previous.items() if k.split(",", 1)[0] == f"{metric}_stderr"), None)
+        if old is None:
+            continue
+        numeric = metric not in ("rollouts", "best_cfg_acc") and old != "N/A"
+        out[stderr_key] = _stderr([s[metric] for s in samples if metric in s]) if numeric else "N/A"
+    return out
 
 
 def aggregate(samples: list[dict]) -> dict[str, Any]:
@@ -142,53 +206,40 @@ def rescore_file(path: Path, output: Path) -> tuple[str, dict[str, Any]]:
     """Rescore one samples file into ``output``; returns ``(task, aggregated metrics)``."""
     task, stamp = task_and_timestamp(path)
     results_path = path.with_name(f"results_{stamp}.json")
-    results = _read_json(results_path) if results_path.is_file() else None
+    results = read_results(results_path) if results_path.is_file() else None
     if results is None:
         logger.warning("%s: no %s beside it; scoring without (L, T) cells.", path, results_path.name)
     config = (results or {}).get("config")
 
-    lines = list(iter_jsonl(path, "one lm-eval sample (a JSON object) per line"))
-    if not lines:
-        raise ValueError(f"{path}: no document lines (an empty samples file: was the run stopped before it saved "
-                         "them?); rerun the task with --log_samples or leave this file out.")
-    first_filter = lines[0][1].get("filter")
     scored = []
-    for line, sample in lines:
-        if sample.get("filter") != first_filter:
-            continue
+    for line in read_samples_file(path, require_rollouts=False).lines:  # the first filter's lines, checked
         try:
-            scored.append(score_sample(sample, task, config))
+            scored.append(score_sample(line.sample, task, config, where=line.where))
         except (KeyError, TypeError) as err:
             detail = f"no key {err}" if isinstance(err, KeyError) else str(err)
-            raise ValueError(f"{path}:{line}: not an lm-eval samples line of an eglr task ({detail}).") from None
-        except ValueError as err:
-            raise ValueError(f"{path}:{line}: {err}") from None
+            raise FileFormatError(f"{line.where}: not an lm-eval samples line of an eglr task ({detail}).") from None
+        except FileFormatError:
+            raise
+        except ValueError as err:  # e.g. the pool the line's generation kwargs resolve to
+            raise FileFormatError(f"{line.where}: {err}") from None
 
     output.mkdir(parents=True, exist_ok=True)
     atomic_write_text(output / path.name, "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in scored))
     metrics = aggregate(scored)
     out_results = dict(results or {"config": {}, "configs": {}, "versions": {}})
-    out_results["results"] = {**(out_results.get("results") or {}), task: {"alias": task, **metrics}}
+    previous_entry = (out_results.get("results") or {}).get(task)
+    entry = task_entry(previous_entry if isinstance(previous_entry, dict) else None, task, scored, metrics)
+    out_results["results"] = {**(out_results.get("results") or {}), task: entry}
     cells = dict(out_results.get("eglr_cell_accuracies") or {})
     cells[task] = cell_accuracies(s["rollouts"] for s in scored)
     out_results["eglr_cell_accuracies"] = cells
     results_out = output / results_path.name
     if results_out.is_file():  # several tasks of one run share the results file
-        previous = _read_json(results_out)
+        previous = read_results(results_out)
         out_results["results"] = {**previous.get("results", {}), **out_results["results"]}
         out_results["eglr_cell_accuracies"] = {**previous.get("eglr_cell_accuracies", {}), **cells}
     atomic_write_text(results_out, json.dumps(out_results, indent=2, ensure_ascii=False) + "\n")
     return task, metrics
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: not a readable results JSON ({err}); move it away or restore it.") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a JSON {type(data).__name__}, expected lm-eval's results object.")
-    return data
 
 
 def main(argv: list[str] | None = None) -> int:

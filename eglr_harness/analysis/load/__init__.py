@@ -28,7 +28,8 @@ the document as the task logged it (None in runs made before tasks logged it).
 
 **Modules** (one job each): :mod:`~eglr_harness.analysis.load.files` (find and read the files),
 :mod:`~eglr_harness.analysis.load.runs` (a run's facts and metrics),
-:mod:`~eglr_harness.analysis.load.rollouts` (samples -> rollout rows),
+:mod:`~eglr_harness.analysis.load.rollouts` (samples -> rollout rows; every line, rollout and results
+file checked by :mod:`eglr_harness.run_format`, the one check eglr-export and eglr-score share),
 :mod:`~eglr_harness.analysis.load.grid` (merge into the grid). Everything is importable from here.
 """
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterator
@@ -11,12 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eglr_harness.jsonl import iter_jsonl
+from eglr_harness.run_format import SAMPLE_LINE, read_results  # the one checked reader of a results file
 
 __all__ = ["RunFiles", "date_id_of", "find_runs", "read_results", "read_samples"]
 
 logger = logging.getLogger(__name__)
-
-SAMPLE_LINE = "one lm-eval sample (a JSON object) per line"
 
 # e.g. 2025-06-01T12-30-05.123456 (isoformat with ':' -> '-'); microseconds may be absent.
 _DATE_ID = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)$")
@@ -86,17 +84,6 @@ def find_runs(path: str | Path) -> list[RunFiles]:
     for run in runs:
         logger.debug("found run %s with samples for %s", run.results, sorted(run.samples))
     return runs
-
-
-def read_results(path: Path) -> dict:
-    """Parse one results JSON; a clear ``ValueError`` when it is not lm-eval's results file."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err}); is it an lm-eval results file?") from None
-    if not isinstance(data, dict) or "results" not in data:
-        raise ValueError(f"{path}: no 'results' key; expected an lm-eval results_<date>.json file.")
-    return data
 
 
 def read_samples(path: Path) -> Iterator[dict]:

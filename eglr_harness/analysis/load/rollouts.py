@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eglr_harness.analysis.load.files import SAMPLE_LINE
 from eglr_harness.cell import T_DECIMALS, Cell
-from eglr_harness.jsonl import iter_jsonl
+from eglr_harness.errors import FileFormatError
+from eglr_harness.run_format import check_rollout, read_samples_file
 
 __all__ = ["RolloutRow", "TaskSamples", "rollouts_of_sample", "read_task_samples"]
 
@@ -68,78 +68,51 @@ class TaskSamples:
         return tuple(self.doc_hashes)
 
 
-def _rollout(item, doc_id: int, index: int, where: str) -> RolloutRow:
-    if not isinstance(item, dict) or "correct" not in item:
-        raise ValueError(
-            f"{where}: doc {doc_id} rollout #{index} is {item!r}; expected a dict with keys "
-            "repeat, L, T, cycle, answer, correct (docs/run-format.md)."
-        )
+def _row(item: dict, doc_id: int, index: int) -> RolloutRow:
+    """A checked rollout dict (:func:`eglr_harness.run_format.check_rollout`) as a row."""
     L, T, cycle, answer, cluster = (item.get(k) for k in ("L", "T", "cycle", "answer", "cluster"))
     return RolloutRow(
         doc_id=doc_id,
-        repeat=int(item.get("repeat", index)),
-        L=None if L is None else int(L),
+        repeat=item.get("repeat", index),
+        L=L,
         T=None if T is None else round(float(T), T_DECIMALS),
-        cycle=None if cycle is None else int(cycle),
-        answer=None if answer is None else str(answer),
-        correct=1 if item["correct"] else 0,
-        cluster=None if cluster is None or answer is None else int(cluster),
-        signals=item.get("signals") if isinstance(item.get("signals"), Mapping) else None,
+        cycle=cycle,
+        answer=answer,
+        correct=int(item["correct"]),
+        cluster=None if answer is None else cluster,
+        signals=item.get("signals"),
     )
 
 
 def rollouts_of_sample(sample: dict, *, where: str = "sample") -> list[RolloutRow]:
-    """The rollout rows of one ``samples_*.jsonl`` line.
+    """The rollout rows of one ``samples_*.jsonl`` line (``where``: its ``file:line`` for messages).
 
-    Reads the ``rollouts`` key (or ``best_cfg_acc``, whose per-document value is the same list).
-    Raises ``ValueError`` when neither holds a list: the run did not use an eglr task.
+    Reads the ``rollouts`` key (or ``best_cfg_acc``, whose per-document value was the same list in
+    older runs), each rollout checked by :func:`eglr_harness.run_format.check_rollout`. Raises
+    ``FileFormatError`` (a ``ValueError``) when there is no such list or a rollout is not allowed.
     """
     doc_id = sample.get("doc_id")
     items = sample.get("rollouts")
-    if not isinstance(items, list):
-        items = sample.get("best_cfg_acc")
-    if doc_id is None or not isinstance(items, list):
-        raise ValueError(
+    if items is None and isinstance(sample.get("best_cfg_acc"), list):
+        items = sample["best_cfg_acc"]
+    if not isinstance(doc_id, int) or isinstance(doc_id, bool) or not isinstance(items, list):
+        raise FileFormatError(
             f"{where}: doc {doc_id!r} has no `rollouts` list; the analysis needs the samples of an "
             "eglr task (e.g. gsm8k_eglr_lxt) logged with --log_samples (docs/run-format.md)."
         )
-    return [_rollout(item, int(doc_id), i, where) for i, item in enumerate(items)]
+    return [_row(check_rollout(item, where, doc_id, i), doc_id, i) for i, item in enumerate(items)]
 
 
 def read_task_samples(path: Path, filter_name: str | None = None) -> TaskSamples:
-    """Read one task's samples file.
+    """Read one task's samples file, every line and rollout checked (:func:`eglr_harness.run_format.read_samples_file`).
 
     lm-eval writes one line per (document, filter). ``filter_name`` picks the filter; by default
     the first filter in the file is used (logged when the file has several).
     """
-    rows: list[RolloutRow] = []
-    hashes: dict[int, str] = {}
-    filters: list[str] = []
-    chosen = filter_name
-    for line, sample in iter_jsonl(path, SAMPLE_LINE):
-        filt = sample.get("filter")
-        if filt not in filters:
-            filters.append(filt)
-        if chosen is None:
-            chosen = filt
-        if filt != chosen:
-            continue
-        where = f"{path}:{line}"
-        try:
-            doc_id = int(sample["doc_id"])
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"{where}: `doc_id` is {sample.get('doc_id')!r}; expected an int (an lm-eval "
-                             "samples line).") from None
-        if doc_id in hashes:
-            raise ValueError(f"{where}: doc {doc_id} appears twice for filter {chosen!r}; is the file corrupt?")
-        hashes[doc_id] = str(sample.get("doc_hash", ""))
-        rows.extend(rollouts_of_sample(sample, where=where))
-    if not filters:
-        raise ValueError(f"{path}: no document lines (an empty samples file: was the run stopped before it "
-                         "saved them?); rerun the task with --log_samples or leave this run out.")
-    if filter_name is not None and filter_name not in filters:
-        raise ValueError(f"{path}: filter {filter_name!r} not found; filters in this file: {filters}.")
-    others = tuple(f for f in filters if f != chosen)
+    checked = read_samples_file(path, filter_name)
+    rows = [_row(item, line.doc_id, i) for line in checked.lines for i, item in enumerate(line.rollouts)]
+    hashes = {line.doc_id: str(line.sample.get("doc_hash", "")) for line in checked.lines}
+    chosen, others = checked.filter, checked.other_filters
     if others:
         logger.info("%s: using filter %r (also present: %s)", path, chosen, list(others))
     answered = [r for r in rows if r.answer is not None]
