@@ -34,6 +34,20 @@ def parse_lm_eval(argv):
     return HarnessCLI()._parser.parse_args(argv[3:])
 
 
+def model_kwargs_clash(args) -> None:
+    """What lm-eval 0.4.13 does next with the parsed command: ``cls(**model_args, **flags)``, where the flags
+    always hold ``device`` (default cuda:0) and ``batch_size``; a name in both is Python's TypeError."""
+    from lm_eval.config.evaluate_config import EvaluatorConfig
+    from lm_eval.utils import simple_parse_args_string
+
+    cfg = EvaluatorConfig.from_cli(args)
+    model_args = cfg.model_args if isinstance(cfg.model_args, dict) else simple_parse_args_string(cfg.model_args)
+    flags = {k: v for k, v in {"batch_size": cfg.batch_size, "max_batch_size": cfg.max_batch_size,
+                               "device": cfg.device}.items() if v is not None}
+    if clash := sorted(set(model_args) & set(flags)):
+        raise TypeError(f"HFLM() got multiple values for keyword argument {clash[0]!r}")
+
+
 def sc_docs():
     """L-only pool L=1..10 at T=0 over 4 docs. doc0 right only at L=1, doc1 at L=1,2, doc2 at L=1..6,
     doc3 everywhere; wrong rollouts answer "x". Majority: doc0 x(9), doc1 x(8) wrong; doc2 g2(6), doc3 right
@@ -66,6 +80,7 @@ class FakeLmEval:
     def __call__(self, argv):
         self.calls.append(list(argv))
         args = parse_lm_eval(argv)
+        model_kwargs_clash(args)
         task, gen = args.tasks[0], args.gen_kwargs or {}
         if task in self.fail_tasks:
             return 1
@@ -425,3 +440,22 @@ def test_eglr_settings_no_run_accepts_are_refused_before_the_hf_runs(tmp_path, c
     assert not fake.calls
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"`{flag}`" in err[0] and "is not allowed" in err[0]
+
+
+def test_a_presets_device_reaches_lm_eval_as_a_flag_for_every_run(tmp_path):
+    """Issue 38: the preset's `device` went into `--model hf`'s model args, where lm-eval's own `device`
+    clashed (TypeError in greedy and every beam run); it must travel as `--device` for hf and eglr-hf alike."""
+    fake = FakeLmEval()
+    outcome = run_leaderboard(options(tmp_path, model_args="model_config=smollm2-135m-instruct", batch_size=None), fake)
+    assert not outcome.failed and len(fake.calls) == 8
+    for argv in fake.calls:
+        parsed = parse_lm_eval(argv)
+        assert parsed.device == "cpu" and "device" not in str(parsed.model_args)
+    # the user's --device wins over the preset's; a device in --model_args becomes the flag too
+    fake = FakeLmEval()
+    run_leaderboard(options(tmp_path / "b", model_args=MODEL_ARGS + ",device=cpu,batch_size=2", beams=(4,)), fake)
+    assert {parse_lm_eval(a).device for a in fake.calls} == {"cpu"}
+    assert {parse_lm_eval(a).batch_size for a in fake.calls} == {"8"}  # --batch_size 8 of the options wins
+    fake = FakeLmEval()
+    run_leaderboard(options(tmp_path / "c", model_args="model_config=smollm2-135m-instruct", device="meta"), fake)
+    assert {parse_lm_eval(a).device for a in fake.calls} == {"meta"}
