@@ -184,8 +184,9 @@ def model_slug(model_args: str) -> str:
 
 
 def default_output_dir(model_args: str) -> Path:
-    """``results/<model>/leaderboard`` (relative to the working directory)."""
-    return Path("results") / model_slug(model_args) / "leaderboard"
+    """``out/leaderboard/<model>`` (relative to the working directory): never a checkout's committed
+    ``results/``, whose runs a rerun would otherwise take for finished ones of its own."""
+    return Path("out") / "leaderboard" / model_slug(model_args)
 
 
 @dataclass(frozen=True)

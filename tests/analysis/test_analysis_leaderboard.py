@@ -284,7 +284,7 @@ def test_model_config_preset_spells_out_hf_args_and_keeps_the_preset_for_eglr(tm
     )
     eglr_args = argvs["eglr_sc"][argvs["eglr_sc"].index("--model_args") + 1]
     assert eglr_args == "model_config=smollm2-135m-instruct,dtype=bfloat16"
-    assert default_output_dir("model_config=smollm2-135m-instruct") == Path("results/smollm2-135m-instruct/leaderboard")
+    assert default_output_dir("model_config=smollm2-135m-instruct") == Path("out/leaderboard/smollm2-135m-instruct")
     with pytest.raises(ValueError, match="known preset"):
         options(tmp_path, model_args="model_config=no-such-model")
     with pytest.raises(ValueError, match="or model_config=PRESET"):
@@ -293,7 +293,7 @@ def test_model_config_preset_spells_out_hf_args_and_keeps_the_preset_for_eglr(tm
 
 def test_default_output_dir_names_the_model():
     assert model_slug(MODEL_ARGS) == "SmolLM2-135M-Instruct.Q4_1"
-    assert default_output_dir("pretrained=Qwen/Qwen2.5-3B-Instruct") == Path("results/Qwen2.5-3B-Instruct/leaderboard")
+    assert default_output_dir("pretrained=Qwen/Qwen2.5-3B-Instruct") == Path("out/leaderboard/Qwen2.5-3B-Instruct")
 
 
 # ------------------------------------------------------------------ runner
@@ -459,3 +459,32 @@ def test_a_presets_device_reaches_lm_eval_as_a_flag_for_every_run(tmp_path):
     fake = FakeLmEval()
     run_leaderboard(options(tmp_path / "c", model_args="model_config=smollm2-135m-instruct", device="meta"), fake)
     assert {parse_lm_eval(a).device for a in fake.calls} == {"meta"}
+
+
+def test_committed_results_are_never_overwritten_nor_taken_for_the_users_runs(tmp_path, monkeypatch, capsys):
+    """Issue 38: the default output was the checkout's results/<model>/leaderboard: a first run overwrote the
+    committed tables and skipped the committed runs as finished. Now the default is out/leaderboard/<model>,
+    and a folder with files git tracks is refused before anything runs."""
+    import subprocess
+
+    checkout = tmp_path / "checkout"
+    committed = checkout / "results" / "smol" / "leaderboard"
+    FakeLmEval()(build_command(plan_runs(options(tmp_path, output_dir=committed))[0],
+                               options(tmp_path, output_dir=committed)))
+    (committed / "leaderboard.md").write_text("committed numbers\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", str(checkout)], check=True)
+    subprocess.run([*git, "-C", str(checkout), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(checkout), "commit", "-qm", "results"], check=True)
+    monkeypatch.chdir(checkout)
+    argv = ["--model_args", MODEL_ARGS, "--tasks", "gsm8k", "--limit", "4", "--max_gen_toks", "256", "--beams", "none"]
+    fake = FakeLmEval()
+    assert main([*argv, "--output_dir", str(committed)], executor=fake) == 2
+    assert "tracked by git" in capsys.readouterr().err and fake.calls == []
+    assert (committed / "leaderboard.md").read_text() == "committed numbers\n"
+    assert main(argv, executor=fake) == 0  # the default folder: out/leaderboard/<model>, every run made afresh
+    assert len(fake.calls) == 2
+    assert all(parse_lm_eval(a).output_path.startswith("out/leaderboard/SmolLM2-135M-Instruct.Q4_1/") for a in fake.calls)
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    assert status.stdout == ""
+    assert main([*argv, "--output_dir", str(committed), "--update_committed"], executor=FakeLmEval()) == 0
