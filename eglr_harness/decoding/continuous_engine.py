@@ -215,10 +215,11 @@ class ContinuousEngine:
         usable = free * AUTO_MEMORY_SHARE - prefill
         rows = int(usable // (per_row * (1 + self.refine_headroom)))
         chosen = max(1, min(rows, len(requests)))
-        logger.info("engine=continuous batch_size=auto: %d running rows (%d slots with refining headroom) for %d "
+        slots = slot_count(chosen, self.refine_headroom, any(r.config.refines for r in requests), len(requests))
+        logger.info("engine=continuous batch_size=auto: %d running rows (%d slots, refining headroom included) for %d "
                     "requests: %.2f GiB free on %s, %.0f%% of it usable, minus %.2f GiB for a prefill of %d tokens; "
                     "%.1f MiB per row (K/V at %d columns, slot state, a step's activations)",
-                    chosen, math.ceil(chosen * (1 + self.refine_headroom)), len(requests), free / 2**30,
+                    chosen, slots, len(requests), free / 2**30,
                     self.stack.device, AUTO_MEMORY_SHARE * 100, prefill / 2**30, self.prefill_tokens,
                     per_row / 2**20, capacity)
         return chosen
@@ -275,6 +276,13 @@ def _shapes(stack: ModelStack) -> tuple:
     return vocab, hidden, heads, kv_heads, head_dim, intermediate, stack.parts.lm_head.weight.element_size()
 
 
+def slot_count(max_batch: int, refine_headroom: float, refines: bool, requests: int) -> int:
+    """The slots a run allocates: ``max_batch`` running rows, refining headroom only when a config refines,
+    never more than its requests (the batch_size=auto line says this number, not a bound)."""
+    headroom = math.ceil(max_batch * refine_headroom) if refines else 0
+    return min(max_batch + headroom, requests)
+
+
 def bytes_per_row(stack: ModelStack, capacity: int) -> int:
     """Memory one running row takes: its K/V over every layer at ``capacity`` columns, its slot state
     (the processors' included) and a decoding step's activations (logits and their fp32 copies, the
@@ -328,8 +336,7 @@ class _Run:
         self.max_advancing = max_batch
         self.admit_at = engine.admit_at or max(1, max_batch // 8)
         configs = [r.config for r in requests]
-        headroom = math.ceil(max_batch * engine.refine_headroom) if any(c.refines for c in configs) else 0
-        self.num_slots = min(max_batch + headroom, len(requests))
+        self.num_slots = slot_count(max_batch, engine.refine_headroom, any(c.refines for c in configs), len(requests))
         self.rows: list[_Row | None] = [None] * self.num_slots
         self.prefilling: deque[int] = deque()  # slots whose prompt is not all in the K/V yet, in admission order
         self.device = self.stack.device
