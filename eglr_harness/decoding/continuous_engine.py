@@ -277,8 +277,8 @@ def _shapes(stack: ModelStack) -> tuple:
 
 
 def slot_count(max_batch: int, refine_headroom: float, refines: bool, requests: int) -> int:
-    """The slots a run allocates: ``max_batch`` running rows, refining headroom only when a config refines,
-    never more than its requests (the batch_size=auto line says this number, not a bound)."""
+    """The slots a run allocates (``_Run``'s rule): ``max_batch`` running rows, refining headroom only when a
+    config refines, never more than its requests (the batch_size=auto line says this number, not a bound)."""
     headroom = math.ceil(max_batch * refine_headroom) if refines else 0
     return min(max_batch + headroom, requests)
 
@@ -336,7 +336,8 @@ class _Run:
         self.max_advancing = max_batch
         self.admit_at = engine.admit_at or max(1, max_batch // 8)
         configs = [r.config for r in requests]
-        self.num_slots = slot_count(max_batch, engine.refine_headroom, any(c.refines for c in configs), len(requests))
+        headroom = math.ceil(max_batch * engine.refine_headroom) if any(c.refines for c in configs) else 0
+        self.num_slots = min(max_batch + headroom, len(requests))
         self.rows: list[_Row | None] = [None] * self.num_slots
         self.prefilling: deque[int] = deque()  # slots whose prompt is not all in the K/V yet, in admission order
         self.device = self.stack.device
