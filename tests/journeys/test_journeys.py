@@ -25,7 +25,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -44,7 +44,6 @@ class Journey:
     substitutions: tuple[tuple[str, str], ...] = ()
     outputs: tuple[str, ...] = ()
     check: str | None = None  # the name of an extra check in CHECKS
-    env: dict = field(default_factory=dict)
 
 
 TINY_DEMO = (("--limit 16", "--limit 2"), ("--log_samples", "--log_samples --gen_kwargs max_gen_toks=16"))
