@@ -16,6 +16,10 @@ the line above its opening fence:
 
 A command block without a marker fails :func:`test_every_command_block_is_marked_and_every_journey_known`,
 so a new command in the docs is either run here or says why not.
+
+Runtime (2026-11-26, 2 CPU cores shared with five other sessions, load 6-9): README.md 1,282 s (the demo,
+EGLR-SC_L, calibration, two Python snippets, report/export/score, the 4-run leaderboard), tasks/README.md
+511 s; the marker checks < 2 s. Each SmolLM2 ``lm_eval`` process is ~25-40 s of CPU, mostly start-up.
 """
 
 from __future__ import annotations
