@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 from pathlib import Path
 
 import yaml
@@ -81,10 +82,59 @@ def _preset_tau_h(path: Path, key, value) -> float:
     return number
 
 
-def write_tau_h(name_or_path: str, key: str, value: float) -> Path:
-    """Set ``tau_h[key] = value`` in a preset file, keeping the rest of it."""
-    path = preset_path(name_or_path)
-    data = yaml.safe_load(path.read_text()) or {}
-    data.setdefault("tau_h", {})[key] = round(float(value), 4)
-    atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))  # a full disk never leaves half a preset
-    return path
+def with_tau_h(text: str, key: str, value: float) -> str:
+    """The preset YAML ``text`` with ``tau_h[key] = value`` (rounded to 4 places), every other line (comments
+    included) as it was. ``ValueError`` when the file's ``tau_h`` is not a plain top-level block this can edit."""
+    value = round(float(value), 4)
+    number = ".inf" if math.isinf(value) else repr(value)
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    head = next((i for i, line in enumerate(lines) if re.match(r"tau_h:(\s|$)", line)), None)
+    if head is None:  # no tau_h yet: a block at the end
+        lines += ["tau_h:\n", f"  {key}: {number}\n"]
+    elif re.fullmatch(r"tau_h:\s*(\{\s*\})?\s*(#.*)?", lines[head].rstrip("\n")):  # `tau_h:` or `tau_h: {}`
+        body_end = head + 1
+        while body_end < len(lines) and (lines[body_end].startswith((" ", "\t")) or not lines[body_end].strip()):
+            body_end += 1
+        entries = [i for i in range(head + 1, body_end) if lines[i].strip() and not lines[i].lstrip().startswith("#")]
+        if "{" in lines[head]:
+            lines[head] = "tau_h:\n"
+            entries = []
+        same = [i for i in entries if re.match(rf"\s+{re.escape(key)}\s*:", lines[i])]
+        if same:  # replace the value, keep the indentation and a trailing comment
+            i = same[0]
+            lines[i] = re.sub(r"^(\s+[^:]+:\s*)[^#\n]*?(\s*#.*)?$", lambda m: m.group(1) + number + (m.group(2) or ""),
+                              lines[i].rstrip("\n")) + "\n"
+        else:
+            indent = re.match(r"\s+", lines[entries[0]]).group(0) if entries else "  "
+            at = entries[-1] + 1 if entries else head + 1
+            lines.insert(at, f"{indent}{key}: {number}\n")
+    else:
+        raise ValueError(f"its `tau_h` is not a block eglr-calibrate can edit ({lines[head].strip()!r}); "
+                         f"write `{key}: {number}` under tau_h by hand.")
+    new_text = "".join(lines)
+    expected = yaml.safe_load(text) or {}
+    expected["tau_h"] = {**(expected.get("tau_h") or {}), key: value}
+    if yaml.safe_load(new_text) != expected:  # never write a preset that says something else
+        raise ValueError(f"could not set tau_h.{key} without changing other entries; write `{key}: {number}` "
+                         "under tau_h by hand.")
+    return new_text
+
+
+def write_tau_h(name_or_path: str, key: str, value: float, out: Path | None = None) -> Path:
+    """Set ``tau_h[key] = value`` in a preset, keeping the rest of its file (comments included).
+
+    Reads the preset ``name_or_path`` names and writes ``out`` (default: the preset's own file); an ``out``
+    that does not exist yet starts as a copy of the preset. Returns the file written.
+    """
+    source = preset_path(name_or_path)
+    target = Path(out) if out is not None else source
+    text = (target if target.is_file() else source).read_text(encoding="utf-8")
+    try:
+        new_text = with_tau_h(text, key, value)
+    except ValueError as err:
+        raise ValueError(f"{target}: {err}") from None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(target, new_text)  # a full disk never leaves half a preset
+    return target

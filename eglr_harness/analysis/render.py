@@ -49,11 +49,21 @@ def t_label(T: float) -> str:
     return f"{T:g}"
 
 
+def _set_title(fig, ax, title: str, fontsize: float = 9) -> None:
+    """The title wrapped to the figure's width (a small grid's figure is narrower than a long title)."""
+    import textwrap
+
+    chars = max(20, int(fig.get_figwidth() * 72 / (0.6 * fontsize)))  # ~0.6 em per character
+    ax.set_title("\n".join(textwrap.wrap(title, chars)) or title, fontsize=fontsize)
+
+
 def _save_accuracy_plot(fig, ax, xlabel: str, title: str, path: Path) -> Path:
     """Label an accuracy (%) plot, add its grid and legend, and write the PNG."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel("accuracy (%)")
-    ax.set_title(title, fontsize=9)
+    _set_title(fig, ax, title)
+    low, high = ax.get_ylim()  # accuracy is never negative: an all-zero run's autoscale would show -5..5 %
+    ax.set_ylim(0, max(high, 5.0))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -100,7 +110,7 @@ def heatmap(
     ax.set_yticks(range(rows), labels=list(row_labels), fontsize=7)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
+    _set_title(fig, ax, title)
     if annotations is not None:
         size = 7 if max(rows, cols) <= 8 else (6 if max(rows, cols) <= 12 else 4.5)
         for i in range(rows):

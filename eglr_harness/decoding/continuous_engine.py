@@ -225,10 +225,11 @@ class ContinuousEngine:
         usable = free * AUTO_MEMORY_SHARE - prefill
         rows = int(usable // (per_row * (1 + self.refine_headroom)))
         chosen = max(1, min(rows, len(requests)))
-        logger.info("engine=continuous batch_size=auto: %d running rows (%d slots with refining headroom) for %d "
+        slots = slot_count(chosen, self.refine_headroom, any(r.config.refines for r in requests), len(requests))
+        logger.info("engine=continuous batch_size=auto: %d running rows (%d slots, refining headroom included) for %d "
                     "requests: %.2f GiB free on %s, %.0f%% of it usable, minus %.2f GiB for a prefill of %d tokens; "
                     "%.1f MiB per row (K/V at %d columns, slot state, a step's activations)",
-                    chosen, math.ceil(chosen * (1 + self.refine_headroom)), len(requests), free / 2**30,
+                    chosen, slots, len(requests), free / 2**30,
                     self.stack.device, AUTO_MEMORY_SHARE * 100, prefill / 2**30, self.prefill_tokens,
                     per_row / 2**20, capacity)
         return chosen
@@ -283,6 +284,13 @@ def _shapes(stack: ModelStack) -> tuple:
     head_dim = getattr(config, "head_dim", None) or hidden // heads
     intermediate = getattr(config, "intermediate_size", None) or 4 * hidden
     return vocab, hidden, heads, kv_heads, head_dim, intermediate, stack.parts.lm_head.weight.element_size()
+
+
+def slot_count(max_batch: int, refine_headroom: float, refines: bool, requests: int) -> int:
+    """The slots a run allocates (``_Run``'s rule): ``max_batch`` running rows, refining headroom only when a
+    config refines, never more than its requests (the batch_size=auto line says this number, not a bound)."""
+    headroom = math.ceil(max_batch * refine_headroom) if refines else 0
+    return min(max_batch + headroom, requests)
 
 
 def bytes_per_row(stack: ModelStack, capacity: int) -> int:

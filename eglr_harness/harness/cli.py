@@ -1,5 +1,5 @@
 """Command lines on lm-eval: ``eglr-eval`` / ``python -m eglr_harness`` (the stock lm_eval CLI with
-eglr-harness loaded) and ``eglr-calibrate`` (tau_h into a preset).
+eglr-harness loaded) and ``eglr-calibrate`` (tau_h into a preset file).
 
 ``eglr-eval`` takes the same flags as ``lm_eval``. The autoload ``.pth`` already makes ``eglr-hf`` and the tasks visible
 to a plain ``lm_eval``; this wrapper also works when autoload is off (``EGLR_AUTOLOAD=0``) or the
@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
+from pathlib import Path
 
-from eglr_harness.calibrate import DEFAULT_CALIB_LIMIT
+from eglr_harness.calibrate import DEFAULT_CALIB_LIMIT, MIN_TRUSTED_TOKENS
 
 
 def eval_main() -> None:
@@ -27,9 +29,26 @@ def eval_main() -> None:
     cli_evaluate()
 
 
-def calibrate_main(argv: list[str] | None = None) -> None:
-    """``eglr-calibrate``: calibrate tau_h for a model on tasks and write it into its preset."""
-    parser = argparse.ArgumentParser(prog="eglr-calibrate", description=calibrate_main.__doc__)
+def calibrate_target(model_config: str, out: str | None) -> Path:
+    """Where ``eglr-calibrate`` writes: ``--out``, else the YAML file ``--model_config`` names, else (a preset
+    name) ``model_configs/<name>.yaml`` under the current folder: in a checkout its own preset, elsewhere a
+    new copy of the installed one, never the installed package's file (a reinstall would drop it)."""
+    if out:
+        return Path(out)
+    given = Path(model_config)
+    if given.suffix in {".yaml", ".yml"}:
+        return given
+    return Path("model_configs") / f"{model_config}.yaml"
+
+
+def calibrate_main(argv: list[str] | None = None) -> int:
+    """``eglr-calibrate``: calibrate tau_h for a model on tasks and write it into a preset file."""
+    parser = argparse.ArgumentParser(
+        prog="eglr-calibrate", description=calibrate_main.__doc__,
+        epilog="Writes --out, else the YAML file --model_config names, else model_configs/<name>.yaml under the "
+               "current folder (the checkout's preset when run from a checkout; a new copy of the installed preset "
+               "elsewhere: run eglr-hf with model_config=model_configs/<name>.yaml). Comments are kept. A value from "
+               f"fewer than {MIN_TRUSTED_TOKENS} token entropies is printed, not written, unless --allow_few_tokens.")
     parser.add_argument("--model_config", required=True, help="preset name in model_configs/ or a YAML path")
     parser.add_argument("--tasks", required=True, help="comma-separated lm-eval task names (e.g. gsm8k_eglr,math500_eglr)")
     parser.add_argument("--model_args", default="", help="extra eglr-hf model args, key=value,key2=value2")
@@ -37,8 +56,23 @@ def calibrate_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gen_kwargs", default=None, help="e.g. max_gen_toks=256")
     parser.add_argument("--batch_size", default="8")
     parser.add_argument("--apply_chat_template", action="store_true")
+    parser.add_argument("--out", default=None, help="the preset file to write (default: see below)")
+    parser.add_argument("--allow_few_tokens", action="store_true",
+                        help=f"write a value from fewer than {MIN_TRUSTED_TOKENS} token entropies too")
     parser.add_argument("--no_write", action="store_true", help="print the thresholds without editing the preset")
     args = parser.parse_args(argv)
+
+    from eglr_harness.outputs import OutputError, check_writable
+    from eglr_harness.presets import preset_path
+
+    target = calibrate_target(args.model_config, args.out)
+    try:
+        preset_path(args.model_config)  # an unknown preset names the known ones, before the model loads
+        if not args.no_write:
+            check_writable(target.parent, "--out")
+    except (ValueError, OutputError) as err:
+        print(f"eglr-calibrate: error: {err}", file=sys.stderr)
+        return 2
 
     import lm_eval
 
@@ -51,11 +85,25 @@ def calibrate_main(argv: list[str] | None = None) -> None:
     lm = EglrHFLM(model_config=args.model_config, L=0, T=0.0, tau_h="auto", calib_limit=args.calib_limit,
                   batch_size=args.batch_size, **extra)
     lm.calibrate_always = True
+    refused = []
     for task in args.tasks.split(","):
         lm_eval.simple_evaluate(model=lm, tasks=[task], limit=args.calib_limit, gen_kwargs=args.gen_kwargs,
                                 apply_chat_template=args.apply_chat_template)
         value = lm.tau_h_by_task[task]
-        print(f"{task}: tau_h = {value:.4f} nats")
-        if not args.no_write:
-            path = write_tau_h(args.model_config, benchmark_of(task), value)
-            print(f"written to {path} (tau_h.{benchmark_of(task)})")
+        tokens = (lm.accounts.calibration_source.get(task) or {}).get("entropy_tokens")
+        print(f"{task}: tau_h = {value:.4f} nats (from {tokens if tokens is not None else '?'} token entropies)")
+        if args.no_write:
+            continue
+        if tokens is not None and tokens < MIN_TRUSTED_TOKENS and not args.allow_few_tokens:
+            print(f"eglr-calibrate: error: {task}: tau_h = {value:.4f} comes from {tokens} token entropies (fewer "
+                  f"than {MIN_TRUSTED_TOKENS}): too few to trust, not written to {target}; raise --calib_limit or "
+                  "max_gen_toks, or pass --allow_few_tokens.", file=sys.stderr)
+            refused.append(task)
+            continue
+        try:
+            path = write_tau_h(args.model_config, benchmark_of(task), value, out=target)
+        except ValueError as err:
+            print(f"eglr-calibrate: error: {err}", file=sys.stderr)
+            return 2
+        print(f"written to {path} (tau_h.{benchmark_of(task)}); use it with --model_args model_config={path}")
+    return 2 if refused else 0

@@ -99,8 +99,22 @@ def log_plan(lm, jobs, keys: list[str], specs) -> None:
         else:
             how = "cached" if source.get("cached") else "decoded above"
             tau = f"tau_h = {source['tau_h']:.4f} from a greedy calibration on the first {source['prompts']} prompts ({how})"
-        logger.info("eglr-hf plan, task %s: %d problems x %d cells (%s) = %d rollouts, %d distinct (deterministic "
-                    "cells once), %d stored, %d to decode, at most %d new tokens each, batch %s, engine %s; %s",
-                    task, len({jobs[i].doc_id for i in mine}), len(cells),
-                    ", ".join(c.label for c in cells[:4]) + (", ..." if len(cells) > 4 else ""), len(mine), distinct,
-                    stored, distinct - stored, max_tokens, lm.batch_size, engine, tau)
+        logger.info("eglr-hf plan, task %s: %s, %d distinct (deterministic cells once), %d stored, %d to decode, "
+                    "at most %d new tokens each, batch %s, engine %s; %s",
+                    task, pool_size_text(len({jobs[i].doc_id for i in mine}), [c.label for c in cells], len(mine)),
+                    distinct, stored, distinct - stored, max_tokens, lm.batch_size, engine, tau)
+
+
+def pool_size_text(problems: int, cells: list[str], rollouts: int) -> str:
+    """``"6 problems x 10 repeats (4 cells, each run 2-3 times: L=1,T=0.0, ...) = 60 rollouts"``: the product
+    that gives the rollouts, so that a pool smaller than the task's repeats (cells cycled) does not read as
+    a miscount; ``"4 problems x 2 cells (L=1,T=0.0, L=2,T=0.0) = 8 rollouts"`` when each cell runs once."""
+    shown = ", ".join(cells[:4]) + (", ..." if len(cells) > 4 else "")
+    if problems == 0 or rollouts == problems * len(cells):
+        return f"{problems} problems x {len(cells)} cells ({shown}) = {rollouts} rollouts"
+    repeats = rollouts / problems
+    repeats_text = str(int(repeats)) if repeats.is_integer() else f"{repeats:.3g}"
+    low, high = int(repeats // len(cells)), -(-int(repeats) // len(cells))
+    times = f"{low}" if low == high else f"{low}-{high}"
+    return (f"{problems} problems x {repeats_text} repeats ({len(cells)} cells, each run {times} times: {shown}) "
+            f"= {rollouts} rollouts")

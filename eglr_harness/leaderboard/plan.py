@@ -45,6 +45,9 @@ __all__ = [
     "parse_beams",
     "parse_limit",
     "hf_model_args",
+    "eglr_hf_model_args",
+    "lm_eval_flags",
+    "LM_EVAL_FLAG_ARGS",
 ]
 
 _NAME = re.compile(r"[A-Za-z0-9_\-]+")
@@ -96,16 +99,41 @@ def parse_limit(spec: str | None) -> tuple[float | None, tuple[tuple[str, float]
     return default, tuple(per_bench)
 
 
-def hf_model_args(model_args: str) -> str:
-    """``model_args`` for lm-eval's ``hf``: a ``model_config=NAME`` preset becomes its model args."""
-    args = parse_model_args(model_args)
+# lm-eval 0.4.13 hands these to the model's constructor itself, from its own flags and their defaults
+# (``--device`` defaults to cuda:0): the same name among the model args fails, for every model, with
+# ``TypeError: HFLM() got multiple values for keyword argument 'device'``. They travel as flags.
+LM_EVAL_FLAG_ARGS = ("device", "batch_size", "max_batch_size")
+
+
+def _preset_args(args: dict) -> dict:
+    """``args`` with a ``model_config=NAME`` preset's model args spelled out (the user's args win)."""
     name = args.pop("model_config", None)
     if name is None:
-        return model_args
+        return args
     from eglr_harness.presets import load_preset  # noqa: PLC0415 -- only presets need it
 
-    merged = {**load_preset(name)["model_args"], **args}  # the user's args win over the preset's
-    return ",".join(f"{key}={value}" for key, value in merged.items())
+    return {**load_preset(name)["model_args"], **args}
+
+
+def hf_model_args(model_args: str) -> str:
+    """``--model_args`` of lm-eval's ``hf``: a ``model_config=NAME`` preset becomes its model args, and the
+    args lm-eval passes as flags (:data:`LM_EVAL_FLAG_ARGS`) are left out (:func:`lm_eval_flags` has them)."""
+    merged = _preset_args(parse_model_args(model_args))
+    return ",".join(f"{key}={value}" for key, value in merged.items() if key not in LM_EVAL_FLAG_ARGS)
+
+
+def eglr_hf_model_args(model_args: str) -> str:
+    """``--model_args`` of ``eglr-hf``: as given (the preset by name, so its EGLR settings and tau_h apply),
+    less the args lm-eval passes as flags."""
+    args = parse_model_args(model_args)
+    return ",".join(f"{key}={value}" for key, value in args.items() if key not in LM_EVAL_FLAG_ARGS)
+
+
+def lm_eval_flags(model_args: str) -> dict[str, str]:
+    """``{"device": "cpu", ...}``: the :data:`LM_EVAL_FLAG_ARGS` that ``model_args`` or its preset set, as
+    lm-eval flags (``--device cpu``), for every run of the model (hf and eglr-hf alike)."""
+    merged = _preset_args(parse_model_args(model_args))
+    return {key: str(merged[key]) for key in LM_EVAL_FLAG_ARGS if merged.get(key) is not None}
 
 
 def setting_value(text: str):
@@ -156,8 +184,9 @@ def model_slug(model_args: str) -> str:
 
 
 def default_output_dir(model_args: str) -> Path:
-    """``results/<model>/leaderboard`` (relative to the working directory)."""
-    return Path("results") / model_slug(model_args) / "leaderboard"
+    """``out/leaderboard/<model>`` (relative to the working directory): never a checkout's committed
+    ``results/``, whose runs a rerun would otherwise take for finished ones of its own."""
+    return Path("out") / "leaderboard" / model_slug(model_args)
 
 
 @dataclass(frozen=True)
@@ -267,7 +296,9 @@ def check_tasks_exist(opts: LeaderboardOptions) -> None:
 def plan_runs(opts: LeaderboardOptions) -> list[PlannedRun]:
     """All runs for ``opts``, benchmark by benchmark: greedy, beams, then the EGLR-SC run."""
     tokens = (("max_gen_toks", opts.max_gen_toks),) if opts.max_gen_toks else ()
-    eglr_args = opts.model_args + ("," + opts.eglr_model_args.strip(",") if opts.eglr_model_args.strip(",") else "")
+    eglr_args = eglr_hf_model_args(
+        opts.model_args + ("," + opts.eglr_model_args.strip(",") if opts.eglr_model_args.strip(",") else "")
+    )
     hf_args = hf_model_args(opts.model_args)
     runs = []
     for bench in opts.benchmarks:
@@ -348,11 +379,16 @@ def build_command(run: PlannedRun, opts: LeaderboardOptions) -> list[str]:
         argv += ["--gen_kwargs", gen_kwargs_arg(run.gen_kwargs)]
     if run.limit is not None:
         argv += ["--limit", _limit_arg(run.limit)]
+    from_args = lm_eval_flags(opts.model_args)  # the --model_args' (or preset's) device and batch size, as flags
     batch_size = opts.beam_batch_size if run.kind == "beam" and opts.beam_batch_size is not None else opts.batch_size
+    batch_size = batch_size if batch_size is not None else from_args.get("batch_size")
     if batch_size is not None:
         argv += ["--batch_size", str(batch_size)]
-    if opts.device is not None:
-        argv += ["--device", opts.device]
+    if from_args.get("max_batch_size") is not None:
+        argv += ["--max_batch_size", from_args["max_batch_size"]]
+    device = opts.device if opts.device is not None else from_args.get("device")
+    if device is not None:
+        argv += ["--device", device]
     if opts.apply_chat_template:
         argv += ["--apply_chat_template"]
     return argv + list(opts.lm_eval_args)

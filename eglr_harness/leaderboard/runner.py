@@ -5,7 +5,8 @@ subprocesses, one after the other; each finished run leaves lm-eval's results fi
 ``--output_path`` plus ``eglr_leaderboard_run.json`` (exact command, package versions, wall time,
 exit status). Rerunning skips every run whose results file exists for the same task and
 ``--limit`` (resume); ``--limit gsm8k=100,math500=50`` sizes each benchmark. The table is
-rewritten after every run.
+rewritten after every run. The default output is ``out/leaderboard/<model>``; a folder holding files git
+tracks (a checkout's committed ``results/``) is refused before anything runs.
 
     eglr-leaderboard --model_args pretrained=DIR,gguf_file=F.gguf --tasks gsm8k,math500 \\
         --limit 100 --max_gen_toks 256 --batch_size 8 --apply_chat_template
@@ -47,6 +48,8 @@ __all__ = [
     "subprocess_executor",
     "RECORD_NAME",
     "finished_run",
+    "tracked_files",
+    "check_output_dir",
     "execute_run",
     "package_versions",
     "LeaderboardOutcome",
@@ -79,6 +82,36 @@ def package_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             versions[name] = "not installed"
     return versions
+
+
+def tracked_files(folder: Path) -> list[str]:
+    """The files under ``folder`` that git tracks (committed results), or ``[]`` outside a git checkout."""
+    anchor = Path(folder).absolute()
+    while not anchor.is_dir():  # the folder may not exist yet: ask from its nearest existing parent
+        anchor = anchor.parent
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--", str(Path(folder).absolute())], cwd=anchor,
+                                capture_output=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):  # no git: nothing can be tracked
+        return []
+    if listed.returncode != 0:  # not a git work tree
+        return []
+    return [name for name in listed.stdout.decode("utf-8", "replace").split("\0") if name]
+
+
+def check_output_dir(folder: Path, *, update_committed: bool = False) -> None:
+    """``ValueError`` when ``folder`` holds files git tracks: a leaderboard there would overwrite committed
+    results, and take committed runs for finished ones of its own. ``update_committed``: the maintainer's
+    rerun of the committed leaderboard (its ``run_leaderboard.sh``)."""
+    if update_committed:
+        return
+    if tracked := tracked_files(folder):
+        raise ValueError(
+            f"`--output_dir`={folder} holds {len(tracked)} file(s) tracked by git (committed results, e.g. "
+            f"{tracked[0]}): a run there would overwrite them and reuse their runs as its own; allowed: a folder "
+            "without committed files (the default is out/leaderboard/<model>), or --update_committed to rerun "
+            "the committed leaderboard itself."
+        )
 
 
 def _limit_matches(results: Mapping, limit: float | None) -> bool:
@@ -255,7 +288,12 @@ def leaderboard_parser() -> argparse.ArgumentParser:
         help="lm_eval --batch_size of the beam runs (each problem holds num_beams rows; default: --batch_size)",
     )
     parser.add_argument("--device", default=None, help="lm_eval --device")
-    parser.add_argument("--output_dir", default=None, help="default: results/<model>/leaderboard")
+    parser.add_argument("--output_dir", default=None, help="default: out/leaderboard/<model>")
+    parser.add_argument(
+        "--update_committed",
+        action="store_true",
+        help="allow an --output_dir that holds files git tracks (rerunning a committed leaderboard)",
+    )
     parser.add_argument("--apply_chat_template", action="store_true", help="pass --apply_chat_template to lm_eval")
     parser.add_argument("--beams", default="4,11", help="beam sizes to run, comma-separated, or 'none' (default 4,11)")
     parser.add_argument("--eglr_model_args", default="", help="extra model args for eglr-hf only, e.g. tau_h=auto")
@@ -307,6 +345,7 @@ def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_exec
     try:
         opts = options_from_args(args)
         check_plan(opts)  # before anything runs
+        check_output_dir(opts.output_dir, update_committed=args.update_committed or args.dry_run)
         outcome = run_leaderboard(opts, executor, dry_run=args.dry_run)
     except ValueError as err:
         print(f"eglr-leaderboard: error: {err}", file=sys.stderr)

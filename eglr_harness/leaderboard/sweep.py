@@ -34,6 +34,7 @@ from eglr_harness.leaderboard.plan import (
     build_command,
     check_eglr_settings,
     check_setting,
+    eglr_hf_model_args,
     setting_value,
     shell_command,
 )
@@ -167,7 +168,7 @@ def plan_sweep(
                 f"`{axis}` is both in --model_args ({args[axis]!r}) and swept; drop it from --model_args "
                 f"(the sweep's default point is the preset's or built-in {axis})."
             )
-    base = model_args.strip(",")
+    base = eglr_hf_model_args(model_args)  # device and batch size go as lm-eval flags (build_command)
     if rollout_cache:
         base += f",rollout_cache={rollout_cache}"
     tokens = (("max_gen_toks", max_gen_toks),) if max_gen_toks else ()

@@ -162,3 +162,16 @@ def test_a_failed_run_fails_the_sweep_without_a_report(tmp_path, capsys):
     assert sweep.main(argv, executor=fake_lm_eval) == 1
     assert not (tmp_path / "sw" / "report").exists()  # today: a report of the default point alone
     assert "alpha_0.5" in capsys.readouterr().err
+
+
+def test_a_device_in_the_model_args_reaches_lm_eval_as_its_flag(tmp_path, capsys):
+    """Issue 38: lm-eval passes its own `device` to the model, so one in --model_args was a TypeError in every
+    run; the sweep's runs get it as `--device`, as the leaderboard's do."""
+    argv = shlex.split(f"--model_args model_config=smollm2-135m-instruct,device=cpu --tasks {TASK} "
+                       f"--sweep alpha=0.1 --output_dir {tmp_path / 'sw'} --dry_run")
+    assert sweep.main(argv, executor=lambda a: 0) == 0
+    commands = [shlex.split(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(commands) == 2
+    for command in commands:
+        model_args = command[command.index("--model_args") + 1]
+        assert "device" not in model_args and command[command.index("--device") + 1] == "cpu"

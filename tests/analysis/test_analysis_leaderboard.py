@@ -34,6 +34,20 @@ def parse_lm_eval(argv):
     return HarnessCLI()._parser.parse_args(argv[3:])
 
 
+def model_kwargs_clash(args) -> None:
+    """What lm-eval 0.4.13 does next with the parsed command: ``cls(**model_args, **flags)``, where the flags
+    always hold ``device`` (default cuda:0) and ``batch_size``; a name in both is Python's TypeError."""
+    from lm_eval.config.evaluate_config import EvaluatorConfig
+    from lm_eval.utils import simple_parse_args_string
+
+    cfg = EvaluatorConfig.from_cli(args)
+    model_args = cfg.model_args if isinstance(cfg.model_args, dict) else simple_parse_args_string(cfg.model_args)
+    flags = {k: v for k, v in {"batch_size": cfg.batch_size, "max_batch_size": cfg.max_batch_size,
+                               "device": cfg.device}.items() if v is not None}
+    if clash := sorted(set(model_args) & set(flags)):
+        raise TypeError(f"HFLM() got multiple values for keyword argument {clash[0]!r}")
+
+
 def sc_docs():
     """L-only pool L=1..10 at T=0 over 4 docs. doc0 right only at L=1, doc1 at L=1,2, doc2 at L=1..6,
     doc3 everywhere; wrong rollouts answer "x". Majority: doc0 x(9), doc1 x(8) wrong; doc2 g2(6), doc3 right
@@ -66,6 +80,7 @@ class FakeLmEval:
     def __call__(self, argv):
         self.calls.append(list(argv))
         args = parse_lm_eval(argv)
+        model_kwargs_clash(args)
         task, gen = args.tasks[0], args.gen_kwargs or {}
         if task in self.fail_tasks:
             return 1
@@ -269,7 +284,7 @@ def test_model_config_preset_spells_out_hf_args_and_keeps_the_preset_for_eglr(tm
     )
     eglr_args = argvs["eglr_sc"][argvs["eglr_sc"].index("--model_args") + 1]
     assert eglr_args == "model_config=smollm2-135m-instruct,dtype=bfloat16"
-    assert default_output_dir("model_config=smollm2-135m-instruct") == Path("results/smollm2-135m-instruct/leaderboard")
+    assert default_output_dir("model_config=smollm2-135m-instruct") == Path("out/leaderboard/smollm2-135m-instruct")
     with pytest.raises(ValueError, match="known preset"):
         options(tmp_path, model_args="model_config=no-such-model")
     with pytest.raises(ValueError, match="or model_config=PRESET"):
@@ -278,7 +293,7 @@ def test_model_config_preset_spells_out_hf_args_and_keeps_the_preset_for_eglr(tm
 
 def test_default_output_dir_names_the_model():
     assert model_slug(MODEL_ARGS) == "SmolLM2-135M-Instruct.Q4_1"
-    assert default_output_dir("pretrained=Qwen/Qwen2.5-3B-Instruct") == Path("results/Qwen2.5-3B-Instruct/leaderboard")
+    assert default_output_dir("pretrained=Qwen/Qwen2.5-3B-Instruct") == Path("out/leaderboard/Qwen2.5-3B-Instruct")
 
 
 # ------------------------------------------------------------------ runner
@@ -425,3 +440,51 @@ def test_eglr_settings_no_run_accepts_are_refused_before_the_hf_runs(tmp_path, c
     assert not fake.calls
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"`{flag}`" in err[0] and "is not allowed" in err[0]
+
+
+def test_a_presets_device_reaches_lm_eval_as_a_flag_for_every_run(tmp_path):
+    """Issue 38: the preset's `device` went into `--model hf`'s model args, where lm-eval's own `device`
+    clashed (TypeError in greedy and every beam run); it must travel as `--device` for hf and eglr-hf alike."""
+    fake = FakeLmEval()
+    outcome = run_leaderboard(options(tmp_path, model_args="model_config=smollm2-135m-instruct", batch_size=None), fake)
+    assert not outcome.failed and len(fake.calls) == 8
+    for argv in fake.calls:
+        parsed = parse_lm_eval(argv)
+        assert parsed.device == "cpu" and "device" not in str(parsed.model_args)
+    # the user's --device wins over the preset's; a device in --model_args becomes the flag too
+    fake = FakeLmEval()
+    run_leaderboard(options(tmp_path / "b", model_args=MODEL_ARGS + ",device=cpu,batch_size=2", beams=(4,)), fake)
+    assert {parse_lm_eval(a).device for a in fake.calls} == {"cpu"}
+    assert {parse_lm_eval(a).batch_size for a in fake.calls} == {"8"}  # --batch_size 8 of the options wins
+    fake = FakeLmEval()
+    run_leaderboard(options(tmp_path / "c", model_args="model_config=smollm2-135m-instruct", device="meta"), fake)
+    assert {parse_lm_eval(a).device for a in fake.calls} == {"meta"}
+
+
+def test_committed_results_are_never_overwritten_nor_taken_for_the_users_runs(tmp_path, monkeypatch, capsys):
+    """Issue 38: the default output was the checkout's results/<model>/leaderboard: a first run overwrote the
+    committed tables and skipped the committed runs as finished. Now the default is out/leaderboard/<model>,
+    and a folder with files git tracks is refused before anything runs."""
+    import subprocess
+
+    checkout = tmp_path / "checkout"
+    committed = checkout / "results" / "smol" / "leaderboard"
+    FakeLmEval()(build_command(plan_runs(options(tmp_path, output_dir=committed))[0],
+                               options(tmp_path, output_dir=committed)))
+    (committed / "leaderboard.md").write_text("committed numbers\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", str(checkout)], check=True)
+    subprocess.run([*git, "-C", str(checkout), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(checkout), "commit", "-qm", "results"], check=True)
+    monkeypatch.chdir(checkout)
+    argv = ["--model_args", MODEL_ARGS, "--tasks", "gsm8k", "--limit", "4", "--max_gen_toks", "256", "--beams", "none"]
+    fake = FakeLmEval()
+    assert main([*argv, "--output_dir", str(committed)], executor=fake) == 2
+    assert "tracked by git" in capsys.readouterr().err and fake.calls == []
+    assert (committed / "leaderboard.md").read_text() == "committed numbers\n"
+    assert main(argv, executor=fake) == 0  # the default folder: out/leaderboard/<model>, every run made afresh
+    assert len(fake.calls) == 2
+    assert all(parse_lm_eval(a).output_path.startswith("out/leaderboard/SmolLM2-135M-Instruct.Q4_1/") for a in fake.calls)
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    assert status.stdout == ""
+    assert main([*argv, "--output_dir", str(committed), "--update_committed"], executor=FakeLmEval()) == 0

@@ -122,6 +122,17 @@ def test_auto_counts_kv_state_and_a_budgeted_prefill_and_says_so(monkeypatch, ca
         assert engine.auto_batch(requests) == 3  # 3.2 rows' worth after the prefill's share
     line = caplog.text
     assert "3 running rows" in line and "prefill of 32 tokens" in line and f"K/V at {capacity} columns" in line
+    assert "(5 slots, refining headroom included) for 6 requests" in line  # 3 rows + ceil(1.5) headroom
+    # the slots the line names are the run's: no refining headroom for a plain (L=0) run, none beyond its requests
+    caplog.clear()
+    plain = requests_of((40, 3, 12, 7, 9, 5), [EglrConfig(L=0)], new=6)
+    with caplog.at_level(logging.INFO, logger=continuous.__name__):
+        assert engine.auto_batch(plain) == 3
+    assert "(3 slots, refining headroom included)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=continuous.__name__):
+        assert engine.auto_batch(requests[:4]) == 3
+    assert "(4 slots, refining headroom included) for 4 requests" in caplog.text
     # without the prefill's share there would be room for more rows: the budget is counted
     monkeypatch.setattr(continuous, "prefill_bytes", lambda *args: 0)
     assert engine.auto_batch(requests) > 3

@@ -16,16 +16,64 @@ def test_threshold_is_the_capped_95th_percentile():
     assert calibrated_threshold(values * 10) == 2.5
 
 
-def test_eglr_calibrate_writes_the_preset(tiny_model_dir, tmp_path, monkeypatch, capsys):
+PRESET = """name: tiny
+# a comment the user wrote
+model_args:
+  pretrained: {pretrained}
+  dtype: float32
+  device: cpu
+eglr:
+  L: 2
+tau_h:
+  gsm8k: 1.25  # set by hand
+"""
+
+
+def test_eglr_calibrate_refuses_to_write_a_value_it_calls_untrustworthy(tiny_model_dir, tmp_path, monkeypatch,
+                                                                        capsys):
+    """Issue 38: a value from 24 token entropies was written right after the warning that it is too few."""
     monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path / "cache"))
     preset = tmp_path / "tiny.yaml"
-    preset.write_text(yaml.safe_dump({
-        "name": "tiny", "model_args": {"pretrained": str(tiny_model_dir("llama")), "dtype": "float32", "device": "cpu"},
-        "eglr": {"L": 2}, "tau_h": {"gsm8k": 1.25},
-    }))
-    main(["--model_config", str(preset), "--tasks", "eglr_demo", "--calib_limit", "3",
-          "--gen_kwargs", "max_gen_toks=8", "--batch_size", "3"])
-    written = yaml.safe_load(preset.read_text())
+    preset.write_text(PRESET.format(pretrained=tiny_model_dir("llama")))
+    before = preset.read_text()
+    assert main(["--model_config", str(preset), "--tasks", "eglr_demo", "--calib_limit", "3",
+                 "--gen_kwargs", "max_gen_toks=8", "--batch_size", "3"]) == 2
+    out = capsys.readouterr()
+    assert "eglr_demo: tau_h =" in out.out and "too few to trust, not written" in out.err
+    assert preset.read_text() == before
+
+
+def test_eglr_calibrate_writes_beside_the_user_not_into_the_package(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """Issue 38: a preset name was written into the installed package's model_configs/ (lost on reinstall) and
+    lost its comments. Now: model_configs/<name>.yaml under the current folder, comments kept."""
+    monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path / "cache"))
+    installed = tmp_path / "site-packages" / "model_configs"
+    installed.mkdir(parents=True)
+    (installed / "tiny.yaml").write_text(PRESET.format(pretrained=tiny_model_dir("llama")))
+    packaged = (installed / "tiny.yaml").read_text()
+    monkeypatch.setattr("eglr_harness.presets.model_configs_dir", lambda: installed)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["--model_config", "tiny", "--tasks", "eglr_demo", "--calib_limit", "3", "--allow_few_tokens",
+                 "--gen_kwargs", "max_gen_toks=8", "--batch_size", "3"]) == 0
+    assert (installed / "tiny.yaml").read_text() == packaged  # the installed preset is never edited
+    written_text = (work / "model_configs" / "tiny.yaml").read_text()
+    written = yaml.safe_load(written_text)
     assert written["tau_h"]["gsm8k"] == 1.25  # other entries are kept
     assert 0 < written["tau_h"]["eglr_demo"] <= 2.5
-    assert "eglr_demo: tau_h =" in capsys.readouterr().out
+    assert "# a comment the user wrote\n" in written_text and "1.25  # set by hand\n" in written_text
+    assert "written to model_configs/tiny.yaml" in capsys.readouterr().out
+
+
+def test_every_shipped_preset_takes_a_value_with_its_comments_kept():
+    from eglr_harness.presets import with_tau_h
+    from eglr_harness.resources import model_configs_dir
+
+    for path in sorted(model_configs_dir().glob("*.yaml")):
+        text = path.read_text()
+        new = with_tau_h(with_tau_h(text, "gsm8k", 1.23456), "math500", float("inf"))
+        assert yaml.safe_load(new)["tau_h"] == {**(yaml.safe_load(text)["tau_h"] or {}), "gsm8k": 1.2346,
+                                                "math500": float("inf")}, path.name
+        assert [line for line in text.splitlines() if line.lstrip().startswith("#")] == [
+            line for line in new.splitlines() if line.lstrip().startswith("#")], path.name

@@ -1,0 +1,26 @@
+"""The plan line's size: the product it prints gives the rollouts it counts (issue 38: a 4-cell pool over a
+10-repeat task read "6 problems x 4 cells = 60 rollouts")."""
+
+from __future__ import annotations
+
+import re
+
+from eglr_harness.harness.engines import pool_size_text
+
+
+def _product_holds(text: str) -> bool:
+    problems, factor, rollouts = map(int, re.match(r"(\d+) problems x (\d+) \w+ .* = (\d+) rollouts", text).groups())
+    return problems * factor == rollouts
+
+
+def test_a_pool_cycled_over_more_repeats_says_repeats_not_cells():
+    cells = ["L=0,T=0.0", "L=0,T=0.7", "L=2,T=0.0", "L=2,T=0.7"]
+    text = pool_size_text(6, cells, 60)
+    assert text.startswith("6 problems x 10 repeats (4 cells, each run 2-3 times: L=0,T=0.0") and _product_holds(text)
+    assert _product_holds(pool_size_text(3, cells[:2], 60)) and "each run 10 times" in pool_size_text(3, cells[:2], 60)
+
+
+def test_one_rollout_per_cell_says_cells():
+    text = pool_size_text(4, ["L=1,T=0.0", "L=2,T=0.0"], 8)
+    assert text == "4 problems x 2 cells (L=1,T=0.0, L=2,T=0.0) = 8 rollouts" and _product_holds(text)
+    assert pool_size_text(2, [f"L={L},T=0.0" for L in range(1, 11)], 20).endswith("L=4,T=0.0, ...) = 20 rollouts")
