@@ -327,8 +327,7 @@ class _Run:
         self.outcomes = [Outcome() for _ in requests]
         max_batch = engine.max_batch if engine.max_batch != "auto" else engine.auto_batch(requests)
         configs = [r.config for r in requests]
-        headroom = math.ceil(max_batch * engine.refine_headroom) if any(c.refines for c in configs) else 0
-        self.num_slots = min(max_batch + headroom, len(requests))
+        self.num_slots = slot_count(max_batch, engine.refine_headroom, any(c.refines for c in configs), len(requests))
         self.scheduler = Scheduler(requests, self.outcomes, num_slots=self.num_slots, max_advancing=max_batch,
                                    admit_at=engine.admit_at or max(1, max_batch // 8),
                                    prefill_tokens=engine.prefill_tokens)
