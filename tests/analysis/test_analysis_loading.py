@@ -227,6 +227,22 @@ def test_a_deterministic_cell_repeated_within_a_run_counts_once_and_is_not_a_dup
     assert (again.repeated, again.duplicates) == (8, 12)
 
 
+def test_runs_of_other_settings_are_not_called_repeats(tmp_path, caplog):
+    """eglr-sweep's runs decode the same cells with another alpha: the grid keeps one run's rollouts, and
+    says why without warning that the runs repeat each other (issue 38, item 10)."""
+    docs = {d: [{"repeat": 0, "L": 2, "T": 0.0, "cycle": 0, "answer": f"a{d}", "correct": 1}] for d in range(3)}
+    for alpha in (0.2, 0.5):
+        lmeval_fakes.write_run(tmp_path / f"alpha_{alpha}", task="toy_eglr_lxt", docs=docs,
+                               eglr={"settings": {"alpha": alpha, "k_max": 3}})
+    with caplog.at_level("INFO"):
+        grid = load_grid([tmp_path / "alpha_0.2", tmp_path / "alpha_0.5"])
+    assert grid.duplicates == 3
+    assert any("other EGLR settings (alpha 0.2 vs 0.5)" in note for note in grid.notes)
+    assert not [r for r in caplog.records if r.levelname == "WARNING" and "repeat" in r.getMessage()]
+    same = load_grid([tmp_path / "alpha_0.2", tmp_path / "alpha_0.2"])  # a true repeat still warns
+    assert any("repeat a (doc, L, T, cycle) of an earlier run" in note for note in same.notes)
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

@@ -124,6 +124,17 @@ def _vote_rule(parts: Sequence[RunPart]) -> str:
     return VOTE_MIXED if True in flags else VOTE_STRINGS
 
 
+def _decoding_settings(part: RunPart, task: str) -> dict:
+    """The EGLR settings a run decoded with (``config.eglr``: alpha, k_max, tau_kl, top_k, top_p and the
+    task's tau_h), which make two runs' rollouts of one cell different rollouts."""
+    eglr = part.info.eglr or {}
+    decoded = {k: v for k, v in (eglr.get("settings") or {}).items() if k in ("alpha", "k_max", "tau_kl", "top_k", "top_p")}
+    tau_h = eglr.get("tau_h")
+    if isinstance(tau_h, dict) and task in tau_h:
+        decoded["tau_h"] = tau_h[task]
+    return decoded
+
+
 def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
     """Merge the runs' rollouts of ``task`` into one grid (rules in the module docstring)."""
     if not parts:
@@ -139,6 +150,8 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
     seen: dict[tuple[int, int, float, int], int] = {}  # key -> index of the part it was first read from
     kept: dict[int, list[tuple[int, RolloutRow]]] = {}  # doc -> (part index, row), to label the votes
     unplaced = duplicates = repeated = 0
+    other_settings: dict[str, set] = {}  # setting -> values, of rollouts repeated by runs of other settings
+    settings = [_decoding_settings(part, task) for part in parts]
     for index, part in enumerate(parts):
         for doc_id, doc_hash in part.samples.doc_hashes.items():
             first = doc_hashes.setdefault(doc_id, (doc_hash, part.samples.path))
@@ -157,6 +170,10 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
                     repeated += 1
                 else:
                     duplicates += 1
+                    first = settings[seen[key]]
+                    for name in sorted(set(first) | set(settings[index])):
+                        if first.get(name) != settings[index].get(name):
+                            other_settings.setdefault(name, set()).update({first.get(name), settings[index].get(name)})
                 continue
             seen[key] = index
             kept.setdefault(row.doc_id, []).append((index, row))
@@ -170,7 +187,15 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
     if unplaced:
         notes.append(f"{unplaced} rollouts carry no (L, T) (a model other than eglr-hf) and are ignored.")
         logger.warning("%s: %s", task, notes[-1])
-    if duplicates:
+    if duplicates and other_settings:
+        # an ablation (eglr-sweep): the same cells decoded with other settings are other rollouts, not repeats
+        differ = ", ".join(f"{name} {' vs '.join(map(str, sorted(values, key=str)))}" for name, values in other_settings.items())
+        notes.append(
+            f"{duplicates} rollouts share a (doc, L, T, cycle) with an earlier run decoded with other EGLR settings "
+            f"({differ}); the L x T grid keeps the earlier run's, the ablation section compares the runs."
+        )
+        logger.info("%s: %s", task, notes[-1])
+    elif duplicates:
         notes.append(
             f"{duplicates} rollouts repeat a (doc, L, T, cycle) of an earlier run; the earlier run's are kept."
         )
