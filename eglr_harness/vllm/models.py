@@ -72,8 +72,9 @@ class EglrForCausalLMMixin:
             return super().forward(input_ids, positions, intermediate_tensors, inputs_embeds, **kwargs)
         return self._eglr_forward(input_ids, positions, inputs_embeds, *plan)
 
-    def _eglr_plan(self) -> tuple[torch.Tensor, list[EglrConfig]] | None:
-        """(sampled rows, their requests' settings), or None when no row can refine (stock forward)."""
+    def _eglr_plan(self) -> tuple[torch.Tensor, list[EglrConfig], object] | None:
+        """(sampled rows, their requests' settings, the tracker), or None when no row can refine and
+        none records signals (stock forward)."""
         rows = sampled_rows()
         if rows is None:
             return None
@@ -83,12 +84,12 @@ class EglrForCausalLMMixin:
                                "install eglr-harness (its vllm.logits_processors entry point) or pass "
                                "logits_processors=['eglr_harness.vllm.row_settings:EglrRowSettings'].")
         configs = tracker.configs(rows.numel())
-        if not any(config.refines for config in configs):
+        if not any(config.refines for config in configs) and not tracker.records(rows.numel()):
             return None
         num_layers = len(self.model.layers)
         for config in configs:
             config.validate_for_model(num_layers)
-        return rows, configs
+        return rows, configs, tracker
 
     def _run_layers(self, positions, hidden, residual, first: int):
         """Layers first..N-1 on (T, D) states (copies: vLLM's fused norms work in place)."""
@@ -102,7 +103,8 @@ class EglrForCausalLMMixin:
         """(R, D) final-normed states -> (R, V) fp32 log-probabilities of the logits vLLM samples from."""
         return torch.log_softmax(self.compute_logits(normed).float(), dim=-1)
 
-    def _eglr_forward(self, input_ids, positions, inputs_embeds, rows: torch.Tensor, configs: list[EglrConfig]):
+    def _eglr_forward(self, input_ids, positions, inputs_embeds, rows: torch.Tensor, configs: list[EglrConfig],
+                      tracker):
         model = self.model
         num_layers = len(model.layers)
         spans = sorted({config.L for config in configs if config.refines})
@@ -122,14 +124,19 @@ class EglrForCausalLMMixin:
         tau_h = torch.tensor([config.tau_h for config in configs], dtype=torch.float64, device=entropies.device)
         spans_of_rows = torch.tensor([config.L for config in configs], device=entropies.device)
         normed = normed.clone()
+        iterations = torch.zeros(len(configs), dtype=torch.long, device=entropies.device)  # (R,) k*, 0 ungated
+        last_kls = torch.zeros(len(configs), dtype=torch.float32, device=entropies.device)  # (R,)
         for span in spans:
             gated = entropy_gate(entropies, tau_h, spans_of_rows == span).nonzero()[:, 0]  # (G,)
             if gated.numel() == 0:
                 continue
             first = num_layers - span
-            refined = self._refine(positions, saved[first], first, rows[gated], final_stream[gated], normed[rows[gated]],
-                                   logp[gated], [configs[i] for i in gated.tolist()])
+            refined, k_star, kl = self._refine(positions, saved[first], first, rows[gated], final_stream[gated],
+                                               normed[rows[gated]], logp[gated], [configs[i] for i in gated.tolist()])
             normed[rows[gated]] = refined
+            iterations[gated], last_kls[gated] = k_star, kl
+        if tracker.records(len(configs)):
+            tracker.record(entropies.tolist(), iterations.tolist(), last_kls.tolist())
         return normed
 
     def _refine(self, positions, anchor_input, first: int, token_rows, final_stream, normed0, logp0, configs):
@@ -137,7 +144,8 @@ class EglrForCausalLMMixin:
 
         anchor_input: (hidden, residual) (T, D) of the normal pass at that layer (residual None at layer 0);
         token_rows: (G,) their token indices; final_stream: (G, D) h^(N); normed0: (G, D) its final norm;
-        logp0: (G, V) p^(0). Returns (G, D) the final norm of h^(N,k*), the state vLLM's logits come from.
+        logp0: (G, V) p^(0). Returns (G, D) the final norm of h^(N,k*), the state vLLM's logits come from,
+        (G,) k* and (G,) the KL of each row's last iteration.
         """
         hidden, residual = anchor_input
         anchor_all = hidden if residual is None else hidden + residual  # (T, D) the residual stream a
@@ -149,6 +157,8 @@ class EglrForCausalLMMixin:
         k_max = torch.tensor([c.k_max for c in configs], device=device)
         state, logp_prev, chosen = final_stream, logp0, normed0
         running = torch.ones(len(configs), dtype=torch.bool, device=device)
+        iterations = torch.zeros(len(configs), dtype=torch.long, device=device)
+        last_kl = torch.zeros(len(configs), dtype=torch.float32, device=device)
         try:
             for k in range(1, int(k_max.max()) + 1):
                 fused = fuse(anchor, norm_match(state, anchor), alpha, one_minus_alpha)  # (G, D)
@@ -161,13 +171,15 @@ class EglrForCausalLMMixin:
                 kl = kl_divergence(logp, logp_prev)
                 raise_on_nan_rows([r for r, bad in enumerate((kl.isnan() & running).tolist()) if bad], "a refinement")
                 chosen = torch.where(running[:, None], normed, chosen)
+                iterations = torch.where(running, k, iterations)
+                last_kl = torch.where(running, kl, last_kl)
                 running = running & ~refinement_done(kl, tau_kl, k, k_max)  # each row's own KL exit
                 logp_prev = logp
                 if not bool(running.any()):
                     break
         finally:
             self._run_layers(positions, hidden, residual, first)  # the normal keys/values back into the cache
-        return chosen
+        return chosen, iterations, last_kl
 
 
 class EglrLlamaForCausalLM(EglrForCausalLMMixin, LlamaForCausalLM):
