@@ -117,6 +117,12 @@ def test_sampled_cells_reproducible_from_their_seed(tmp_path):
 
         first, again = draw([11, 12, 13, 14]), draw([11, 12, 13, 14])
         other_seeds, plain = draw([21, 22, 23, 24]), draw([11, 12, 13, 14], settings=None)
+        # a bad setting is refused when the request arrives, in one line naming it; the engine lives on
+        for bad, named in [(dict(L=-1), "`L`=-1"), (dict(L=1, beta=2), "'beta'"), (dict(L=1, tau_h="auto"), "auto")]:
+            with pytest.raises(ValueError, match=named) as refused:
+                generate(llm, prompts[:1], [bad])
+            assert "\n" not in str(refused.value)
+        assert generate(llm, prompts[:1], [None]) == generate(llm, prompts[:1], [dict(L=0)])
     finally:
         close_engine(llm)
     assert first == again, "a sampled cell did not reproduce from its seeds"
