@@ -107,6 +107,8 @@ def test_eglr_matches_naive_reference(family):
 
 
 def test_sampled_cells_reproducible_from_their_seed(tmp_path):
+    from vllm.exceptions import VLLMValidationError
+
     model = save_tiny_model("llama", tmp_path)
     prompts = random_prompts()
     refining = dict(L=LAYERS // 2, tau_h=0.0, alpha=0.2, k_max=3, tau_kl=TAU_KL)
@@ -119,7 +121,7 @@ def test_sampled_cells_reproducible_from_their_seed(tmp_path):
         other_seeds, plain = draw([21, 22, 23, 24]), draw([11, 12, 13, 14], settings=None)
         # a bad setting is refused when the request arrives, in one line naming it; the engine lives on
         for bad, named in [(dict(L=-1), "`L`=-1"), (dict(L=1, beta=2), "'beta'"), (dict(L=1, tau_h="auto"), "auto")]:
-            with pytest.raises(ValueError, match=named) as refused:
+            with pytest.raises(VLLMValidationError, match=named) as refused:  # vLLM's wrap of our ValueError
                 generate(llm, prompts[:1], [bad])
             assert "\n" not in str(refused.value)
         assert generate(llm, prompts[:1], [None]) == generate(llm, prompts[:1], [dict(L=0)])
