@@ -28,6 +28,9 @@ import sys
 
 MODEL_NAME = "eglr-hf"
 MODEL_TARGET = "eglr_harness.harness.model:EglrHFLM"
+# EGLR inside vLLM (docs/vllm.md): a placeholder too; vLLM is imported only when a run names it
+VLLM_MODEL_NAME = "eglr-vllm"
+VLLM_MODEL_TARGET = "eglr_harness.harness.vllm_model:EglrVLLM"
 _DISABLE_VALUES = {"0", "false", "no", "off"}
 _TASK_MANAGERS: dict = {}
 
@@ -37,8 +40,9 @@ def _register_model(registry_module) -> None:
     # so they must be in before ours. lm_eval.models is light: a name -> "module:Class" table.
     importlib.import_module("lm_eval.models")
     registry = registry_module.model_registry
-    if MODEL_NAME not in registry:
-        registry.register(MODEL_NAME, target=MODEL_TARGET)
+    for name, target in ((MODEL_NAME, MODEL_TARGET), (VLLM_MODEL_NAME, VLLM_MODEL_TARGET)):
+        if name not in registry:
+            registry.register(name, target=target)
     # Our filters, metrics and aggregations, so that task YAMLs can name them.
     importlib.import_module("eglr_harness.harness.registry")
 

