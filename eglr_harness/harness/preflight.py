@@ -32,7 +32,7 @@ from eglr_harness.model_args import USE_CACHE_REFUSAL, check_pretrained_path
 from eglr_harness.model_names import parse_model_args
 from eglr_harness.pool import TASK_POOL_KEYS, task_axes
 
-__all__ = ["check_run_args", "check_run_tasks", "declared_limits", "hf_args_of"]
+__all__ = ["check_run_args", "check_run_tasks", "declared_limits", "hf_args_of", "parse_args_string"]
 
 # HFLM's max_length when neither the model arg, the model's config nor its tokenizer says one
 _HFLM_CONFIG_LENGTHS = ("n_positions", "max_position_embeddings", "n_ctx")
@@ -154,14 +154,17 @@ def _check_limit(limit) -> None:
                           "the fraction of them); leave it out for every problem.")
 
 
+def parse_args_string(text: str) -> dict:
+    """``key=value,...`` as lm-eval parses ``--model_args`` and ``--gen_kwargs`` (``4`` an int, ``true`` a bool)."""
+    from lm_eval.utils import simple_parse_args_string  # noqa: PLC0415
+
+    return simple_parse_args_string(text)
+
+
 def _gen_kwargs_of(gen_kwargs) -> dict:
     if not gen_kwargs:
         return {}
-    if isinstance(gen_kwargs, str):
-        from lm_eval.utils import simple_parse_args_string  # noqa: PLC0415 -- lm-eval's own parsing of the flag
-
-        return simple_parse_args_string(gen_kwargs)
-    return dict(gen_kwargs)
+    return parse_args_string(gen_kwargs) if isinstance(gen_kwargs, str) else dict(gen_kwargs)
 
 
 def _check_options(options: Mapping, source: str, written: Mapping | None = None) -> None:
