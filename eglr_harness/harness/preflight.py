@@ -123,13 +123,16 @@ def check_run_args(model_args, *, gen_kwargs=None, limit=None, use_cache=None) -
 
 def check_run_tasks(model_args, tasks, *, gen_kwargs=None, log_samples=False, output_path=None,
                     data_dir=None) -> None:
-    """What the run's tasks say (module docstring); ``tasks`` as lm-eval resolved them (names, configs)."""
+    """What the run's tasks say (module docstring); ``tasks`` as lm-eval resolved them (names, configs).
+    ``model_args`` None (a model object was passed): the local data and the file names only."""
     from eglr_harness.data.loading import check_local_data  # noqa: PLC0415
 
     names = _task_names(tasks)
     if log_samples and output_path:
         _check_sample_file_names(names)
     check_local_data(names, data_dir)
+    if model_args is None:  # a model object: built already, it checks each task's pool with its own settings
+        return
     args = parse_model_args(model_args)
     preset, settings = _settings_of(args)
     layers, max_length = declared_limits(hf_args_of(args, preset))
