@@ -99,7 +99,7 @@ def check_run_args(model_args, *, gen_kwargs=None, limit=None, use_cache=None) -
     if use_cache:
         raise RunArgError(USE_CACHE_REFUSAL)
     _check_limit(limit)
-    args = parse_model_args(model_args)
+    args = _args_of(model_args)
     check_eglr_model_args(args)
     if args.get("rollout_cache"):
         from eglr_harness.stores import check_rollout_cache  # noqa: PLC0415
@@ -133,7 +133,7 @@ def check_run_tasks(model_args, tasks, *, gen_kwargs=None, log_samples=False, ou
     check_local_data(names, data_dir)
     if model_args is None:  # a model object: built already, it checks each task's pool with its own settings
         return
-    args = parse_model_args(model_args)
+    args = _args_of(model_args)
     preset, settings = _settings_of(args)
     layers, max_length = declared_limits(hf_args_of(args, preset))
     cli = _gen_kwargs_of(gen_kwargs)
@@ -162,6 +162,13 @@ def parse_args_string(text: str) -> dict:
     from lm_eval.utils import simple_parse_args_string  # noqa: PLC0415
 
     return simple_parse_args_string(text)
+
+
+def _args_of(model_args) -> dict:
+    """Model args as the model receives them: lm-eval's CLI hands over a dict, Python callers may pass the text."""
+    if isinstance(model_args, Mapping):
+        return dict(model_args)
+    return parse_args_string(model_args) if isinstance(model_args, str) else {}
 
 
 def _gen_kwargs_of(gen_kwargs) -> dict:
