@@ -10,7 +10,12 @@ that pool as GRPO's group (:class:`eglr_harness.rl.EglrRollout`) and the tasks' 
 - ``<NAME>/rollouts.jsonl``: per completion, its ``step`` (the trainer's global step when it was
   generated: 0 feeds optimizer step 1), problem, cell, reward, extracted answer, tokens, gated
   tokens, why it ended and its text;
-- ``summary.md``: reward per step and per cell of every group, and the run's settings and versions.
+- ``summary.md``: reward per step and per cell of every group, and the run's settings and versions;
+  written also when a group stops with an error (the groups that finished, and which one stopped).
+
+Every argument and group (its pool, tau_h, generation options, ``L`` against the model's layers,
+``compile`` against its device, a name per group that can be a folder) and ``--output_dir`` are
+checked before the first group trains; a mistake is one line (exit status 2).
 
     python -m eglr_harness.grpo_run --model_args model_config=smollm2-135m-instruct --task gsm8k_eglr \\
         --limit 4 --group "lxt:L=0|2|4,T=0|0.7" --group "t_only:L=0,T=0-1.0:0.2" --steps 4 --output_dir out/grpo
