@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-__all__ = ["FileFormatError", "GenerationOptionError", "ModelArgError", "OutputError", "UserError", "model_arg_errors"]
+__all__ = ["FileFormatError", "GenerationOptionError", "ModelArgError", "OutputError", "RunArgError", "UserError",
+           "model_arg_errors"]
 
 
 class UserError(Exception):
@@ -28,6 +29,11 @@ class FileFormatError(UserError, ValueError):
 class ModelArgError(UserError, ValueError):
     """A model arg (or a preset value) that cannot be used: the message names the argument, the value
     as written, what is allowed and the fix."""
+
+
+class RunArgError(UserError, ValueError):
+    """An argument of the run itself (``--tasks``, ``--limit``, ``--use_cache``, ``--log_samples``) that
+    cannot be used: the message names the argument, the value as written and what is allowed."""
 
 
 class GenerationOptionError(UserError, ValueError):

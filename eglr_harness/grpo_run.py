@@ -10,7 +10,12 @@ that pool as GRPO's group (:class:`eglr_harness.rl.EglrRollout`) and the tasks' 
 - ``<NAME>/rollouts.jsonl``: per completion, its ``step`` (the trainer's global step when it was
   generated: 0 feeds optimizer step 1), problem, cell, reward, extracted answer, tokens, gated
   tokens, why it ended and its text;
-- ``summary.md``: reward per step and per cell of every group, and the run's settings and versions.
+- ``summary.md``: reward per step and per cell of every group, and the run's settings and versions;
+  written also when a group stops with an error (the groups that finished, and which one stopped).
+
+Every argument and group (its pool, tau_h, generation options, ``L`` against the model's layers,
+``compile`` against its device, a name per group that can be a folder) and ``--output_dir`` are
+checked before the first group trains; a mistake is one line (exit status 2).
 
     python -m eglr_harness.grpo_run --model_args model_config=smollm2-135m-instruct --task gsm8k_eglr \\
         --limit 4 --group "lxt:L=0|2|4,T=0|0.7" --group "t_only:L=0,T=0-1.0:0.2" --steps 4 --output_dir out/grpo
@@ -22,18 +27,23 @@ import argparse
 import importlib.metadata
 import json
 import logging
+import math
 import platform
+import re
+import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 
 from eglr_harness.cell import Cell
-from eglr_harness.outputs import atomic_write_text
+from eglr_harness.errors import UserError
+from eglr_harness.outputs import atomic_write_text, check_writable
 from eglr_harness.rl import EglrRollout, grpo_config, grpo_trainer, math_reward, trainable
 from eglr_harness.scoring.extraction import extract_answer
 
 logger = logging.getLogger("eglr_harness.grpo_run")
+_GROUP_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _EGLR_KEYS = ("L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed")
 
 
@@ -44,6 +54,9 @@ def parse_group(text: str) -> tuple[str, dict]:
     if not name.strip() or not pairs or any(len(p) != 2 or p[0].strip() not in _EGLR_KEYS for p in pairs):
         raise ValueError(f"`--group`={text!r} is not allowed; allowed: NAME:KEY=VALUE,... with keys "
                          f"{', '.join(_EGLR_KEYS)} (e.g. 'lxt:L=0|2|4,T=0|0.7').")
+    if not _GROUP_NAME.fullmatch(name.strip()) or name.strip() in (".", ".."):
+        raise ValueError(f"`--group`={text!r}: the name {name.strip()!r} is not allowed; allowed: letters, digits, "
+                         "_ . - (it names the folder <output_dir>/<name>/).")
     return name.strip(), {k.strip(): v.strip() for k, v in pairs}
 
 
@@ -71,15 +84,14 @@ def _recording_reward(rows: list):
     return math_reward_recorded
 
 
-def run_group(name: str, eglr: dict, args, problems: list[dict], model_args: dict) -> dict:
+def run_group(name: str, rollout: EglrRollout, args, problems: list[dict], policy) -> dict:
+    """Train ``policy`` (model, tokenizer: a fresh copy) with ``rollout``'s pool as the group; write its records."""
     import torch  # noqa: PLC0415
     from datasets import Dataset  # noqa: PLC0415
 
-    rollout = EglrRollout(model_config=model_args.get("model_config"), task=args.task, batch_size=args.batch_size,
-                          **eglr)
-    model, tokenizer = _policy(model_args)
+    model, tokenizer = policy
     rows: list[dict] = []
-    with tempfile.TemporaryDirectory(prefix=f"grpo_{name}_") as scratch:  # the Trainer's output_dir: nothing saved
+    with tempfile.TemporaryDirectory(prefix="grpo_") as scratch:  # the Trainer's output_dir: nothing saved
         config = grpo_config(
             output_dir=scratch, per_device_train_batch_size=len(rollout.cells) * args.prompts_per_step,
             num_generations=len(rollout.cells), max_completion_length=args.max_completion_length,
@@ -95,7 +107,7 @@ def run_group(name: str, eglr: dict, args, problems: list[dict], model_args: dic
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "steps.jsonl", "".join(json.dumps(s) + "\n" for s in steps))
     atomic_write_text(out / "rollouts.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
-    return {"name": name, "cells": [c.label for c in rollout.cells], "eglr": eglr, "tau_h": rollout.tau_h,
+    return {"name": name, "cells": [c.label for c in rollout.cells], "tau_h": rollout.tau_h,
             "steps": steps, "rows": rows, "wall_s": round(time.time() - started, 1)}
 
 
@@ -104,7 +116,7 @@ def summary_markdown(groups: list[dict], command: str, settings: dict) -> str:
     lines += [f"- {k}: {v}" for k, v in settings.items()]
     lines += ["", "## Reward per step (mean over the step's completions)", "",
               "| step | " + " | ".join(g["name"] for g in groups) + " |", "|---|" + "---|" * len(groups)]
-    for i in range(max(len(g["steps"]) for g in groups)):
+    for i in range(max((len(g["steps"]) for g in groups), default=0)):
         cells = [f"{g['steps'][i]['reward']:.3f}" if i < len(g["steps"]) else "" for g in groups]
         lines.append(f"| {i + 1} | " + " | ".join(cells) + " |")
     for g in groups:
@@ -141,14 +153,57 @@ def main(argv=None) -> None:
     parser.add_argument("--output_dir", required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from lm_eval.utils import simple_parse_args_string  # noqa: PLC0415 -- lm-eval's --model_args syntax
-
     from eglr_harness.harness.task_source import task_problems  # noqa: PLC0415
 
-    model_args = simple_parse_args_string(args.model_args)
-    groups_spec = [parse_group(g) for g in args.group]
-    problems = _problems(args, task_problems)
-    groups = [run_group(name, eglr, args, problems, model_args) for name, eglr in groups_spec]
+    try:  # every group and argument, before any training
+        model_args, rollouts, problems = _checked(args, task_problems)
+        first_policy = _policy(model_args)
+        for name, rollout in rollouts.items():
+            try:
+                rollout.check_model(first_policy[0])
+            except ValueError as err:
+                raise ValueError(f"`--group` {name}: {err}") from None
+    except (UserError, ValueError) as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    groups: list[dict] = []
+    unfinished = None
+    try:
+        for i, (name, rollout) in enumerate(rollouts.items()):
+            unfinished = name
+            groups.append(run_group(name, rollout, args, problems, first_policy if i == 0 else _policy(model_args)))
+        unfinished = None
+    finally:  # a partial run keeps the summary of the groups that finished
+        _write_summary(args, argv, groups, problems, unfinished)
+
+
+def _checked(args, task_problems) -> tuple[dict, dict[str, EglrRollout], list[dict]]:
+    """The run's arguments, every group's rollouts and the problems, each mistake a ``ValueError`` naming it."""
+    from eglr_harness.harness.preflight import parse_args_string  # noqa: PLC0415
+
+    for flag, value in (("--steps", args.steps), ("--prompts_per_step", args.prompts_per_step),
+                        ("--max_completion_length", args.max_completion_length), ("--batch_size", args.batch_size),
+                        ("--limit", args.limit)):
+        if value < 1:
+            raise ValueError(f"`{flag}`={value} is not allowed; allowed: an int >= 1.")
+    if not math.isfinite(args.learning_rate) or args.learning_rate <= 0:
+        raise ValueError(f"`--learning_rate`={args.learning_rate} is not allowed; allowed: a float > 0.")
+    model_args = parse_args_string(args.model_args)
+    rollouts: dict[str, EglrRollout] = {}
+    for text in args.group:
+        name, eglr = parse_group(text)
+        if name in rollouts:
+            raise ValueError(f"`--group`={text!r}: the name {name!r} is taken by an earlier group; allowed: one name "
+                             "per group (each writes <output_dir>/<name>/).")
+        try:
+            rollouts[name] = EglrRollout(model_config=model_args.get("model_config"), task=args.task,
+                                         batch_size=args.batch_size, **eglr)
+        except ValueError as err:
+            raise ValueError(f"`--group`={text!r}: {err}") from None
+    check_writable(args.output_dir, "--output_dir")
+    return model_args, rollouts, _problems(args, task_problems)
+
+
+def _write_summary(args, argv, groups: list[dict], problems: list[dict], unfinished: str | None) -> None:
     versions = {p: importlib.metadata.version(p) for p in ("torch", "transformers", "trl", "lm_eval")}
     settings = {"model_args": args.model_args, "task": args.task,
                 "problems": f"{len(problems)} (doc_id {', '.join(str(p['doc_id']) for p in problems)})", "steps": args.steps,
@@ -156,7 +211,10 @@ def main(argv=None) -> None:
                 "learning rate": args.learning_rate, "seed": args.seed, "beta": 0.0, "versions": versions,
                 "machine": f"{platform.machine()}, {'CUDA' if _cuda() else 'CPU'}",
                 "wall time (s)": {g["name"]: g["wall_s"] for g in groups}}
-    command = "python -m eglr_harness.grpo_run " + " ".join(_quote(a) for a in (argv if argv is not None else __import__("sys").argv[1:]))
+    if unfinished is not None:
+        settings["unfinished"] = (f"group {unfinished} stopped with an error (see the log); the groups after it "
+                                  "did not run")
+    command = "python -m eglr_harness.grpo_run " + " ".join(_quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     atomic_write_text(Path(args.output_dir) / "summary.md", summary_markdown(groups, command, settings))
     logger.info("wrote %s", Path(args.output_dir) / "summary.md")
 

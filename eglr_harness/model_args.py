@@ -12,7 +12,11 @@ Light on purpose (no torch, no lm_eval): the autoload hook imports it at lm_eval
 from __future__ import annotations
 
 import difflib
+import os
+import re
 from collections.abc import Iterable, Mapping
+
+from eglr_harness.errors import ModelArgError
 
 # eglr-hf's own model args (harness/model.py checks that its signature says the same).
 EGLR_ARGS = ("L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "model_config",
@@ -35,7 +39,7 @@ USE_CACHE_REFUSAL = (
 
 
 def check_model_args(given: Mapping[str, object] | Iterable[str], passthrough: Iterable[str]) -> None:
-    """Raise ``ValueError`` for any name that is neither eglr-hf's, nor in ``passthrough``.
+    """Raise :class:`ModelArgError` (a ``ValueError``) for any name that is neither eglr-hf's, nor in ``passthrough``.
 
     Args:
         given: the model args (names, or a mapping of them).
@@ -51,12 +55,31 @@ def check_model_args(given: Mapping[str, object] | Iterable[str], passthrough: I
         close += [n for n in difflib.get_close_matches(name, sorted(allowed), n=3, cutoff=0.6) if n not in close]
         hint = f" Did you mean {' or '.join(f'`{n}`' for n in close)}?" if close else ""
         lines.append(f"unknown eglr-hf model arg `{name}`.{hint}")
-    raise ValueError(
+    raise ModelArgError(
         " ".join(lines)
         + f" eglr-hf's own args: {', '.join(EGLR_ARGS)}; besides them it takes lm-eval hf's args (pretrained, "
         "dtype, device, batch_size, max_length, parallelize, peft, gguf_file, ...) and transformers' "
         "from_pretrained loading options (attn_implementation, device_map, ...). Nothing was loaded."
     )
+
+
+# What the hub takes as a model id: ``name`` or ``namespace/name`` (huggingface_hub's rule).
+_HUB_ID = re.compile(r"[\w.\-]+(/[\w.\-]+)?")
+
+
+def check_pretrained_path(pretrained) -> None:
+    """Raise :class:`ModelArgError` when ``pretrained`` names a local path that does not exist.
+
+    A folder that is missing would otherwise reach the hub, whose answer ("Repo id must be in the
+    form 'repo_name' or 'namespace/repo_name'") does not say that the folder is missing. A value the
+    hub can take as a model id (``org/name``) is left alone, as is anything that is not a string.
+    """
+    if not isinstance(pretrained, str) or os.path.exists(os.path.expanduser(pretrained)):
+        return
+    if _HUB_ID.fullmatch(pretrained) and not pretrained.startswith("."):
+        return
+    raise ModelArgError(f"`pretrained`={pretrained!r} does not exist; allowed: a model folder (with config.json, or "
+                        "the folder of a gguf_file) or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct.")
 
 
 def close_task_names(missing: Iterable[str], known: Iterable[str]) -> dict[str, list[str]]:

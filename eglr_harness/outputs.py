@@ -47,6 +47,9 @@ def check_writable(folder: str | Path, what: str) -> Path:
     except OSError as err:
         where = folder if folder.exists() else _existing_ancestor(folder)
         at = "" if where == folder else f" at {where}"
+        if isinstance(err, (NotADirectoryError, FileExistsError)) or not where.is_dir():
+            raise OutputError(f"{what}={str(folder)!r} is not a folder ({where} is a file); allowed: a folder, created "
+                              "if missing.") from None
         raise OutputError(
             f"{what}={str(folder)!r} cannot be written ({err.strerror or err}{at}); "
             "free space there or give a writable folder."

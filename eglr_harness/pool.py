@@ -100,8 +100,8 @@ def resolve_pool(
         L_axis = task["eglr_budget_L"]
         reason = f"T pinned to {user_T[0]}: the budget moves to the task's L axis"
 
-    cells = tuple(Cell.of(L, T) for L in L_axis for T in T_axis)
-    if len(cells) > repeats:
+    size = len(L_axis) * len(T_axis)  # counted before the cells are built (two long axes multiply)
+    if size > repeats:
         where = f"task {task_name!r}" if task_name else "this task"
         hint = (
             "use a `_eglr_sc` task (10 repeats) or `_eglr_lxt` (121) for pools"
@@ -109,10 +109,15 @@ def resolve_pool(
             else "use the `_eglr_lxt` task (121 repeats) or pin fewer values"
         )
         raise ValueError(
-            f"The pool L={list(L_axis)} × T={list(T_axis)} has {len(cells)} configs but {where} "
+            f"The pool L={_shown(L_axis)} × T={_shown(T_axis)} has {size} configs but {where} "
             f"repeats each problem only {repeats} time(s); {hint}."
         )
-    return PoolPlan(cells=cells, reason=reason)
+    return PoolPlan(cells=tuple(Cell.of(L, T) for L in L_axis for T in T_axis), reason=reason)
+
+
+def _shown(axis: tuple) -> str:
+    """An axis as a message shows it: the values, or the first and last few of a long one."""
+    return str(list(axis)) if len(axis) <= 12 else f"[{', '.join(map(str, axis[:3]))}, ..., {axis[-1]}] ({len(axis)} values)"
 
 
 @dataclass(frozen=True)

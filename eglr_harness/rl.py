@@ -62,13 +62,14 @@ from dataclasses import dataclass
 
 from eglr_harness.calibrate import DEFAULT_CALIB_LIMIT
 from eglr_harness.cell import Cell
-from eglr_harness.decoding.compile_setting import check_compile_setting
+from eglr_harness.decoding.compile_setting import check_compile_setting, resolve_compile
+from eglr_harness.generation_options import check_generation_options
 from eglr_harness.harness.engines import DEFAULT_ENGINE, check_engine
-from eglr_harness.pool import PoolPlan
+from eglr_harness.pool import TASK_POOL_KEYS, PoolPlan
 from eglr_harness.presets import load_preset
 from eglr_harness.scoring.equivalence import DEFAULT_TIMEOUT_S, is_equivalent
 from eglr_harness.scoring.extraction import ANSWER_MODES, extract_answer
-from eglr_harness.settings import RunSettings
+from eglr_harness.settings import RunSettings, as_int
 
 __all__ = ["EglrRollout", "RolloutRecord", "grpo_config", "grpo_trainer", "math_reward", "trainable", "INSTALL_HINT"]
 
@@ -120,7 +121,10 @@ class EglrRollout:
         self.model_config, self.task = model_config, task
         self.engine = check_engine(engine)
         self.compile = check_compile_setting(compile)
-        self.batch_size, self.progress = batch_size, progress
+        self.batch_size = as_int("batch_size", batch_size, "an int >= 1 (rows decoded together)")
+        if self.batch_size < 1:
+            raise ValueError(f"`batch_size`={batch_size!r} is not allowed; allowed: an int >= 1 (rows decoded together).")
+        self.progress = progress
         self.eglr_args = {k: v for k, v in dict(L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h,
                                                 top_k=top_k, top_p=top_p, seed=seed).items() if v is not None}
         preset = load_preset(model_config) if model_config else _NO_PRESET
@@ -131,6 +135,7 @@ class EglrRollout:
             task_kwargs = task_generation_kwargs(task)
         else:
             task_kwargs = {}
+        check_generation_options(gen_kwargs or {}, "gen_kwargs of EglrRollout", ignore=TASK_POOL_KEYS)
         self.gen_kwargs = {**task_kwargs, **(gen_kwargs or {})}
         self.plan: PoolPlan = self.settings.pool_plan(task, self.gen_kwargs, _NO_REPEAT_LIMIT)
         self.tau_h = self.settings.tau_h_setting(task)
@@ -154,6 +159,17 @@ class EglrRollout:
                 f"`{name}`={num_generations!r} but the EGLR pool has {len(self.cells)} cells "
                 f"({', '.join(c.label for c in self.cells)}); a GRPO group is one completion per cell: set "
                 f"GRPOConfig({name}={len(self.cells)}) or change the L/T axes.")
+
+    def check_model(self, model) -> None:
+        """``ValueError`` when the pool or the compilation cannot run on ``model`` (a ``PreTrainedModel``): an
+        ``L`` beyond its decoder layers, a ``compile`` its device lacks (CUDA graphs off CUDA)."""
+        from eglr_harness.decoding.model_parts import find_model_parts  # noqa: PLC0415
+
+        layers = find_model_parts(model).num_layers
+        self.settings.check_layers(layers)
+        self.settings.check_cells(self.cells, layers)
+        device = next((p.device for p in model.parameters()), "cpu")
+        resolve_compile(self.compile, device, "continuous" if self.engine == "auto" else self.engine)
 
     @staticmethod
     def check_args(args) -> None:
@@ -236,7 +252,7 @@ def _check_groups(prompts: Sequence, offset: int, group: int) -> None:
         first = j - (offset + j) % group
         if first >= 0 and prompts[j] != prompts[first]:
             raise ValueError(
-                f"rows {first} and {j} of the generation batch are one GRPO group but hold different prompts; "
+                f"rows {offset + first} and {offset + j} of the generation batch are one GRPO group but hold different prompts; "
                 "EGLR rollouts need TRL's RepeatSampler layout (each prompt num_generations times in a row).")
 
 
@@ -299,8 +315,11 @@ def _trl():
 
 def grpo_trainer(rollout: EglrRollout, *, args, **trainer_kwargs):
     """TRL's ``GRPOTrainer(rollout_func=rollout, args=args, **trainer_kwargs)``, after refusing a group
-    size other than the pool's and the settings the rollouts cannot honour (before any weight moves)."""
+    size other than the pool's, a pool or compilation the model cannot run (``check_model``) and the
+    settings the rollouts cannot honour (before any weight moves)."""
     rollout.check_group_size(args.num_generations)
+    if not isinstance(trainer_kwargs.get("model"), str) and trainer_kwargs.get("model") is not None:
+        rollout.check_model(trainer_kwargs["model"])  # a model id: the trainer loads it, the first rollout checks
     if getattr(args, "num_generations_eval", None):
         rollout.check_group_size(args.num_generations_eval, "num_generations_eval")
     rollout.check_args(args)

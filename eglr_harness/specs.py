@@ -3,6 +3,9 @@
 L: ``4``, ``"1,4,7"``, ``"1-10"`` (inclusive). T: ``0.7``, ``"0.1,0.5"``, ``"0.1-1.0:0.1"``
 (inclusive start-stop:step). Because lm_eval splits ``--model_args`` on commas, lists may also
 be written with ``|`` or ``;`` (``L=1|4|7``), or as JSON model_args (``{"L": "1,4,7"}``).
+
+A spec names at most :data:`MAX_AXIS_VALUES` values: a range is counted from its ends (arithmetic)
+before it is expanded, so ``L=0-100000000`` is refused at once instead of filling memory.
 """
 
 from __future__ import annotations
@@ -14,6 +17,15 @@ from collections.abc import Iterable
 from eglr_harness.cell import T_DECIMALS
 
 _LIST_SEPARATORS = re.compile(r"[,|;\s]+")
+# An axis is a pool axis: no task repeats a problem more often (the largest, ``_eglr_lxt``, 121 times).
+MAX_AXIS_VALUES = 10_000
+
+
+def _check_count(count: int, spec, name: str) -> None:
+    """``ValueError`` when a spec would name more than :data:`MAX_AXIS_VALUES` values (counted, not built)."""
+    if count > MAX_AXIS_VALUES:
+        raise ValueError(f"`{name}`={spec!r} names {count} values; allowed: at most {MAX_AXIS_VALUES} "
+                         "(a pool axis: each value is one rollout per problem).")
 
 
 def _split(spec: str) -> list[str]:
@@ -47,6 +59,7 @@ def parse_L_spec(spec, *, name: str = "L") -> tuple[int, ...]:
                 lo, hi = int(m[1]), int(m[2])
                 if lo > hi:
                     raise ValueError(f"`{name}`={spec!r}: range {part!r} runs backwards; write '{hi}-{lo}'.")
+                _check_count(len(values) + hi - lo + 1, spec, name)
                 values.extend(range(lo, hi + 1))
             else:
                 raise ValueError(
@@ -89,7 +102,10 @@ def parse_T_spec(spec, *, name: str = "T") -> tuple[float, ...]:
                     raise ValueError(
                         f"`{name}`={spec!r}: range {part!r} needs start <= stop and a positive step."
                     )
+                if not all(map(math.isfinite, (lo, hi, step))):
+                    raise ValueError(f"`{name}`={spec!r}: range {part!r} needs finite start, stop and step.")
                 n = int(math.floor((hi - lo) / step + 1e-9))
+                _check_count(len(values) + n + 1, spec, name)
                 values.extend(lo + i * step for i in range(n + 1))
             else:
                 values.append(_parse_float(part, spec, name))

@@ -110,8 +110,8 @@ def load_problems(
 
 
 def check_local_data(tasks, data_dir: str | Path | None = None) -> None:
-    """Read every local data file that ``tasks`` will load, so that a bad line stops the run (``file:line``)
-    before a model loads rather than after.
+    """Read every local data file that ``tasks`` will load, so that a bad line (``file:line``) or a missing
+    file stops the run before a model loads rather than after.
 
     Only eglr tasks (names with ``_eglr``, and the groups in ``tasks/groups``) and only local files
     (``data_dir``, else ``EGLR_DATA_DIR``; the hub is not contacted) are checked. Raises
@@ -121,14 +121,12 @@ def check_local_data(tasks, data_dir: str | Path | None = None) -> None:
     if folder is None:
         return
     for name in sorted(_benchmarks_of_tasks(tasks)):
-        path = folder / name / f"{benchmark(name).split}.jsonl"
-        if path.is_file():
-            try:
-                load_problems(name, data_dir=folder)
-            except FileFormatError:
-                raise
-            except ValueError as err:
-                raise FileFormatError(str(err)) from None
+        try:  # a missing file too: the task would read it (and fail) only after the model loaded
+            load_problems(name, data_dir=folder)
+        except FileFormatError:
+            raise
+        except (ValueError, FileNotFoundError) as err:
+            raise FileFormatError(str(err)) from None
 
 
 def _benchmarks_of_tasks(tasks) -> set[str]:

@@ -9,9 +9,10 @@ its evaluation tracker is imported, runs through a preset (``model_config=``) or
 named after the model (``model_names.run_folder_name``) instead of a random id or a path of the machine,
 ``--output_path`` is checked for writing and the results and samples files are written whole or fail
 the run (``harness/output.py``);
-when ``lm_eval.evaluator`` is imported, ``--use_cache`` with ``eglr-hf`` is refused, ``--gen_kwargs``
-are checked (``generation_options.py``) and the eglr tasks' local data files are read before the model loads; a task name that is not found gets the
-closest task names in lm-eval's error.
+when lm-eval's CLI resolves the task names and when ``lm_eval.evaluator.simple_evaluate`` starts, an
+``eglr-hf`` run is checked before the model loads (``harness/preflight.py``: model args, ``--use_cache``,
+``--limit``, ``--gen_kwargs``, the tasks' pools, lengths and local data files); a task name that is not
+found gets the closest task names in lm-eval's error, as one line.
 
 Set ``EGLR_AUTOLOAD=0`` to switch this off.
 """
@@ -107,21 +108,26 @@ def _patch_fail_fast(evaluator_module) -> None:
 
     @functools.wraps(original)
     def simple_evaluate(*args, **kwargs):
-        from eglr_harness.model_args import USE_CACHE_REFUSAL
-
         from eglr_harness.data.loading import check_local_data
         from eglr_harness.harness.output import install_user_error_hook
+        from eglr_harness.harness.preflight import check_run_args, check_run_tasks
 
         model = kwargs.get("model", args[0] if args else None)
         ours = model == MODEL_NAME or type(model).__name__ == "EglrHFLM"
-        if ours and kwargs.get("use_cache"):
-            raise ValueError(USE_CACHE_REFUSAL)
         install_user_error_hook()
         tasks, metadata = kwargs.get("tasks"), kwargs.get("metadata")
+        tasks = tasks if isinstance(tasks, (list, tuple)) else [tasks]
         data_dir = metadata.get("eglr_data_dir") if isinstance(metadata, dict) else None  # as the tasks read it
-        check_local_data(tasks if isinstance(tasks, (list, tuple)) else [tasks], data_dir)  # before the model loads
-        if ours:
-            check_cli_gen_kwargs(kwargs.get("gen_kwargs"), kwargs.get("model_args"))  # before the model loads
+        if ours:  # everything that can be known before the model loads (harness/preflight.py)
+            model_args = kwargs.get("model_args") if model == MODEL_NAME else None
+            tracker = kwargs.get("evaluation_tracker")
+            check_run_args(model_args, gen_kwargs=kwargs.get("gen_kwargs"), limit=kwargs.get("limit"),
+                           use_cache=kwargs.get("use_cache"))
+            check_run_tasks(model_args, tasks, gen_kwargs=kwargs.get("gen_kwargs"),
+                            log_samples=kwargs.get("log_samples"), output_path=getattr(tracker, "output_path", None),
+                            data_dir=data_dir)
+        else:
+            check_local_data(tasks, data_dir)  # before the model loads
         if ours and kwargs.get("gen_kwargs"):  # lm-eval warns about do_sample whenever --gen_kwargs is given
             logging.getLogger("lm_eval.eglr_hf").info(
                 "eglr-hf: lm-eval's warning \"Ensure 'do_sample=True' for non-greedy decoding\" does not apply: "
@@ -130,26 +136,6 @@ def _patch_fail_fast(evaluator_module) -> None:
 
     simple_evaluate._eglr_patched = True
     evaluator_module.simple_evaluate = simple_evaluate
-
-
-def check_cli_gen_kwargs(gen_kwargs, model_args) -> None:
-    """``--gen_kwargs`` of an eglr-hf run, checked before the model loads (``generation_options.py``): an
-    invalid value, and with ``engine=continuous`` a valid option it does not apply, are refused as one line."""
-    if not gen_kwargs:
-        return
-    from lm_eval.utils import simple_parse_args_string
-
-    from eglr_harness.generation_options import check_generation_options, continuous_refusals, refuse_for_continuous
-    from eglr_harness.model_names import parse_model_args
-    from eglr_harness.pool import TASK_POOL_KEYS
-
-    options = simple_parse_args_string(gen_kwargs) if isinstance(gen_kwargs, str) else dict(gen_kwargs)
-    written = parse_model_args(gen_kwargs) if isinstance(gen_kwargs, str) else None  # name -> the text as typed
-    check_generation_options(options, "--gen_kwargs", ignore=TASK_POOL_KEYS, written=written)
-    args = parse_model_args(model_args) if isinstance(model_args, (str, dict)) else {}
-    if str(args.get("engine", "")).strip() == "continuous":
-        refuse_for_continuous(continuous_refusals({k: v for k, v in options.items() if k not in TASK_POOL_KEYS}),
-                              "--gen_kwargs")
 
 
 def _patch_task_lookup(config_module) -> None:
@@ -161,28 +147,33 @@ def _patch_task_lookup(config_module) -> None:
     original = config_cls.process_tasks
 
     def process_tasks(self, *args, **kwargs):
-        if getattr(self, "model", None) == MODEL_NAME:  # before lm-eval indexes every task (~10 s)
-            from eglr_harness.harness.model import check_eglr_model_args
-            from eglr_harness.model_names import parse_model_args
+        ours = getattr(self, "model", None) == MODEL_NAME
+        if ours:  # before lm-eval indexes every task (~10 s): the run's own arguments (harness/preflight.py)
+            from eglr_harness.harness.preflight import check_run_args
 
-            model_args = parse_model_args(getattr(self, "model_args", None))
-            check_eglr_model_args(model_args)
-            if model_args.get("rollout_cache"):
-                from eglr_harness.stores import check_rollout_cache
-
-                check_rollout_cache(model_args["rollout_cache"])
+            check_run_args(getattr(self, "model_args", None), gen_kwargs=getattr(self, "gen_kwargs", None),
+                           limit=getattr(self, "limit", None), use_cache=getattr(self, "use_cache", None))
         try:
-            return original(self, *args, **kwargs)
+            manager = original(self, *args, **kwargs)
         except ValueError as err:
             message = str(err)
             if not message.startswith("Tasks not found: ") or _TASK_MANAGERS.get("last") is None:
                 raise
+            from eglr_harness.errors import RunArgError
             from eglr_harness.model_args import close_task_names
 
             missing = message.removeprefix("Tasks not found: ").split(", ")
             hints = [f"{name} -> did you mean {', '.join(close)}?"
                      for name, close in close_task_names(missing, _TASK_MANAGERS["last"].all_tasks).items() if close]
-            raise ValueError("; ".join([message, *hints])) from None
+            raise RunArgError("; ".join([f"`--tasks`: {message}", *hints])) from None
+        if ours:  # the tasks are known now; the model is not loaded yet
+            from eglr_harness.harness.preflight import check_run_tasks
+
+            metadata = getattr(self, "metadata", None)
+            check_run_tasks(getattr(self, "model_args", None), self.tasks, gen_kwargs=getattr(self, "gen_kwargs", None),
+                            log_samples=getattr(self, "log_samples", False), output_path=getattr(self, "output_path", None),
+                            data_dir=metadata.get("eglr_data_dir") if isinstance(metadata, dict) else None)
+        return manager
 
     config_cls.process_tasks = process_tasks
     config_cls._eglr_patched = True

@@ -17,7 +17,7 @@ import logging
 from lm_eval.api.instance import Instance
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
-from transformers import AutoConfig, PreTrainedModel
+from transformers import PreTrainedModel
 
 from eglr_harness.accounts import RunAccounts
 from eglr_harness.calibrate import DEFAULT_CALIB_LIMIT, calibrate, first_reported
@@ -25,15 +25,16 @@ from eglr_harness.cell import Cell
 from eglr_harness.decoding.model_parts import find_model_parts
 from eglr_harness.decoding.compile_setting import DEFAULT_COMPILE, check_compile_setting, resolve_compile
 from eglr_harness.distributed import process_gather
-from eglr_harness.errors import model_arg_errors
+from eglr_harness.errors import RunArgError, model_arg_errors
 from eglr_harness.harness.decode import RolloutDecoder, TextCodec
+from eglr_harness.harness.preflight import declared_limits
 from eglr_harness.harness.engines import (
     DEFAULT_ENGINE, build_engines, check_engine, engine_name, engines_said, log_plan,
 )
 from eglr_harness.generation_options import (
     check_generation_options, continuous_refusals, generation_config_options, refuse_for_continuous,
 )
-from eglr_harness.model_args import USE_CACHE_REFUSAL, check_model_args
+from eglr_harness.model_args import USE_CACHE_REFUSAL, check_model_args, check_pretrained_path
 from eglr_harness.model_names import loaded_name, model_name
 from eglr_harness.pool import TASK_POOL_KEYS, Job, PoolPlan, assign_jobs, frozen
 from eglr_harness.presets import load_preset
@@ -71,6 +72,7 @@ class EglrHFLM(HFLM):
                 hf_args["pretrained"] = pretrained
             if "pretrained" not in hf_args:
                 raise ValueError("eglr-hf needs `pretrained` (a hub id or folder) or `model_config` (a preset name).")
+            check_pretrained_path(hf_args["pretrained"])
             self.engine = check_engine(engine)
             self.compile_requested = check_compile_setting(compile)
             if self.compile_requested not in ("auto", "none"):  # an explicit compile refused before the load
@@ -78,7 +80,7 @@ class EglrHFLM(HFLM):
             self.settings = RunSettings.from_args(self.preset, L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl,
                                                   tau_h=tau_h, top_k=top_k, top_p=top_p, seed=seed,
                                                   calib_limit=calib_limit)
-            self.settings.check_layers(_declared_layers(hf_args))  # where the config says it without the weights
+            self.settings.check_layers(declared_limits(hf_args)[0])  # where the config says it without the weights
             if rollout_cache:
                 check_rollout_cache(rollout_cache)  # writable, and a damaged store moved aside now
         super().__init__(**hf_args)
@@ -114,7 +116,7 @@ class EglrHFLM(HFLM):
     # ------------------------------------------------------------------ lm-eval hooks
     def set_cache_hook(self, cache_hook) -> None:
         if getattr(cache_hook, "dbdict", None) is not None:
-            raise ValueError(USE_CACHE_REFUSAL)
+            raise RunArgError(USE_CACHE_REFUSAL)
         super().set_cache_hook(cache_hook)
 
     def loglikelihood(self, requests, disable_tqdm: bool = False):
@@ -265,22 +267,6 @@ def _intended_device(hf_args: dict) -> str:
     import torch  # noqa: PLC0415
 
     return str(hf_args.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
-
-
-def _declared_layers(hf_args: dict) -> int | None:
-    """The decoder layer count the model's config declares, read without the weights; None when it
-    cannot be read cheaply (the check then runs after loading)."""
-    pretrained = hf_args.get("pretrained")
-    if not isinstance(pretrained, str):
-        return None
-    try:
-        config = AutoConfig.from_pretrained(pretrained, gguf_file=hf_args.get("gguf_file"),
-                                            revision=hf_args.get("revision") or "main",
-                                            trust_remote_code=bool(hf_args.get("trust_remote_code", False)))
-    except Exception:  # noqa: BLE001 -- any failure: HFLM's own load reports it properly
-        return None
-    config = getattr(config, "text_config", None) or config
-    return getattr(config, "num_hidden_layers", None)
 
 
 def _codec(lm: EglrHFLM) -> TextCodec:

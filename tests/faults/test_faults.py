@@ -361,16 +361,16 @@ def test_a_non_utf8_byte_in_a_data_file_names_file_and_line(bad_data_dir):
         load_problems("aime24", data_dir=bad_data_dir)  # today: UnicodeDecodeError, no file or line
 
 
-def test_a_bad_data_line_stops_the_run_before_the_model_loads(bad_data_dir, monkeypatch):
+def test_a_bad_data_line_stops_the_run_before_the_model_loads(bad_data_dir, monkeypatch, tmp_path):
     from lm_eval.evaluator import simple_evaluate
 
     from eglr_harness.errors import FileFormatError
 
     monkeypatch.setenv("EGLR_DATA_DIR", str(bad_data_dir))
-    # pretrained=/nonexistent: the model would fail to load, so the data must be read first
+    # pretrained=an empty folder: the model would fail to load, so the data must be read first
     for tasks in (["aime24_eglr_sc"], ["eglr_math"]):
         with pytest.raises(FileFormatError, match=r"aime24/test\.jsonl:7:"):
-            simple_evaluate(model="eglr-hf", model_args="pretrained=/nonexistent", tasks=tasks, limit=1)
+            simple_evaluate(model="eglr-hf", model_args=f"pretrained={tmp_path}", tasks=tasks, limit=1)
     from eglr_harness.data.loading import check_local_data
 
     check_local_data(["eglr_demo", "gsm8k_eglr_sc", "aime24"])  # tasks that do not read that file are not held up

@@ -255,3 +255,173 @@ def test_a_group_spec_is_checked_naming_the_option():
     for bad in ("lxt", "lxt:", ":L=1", "lxt:Q=1", "lxt:L"):
         with pytest.raises(ValueError, match=f"`--group`={bad!r} is not allowed"):
             parse_group(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 38: a GRPO run checks every group and argument before any training, and keeps what it trained
+
+
+def _grpo_argv(model_dir, out, *groups, extra=()):
+    argv = ["--model_args", f"pretrained={model_dir},device=cpu", "--task", "gsm8k_eglr", "--doc_ids", "1",
+            "--steps", "1", "--prompts_per_step", "1", "--max_completion_length", "4", "--output_dir", str(out)]
+    for group in groups:
+        argv += ["--group", group]
+    return argv + list(extra)
+
+
+@pytest.mark.parametrize("groups, extra, message", [
+    # a later group's pool: refused before the first group trains
+    (["ok:L=0,T=0|0.7", "bad:L=0|2,T=0"], [], "`--group`='bad:L=0|2,T=0': `tau_h`='auto' is not allowed"),
+    (["deep:L=0|9,T=0,tau_h=0"], [], "`--group` deep: `L`='0|9': layer span 9 exceeds the model's 4 decoder layers"),
+    (["a:L=0,T=0|0.7", "a:L=0,T=0|0.5"], [], "the name 'a' is taken by an earlier group"),
+    (["a/b:L=0,T=0|0.7"], [], "the name 'a/b' is not allowed; allowed: letters, digits, _ . -"),
+    (["ok:L=0,T=0|0.7"], ["--steps", "0"], "`--steps`=0 is not allowed; allowed: an int >= 1"),
+    (["ok:L=0,T=0|0.7"], ["--prompts_per_step", "0"], "`--prompts_per_step`=0 is not allowed"),
+    (["ok:L=0,T=0|0.7"], ["--max_completion_length", "0"], "`--max_completion_length`=0 is not allowed"),
+    (["ok:L=0,T=0|0.7"], ["--batch_size", "0"], "`--batch_size`=0 is not allowed"),
+])
+def test_grpo_run_checks_every_group_before_training(digit_model_dir, shared_data_dir, tmp_path, monkeypatch, capsys,
+                                                     groups, extra, message):
+    from eglr_harness import grpo_run
+
+    def trained(*args, **kwargs):
+        raise AssertionError("a group trained before the run was checked")
+
+    monkeypatch.setattr(grpo_run, "run_group", trained)
+    out = tmp_path / "grpo"
+    with pytest.raises(SystemExit) as info:
+        grpo_run.main(_grpo_argv(digit_model_dir, out, *groups, extra=extra))
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert info.value.code == 2 and len(errors) == 1 and message in errors[0], errors
+    assert not out.exists()
+
+
+def test_grpo_run_refuses_an_output_dir_it_cannot_write_before_training(digit_model_dir, tmp_path, monkeypatch, capsys):
+    from eglr_harness import grpo_run
+
+    monkeypatch.setattr(grpo_run, "run_group", lambda *a, **k: pytest.fail("trained into an unwritable folder"))
+    blocker = tmp_path / "file"
+    blocker.write_text("a file")
+    with pytest.raises(SystemExit):
+        grpo_run.main(_grpo_argv(digit_model_dir, blocker / "grpo", "ok:L=0,T=0|0.7"))
+    assert f"--output_dir='{blocker / 'grpo'}' is not a folder ({blocker} is a file)" in capsys.readouterr().err
+
+
+def test_a_partial_grpo_run_keeps_the_groups_that_finished_and_its_summary(digit_model_dir, shared_data_dir, tmp_path,
+                                                                           monkeypatch):
+    import json
+
+    from eglr_harness import grpo_run
+
+    real = grpo_run.run_group
+
+    def second_fails(name, *args, **kwargs):
+        if name == "second":
+            raise RuntimeError("the second group's training broke")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(grpo_run, "run_group", second_fails)
+    out = tmp_path / "grpo"
+    with pytest.raises(RuntimeError, match="second group's training broke"):
+        grpo_run.main(_grpo_argv(digit_model_dir, out, "first:L=0,T=0|0.7", "second:L=0,T=0|0.5"))
+    steps = [json.loads(line) for line in (out / "first" / "steps.jsonl").read_text().splitlines()]
+    assert len(steps) == 1 and not (out / "second").exists()
+    summary = (out / "summary.md").read_text()
+    assert "## first: L×T = L=0,T=0.0, L=0,T=0.7" in summary and "## second" not in summary
+    assert "unfinished: group second stopped with an error" in summary
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"gen_kwargs": {"repetition_penalty": math.nan}}, r"`repetition_penalty`=nan \(gen_kwargs of EglrRollout\)"),
+    ({"gen_kwargs": {"repetiton_penalty": 1.1}}, r"`repetiton_penalty`=1\.1 .* is not a generation option"),
+    ({"batch_size": 0}, r"`batch_size`=0 is not allowed; allowed: an int >= 1"),
+])
+def test_eglr_rollout_refuses_bad_settings_when_made(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        EglrRollout(L=0, T="0|0.7", **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"L": "0|9", "T": 0, "tau_h": 0.0}, r"`L`='0\|9': layer span 9 exceeds the model's 4 decoder layers"),
+    ({"L": 0, "T": "0|0.7", "compile": "reduce-overhead"}, r"`compile`='reduce-overhead' captures CUDA graphs"),
+])
+def test_grpo_trainer_refuses_a_pool_or_compile_the_model_cannot_run(digit_model_dir, kwargs, message):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    rollout = EglrRollout(**kwargs)
+    args = trl.GRPOConfig(output_dir=str(digit_model_dir / "refused"), per_device_train_batch_size=2, num_generations=2,
+                          max_completion_length=MAX_NEW, max_steps=1, use_cpu=True, report_to=[], save_strategy="no")
+    with pytest.raises(ValueError, match=message):
+        grpo_trainer(rollout, args=args, model=AutoModelForCausalLM.from_pretrained(digit_model_dir),
+                     processing_class=AutoTokenizer.from_pretrained(digit_model_dir), reward_funcs=[math_reward],
+                     train_dataset=None)
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 38 wanted 3: the rollout function beyond one process and one group per call (module docstring of rl.py:
+# row i of the whole generation batch runs pool cell i mod |pool|; process k's rows start at k * len(prompts))
+
+TWO_CELLS = dict(L=0, T="0|0.7")  # one greedy and one sampled cell: nothing refines, the cycle matters
+
+
+def _trainer(model, tokenizer, *, process_index=0, group=2, step=0, training=True):
+    model.train(training)
+    return SimpleNamespace(model=model, processing_class=tokenizer, num_generations=group, num_generations_eval=group,
+                           args=SimpleNamespace(use_vllm=False), max_completion_length=MAX_NEW,
+                           state=SimpleNamespace(global_step=step),
+                           accelerator=SimpleNamespace(process_index=process_index, unwrap_model=lambda m: m))
+
+
+@pytest.fixture(scope="module")
+def policy(digit_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(digit_model_dir), AutoTokenizer.from_pretrained(digit_model_dir)
+
+
+def test_the_second_process_runs_the_cells_of_its_rows_in_the_whole_batch(policy):
+    """Three groups of 2 over two processes (3 rows each): the group of QUESTIONS[1] straddles them."""
+    model, tokenizer = policy
+    rollout = EglrRollout(**TWO_CELLS, batch_size=8)
+    rows = [_messages(q) for q in QUESTIONS for _ in range(2)]
+    whole = rollout(rows, _trainer(model, tokenizer, step=1))
+    assert [(L, T) for L, T in zip(whole["L"], whole["T"])] == [(0, 0.0), (0, 0.7)] * 3
+    first = rollout(rows[:3], _trainer(model, tokenizer, process_index=0, step=1))
+    second = rollout(rows[3:], _trainer(model, tokenizer, process_index=1, step=1))
+    for part, span in ((first, slice(0, 3)), (second, slice(3, 6))):
+        for key in ("L", "T", "eglr_text", "completion_ids"):
+            assert part[key] == whole[key][span], key
+    assert second["T"] == [0.7, 0.0, 0.7]  # rows 3, 4, 5 of the batch: cells 1, 0, 1
+    assert model.training  # the trainer's mode is given back
+
+
+def test_a_prompt_twice_in_one_batch_shares_its_deterministic_rollout_and_draws_its_sampled_one_per_cycle(policy):
+    model, tokenizer = policy
+    rollout = EglrRollout(**TWO_CELLS, batch_size=8)
+    rows = [_messages(QUESTIONS[0])] * 4  # two groups of one prompt
+    out = rollout(rows, _trainer(model, tokenizer, step=0))
+    assert out["completion_ids"][0] == out["completion_ids"][2] and out["completion_ids"][1] == out["completion_ids"][3]
+    later = rollout(rows, _trainer(model, tokenizer, step=1))
+    assert later["completion_ids"][0] == out["completion_ids"][0]  # greedy: the same weights give the same rollout
+    assert later["completion_ids"][1] != out["completion_ids"][1]  # sampled: cycle = global step, fresh draws
+
+
+def test_rows_of_one_group_with_different_prompts_are_refused_on_any_process(policy):
+    model, tokenizer = policy
+    rollout = EglrRollout(**TWO_CELLS, batch_size=8)
+    q0, q1, q2 = (_messages(q) for q in QUESTIONS)
+    # process 1's rows are rows 3..5 of the batch: rows 3|4,5 -> row 4 and 5 are one group
+    with pytest.raises(ValueError, match="rows 4 and 5 of the generation batch are one GRPO group"):
+        rollout([q0, q1, q2], _trainer(model, tokenizer, process_index=1))
+    with pytest.raises(ValueError, match="rows 0 and 1 of the generation batch are one GRPO group"):
+        rollout([q0, q1, q1, q1], _trainer(model, tokenizer, process_index=0))
+
+
+def test_evaluation_groups_are_checked_against_num_generations_eval(policy):
+    model, tokenizer = policy
+    rollout = EglrRollout(**TWO_CELLS, batch_size=8)
+    trainer = _trainer(model, tokenizer, training=False)
+    trainer.num_generations_eval = 3
+    with pytest.raises(ValueError, match=r"`num_generations_eval`=3 but the EGLR pool has 2 cells"):
+        rollout([_messages(QUESTIONS[0])] * 3, trainer)
+    assert not model.training
