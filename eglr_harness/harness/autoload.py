@@ -122,7 +122,7 @@ def _patch_fail_fast(evaluator_module) -> None:
             model_args = kwargs.get("model_args") if model == MODEL_NAME else None
             tracker = kwargs.get("evaluation_tracker")
             check_run_args(model_args, gen_kwargs=kwargs.get("gen_kwargs"), limit=kwargs.get("limit"),
-                           use_cache=kwargs.get("use_cache"))
+                           use_cache=kwargs.get("use_cache"), passed=_passed_to_model(kwargs.get))
             check_run_tasks(model_args, tasks, gen_kwargs=kwargs.get("gen_kwargs"),
                             log_samples=kwargs.get("log_samples"), output_path=getattr(tracker, "output_path", None),
                             data_dir=data_dir)
@@ -136,6 +136,11 @@ def _patch_fail_fast(evaluator_module) -> None:
 
     simple_evaluate._eglr_patched = True
     evaluator_module.simple_evaluate = simple_evaluate
+
+
+def _passed_to_model(get) -> dict:
+    """What lm-eval hands a model beside its model args (``create_from_arg_string``'s additional config)."""
+    return {name: get(name) for name in ("device", "batch_size", "max_batch_size")}
 
 
 def _patch_task_lookup(config_module) -> None:
@@ -152,7 +157,8 @@ def _patch_task_lookup(config_module) -> None:
             from eglr_harness.harness.preflight import check_run_args
 
             check_run_args(getattr(self, "model_args", None), gen_kwargs=getattr(self, "gen_kwargs", None),
-                           limit=getattr(self, "limit", None), use_cache=getattr(self, "use_cache", None))
+                           limit=getattr(self, "limit", None), use_cache=getattr(self, "use_cache", None),
+                           passed=_passed_to_model(lambda name: getattr(self, name, None)))
         try:
             manager = original(self, *args, **kwargs)
         except ValueError as err:

@@ -92,14 +92,21 @@ def _settings_of(args: Mapping):
     return preset, settings
 
 
-def check_run_args(model_args, *, gen_kwargs=None, limit=None, use_cache=None) -> None:
-    """What an eglr-hf run's own arguments say, before lm-eval indexes its tasks (module docstring)."""
+def check_run_args(model_args, *, gen_kwargs=None, limit=None, use_cache=None, passed=None) -> None:
+    """What an eglr-hf run's own arguments say, before lm-eval indexes its tasks (module docstring).
+
+    passed: what lm-eval hands the model beside its model args (``device``, ``batch_size``,
+    ``max_batch_size``; None where it hands nothing)."""
     from eglr_harness.harness.model import check_eglr_model_args  # noqa: PLC0415
 
     if use_cache:
         raise RunArgError(USE_CACHE_REFUSAL)
     _check_limit(limit)
     args = _args_of(model_args)
+    for name, value in (passed or {}).items():
+        if value is not None and name in args:  # lm-eval would call the model with the keyword twice
+            raise RunArgError(f"`{name}={args[name]}` in --model_args: lm-eval passes its own --{name} ({value}) to "
+                              f"every model; give it as `--{name} {args[name]}` instead.")
     check_eglr_model_args(args)
     if args.get("rollout_cache"):
         from eglr_harness.stores import check_rollout_cache  # noqa: PLC0415

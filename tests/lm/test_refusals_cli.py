@@ -63,6 +63,9 @@ def test_the_unloadable_model_fails_at_its_load(unloadable, shared_data_dir):
     ("", ["--limit", "0"], "`--limit`=0 is not allowed; allowed: a number > 0"),
     (",zzz=1", [], "unknown eglr-hf model arg `zzz`."),
     ("", ["--use_cache", "lm_cache"], "eglr-hf does not support lm-eval's --use_cache"),
+    # lm-eval would call the model with `device` twice (a TypeError after indexing the tasks)
+    (",device=cpu", [], "`device=cpu` in --model_args: lm-eval passes its own --device (cpu) to every model; "
+     "give it as `--device cpu` instead."),
 ])
 def test_a_bad_argument_is_one_line_before_the_tasks_are_indexed(unloadable, tmp_path, model_args, extra, message):
     args = ["--model", "eglr-hf", "--model_args", f"pretrained={unloadable}{model_args}",
