@@ -128,7 +128,7 @@ def shepherd_candidates(tokenizer) -> tuple[int, int]:
 def encode_shepherd(tokenizer, question: str, solution: str) -> Encoded:
     text = shepherd_text(question, solution)
     ids = tokenizer.encode(text)
-    tag = tokenizer.encode(SHEPHERD_STEP_TAG, add_special_tokens=False)[-1]
+    tag = _single_token(tokenizer, SHEPHERD_STEP_TAG, "shepherd")  # the card's encode("ки")[-1], BOS aside
     return Encoded(tuple(ids), _tag_positions(ids, tag, text.count(SHEPHERD_STEP_TAG), "shepherd"))
 
 
