@@ -99,10 +99,10 @@ def test_report_writes_the_table_and_figure(scored_run, tmp_path):
     assert "## Best-of-N with verifiers" in text and "LxT: naive − majority" in text
 
 
-def test_report_without_scores_says_how_to_get_them(tmp_path):
+def test_report_without_scores_has_no_section(tmp_path):
     lmeval_fakes.write_run(tmp_path / "run", task="toy_eglr_sc", docs={d: _rollouts(d, scored=False) for d in DOCS})
     out = build_report([tmp_path / "run"], tmp_path / "report", sections=["runs", "bestofn"])
-    assert "eglr-verify" in (out / "report.md").read_text() and not (out / "bestofn.csv").exists()
+    assert "Best-of-N" not in (out / "report.md").read_text() and not (out / "bestofn.csv").exists()
 
 
 def test_malformed_scores_name_the_file(tmp_path):

@@ -1,6 +1,7 @@
 """Section "Best-of-N with verifiers": accuracy against N for naive best-of-N, the weighted majority and
 the plain majority, per pool and against as many random grid cells, from the scores ``eglr-verify``
-wrote (:mod:`eglr_harness.analysis.metrics.bestofn`); nothing when the runs carry none."""
+wrote (:mod:`eglr_harness.analysis.metrics.bestofn`); nothing when the runs carry none (score them with
+``eglr-verify RUN --verifier SPEC --out OUT`` and report the copy under OUT)."""
 
 from __future__ import annotations
 
@@ -70,10 +71,9 @@ class BestOfNSection(Section):
         return figs
 
     def markdown(self, ctx: ReportContext, result, figs) -> list[str]:
+        if not result.verifiers:  # runs without scores (eglr-verify writes them): no section
+            return [f"\nNote: {n}" for n in result.notes]
         parts = ["\n## Best-of-N with verifiers\n"]
-        if not result.verifiers:
-            return parts + ["No verifier scores in these runs (`rollouts[i].verifier_scores`): score them with "
-                            "`eglr-verify RUN --verifier SPEC --out OUT` and report the copy under OUT.\n"]
         parts.append("Accuracy % (95 % CI over problems) at N configurations; the full-budget tests below. "
                      "Tables: `bestofn.csv`, `bestofn_tests.csv`.\n")
         for spec, (model, shown, docs) in result.verifiers.items():
@@ -100,6 +100,8 @@ class BestOfNSection(Section):
         return parts
 
     def definitions(self, ctx: ReportContext) -> str:
+        if not ctx.results.get(self.name) or not ctx.results[self.name].verifiers:
+            return ""
         return f"""\
 - Best-of-N with verifiers: among the rollouts with an answer of N configurations, naive = the highest-scored
   rollout, weighted = the answer whose rollouts' scores sum highest, majority = the plain vote (no scores); ties to
