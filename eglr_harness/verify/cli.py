@@ -49,6 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.verbosity, format="%(levelname)s %(name)s: %(message)s")
     try:
         specs = [parse_spec(s) for s in args.verifier]  # before anything loads
+        from eglr_harness.verify.scorers import check_weights  # noqa: PLC0415 -- after the spec's own check
+
+        for spec in specs:
+            check_weights(spec, args.trust_remote_code)
         if args.dtype not in {"auto", "float32", "bfloat16", "float16"}:
             raise ValueError(f"`--dtype`={args.dtype!r} is not allowed; allowed: auto, float32, bfloat16, float16.")
         if args.device is not None and not args.device.startswith(("cpu", "cuda")):

@@ -37,7 +37,7 @@ def test_bad_verifier_is_one_line_before_loading(tmp_path, capsys, monkeypatch, 
         raise AssertionError("a model was loaded")
 
     monkeypatch.setattr(scorers, "load_scorer", no_loading)
-    rc = cli.main([str(tmp_path), "--verifier", spec, "--out", str(tmp_path / "out")])
+    rc = cli.main([str(tmp_path / "run"), "--verifier", spec, "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and message in err and len(err.splitlines()) == 1
 
