@@ -45,8 +45,10 @@ class BestOfNSection(Section):
                 pts = [p for p in result.points if p.verifier == spec and p.aggregation == how]
                 pools = list(dict.fromkeys(p.pool for p in pts))
                 fig = _figure(3.2 * len(pools), 3.4)
+                first = None
                 for i, pool in enumerate(pools):
-                    ax = fig.add_subplot(1, len(pools), i + 1)
+                    ax = fig.add_subplot(1, len(pools), i + 1, sharey=first)  # one scale: pools compare at a glance
+                    first = first or ax
                     for method in METHODS:
                         line = sorted((p for p in pts if p.pool == pool and p.method == method), key=lambda p: p.n)
                         if not line:
