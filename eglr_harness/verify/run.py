@@ -109,10 +109,11 @@ def _items(sample: Mapping) -> list[Item] | None:
     return [Item(question, prompt, text) for text in texts]
 
 
-def _chosen_docs(lines: Sequence[Mapping], limit: int | None) -> set:
+def _chosen_docs(lines: Sequence[Mapping], limit: int | None, doc_ids: Sequence[int] | None = None) -> set:
+    """The documents to score: those of ``doc_ids`` (all without), the first ``limit`` of them."""
     docs = []
     for s in lines:
-        if s.get("doc_id") not in docs:
+        if s.get("doc_id") not in docs and (doc_ids is None or s.get("doc_id") in doc_ids):
             docs.append(s.get("doc_id"))
     return set(docs if limit is None else docs[:limit])
 
@@ -128,6 +129,7 @@ def verify_runs(
     *,
     task: str | None = None,
     limit: int | None = None,
+    doc_ids: Sequence[int] | None = None,
     batch_size: int = 8,
     device: str | None = None,
     dtype: str = "auto",
@@ -162,6 +164,7 @@ def verify_runs(
     lines_of = {(id(c), src): _read_lines(c, src) for c in copies for src in c.samples}
     store = ScoreStore(out)
     record = {"command": ["eglr-verify", *(argv or [])], "runs": [c.files.name for c in copies], "limit": limit,
+              "doc_ids": None if doc_ids is None else sorted(doc_ids),
               "device": device, "dtype": dtype, "python": platform.python_version(), "verifiers": {}}
     try:
         for spec in specs:
@@ -172,7 +175,7 @@ def verify_runs(
             for c in copies:
                 for src in c.samples:
                     lines = lines_of[(id(c), src)]
-                    chosen = _chosen_docs(lines, limit)
+                    chosen = _chosen_docs(lines, limit, doc_ids)
                     for li, sample in enumerate(lines):
                         items = _items(sample) if sample.get("doc_id") in chosen else None
                         wanted += [((id(c), src, li, ri), item) for ri, item in enumerate(items or [])]

@@ -101,6 +101,18 @@ def test_a_second_verifier_keeps_the_first_ones_scores(tmp_path, tiny_verifier):
     assert len(scores) == 2
 
 
+def test_doc_ids_choose_the_documents(tmp_path, tiny_verifier, capsys):
+    run = _run(tmp_path, tiny_verifier("self"))
+    out = tmp_path / "out"
+    common = [str(run), "--out", str(out), "--device", "cpu", "--verifier", "self:certainty"]
+    assert cli.main([*common, "--doc_ids", "x,2"]) == 2 and "--doc_ids" in capsys.readouterr().err
+    assert cli.main([*common, "--doc_ids", "2,0"]) == 0
+    (copy,) = (out / "run").rglob("samples_*.jsonl")
+    scored = [json.loads(line)["doc_id"] for line in copy.read_text().splitlines()
+              if "verifier_scores" in json.loads(line)["rollouts"][0]]
+    assert sorted(scored) == [0, 2]
+
+
 def test_verify_never_imports_lm_eval():
     """Layering: only eglr_harness/harness imports lm_eval; eglr-verify reads lm-eval's files only."""
     import subprocess
