@@ -15,7 +15,7 @@ eglr-verify $R/demo_level0_signals/greedy $R/demo_level0_signals/lpool $R/demo_l
   --limit 20 --out $HERE/demo_level0
 eglr-verify $R/leaderboard/gsm8k/eglr_sc $R/gsm8k_pools/tpool $R/gsm8k_pools/greedy $SELF --limit 8 \
   --out $HERE/gsm8k_pools
-# no rollout is right on the first 8: add 6 problems where at least two of the 21 configurations are right
+# no rollout is right on the first 8: add the 6 problems with the most right rollouts of the 100
 # (chosen by their correctness, so these accuracies are not the pool's; the comparisons between selections are)
 eglr-verify $R/leaderboard/gsm8k/eglr_sc $R/gsm8k_pools/tpool $R/gsm8k_pools/greedy $SELF \
   --doc_ids 19,27,37,44,92,96 --out $HERE/gsm8k_pools
