@@ -9,8 +9,9 @@ utilities read —, ``reward`` (1.0 when the extracted answer is right, else 0.0
 greedy-decoded cells, identical on a rerun), the cell ``L``, ``T``, ``cycle``, ``repeat``, the
 other settings from ``config.eglr`` (``alpha``, ``k_max``, ``tau_kl``, ``tau_h``), ``signals``
 (:mod:`eglr_harness.signals` dict, null when not recorded), ``cluster``, ``task``, ``doc_id``,
-``doc_hash``, ``model`` and ``run`` (the results file, relative). Reads only lm-eval's files, checked
-as eglr-report checks them (:mod:`eglr_harness.run_format`): a value the contract does not allow is refused.
+``doc_hash``, ``model`` and ``run`` (the results file, relative), and ``verifier_scores`` (null unless the run
+is a copy scored by ``eglr-verify``: verifier spec -> step scores and last/min/prod). Reads only lm-eval's files,
+checked as eglr-report checks them (:mod:`eglr_harness.run_format`): a value the contract does not allow is refused.
 
     eglr-export out/demo --out pool.parquet
     python -c "import datasets; print(datasets.load_dataset('parquet', data_files='pool.parquet'))"
@@ -37,6 +38,7 @@ logger = logging.getLogger(__name__)
 COLUMNS = (
     "prompt", "completion", "reward", "correct", "answer", "gold", "group_id", "deterministic", "L", "T", "cycle",
     "repeat", "alpha", "k_max", "tau_kl", "tau_h", "signals", "cluster", "task", "doc_id", "doc_hash", "model", "run",
+    "verifier_scores",
 )
 
 
@@ -71,7 +73,7 @@ def export_rows(run_paths: Sequence[str | Path], task: str | None = None) -> Ite
                             "tau_kl": settings.get("tau_kl"), "tau_h": None if tau_h is None else float(tau_h),
                             "signals": r.get("signals"), "cluster": r.get("cluster"), "task": name,
                             "doc_id": line.doc_id, "doc_hash": doc_hash, "model": info.model,
-                            "run": files.name,
+                            "run": files.name, "verifier_scores": r.get("verifier_scores"),
                         }  # fmt: skip
 
 

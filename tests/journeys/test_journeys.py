@@ -74,7 +74,8 @@ JOURNEYS: dict[str, Journey] = {
     ),
     "analyses": Journey(
         (),
-        ("out/report/report.md", "out/pool.parquet", "out/scored/*/results_*.json"),
+        ("out/report/report.md", "out/pool.parquet", "out/scored/*/results_*.json", "out/verified/report/report.md",
+         "out/verified/verifier_scores.sqlite"),
     ),
     "quickstart-plain": Journey(
         (("--limit 16", "--limit 1"), ("--batch_size 8", "--batch_size 8 --gen_kwargs max_gen_toks=8")),

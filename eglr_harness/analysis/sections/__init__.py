@@ -12,3 +12,4 @@ from eglr_harness.analysis.sections import budget  # noqa: F401  Majority vote a
 from eglr_harness.analysis.sections import compute  # noqa: F401  Compute
 from eglr_harness.analysis.sections import ablation  # noqa: F401  Ablation (one setting at a time)
 from eglr_harness.analysis.sections import selection  # noqa: F401  Selection by signals
+from eglr_harness.analysis.sections import bestofn  # noqa: F401  Best-of-N with verifiers

@@ -1,0 +1,259 @@
+"""Scoring saved runs: read every rollout of the runs' samples, score what the store lacks in
+batches, and write a copy of each run with the scores (the runs' own files are never written).
+
+Output layout: ``OUT/<run>/...`` mirrors each run folder (the results JSON copied as it is, each
+samples file rewritten with ``rollouts[i].verifier_scores``), so ``eglr-report OUT/<run>...`` and
+``eglr-export`` read the copy as they read the run. ``OUT/verifier_scores.sqlite`` is the resumable
+store (:mod:`~eglr_harness.verify.store`); ``OUT/eglr_verify.json`` records the command, the
+verifiers and what each scored. Scoring several verifiers into one OUT keeps the earlier ones'
+scores in the copy.
+
+``rollouts[i].verifier_scores`` (docs/run-format.md) maps a verifier spec (``self:p_true``,
+``qwen-prm:PATH``) to ``{"steps": [...], "last": x, "min": x, "prod": x, "model": NAME}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import shutil
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eglr_harness.analysis.load import RunFiles, find_runs, read_results
+from eglr_harness.run_format import SampleLine, completions_of, prompt_of, read_samples_file
+from eglr_harness.jsonl import iter_jsonl
+from eglr_harness.model_names import parse_model_args
+from eglr_harness.outputs import atomic_writer
+from eglr_harness.verify.heads import aggregate
+from eglr_harness.verify.scorers import Item, Scorer, check_weights, load_scorer, self_model_args
+from eglr_harness.verify.spec import AGGREGATIONS, VerifierSpec
+from eglr_harness.verify.store import ScoreStore, score_key
+
+__all__ = ["SCORES_FIELD", "RunCopy", "plan_copies", "question_of", "verify_runs"]
+
+logger = logging.getLogger(__name__)
+
+SCORES_FIELD = "verifier_scores"
+RECORD_FILE = "eglr_verify.json"
+
+
+@dataclass
+class RunCopy:
+    """One run and where its copy goes: ``samples`` maps each source samples file to its copy."""
+
+    files: RunFiles
+    results_out: Path
+    samples: dict[Path, Path] = field(default_factory=dict)
+
+
+def question_of(sample: Mapping) -> str:
+    """The problem's own text (the data's ``problem`` or ``question``), else the prompt the model got."""
+    doc = sample.get("doc") if isinstance(sample.get("doc"), Mapping) else {}
+    for key in ("problem", "question"):
+        if isinstance(doc.get(key), str) and doc[key].strip():
+            return doc[key]
+    return prompt_of(_line(sample))
+
+
+def _line(sample: Mapping, where: str = "") -> SampleLine:
+    """A samples line as ``run_format``'s readers take it (the run's files were checked by ``read_samples_file``)."""
+    return SampleLine(where, sample.get("doc_id"), dict(sample), None)
+
+
+def plan_copies(run_paths: Sequence[str | Path], out: Path, task: str | None = None) -> list[RunCopy]:
+    """The runs under ``run_paths`` and their copies under ``out``; a ValueError (nothing loaded) when
+    ``out`` lies inside a run, two runs would land on one copy, or no samples are found."""
+    out = Path(out).resolve()
+    copies, targets = [], {}
+    for path in run_paths:
+        root = Path(path).resolve()
+        root_dir = root.parent if root.is_file() else root
+        if out == root_dir or root_dir in out.parents:
+            raise ValueError(f"`--out`={str(out)!r} lies inside the run {str(path)!r}; the run's own files stay "
+                             "untouched: give a folder outside it.")
+        for files in find_runs(path):
+            samples = {t: p for t, p in files.samples.items() if task is None or t == task}
+            if not samples:
+                continue
+            results_out = out / files.name
+            if results_out in targets:
+                raise ValueError(f"runs {targets[results_out]!r} and {str(files.results)!r} would be copied to one "
+                                 f"place ({files.name}); give run folders with different names.")
+            targets[results_out] = str(files.results)
+            copies.append(RunCopy(files, results_out, {p: results_out.parent / p.name for p in samples.values()}))
+    if not copies:
+        raise ValueError(f"no samples files{'' if task is None else f' of task {task!r}'} under "
+                         f"{[str(p) for p in run_paths]}; pass folders given to lm_eval --output_path with --log_samples.")
+    return copies
+
+
+def _read_lines(copy: RunCopy, source: Path) -> list[dict]:
+    """The samples lines to write into: the existing copy's (keeping earlier verifiers' scores) when it
+    holds the same documents, else the run's."""
+    lines = [s for _, s in iter_jsonl(source)]
+    target = copy.samples[source]
+    if target.is_file():
+        kept = [s for _, s in iter_jsonl(target)]
+        if [(s.get("doc_id"), s.get("filter")) for s in kept] == [(s.get("doc_id"), s.get("filter")) for s in lines]:
+            return kept
+        logger.warning("%s holds other documents than %s; it is written afresh from the run.", target, source)
+    return lines
+
+
+def _items(sample: Mapping) -> list[Item] | None:
+    rollouts = sample.get("rollouts")
+    if not isinstance(rollouts, list):
+        return None
+    texts = completions_of(_line(sample), len(rollouts))
+    prompt, question = prompt_of(_line(sample)), question_of(sample)
+    return [Item(question, prompt, text) for text in texts]
+
+
+def _chosen_docs(lines: Sequence[Mapping], limit: int | None, doc_ids: Sequence[int] | None = None) -> set:
+    """The documents to score: those of ``doc_ids`` (all without), the first ``limit`` of them."""
+    docs = []
+    for s in lines:
+        if s.get("doc_id") not in docs and (doc_ids is None or s.get("doc_id") in doc_ids):
+            docs.append(s.get("doc_id"))
+    return set(docs if limit is None else docs[:limit])
+
+
+def _record(scorer: Scorer, steps: list[float]) -> dict:
+    return {"steps": steps, **{how: aggregate(steps, how) for how in AGGREGATIONS}, "model": scorer.name}
+
+
+def verify_runs(
+    run_paths: Sequence[str | Path],
+    specs: Sequence[VerifierSpec],
+    out: str | Path,
+    *,
+    task: str | None = None,
+    limit: int | None = None,
+    doc_ids: Sequence[int] | None = None,
+    batch_size: int = 8,
+    device: str | None = None,
+    dtype: str = "auto",
+    trust_remote_code: bool = False,
+    model_args: Mapping | None = None,
+    system_prompt: str | None = None,
+    progress: bool = True,
+    argv: Sequence[str] | None = None,
+) -> dict:
+    """Score every rollout of the runs under ``run_paths`` with each verifier of ``specs`` and write the
+    copies under ``out`` (module docstring). Returns the record written to ``OUT/eglr_verify.json``."""
+    from tqdm.auto import tqdm
+
+    if limit is not None and limit < 1:
+        raise ValueError(f"`--limit`={limit!r} is not allowed; allowed: an int >= 1 (documents per samples file).")
+    if batch_size < 1:
+        raise ValueError(f"`--batch_size`={batch_size!r} is not allowed; allowed: an int >= 1.")
+    out = Path(out)
+    copies = plan_copies(run_paths, out, task)
+    for spec in specs:
+        check_weights(spec, trust_remote_code)
+    own_args = None
+    if any(s.is_self for s in specs):
+        runs_args = [parse_model_args((read_results(c.files.results).get("config") or {}).get("model_args"))
+                     for c in copies]
+        own_args = self_model_args([{**a, **(model_args or {})} for a in runs_args])
+    if device is None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    for c in copies:  # the runs' lines checked as eglr-report and eglr-export check them: FILE:LINE on a bad one
+        for src in c.samples:
+            read_samples_file(src, require_rollouts=False)
+    lines_of = {(id(c), src): _read_lines(c, src) for c in copies for src in c.samples}
+    store = ScoreStore(out)
+    record = {"command": ["eglr-verify", *(argv or [])], "runs": [c.files.name for c in copies], "limit": limit,
+              "doc_ids": None if doc_ids is None else sorted(doc_ids),
+              "device": device, "dtype": dtype, "python": platform.python_version(), "verifiers": {}}
+    try:
+        for spec in specs:
+            started = time.monotonic()
+            scorer = None
+            # (c, src, line index, rollout index) -> item, for the chosen documents
+            wanted: list[tuple[tuple, Item]] = []
+            for c in copies:
+                for src in c.samples:
+                    lines = lines_of[(id(c), src)]
+                    chosen = _chosen_docs(lines, limit, doc_ids)
+                    for li, sample in enumerate(lines):
+                        items = _items(sample) if sample.get("doc_id") in chosen else None
+                        wanted += [((id(c), src, li, ri), item) for ri, item in enumerate(items or [])]
+            stored: dict[str, list[float]] = {}
+
+            def key_of(item: Item, s: Scorer) -> str:
+                return score_key(spec.key, s.fingerprint, s.dtype, item.question,
+                                 item.prompt if spec.key == "self:certainty" else "", item.solution)
+
+            scorer = load_scorer(spec, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                                 model_args=own_args, system_prompt=system_prompt)
+            todo: dict[str, Item] = {}
+            for _, item in wanted:
+                key = key_of(item, scorer)
+                if key in stored or key in todo:
+                    continue
+                value = store.get(key)
+                if value is None:
+                    todo[key] = item
+                else:
+                    stored[key] = value["steps"]
+            reused = len(stored)
+            encoded = {k: scorer.encode(it) for k, it in todo.items()}
+            order = sorted(encoded, key=lambda k: len(encoded[k].input_ids))  # less padding per batch
+            bar = tqdm(total=len(order), desc=f"eglr-verify {spec.key}", unit="rollout", disable=not progress)
+            for start in range(0, len(order), batch_size):
+                keys = order[start : start + batch_size]
+                scores = scorer.score([encoded[k] for k in keys])
+                batch = {k: {"steps": s} for k, s in zip(keys, scores)}
+                store.put_many(batch)  # per batch: a killed run resumes from here
+                stored.update({k: v["steps"] for k, v in batch.items()})
+                bar.update(len(keys))
+            bar.close()
+            for (cid, src, li, ri), item in wanted:
+                rollout = lines_of[(cid, src)][li]["rollouts"][ri]
+                rollout.setdefault(SCORES_FIELD, {})[spec.key] = _record(scorer, stored[key_of(item, scorer)])
+            record["verifiers"][spec.key] = {
+                "model": scorer.name, "rollouts": len(wanted), "texts_scored": len(order), "texts_from_store": reused,
+                "seconds": round(time.monotonic() - started, 1)}
+            logger.info("%s: %d rollouts, %d texts scored, %d from the store", spec.key, len(wanted), len(order), reused)
+            del scorer
+    finally:
+        store.close()
+    for c in copies:
+        c.results_out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(c.files.results, c.results_out)
+        for src, target in c.samples.items():
+            with atomic_writer(target) as handle:
+                for sample in lines_of[(id(c), src)]:
+                    handle.write(json.dumps(sample, ensure_ascii=False) + "\n")
+    previous = {}
+    if (out / RECORD_FILE).is_file():
+        try:
+            previous = json.loads((out / RECORD_FILE).read_text(encoding="utf-8")).get("verifiers", {})
+        except ValueError:
+            previous = {}
+    record["verifiers"] = {**previous, **record["verifiers"]}
+    record["versions"] = _versions()
+    with atomic_writer(out / RECORD_FILE) as handle:
+        handle.write(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    return record
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"python": sys.version.split()[0]}
+    for dist in ("torch", "transformers", "eglr-harness"):
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[dist] = None
+    return out
