@@ -246,6 +246,7 @@ EGLR_FIELDS: dict[str, FieldRule] = {
     "tau_h": FieldRule(_tau_h, "a dict task -> tau_h (a number >= 0, or null), or one such number (older runs)"),
     "stats": FieldRule(_dict_or_none, "a dict with `total` and `cells`"),
     "engines": FieldRule(_dict_or_none, "a dict task -> {cell: engine}"),
+    "compile_report": FieldRule(_dict_or_none, "a dict of the continuous engine's compile figures, or null"),
 }
 
 
