@@ -17,6 +17,7 @@ logs when a run starts (as SGLang logs the batch sizes it captures).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -41,7 +42,7 @@ def row_buckets(limit: int, *also: int) -> list[int]:
     return sorted({*sizes, *(a for a in also if 1 < a < limit), limit})
 
 
-def bucket_of(count: int, sizes: list[int]) -> int:
+def bucket_of(count: int, sizes: Sequence[int]) -> int:
     """The smallest of ``sizes`` (ascending) that holds ``count``."""
     return next(size for size in sizes if size >= count)
 
@@ -86,8 +87,8 @@ class StepSizes:
         width = self.width(needed_columns)
         if not self.bucketed:
             return StepKey(max(num_advancing, 1), num_refining, width)
-        return StepKey(bucket_of(max(num_advancing, 1), list(self.advancing)),
-                       bucket_of(num_refining, list(self.refining)) if num_refining else 0, width)
+        return StepKey(bucket_of(max(num_advancing, 1), self.advancing),
+                       bucket_of(num_refining, self.refining) if num_refining else 0, width)
 
     def widths(self) -> list[int]:
         """Every width a step of this run can read, up to the capacity."""
