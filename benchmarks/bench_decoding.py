@@ -54,7 +54,7 @@ def run_mode(mode: str, n_prompts: int, max_gen_toks: int, batch_size: int, tau_
     from lm_eval.models.huggingface import HFLM
 
     from eglr_harness.harness.model import EglrHFLM
-    from eglr_harness.presets import load_preset
+    from eglr_harness.run.presets import load_preset
 
     preset = load_preset("smollm2-135m-instruct")["model_args"]
     common = dict(pretrained=preset["pretrained"], gguf_file=preset["gguf_file"], dtype="float32",

@@ -56,8 +56,8 @@ def run_mode(mode: str, context: int, new_tokens: int) -> dict:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from eglr_harness.decoding.hook.generate import eglr_generate
     from eglr_harness.decoding.stats import EglrStats
-    from eglr_harness.decoding.generate import eglr_generate
 
     torch.manual_seed(0)
     config = LlamaConfig(**MODEL, max_position_embeddings=context + new_tokens + 8)

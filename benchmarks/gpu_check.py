@@ -274,7 +274,7 @@ def decode_continuous(model, prompts, new_tokens: int, *, eglr: dict, stats=None
     ``eglr["engine_options"]``: keyword arguments of the engine (``compile``, ``compile_mode``,
     ``compile_backend``, ``kv_bucket``); the rest of ``eglr`` is the cell's ``EglrConfig``.
     """
-    from eglr_harness.config import EglrConfig
+    from eglr_harness.core.config import EglrConfig
     from eglr_harness.decoding.contract import Request
 
     config = EglrConfig(**{"tau_h": math.inf, **{k: v for k, v in eglr.items() if k not in ("engine", "engine_options")}})
@@ -287,7 +287,7 @@ def decode_continuous(model, prompts, new_tokens: int, *, eglr: dict, stats=None
 @functools.lru_cache(maxsize=8)
 def _continuous_engine(model, max_batch: int, eos: tuple, options: tuple):
     """One engine per (model, batch, EOS, engine options): a compiled step keeps its graphs across runs."""
-    from eglr_harness.decoding.continuous_engine import ContinuousEngine
+    from eglr_harness.decoding.continuous.engine import ContinuousEngine
 
     return ContinuousEngine(model, max_batch=max_batch, eos_token_ids=list(eos), **dict(options))
 
@@ -349,7 +349,7 @@ def calibrate_tau_h(entropies: torch.Tensor) -> float:
     Qwen2.5-3B's shape) sit mostly above it, where the capped threshold would gate most tokens
     instead of about 5 %.
     """
-    from eglr_harness.calibrate import calibrated_threshold
+    from eglr_harness.run.calibration import calibrated_threshold
 
     return calibrated_threshold(entropies, cap=math.inf)
 
@@ -948,7 +948,7 @@ def continuous_pool(model, prompts, limits, *, spans: list[int], tau_h: float, b
     """One continuous-engine run of every prompt at every span of ``spans`` (``[0]``: plain decoding), each request
     with its own limit, ``batch`` rows advancing, freed slots refilled from the queue. Returns the rows' tokens
     (prompt-major: prompt 0 at every span, then prompt 1, ...)."""
-    from eglr_harness.config import EglrConfig
+    from eglr_harness.core.config import EglrConfig
     from eglr_harness.decoding.contract import Request
 
     configs = [EglrConfig(L=0, tau_h=math.inf) if L == 0 else EglrConfig(L=L, tau_h=tau_h, **PAPER) for L in spans]

@@ -370,8 +370,8 @@ def probe(out_path: str, argv: list[str]) -> None:
     from lm_eval import evaluator
     from lm_eval.models.huggingface import HFLM
 
-    from eglr_harness.decoding.continuous_engine import ContinuousEngine
-    from eglr_harness.decoding.hook_engine import HookEngine
+    from eglr_harness.decoding.continuous.engine import ContinuousEngine
+    from eglr_harness.decoding.hook.engine import HookEngine
 
     cuda = torch.cuda.is_available()
 

@@ -29,13 +29,13 @@ ROOT = Path(__file__).resolve().parent.parent
 def measure() -> dict:
     sys.path[:0] = [str(Path.cwd() / "tests"), str(Path.cwd() / "tests" / "engine")]
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    from eglr_harness.config import EglrConfig
-    from eglr_harness.decoding import continuous_engine as continuous
-    from eglr_harness.decoding.contract import Request
     from inputs import random_prompts
     from tiny_models import build_tiny_model
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from eglr_harness.core.config import EglrConfig
+    from eglr_harness.decoding.continuous import engine as continuous
+    from eglr_harness.decoding.contract import Request
 
     vocab, tau_kl = 96, 4.4e-4
     always = dict(tau_h=0.0, tau_kl=tau_kl)

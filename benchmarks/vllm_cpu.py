@@ -59,9 +59,9 @@ def main(argv=None) -> None:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from eglr_harness.config import TAU_H_CAP, EglrConfig
+    from eglr_harness.core.config import TAU_H_CAP, EglrConfig
+    from eglr_harness.decoding.continuous.engine import ContinuousEngine
     from eglr_harness.decoding.contract import Request
-    from eglr_harness.decoding.continuous_engine import ContinuousEngine
     from eglr_harness.vllm import engine_overrides
     from eglr_harness.vllm.distribution import vllm_version
     from eglr_harness.vllm.engine import VllmEngine

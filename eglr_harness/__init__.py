@@ -12,16 +12,16 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "EglrConfig": "eglr_harness.config",
-    "parse_L_spec": "eglr_harness.specs",
-    "parse_T_spec": "eglr_harness.specs",
-    "resolve_pool": "eglr_harness.pool",
-    "eglr_generate": "eglr_harness.decoding.generate",
+    "EglrConfig": "eglr_harness.core.config",
+    "parse_L_spec": "eglr_harness.core.specs",
+    "parse_T_spec": "eglr_harness.core.specs",
+    "resolve_pool": "eglr_harness.run.pool",
+    "eglr_generate": "eglr_harness.decoding.hook.generate",
     "EglrStats": "eglr_harness.decoding.stats",
     "EglrHFLM": "eglr_harness.harness.model",
-    "Cell": "eglr_harness.cell",
-    "tasks_dir": "eglr_harness.resources",
-    "model_configs_dir": "eglr_harness.resources",
+    "Cell": "eglr_harness.core.cell",
+    "tasks_dir": "eglr_harness.core.resources",
+    "model_configs_dir": "eglr_harness.core.resources",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

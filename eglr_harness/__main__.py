@@ -1,6 +1,6 @@
 """``python -m eglr_harness ...`` = ``eglr-eval ...`` = ``lm_eval ...`` with eglr-harness loaded."""
 
-from eglr_harness.harness.cli import eval_main
+from eglr_harness.commands.eval import main
 
 if __name__ == "__main__":
-    eval_main()
+    main()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import eglr_harness.harness.registry  # noqa: F401  (registers filters/aggregations)
 from eglr_harness.data import load_dataset_dict
-from eglr_harness.scoring.metrics import GRID_SUB_POOLS, score_document
+from eglr_harness.scoring.doc_scores import GRID_SUB_POOLS, score_document
 
 # Qwen2.5-Math's chain-of-thought instruction, in the user turn (works with every chat template,
 # including those without a system role).
@@ -47,7 +47,7 @@ def process_results(doc: dict, results: list) -> dict:
 def process_results_lxt(doc: dict, results: list) -> dict:
     """:func:`process_results` plus the paper's grid sub-pools (``acc_L_only``, ``maj@10_L_only``, ...).
 
-    The sub-pools (``GRID_SUB_POOLS`` of :mod:`eglr_harness.scoring.metrics`) are scored from the
+    The sub-pools (``GRID_SUB_POOLS`` of :mod:`eglr_harness.scoring.doc_scores`) are scored from the
     grid's own rollouts, so the task needs one lm-eval filter and logs each response once.
     """
     (answers,) = results

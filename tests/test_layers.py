@@ -1,5 +1,5 @@
-"""The package's import rules, read from the source (issue 40): lm-eval is imported by ``eglr_harness/harness/``
-alone (the boundary with lm-eval), and the lower layers do not import the higher ones.
+"""The package's import rules, read from the source: lm-eval is imported by ``eglr_harness/harness/`` alone (the
+boundary with lm-eval), and each folder imports only its own layer's modules and lower layers (``LAYERS``).
 
 Every ``import`` statement counts, also one inside a function (a lazy import is still a dependency).
 """
@@ -12,20 +12,31 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "eglr_harness"
 
-# what each folder may import from the project besides itself (None: no rule yet)
+# The layers, lowest first: a folder imports its own modules and those of lower layers only
+# (docs/architecture.md draws them). Folders in one layer do not import each other.
+LAYERS: list[set[str]] = [
+    {"core"},                            # types and files every layer shares
+    {"decoding"},                        # the EGLR maths and both engines (hook/, continuous/)
+    {"run"},                             # pools, settings, calibration, accounting, stores, presets
+    {"scoring"},                         # answers: extraction, equivalence, per-problem scores
+    {"data"},                            # benchmark loading (answers from scoring)
+    {"analysis"},                        # saved runs -> numbers, tables, figures
+    {"verify", "leaderboard", "vllm"},   # eglr-verify; the leaderboard runs lm-eval as a subprocess; the vLLM plugin
+    {"harness"},                         # the lm-eval adapter: the only importer of lm_eval
+    {"rl"},                              # GRPO with TRL over EGLR pools
+    {"commands"},                        # one module per console script
+    {"__main__"},                        # python -m eglr_harness = eglr-eval
+]
+LAYER_OF = {folder: rank for rank, layer in enumerate(LAYERS) for folder in layer}
+# narrower rules on top of the layers
 ALLOWED: dict[str, set[str]] = {
-    # the EGLR maths and both engines: core types only, never the harness, the commands or the analysis
-    "decoding": {"config", "generation_options", "errors", "signals"},
+    # the decoding maths runs on bare tensors and configs: core types only, not even the run layer
+    "decoding": {"core"},
     # the vLLM plugin runs inside vLLM's workers: the maths and core types, never lm-eval's side
-    "vllm": {"decoding", "config", "errors", "signals"},
+    "vllm": {"decoding", "core"},
 }
-# folders that must not import these (they run without a model, or below the harness)
-FORBIDDEN: dict[str, set[str]] = {
-    "analysis": {"harness", "decoding", "leaderboard", "rl", "grpo_run", "verify", "vllm"},
-    "scoring": {"harness", "decoding", "analysis", "leaderboard", "rl", "grpo_run", "verify", "vllm"},
-    "data": {"harness", "decoding", "analysis", "leaderboard", "rl", "grpo_run", "verify", "vllm"},
-    "verify": {"harness", "leaderboard", "rl", "grpo_run", "vllm"},
-}
+# reading answers and saved runs needs no model: these never import the engines
+FORBIDDEN: dict[str, set[str]] = {folder: {"decoding"} for folder in ("scoring", "data", "analysis")}
 
 
 def project_imports(package: Path = PACKAGE) -> dict[str, set[str]]:
@@ -50,13 +61,21 @@ def violations(imports: Mapping[str, set[str]]) -> list[str]:
     bad = []
     for module, names in sorted(imports.items()):
         folder = module.split("/")[0] if "/" in module else module.removesuffix(".py")
+        if folder == "__init__":  # the package's lazy public names point anywhere, on purpose
+            continue
+        if folder not in LAYER_OF:
+            bad.append(f"{module}: folder {folder!r} is in no layer (add it to LAYERS)")
+            continue
         if "lm_eval" in names and folder != "harness":
             bad.append(f"{module} imports lm_eval (only eglr_harness/harness/ may)")
         ours = {n[1:] for n in names if n.startswith(".")} - {folder}
+        higher = {n for n in ours if LAYER_OF.get(n, len(LAYERS)) >= LAYER_OF[folder]}
+        if higher:
+            bad.append(f"{module} imports eglr_harness.{sorted(higher)}, a layer not below its own")
         if folder in ALLOWED and ours - ALLOWED[folder]:
             bad.append(f"{module} imports eglr_harness.{sorted(ours - ALLOWED[folder])} (allowed: {sorted(ALLOWED[folder])})")
-        if folder in FORBIDDEN and ours & FORBIDDEN[folder]:
-            bad.append(f"{module} imports eglr_harness.{sorted(ours & FORBIDDEN[folder])}, a higher layer")
+        if ours & FORBIDDEN.get(folder, set()):
+            bad.append(f"{module} imports eglr_harness.{sorted(ours & FORBIDDEN[folder])}, which needs a model")
     return bad
 
 
@@ -67,11 +86,15 @@ def test_the_import_rules_hold():
 
 
 def test_the_rules_catch_a_violation():
-    """Broken on purpose: lm-eval imported from the decoding package, the analysis importing an engine."""
-    imports = {"decoding/x.py": {"torch", "lm_eval", ".config"}, "analysis/y.py": {".decoding", ".cell"},
-               "harness/z.py": {"lm_eval", ".decoding"}, "grpo_run.py": {"lm_eval"}}
+    """Broken on purpose: lm-eval imported from the decoding package, the analysis importing an engine, the core
+    reaching up to the run layer, a command importing lm-eval itself, a new folder put in no layer."""
+    imports = {"decoding/x.py": {"torch", "lm_eval", ".core"}, "analysis/y.py": {".decoding", ".core"},
+               "harness/z.py": {"lm_eval", ".decoding"}, "core/w.py": {".run"}, "commands/v.py": {"lm_eval", ".harness"},
+               "run/u.py": {".decoding", ".core"}, "newfolder/t.py": {".core"}, "__init__.py": {".harness"}}
     assert violations(imports) == [
-        "analysis/y.py imports eglr_harness.['decoding'], a higher layer",
+        "analysis/y.py imports eglr_harness.['decoding'], which needs a model",
+        "commands/v.py imports lm_eval (only eglr_harness/harness/ may)",
+        "core/w.py imports eglr_harness.['run'], a layer not below its own",
         "decoding/x.py imports lm_eval (only eglr_harness/harness/ may)",
-        "grpo_run.py imports lm_eval (only eglr_harness/harness/ may)",
-    ]
+        "newfolder/t.py: folder 'newfolder' is in no layer (add it to LAYERS)",
+]

@@ -13,7 +13,7 @@ runner, which does, is :mod:`eglr_harness.leaderboard`). Three layers, one folde
 - the report: :mod:`~eglr_harness.analysis.report` (the section registry and ``build_report``),
   :mod:`~eglr_harness.analysis.sections` (one module per report part: calls the metrics, writes CSV
   rows, Markdown, figures), :mod:`~eglr_harness.analysis.render` (CSV, Markdown, PNG helpers) and
-  :mod:`~eglr_harness.analysis.cli` (``eglr-report``).
+  :mod:`~eglr_harness.commands.report` (``eglr-report``).
 """
 
 from __future__ import annotations

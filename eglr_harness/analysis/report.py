@@ -17,11 +17,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from eglr_harness.analysis.load import Grid, load_grid
 from eglr_harness.analysis.metrics.accuracy import CellAccuracy, cell_accuracy, solved_sets
 from eglr_harness.analysis.metrics.budget import DEFAULT_ORDERS, DEFAULT_SEED
-from eglr_harness.analysis.load import Grid, load_grid
 from eglr_harness.analysis.render import write_csv
-from eglr_harness.cell import Cell
+from eglr_harness.core.cell import Cell
 
 __all__ = [
     "Section",

@@ -16,9 +16,9 @@ import logging
 import os
 from pathlib import Path
 
+from eglr_harness.core.errors import FileFormatError
+from eglr_harness.core.jsonl import iter_jsonl
 from eglr_harness.data.sources import BENCHMARKS, benchmark, expected_fields, to_schema
-from eglr_harness.errors import FileFormatError
-from eglr_harness.jsonl import iter_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def check_local_data(tasks, data_dir: str | Path | None = None) -> None:
 
     Only eglr tasks (names with ``_eglr``, and the groups in ``tasks/groups``) and only local files
     (``data_dir``, else ``EGLR_DATA_DIR``; the hub is not contacted) are checked. Raises
-    :class:`~eglr_harness.errors.FileFormatError`.
+    :class:`~eglr_harness.core.errors.FileFormatError`.
     """
     folder = Path(data_dir).expanduser() if data_dir else data_dir_from_env()
     if folder is None:
@@ -130,8 +130,8 @@ def check_local_data(tasks, data_dir: str | Path | None = None) -> None:
 
 
 def _benchmarks_of_tasks(tasks) -> set[str]:
-    from eglr_harness.benchmark_names import benchmark_of
-    from eglr_harness.resources import tasks_dir
+    from eglr_harness.core.benchmark_names import benchmark_of
+    from eglr_harness.core.resources import tasks_dir
 
     found: set[str] = set()
     pending = [t for t in (tasks or []) if isinstance(t, str)]

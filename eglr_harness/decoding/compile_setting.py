@@ -16,7 +16,7 @@ compiled: ``engine=hf`` decodes through transformers' ``generate`` with EGLR mod
 ``torch.compile`` cannot see into, so an explicit ``compile`` there is refused
 (``check_compile_for_engine``); ``auto`` and ``none`` mean eager there.
 
-What ran is recorded beside what was asked (``CompilePlan.recorded`` / ``.requested``), as the
+What ran is recorded beside what was asked (``CompileChoice.recorded`` / ``.requested``), as the
 results record ``engine`` beside ``engine_requested``.
 
 The adapter's sequence: ``check_compile_setting(value)`` and ``check_compile_for_engine(value,
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["COMPILE_SETTINGS", "DEFAULT_COMPILE", "CompilePlan", "check_compile_for_engine", "check_compile_setting",
+__all__ = ["COMPILE_SETTINGS", "DEFAULT_COMPILE", "CompileChoice", "check_compile_for_engine", "check_compile_setting",
            "compile_refusal", "resolve_compile"]
 
 COMPILE_SETTINGS = ("auto", "none", "reduce-overhead", "default")
@@ -44,7 +44,7 @@ UNDECIDED_ENGINE = "auto"  # engine=auto before it has chosen: the plan is the c
 
 
 @dataclass(frozen=True)
-class CompilePlan:
+class CompileChoice:
     """What the ``compile`` setting resolves to on one device.
 
     requested: the setting as given (normalised); compile, mode: ``ContinuousEngine``'s
@@ -88,7 +88,7 @@ def _device_type(device) -> str:
         raise ValueError(f"`device`={device!r} is not a torch device (e.g. 'cuda', 'cuda:0', 'cpu').") from None
 
 
-def resolve_compile(setting, device, engine: str = "continuous") -> CompilePlan:
+def resolve_compile(setting, device, engine: str = "continuous") -> CompileChoice:
     """The step's compilation for ``setting`` on ``device`` (a ``torch.device`` or its name) with
     ``engine`` (the engine that decodes: ``continuous`` or ``hf``; ``auto`` before it has chosen,
     which resolves as ``continuous``: call again with ``hf`` if it falls back).
@@ -100,7 +100,7 @@ def resolve_compile(setting, device, engine: str = "continuous") -> CompilePlan:
     requested = check_compile_setting(setting)
     check_compile_for_engine(requested, engine)
     if engine not in (*ENGINES_THAT_COMPILE, UNDECIDED_ENGINE):
-        return CompilePlan(requested=requested, compile=False, mode=None)
+        return CompileChoice(requested=requested, compile=False, mode=None)
     on_cuda = _device_type(device) == "cuda"
     if requested == CUDA_GRAPHS and not on_cuda:
         raise ValueError(
@@ -110,7 +110,7 @@ def resolve_compile(setting, device, engine: str = "continuous") -> CompilePlan:
         mode = CUDA_GRAPHS if on_cuda else None
     else:
         mode = None if requested == "none" else requested
-    return CompilePlan(requested=requested, compile=mode is not None, mode=mode)
+    return CompileChoice(requested=requested, compile=mode is not None, mode=mode)
 
 
 def compile_refusal(setting, engine: str) -> str | None:

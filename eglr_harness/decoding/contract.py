@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from eglr_harness.config import EglrConfig
+from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.stats import EglrStats
 
 
@@ -51,7 +51,7 @@ class Request:
 class Outcome:
     """What one request produced: its new tokens (the stop token included), why it ended
     (``"eos"``, ``"stop"`` or ``"length"``), its accounting, and per emitted token
-    (``eglr_harness.signals`` turns these into the rollout's signals):
+    (``eglr_harness.core.signals`` turns these into the rollout's signals):
 
     entropies: the raw-logit entropy (nats) of the token's normal pass;
     logprobs: the token's log-probability under the distribution it was decoded from (log_softmax

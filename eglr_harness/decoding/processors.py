@@ -11,7 +11,7 @@ at gated tokens), after the entropy gate and the KL exit have read the raw distr
     (``sampling.warp_candidates``).
 
 Every other active processor (beams, bad words, sequence bias, typical-p, ...) is named by
-:func:`not_applied` (``eglr_harness/generation_options.py`` holds the list and the one check of every
+:func:`not_applied` (``eglr_harness/core/generation_options.py`` holds the list and the one check of every
 option's value), so a request never decodes other text than ``engine=hf`` would: the engine refuses it
 and ``engine=auto`` hands it to ``engine=hf``. An invalid value is an error, never such a reason.
 
@@ -29,11 +29,15 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from eglr_harness.generation_options import (
-    APPLIED_BY_CONTINUOUS, SAMPLING_OPTIONS, check_generation_options, continuous_refusals, generation_config_options,
+from eglr_harness.core.generation_options import (
+
+    APPLIED_BY_CONTINUOUS, SAMPLING_OPTIONS, check_generation_options, continuous_refusals,
+
+    generation_config_options,
+
 )
 
-__all__ = ["LogitsOptions", "ProcessorPlan", "SAMPLING_OPTIONS", "ban_ngram_repeats", "ban_tokens", "not_applied",
+__all__ = ["LogitsOptions", "ProcessorsInUse", "SAMPLING_OPTIONS", "ban_ngram_repeats", "ban_tokens", "not_applied",
            "penalize_repeats"]
 
 
@@ -100,7 +104,7 @@ def not_applied(generation_config, options: Mapping) -> str | None:
 
 
 @dataclass(frozen=True)
-class ProcessorPlan:
+class ProcessorsInUse:
     """Which processors any request of a run uses (a compiled step specialises on it)."""
 
     penalty: bool = False
@@ -111,7 +115,7 @@ class ProcessorPlan:
     min_p: bool = False
 
     @classmethod
-    def of(cls, options: list[LogitsOptions], sampled: list[bool]) -> "ProcessorPlan":
+    def of(cls, options: list[LogitsOptions], sampled: list[bool]) -> "ProcessorsInUse":
         sizes = {o.no_repeat_ngram_size for o in options} - {0}
         if len(sizes) > 1:
             raise ValueError(f"`no_repeat_ngram_size` takes one value per engine run, not {sorted(sizes)}; "

@@ -55,7 +55,7 @@ def _patch_task_manager(manager_module) -> None:
     original_init = task_manager_cls.__init__
 
     def __init__(self, *args, include_path=None, **kwargs):
-        from eglr_harness.resources import tasks_dir
+        from eglr_harness.core.resources import tasks_dir
 
         paths = [] if include_path is None else (
             list(include_path) if isinstance(include_path, (list, tuple)) else [include_path]
@@ -77,7 +77,7 @@ def _patch_run_names(tracker_module) -> None:
     original = tracker_cls._get_model_name
 
     def _get_model_name(model_args):
-        from eglr_harness.model_names import parse_model_args, run_folder_name
+        from eglr_harness.run.model_names import parse_model_args, run_folder_name
 
         args = parse_model_args(model_args) if isinstance(model_args, (str, dict)) else {}
         if args.get("model_config") or args.get("gguf_file"):
@@ -165,8 +165,8 @@ def _patch_task_lookup(config_module) -> None:
             message = str(err)
             if not message.startswith("Tasks not found: ") or _TASK_MANAGERS.get("last") is None:
                 raise
-            from eglr_harness.errors import RunArgError
-            from eglr_harness.model_args import close_task_names
+            from eglr_harness.core.errors import RunArgError
+            from eglr_harness.core.model_args import close_task_names
 
             missing = message.removeprefix("Tasks not found: ").split(", ")
             hints = [f"{name} -> did you mean {', '.join(close)}?"

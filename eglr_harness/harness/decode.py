@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 from tqdm import tqdm
 
+from eglr_harness.core.generation_options import SAMPLING_OPTIONS
+from eglr_harness.core.signals import rollout_signals
 from eglr_harness.decoding.contract import Engine, Outcome, Request
 from eglr_harness.decoding.stats import EglrStats, batch_shares, rollout_accounting
-from eglr_harness.generation_options import SAMPLING_OPTIONS
-from eglr_harness.settings import RolloutSpec
-from eglr_harness.signals import rollout_signals
-from eglr_harness.stores import content_key
+from eglr_harness.run.settings import RolloutSpec
+from eglr_harness.run.stores import content_key
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def row_shares(accounting: dict, engine: str | None, k_max: int) -> dict:
 
 
 def outcome_signals(outcome: Outcome) -> dict:
-    """The rollout's signals (``eglr_harness.signals``) from an engine's per-token values."""
+    """The rollout's signals (``eglr_harness.core.signals``) from an engine's per-token values."""
     return rollout_signals(outcome.entropies, outcome.logprobs, outcome.token_iterations, outcome.final_kls)
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from eglr_harness.decoding.compile_setting import CompilePlan, resolve_compile
-from eglr_harness.decoding.continuous_engine import ContinuousEngine
+from eglr_harness.decoding.compile_setting import CompileChoice, resolve_compile
+from eglr_harness.decoding.continuous.engine import ContinuousEngine
 from eglr_harness.decoding.contract import Engine
-from eglr_harness.decoding.hook_engine import HookEngine
+from eglr_harness.decoding.hook.engine import HookEngine
 
 ENGINES = ("auto", "continuous", "hf")
 DEFAULT_ENGINE = "auto"
@@ -30,7 +30,7 @@ def check_engine(engine: str) -> str:
     return engine
 
 
-def build_engines(lm, engine: str, compile_setting: str) -> tuple[list[Engine], str, CompilePlan]:
+def build_engines(lm, engine: str, compile_setting: str) -> tuple[list[Engine], str, CompileChoice]:
     """The engines of an ``EglrHFLM`` in order of preference, the name of the one that decodes, and
     what the ``compile`` setting resolved to (``decoding/compile_setting.py``; refusals are raised,
     never taken for a reason to fall back)."""

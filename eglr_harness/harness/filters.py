@@ -18,7 +18,7 @@ majority-of-4 accuracy; without the vote step it would see 4 and report ``maj@4,
 - :class:`MajorityVoteFilter` (``eglr_majority_vote``) — ``[winning answer]`` (needs extracted answers).
 - :class:`OracleFilter` (``eglr_oracle``) — ``[a correct answer]`` if any repeat is correct.
 
-Filters that pick or rewrite answers return them through :func:`~eglr_harness.rollout.with_meta`,
+Filters that pick or rewrite answers return them through :func:`~eglr_harness.core.rollout.with_meta`,
 so the process_results step still sees each repeat's (L, T, cycle).
 """
 
@@ -29,10 +29,10 @@ from collections.abc import Iterable
 
 from lm_eval.api.filter import Filter
 
-from eglr_harness.rollout import rollout_meta, with_meta
+from eglr_harness.core.rollout import rollout_meta, with_meta
+from eglr_harness.scoring.doc_scores import CellSelector, answer_or_none, majority_index
 from eglr_harness.scoring.equivalence import DEFAULT_TIMEOUT_S, is_equivalent
 from eglr_harness.scoring.extraction import ANSWER_MODES, extract_answer
-from eglr_harness.scoring.metrics import CellSelector, answer_or_none, majority_index
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class ExtractAnswerFilter(Filter):
 
 
 class SelectCellsFilter(Filter):
-    """Keep only the repeats decoded with a cell of ``L`` × ``T`` (spec syntax of ``eglr_harness.specs``).
+    """Keep only the repeats decoded with a cell of ``L`` × ``T`` (spec syntax of ``eglr_harness.core.specs``).
 
     Either axis may be left out (= any value). Responses without (L, T) metadata (models other
     than eglr-hf) cannot be selected: they are passed through unchanged, with a warning.

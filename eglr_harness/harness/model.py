@@ -19,28 +19,36 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from transformers import PreTrainedModel
 
-from eglr_harness.accounts import RunAccounts
-from eglr_harness.calibrate import DEFAULT_CALIB_LIMIT, calibrate, first_reported
-from eglr_harness.cell import Cell
-from eglr_harness.decoding.model_parts import find_model_parts
+from eglr_harness.core.cell import Cell
+from eglr_harness.core.distributed import process_gather
+from eglr_harness.core.errors import RunArgError, model_arg_errors
+from eglr_harness.core.generation_options import (
+    check_generation_options,
+    continuous_refusals,
+    generation_config_options,
+    refuse_for_continuous,
+)
+from eglr_harness.core.model_args import USE_CACHE_REFUSAL, check_model_args, check_pretrained_path
+from eglr_harness.core.rollout import Rollout
 from eglr_harness.decoding.compile_setting import DEFAULT_COMPILE, check_compile_setting, resolve_compile
-from eglr_harness.distributed import process_gather
-from eglr_harness.errors import RunArgError, model_arg_errors
+from eglr_harness.decoding.model_parts import find_model_parts
 from eglr_harness.harness.decode import RolloutDecoder, TextCodec
-from eglr_harness.harness.preflight import declared_limits
 from eglr_harness.harness.engines import (
-    DEFAULT_ENGINE, build_engines, check_engine, engine_name, engines_said, log_plan,
+    DEFAULT_ENGINE,
+    build_engines,
+    check_engine,
+    engine_name,
+    engines_said,
+    log_plan,
 )
-from eglr_harness.generation_options import (
-    check_generation_options, continuous_refusals, generation_config_options, refuse_for_continuous,
-)
-from eglr_harness.model_args import USE_CACHE_REFUSAL, check_model_args, check_pretrained_path
-from eglr_harness.model_names import loaded_name, model_name
-from eglr_harness.pool import TASK_POOL_KEYS, Job, PoolPlan, assign_jobs, frozen
-from eglr_harness.presets import load_preset
-from eglr_harness.rollout import Rollout
-from eglr_harness.settings import RunSettings
-from eglr_harness.stores import RolloutStore, TauHCache, check_rollout_cache, content_key, loaded_model_fingerprint
+from eglr_harness.harness.preflight import declared_limits
+from eglr_harness.run.accounting import RunAccounts
+from eglr_harness.run.calibration import DEFAULT_CALIB_LIMIT, calibrate, first_reported
+from eglr_harness.run.model_names import loaded_name, model_name
+from eglr_harness.run.pool import TASK_POOL_KEYS, Job, ResolvedPool, assign_jobs, frozen
+from eglr_harness.run.presets import load_preset
+from eglr_harness.run.settings import RunSettings
+from eglr_harness.run.stores import RolloutStore, TauHCache, check_rollout_cache, content_key, loaded_model_fingerprint
 
 logger = logging.getLogger(__name__)
 # what HFLM takes by name, and what it forwards to from_pretrained
@@ -196,7 +204,7 @@ class EglrHFLM(HFLM):
     def _jobs(self, requests: list[Instance]) -> list[Job]:
         return assign_jobs(((r.task_name, r.doc_id, r.idx, *r.args, r.repeats) for r in requests), self._pool)
 
-    def _pool(self, task: str | None, gen_kwargs: dict, repeats: int) -> PoolPlan:
+    def _pool(self, task: str | None, gen_kwargs: dict, repeats: int) -> ResolvedPool:
         key = (task, frozen(gen_kwargs), repeats)
         if key not in self._plans:
             self._check_task_options(task, gen_kwargs)

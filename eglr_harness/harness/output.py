@@ -9,7 +9,7 @@ the tracker) changes three things of the tracker, for every model:
   lm-eval's CLI does before it indexes tasks or loads a model;
 - the results and samples files are written whole or not at all (a temporary file beside them,
   then a rename), with the same names and content as lm-eval's;
-- a file that cannot be written raises :class:`~eglr_harness.errors.OutputError` naming the path
+- a file that cannot be written raises :class:`~eglr_harness.core.errors.OutputError` naming the path
   and the OS error, which the CLI prints as one line and exits non-zero.
 
 Runs that push to the Hugging Face hub keep lm-eval's own saving (it uploads what it wrote).
@@ -24,8 +24,8 @@ from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 
-from eglr_harness.errors import OutputError, UserError
-from eglr_harness.outputs import atomic_write_text, check_writable
+from eglr_harness.core.errors import OutputError, UserError
+from eglr_harness.core.outputs import atomic_write_text, check_writable
 
 __all__ = ["install_user_error_hook", "patch_tracker"]
 
@@ -139,7 +139,7 @@ def patch_tracker(tracker_module) -> None:
 
 
 def install_user_error_hook() -> None:
-    """Print a :class:`~eglr_harness.errors.UserError` (an output that cannot be written, a bad data
+    """Print a :class:`~eglr_harness.core.errors.UserError` (an output that cannot be written, a bad data
     line) that reaches the top of a program as one line (exit status 1), not as a traceback; every
     other exception is printed as before."""
     previous = sys.excepthook

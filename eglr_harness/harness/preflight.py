@@ -4,7 +4,7 @@ lm-eval loads the model first, builds the tasks after, and meets most mistakes o
 decodes: a minute of loading on a CPU, then a traceback. Everything that can be known from the
 command line, the preset, the model's config file (read without the weights) and the tasks' YAML is
 checked here instead, each mistake as one line naming the value and what is allowed (a
-:class:`~eglr_harness.errors.UserError`, which the CLI prints without a traceback):
+:class:`~eglr_harness.core.errors.UserError`, which the CLI prints without a traceback):
 
 - :func:`check_run_args`, before lm-eval indexes its tasks: the model args, ``pretrained``,
   ``--use_cache``, ``--limit``, ``--gen_kwargs`` (values, pool keys, length against the model's
@@ -24,13 +24,16 @@ import functools
 import math
 from collections.abc import Iterable, Mapping
 
-from eglr_harness.errors import GenerationOptionError, ModelArgError, RunArgError, model_arg_errors
-from eglr_harness.generation_options import (
-    LENGTH_OPTIONS, check_generation_options, continuous_refusals, refuse_for_continuous,
+from eglr_harness.core.errors import GenerationOptionError, ModelArgError, RunArgError, model_arg_errors
+from eglr_harness.core.generation_options import (
+    LENGTH_OPTIONS,
+    check_generation_options,
+    continuous_refusals,
+    refuse_for_continuous,
 )
-from eglr_harness.model_args import USE_CACHE_REFUSAL, check_pretrained_path
-from eglr_harness.model_names import parse_model_args
-from eglr_harness.pool import TASK_POOL_KEYS, task_axes
+from eglr_harness.core.model_args import USE_CACHE_REFUSAL, check_pretrained_path
+from eglr_harness.run.model_names import parse_model_args
+from eglr_harness.run.pool import TASK_POOL_KEYS, task_axes
 
 __all__ = ["check_run_args", "check_run_tasks", "declared_limits", "hf_args_of", "parse_args_string"]
 
@@ -41,7 +44,7 @@ _EGLR_SETTINGS = ("L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p
 
 def hf_args_of(args: Mapping, preset: Mapping) -> dict:
     """What HFLM is built with: the preset's model args under the given ones (eglr-hf's own removed)."""
-    from eglr_harness.model_args import EGLR_ARGS  # noqa: PLC0415
+    from eglr_harness.core.model_args import EGLR_ARGS  # noqa: PLC0415
 
     hf_args = {**preset.get("model_args", {}), **{k: v for k, v in args.items() if k not in EGLR_ARGS}}
     if args.get("pretrained") is not None:
@@ -83,8 +86,8 @@ def declared_limits(hf_args: Mapping) -> tuple[int | None, int | None]:
 
 def _settings_of(args: Mapping):
     """The preset, HFLM's args and the validated ``RunSettings`` of eglr-hf's model args."""
-    from eglr_harness.presets import load_preset  # noqa: PLC0415
-    from eglr_harness.settings import RunSettings  # noqa: PLC0415
+    from eglr_harness.run.presets import load_preset  # noqa: PLC0415
+    from eglr_harness.run.settings import RunSettings  # noqa: PLC0415
 
     with model_arg_errors():
         preset = load_preset(args["model_config"]) if args.get("model_config") else {"model_args": {}, "eglr": {}}
@@ -109,7 +112,7 @@ def check_run_args(model_args, *, gen_kwargs=None, limit=None, use_cache=None, p
                               f"every model; give it as `--{name} {args[name]}` instead.")
     check_eglr_model_args(args)
     if args.get("rollout_cache"):
-        from eglr_harness.stores import check_rollout_cache  # noqa: PLC0415
+        from eglr_harness.run.stores import check_rollout_cache  # noqa: PLC0415
 
         check_rollout_cache(args["rollout_cache"])
     preset, settings = _settings_of(args)
@@ -233,7 +236,7 @@ def _our_tasks(names: Iterable[str]) -> dict[str, tuple[dict, int]]:
     """``{task: (generation_kwargs, repeats)}`` of the project's tasks among ``names``, groups expanded."""
     from lm_eval.tasks._yaml_loader import load_yaml  # noqa: PLC0415 -- lm-eval's own include rule
 
-    from eglr_harness.resources import task_names  # noqa: PLC0415
+    from eglr_harness.core.resources import task_names  # noqa: PLC0415
 
     known = task_names()
     found: dict[str, tuple[dict, int]] = {}

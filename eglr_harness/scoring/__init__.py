@@ -17,12 +17,12 @@ _LAZY = {
     "parse_number": "eglr_harness.scoring.normalize",
     "is_equivalent": "eglr_harness.scoring.equivalence",
     "shutdown_worker": "eglr_harness.scoring.equivalence",
-    "score_document": "eglr_harness.scoring.metrics",
-    "majority_index": "eglr_harness.scoring.metrics",
-    "cluster_answers": "eglr_harness.scoring.metrics",
-    "cell_accuracies": "eglr_harness.scoring.metrics",
-    "pass_at_k": "eglr_harness.scoring.metrics",
-    "best_cfg_acc": "eglr_harness.scoring.metrics",
+    "score_document": "eglr_harness.scoring.doc_scores",
+    "majority_index": "eglr_harness.scoring.doc_scores",
+    "cluster_answers": "eglr_harness.scoring.doc_scores",
+    "cell_accuracies": "eglr_harness.scoring.doc_scores",
+    "pass_at_k": "eglr_harness.scoring.doc_scores",
+    "best_cfg_acc": "eglr_harness.scoring.doc_scores",
 }
 
 __all__ = sorted(_LAZY)

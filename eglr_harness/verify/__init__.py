@@ -12,7 +12,7 @@ them. Modules (one job each, imports one way: spec <- formats <- heads <- scorer
 - :mod:`~eglr_harness.verify.scorers` -- loading a verifier and scoring batches;
 - :mod:`~eglr_harness.verify.store` -- the resumable score store (sqlite, keyed by verifier and text);
 - :mod:`~eglr_harness.verify.run` -- reading a run, scoring it, writing the copy;
-- :mod:`~eglr_harness.verify.cli` -- the console script.
+- :mod:`~eglr_harness.commands.verify` -- the console script.
 
 The field it writes, ``rollouts[i].verifier_scores`` (docs/run-format.md), is read by
 :mod:`eglr_harness.analysis.metrics.bestofn` only.

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eglr_harness.analysis.load import RunFiles, find_runs, read_results
-from eglr_harness.run_format import SampleLine, completions_of, prompt_of, read_samples_file
-from eglr_harness.jsonl import iter_jsonl
-from eglr_harness.model_names import parse_model_args
-from eglr_harness.outputs import atomic_writer
+from eglr_harness.core.jsonl import iter_jsonl
+from eglr_harness.core.outputs import atomic_writer
+from eglr_harness.core.run_format import SampleLine, completions_of, prompt_of, read_samples_file
+from eglr_harness.run.model_names import parse_model_args
 from eglr_harness.verify.heads import aggregate
 from eglr_harness.verify.scorers import Item, Scorer, check_weights, load_scorer, self_model_args
 from eglr_harness.verify.spec import AGGREGATIONS, VerifierSpec

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from eglr_harness.model_names import model_name
-from eglr_harness.presets import load_preset, resolve_pretrained
-from eglr_harness.stores import weights_fingerprint
+from eglr_harness.run.model_names import model_name
+from eglr_harness.run.presets import load_preset, resolve_pretrained
+from eglr_harness.run.stores import weights_fingerprint
 from eglr_harness.verify import formats, heads
 from eglr_harness.verify.spec import VerifierSpec
 

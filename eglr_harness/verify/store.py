@@ -3,7 +3,7 @@
 A record's key hashes the verifier spec, its weights' fingerprint, the dtype, the store version and
 the texts it scored (question, prompt, solution), so a killed run scores only what is missing when
 run again, a rollout text repeated across cells is scored once, and new weights at the same path
-score afresh. It is the project's sqlite store (:class:`eglr_harness.stores._SqliteTable`: checksums,
+score afresh. It is the project's sqlite store (:class:`eglr_harness.run.stores._SqliteTable`: checksums,
 several processes, damaged files moved aside) with a check of its own values.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from eglr_harness.stores import _SqliteTable, content_key
+from eglr_harness.run.stores import _SqliteTable, content_key
 
 __all__ = ["STORE_FILE", "STORE_VERSION", "ScoreStore", "score_key"]
 

@@ -17,7 +17,7 @@ import itertools
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from eglr_harness.config import EglrConfig
+from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.contract import Outcome, Request
 from eglr_harness.decoding.stats import EglrStats
 from eglr_harness.vllm.row_settings import EXTRA_ARGS_KEY, take_signals

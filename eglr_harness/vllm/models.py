@@ -35,7 +35,7 @@ from vllm.model_executor.models.llama import LlamaForCausalLM
 from vllm.model_executor.models.mistral import MistralForCausalLM
 from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
 
-from eglr_harness.config import EglrConfig
+from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.functional import (
     entropy_gate, entropy_of_log_probs, fuse, kl_divergence, norm_match, raise_on_nan_rows, refinement_done,
 )

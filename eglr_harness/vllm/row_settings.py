@@ -24,7 +24,7 @@ import math
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-from eglr_harness.config import EglrConfig, parse_tau_h
+from eglr_harness.core.config import EglrConfig, parse_tau_h
 
 EXTRA_ARGS_KEY = "eglr"
 # what a request may set, and what it gets when it sets nothing (plain decoding)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+import lmeval_fakes
 import pytest
 
-import lmeval_fakes
 from eglr_harness.analysis import build_report, load_grid
 from eglr_harness.analysis.metrics.ablation import ablation
 from eglr_harness.analysis.metrics.intervals import wilson_interval
+from eglr_harness.commands import sweep as sweep_command
 from eglr_harness.leaderboard import sweep
-from eglr_harness.model_names import parse_model_args
-from eglr_harness.settings import RunSettings
+from eglr_harness.run.model_names import parse_model_args
+from eglr_harness.run.settings import RunSettings
 
 TASK = "toy_eglr"
 
@@ -105,16 +106,16 @@ def test_sweep_runs_resumes_and_reports(tmp_path, capsys):
         f"--model_args pretrained=x --tasks {TASK} --sweep alpha=0.2,0.5 --sweep k_max=1,3 --limit 10 "
         f"--apply_chat_template --metadata '{{\"n\": 10}}' --output_dir {tmp_path / 'sw'}"
     )
-    assert sweep.main(argv, executor=fake_lm_eval) == 0
+    assert sweep_command.main(argv, executor=fake_lm_eval) == 0
     assert [Path(c[c.index("--output_path") + 1]).name for c in calls] == ["default", "alpha_0.5", "k_max_1"]
     text = (tmp_path / "sw" / "report" / "report.md").read_text()
     assert "### alpha" in text and "### k_max" in text
     calls.clear()
-    assert sweep.main(argv, executor=fake_lm_eval) == 0 and calls == []  # resume: all finished
+    assert sweep_command.main(argv, executor=fake_lm_eval) == 0 and calls == []  # resume: all finished
     # the defaults moved (k_max=2 for every point): nothing made with k_max=3 is reused
     argv2 = [*argv[: argv.index("--sweep")], "--sweep", "alpha=0.2,0.5", *argv[argv.index("--limit"):]]
     argv2[argv2.index("pretrained=x")] = "pretrained=x,k_max=2"
-    assert sweep.main(argv2, executor=fake_lm_eval) == 0
+    assert sweep_command.main(argv2, executor=fake_lm_eval) == 0
     assert [Path(c[c.index("--output_path") + 1]).name for c in calls] == ["default", "alpha_0.5"]
 
 
@@ -143,7 +144,7 @@ def test_plain_L0_run_without_tau_h_is_a_point_of_the_L_axis(tmp_path):
 def test_a_value_no_run_accepts_is_refused_before_anything_runs(tmp_path, capsys, args, dry_run):
     calls = []
     argv = shlex.split(f"{args} --tasks {TASK} --output_dir {tmp_path / 'sw'}") + (["--dry_run"] if dry_run else [])
-    assert sweep.main(argv, executor=lambda a: calls.append(a) or 0) == 2  # today: the default point runs first
+    assert sweep_command.main(argv, executor=lambda a: calls.append(a) or 0) == 2  # today: the default point runs first
     out, err = capsys.readouterr()
     assert not calls and not out  # --dry_run printed the invalid commands
     swept = "--model_args pretrained=x " in args  # else the bad value is in --model_args
@@ -159,7 +160,7 @@ def test_a_failed_run_fails_the_sweep_without_a_report(tmp_path, capsys):
         return 0 if out.name == "default" else 1
 
     argv = shlex.split(f"--model_args pretrained=x --tasks {TASK} --sweep alpha=0.5 --output_dir {tmp_path / 'sw'}")
-    assert sweep.main(argv, executor=fake_lm_eval) == 1
+    assert sweep_command.main(argv, executor=fake_lm_eval) == 1
     assert not (tmp_path / "sw" / "report").exists()  # today: a report of the default point alone
     assert "alpha_0.5" in capsys.readouterr().err
 
@@ -169,7 +170,7 @@ def test_a_device_in_the_model_args_reaches_lm_eval_as_its_flag(tmp_path, capsys
     run; the sweep's runs get it as `--device`, as the leaderboard's do."""
     argv = shlex.split(f"--model_args model_config=smollm2-135m-instruct,device=cpu --tasks {TASK} "
                        f"--sweep alpha=0.1 --output_dir {tmp_path / 'sw'} --dry_run")
-    assert sweep.main(argv, executor=lambda a: 0) == 0
+    assert sweep_command.main(argv, executor=lambda a: 0) == 0
     commands = [shlex.split(line) for line in capsys.readouterr().out.splitlines()]
     assert len(commands) == 2
     for command in commands:

@@ -7,21 +7,16 @@ import csv
 import json
 from pathlib import Path
 
+import lmeval_fakes
 import pytest
 from lm_eval._cli import HarnessCLI
 
-import lmeval_fakes
 from eglr_harness.analysis.portable import portable
-from eglr_harness.benchmark_names import benchmark_of
-from eglr_harness.leaderboard.runner import RECORD_NAME, main, run_leaderboard
-from eglr_harness.leaderboard.plan import (
-    LeaderboardOptions,
-    build_command,
-    default_output_dir,
-    model_slug,
-    parse_beams,
-    parse_limit,
-    plan_runs,
+from eglr_harness.core.benchmark_names import benchmark_of
+from eglr_harness.commands.leaderboard import main
+from eglr_harness.leaderboard.runner import RECORD_NAME, run_leaderboard
+from eglr_harness.leaderboard.runs import (
+    LeaderboardOptions, build_command, default_output_dir, model_slug, parse_beams, parse_limit, plan_runs,
 )
 
 MODEL_ARGS = "pretrained=/models/smol,gguf_file=SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -271,7 +266,7 @@ def test_per_benchmark_limits_size_each_run_and_resume_per_benchmark(tmp_path):
 
 
 def test_model_config_preset_spells_out_hf_args_and_keeps_the_preset_for_eglr(tmp_path):
-    from eglr_harness.presets import load_preset
+    from eglr_harness.run.presets import load_preset
 
     preset = load_preset("smollm2-135m-instruct")["model_args"]
     opts = options(tmp_path, model_args="model_config=smollm2-135m-instruct,dtype=bfloat16", beams=(4,))

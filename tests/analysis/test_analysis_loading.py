@@ -203,7 +203,7 @@ def test_report_and_leaderboard_need_no_torch_transformers_or_lm_eval(full_run, 
     code = (
         "import sys\n"
         "from eglr_harness.analysis import build_report\n"
-        "import eglr_harness.analysis.cli, eglr_harness.leaderboard\n"
+        "import eglr_harness.commands.report, eglr_harness.leaderboard\n"
         f"build_report([{str(full_run)!r}], {str(tmp_path / 'r')!r})\n"
         "bad = [m for m in ('torch', 'transformers', 'lm_eval') if m in sys.modules]\n"
         "assert not bad, bad\n"

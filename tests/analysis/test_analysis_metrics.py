@@ -14,24 +14,16 @@ import random
 import pytest
 
 from eglr_harness.analysis import (
-    budget_curve,
-    cell_accuracy,
-    cumulative_oracle,
-    disagreement_slices,
-    exclusive_counts,
-    expected_random_oracle,
-    load_grid,
-    marginal_over_greedy,
-    oracle_corners,
-    pool_cells,
-    random_order_curve,
-    sc_solved,
-    solved_sets,
-    summarize_pool,
-    vote_is_correct,
+
+    budget_curve, cell_accuracy, cumulative_oracle, disagreement_slices, exclusive_counts, expected_random_oracle,
+
+    load_grid, marginal_over_greedy, oracle_corners, pool_cells, random_order_curve, sc_solved, solved_sets,
+
+    summarize_pool, vote_is_correct,
+
 )
 from eglr_harness.analysis.load import RolloutRow
-from eglr_harness.votes import majority
+from eglr_harness.core.votes import majority
 
 A, B, C, D, E, F, G, H, I = (0, 0.0), (0, 0.5), (0, 1.0), (1, 0.0), (1, 0.5), (1, 1.0), (2, 0.0), (2, 0.5), (2, 1.0)
 

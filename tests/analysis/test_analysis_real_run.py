@@ -10,8 +10,8 @@ from pathlib import Path
 
 from eglr_harness.analysis import build_report, cell_accuracy, load_grid, run_compute
 from eglr_harness.analysis.load import RunFiles, find_runs
+from eglr_harness.core.votes import majority
 from eglr_harness.leaderboard.table import cells_from_run
-from eglr_harness.votes import majority
 
 RUN = Path(__file__).parent / "data" / "real_gsm8k_eglr_sc"
 

@@ -8,7 +8,7 @@ import pytest
 
 import lmeval_fakes
 from eglr_harness.analysis import build_report
-from eglr_harness.analysis.cli import report_main
+from eglr_harness.commands.report import main as report_main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CELLS = list(lmeval_fakes.GRID)

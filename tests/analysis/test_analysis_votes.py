@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import csv
 
+import lmeval_fakes
 import pytest
 
-import lmeval_fakes
 from eglr_harness.analysis import budget_curve, build_report, load_grid
 from eglr_harness.analysis.load import RolloutRow, find_runs, vote_labels
+from eglr_harness.core.votes import best_cell, majority
 from eglr_harness.leaderboard.table import cells_from_run
-from eglr_harness.votes import best_cell, majority
 
 # One problem (gold 1/2), five L-pool rollouts that differ only in notation. The task clusters
 # \frac12, 0.5 and 1/2 together (3 votes) against "3" (2 votes): maj@5 = 1. Voting on the strings,
@@ -128,7 +128,7 @@ def test_majority_is_the_first_member_of_the_largest_group(labels, winner):
 
 
 def test_best_cell_ties_go_to_the_first_cell_in_L_major_order():
-    from eglr_harness.cell import Cell
+    from eglr_harness.core.cell import Cell
 
     scores = {Cell(2, 0.0): 0.5, Cell(0, 0.7): 0.5, Cell(10, 0.0): 0.5, Cell(1, 0.0): 0.25}
     assert best_cell(scores) == Cell(0, 0.7)

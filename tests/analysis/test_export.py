@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import lmeval_fakes
-from eglr_harness import export
+from eglr_harness.commands import export
 from eglr_harness.analysis.load import find_runs, read_samples
 
 REAL_RUN = Path(__file__).resolve().parents[2] / "results" / "smollm2-135m-instruct" / "demo_level0_ablation" / "default"

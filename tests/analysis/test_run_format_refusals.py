@@ -1,5 +1,5 @@
 """Issue 38 (6): eglr-report, eglr-export and eglr-score check what they read, in one place
-(``eglr_harness/run_format.py``): a samples line or results file that breaks docs/run-format.md is
+(``eglr_harness/core/run_format.py``): a samples line or results file that breaks docs/run-format.md is
 refused with one line ``FILE:LINE: what is wrong (value) and what is allowed``, exit 2, no traceback.
 
 The files are a genuine run (``data/real_gsm8k_eglr_sc``, written by the stock lm_eval CLI) with one
@@ -18,16 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from eglr_harness import export
-from eglr_harness.analysis.cli import report_main
-from eglr_harness.harness.rescore import main as score_main
+from eglr_harness.commands import export
+from eglr_harness.commands.report import main as report_main
+from eglr_harness.commands.score import main as score_main
 
 REAL = Path(__file__).parent / "data" / "real_gsm8k_eglr_sc"
 REPO = Path(__file__).resolve().parents[2]
 COMMANDS = {
-    "eglr-report": (report_main, "eglr_harness.analysis.cli", lambda run, out: [str(run), "--out", str(out / "r")]),
-    "eglr-export": (export.main, "eglr_harness.export", lambda run, out: [str(run), "--out", str(out / "x.jsonl")]),
-    "eglr-score": (score_main, "eglr_harness.harness.rescore", lambda run, out: [str(run), "--output_path", str(out / "s")]),
+    "eglr-report": (report_main, "eglr_harness.commands.report", lambda run, out: [str(run), "--out", str(out / "r")]),
+    "eglr-export": (export.main, "eglr_harness.commands.export", lambda run, out: [str(run), "--out", str(out / "x.jsonl")]),
+    "eglr-score": (score_main, "eglr_harness.commands.score", lambda run, out: [str(run), "--output_path", str(out / "s")]),
 }
 
 

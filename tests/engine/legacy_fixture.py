@@ -39,7 +39,7 @@ def run_case(arch, prompt_seed, settings, max_batch, headroom, run):
     from inputs import random_prompts
     from tiny_models import build_tiny_model
 
-    from eglr_harness.config import EglrConfig
+    from eglr_harness.core.config import EglrConfig
 
     model = build_tiny_model(arch, vocab_size=VOCAB, num_layers=LAYERS, seed=1)
     prompts = random_prompts(prompt_seed, lengths=LENGTHS, vocab=VOCAB)
@@ -53,7 +53,7 @@ def run_case(arch, prompt_seed, settings, max_batch, headroom, run):
 
 
 def engine_run(model, prompts, configs, max_batch, headroom, record):
-    from eglr_harness.decoding.continuous_engine import ContinuousEngine
+    from eglr_harness.decoding.continuous.engine import ContinuousEngine
     from eglr_harness.decoding.contract import Request
 
     requests = [Request(tuple(p), c, MAX_NEW) for p, c in zip(prompts, configs)]

@@ -6,7 +6,11 @@ import pytest
 import torch
 
 from eglr_harness.decoding.compile_setting import (
-    COMPILE_SETTINGS, CompilePlan, check_compile_for_engine, check_compile_setting, compile_refusal, resolve_compile,
+
+    COMPILE_SETTINGS, CompileChoice, check_compile_for_engine, check_compile_setting, compile_refusal,
+
+    resolve_compile,
+
 )
 
 
@@ -77,7 +81,7 @@ def test_auto_and_none_mean_eager_with_the_hook_engine(setting):
     assert compile_refusal(setting, "hf") is None
     check_compile_for_engine(setting, "hf")
     plan = resolve_compile(setting, "cuda", engine="hf")
-    assert plan == CompilePlan(requested=setting or "auto", compile=False, mode=None)
+    assert plan == CompileChoice(requested=setting or "auto", compile=False, mode=None)
     assert plan.recorded == "none"
 
 
@@ -100,7 +104,7 @@ def test_the_plan_is_what_the_engine_takes():
     """The kwargs build an engine (eager or compiled) without error: the names match ContinuousEngine's."""
     from tiny_models import build_tiny_model
 
-    from eglr_harness.decoding.continuous_engine import ContinuousEngine
+    from eglr_harness.decoding.continuous.engine import ContinuousEngine
 
     model = build_tiny_model("llama", vocab_size=96, num_layers=2, seed=1)
     for setting in ("auto", "default"):

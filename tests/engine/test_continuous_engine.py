@@ -8,15 +8,14 @@ from collections import Counter
 
 import pytest
 import torch
-
 from inputs import random_prompts
 from naive_reference import naive_eglr_greedy, naive_eglr_sampled
 from tiny_models import TINY_ARCHS, build_tiny_model
 
-from eglr_harness.config import EglrConfig
-from eglr_harness.decoding.stats import EglrStats
-from eglr_harness.decoding.continuous_engine import ContinuousEngine
+from eglr_harness.core.config import EglrConfig
+from eglr_harness.decoding.continuous.engine import ContinuousEngine
 from eglr_harness.decoding.contract import Request
+from eglr_harness.decoding.stats import EglrStats
 
 VOCAB, LAYERS, EOS, PAD = 96, 4, 2, 0
 MAX_NEW = 10

@@ -9,12 +9,12 @@ import torch
 from tiny_models import build_tiny_model
 from torch import nn
 
-from eglr_harness.config import EglrConfig
+from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding import functional as em
 from eglr_harness.decoding.cache_kwarg import CACHE_KWARG
-from eglr_harness.decoding.generate import eglr_generate
+from eglr_harness.decoding.hook.generate import eglr_generate
+from eglr_harness.decoding.hook.refiner import EglrRefiner
 from eglr_harness.decoding.model_parts import find_model_parts
-from eglr_harness.decoding.refiner import EglrRefiner
 from eglr_harness.decoding.sampling import SeededRowSampler, row_seed
 
 

@@ -7,18 +7,18 @@ import math
 
 import pytest
 import torch
-from naive_reference import naive_eglr_greedy
 from inputs import ENGINE_PAD, ENGINE_VOCAB
 from inputs import left_pad as _left_pad
 from inputs import random_prompts as _prompts
+from naive_reference import naive_eglr_greedy
 from tiny_models import build_tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from eglr_harness.config import EglrConfig
-from eglr_harness.decoding import refiner as refiner_module
+from eglr_harness.core.config import EglrConfig
+from eglr_harness.decoding.hook import refiner as refiner_module
+from eglr_harness.decoding.hook.generate import _FinishedRowsTracker, eglr_generate
+from eglr_harness.decoding.hook.refiner import _Attended, _ReplayCache, current_slot
 from eglr_harness.decoding.stats import EglrStats
-from eglr_harness.decoding.generate import _FinishedRowsTracker, eglr_generate
-from eglr_harness.decoding.refiner import _Attended, _ReplayCache, current_slot
 
 VOCAB, LAYERS, PAD, EOS = ENGINE_VOCAB, 4, ENGINE_PAD, 2
 MAX_NEW = 10

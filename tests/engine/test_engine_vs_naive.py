@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import pytest
 import torch
-from collections import Counter
-
-from naive_reference import naive_eglr_greedy, naive_eglr_sampled
 from inputs import ENGINE_PAD, ENGINE_VOCAB
 from inputs import left_pad as _left_pad
 from inputs import random_prompts as _prompts
+from naive_reference import naive_eglr_greedy, naive_eglr_sampled
 from tiny_models import TINY_ARCHS, build_tiny_model
 
-from eglr_harness.decoding.stats import EglrStats
-from eglr_harness.decoding.generate import eglr_generate
+from eglr_harness.decoding.hook.generate import eglr_generate
 from eglr_harness.decoding.sampling import row_seed
+from eglr_harness.decoding.stats import EglrStats
 
 VOCAB, LAYERS, PAD, EOS = ENGINE_VOCAB, 4, ENGINE_PAD, 2
 MAX_NEW = 10

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from legacy_fixture import FIXTURE, cases, engine_run, run_case
 
 LEGACY = json.loads(FIXTURE.read_text())
@@ -26,12 +25,12 @@ from inputs import random_prompts  # noqa: E402
 from naive_reference import gumbel, naive_eglr_greedy  # noqa: E402
 from tiny_models import build_tiny_model  # noqa: E402
 
-from eglr_harness.config import EglrConfig  # noqa: E402
-from eglr_harness.decoding.continuous_engine import ContinuousEngine  # noqa: E402
+from eglr_harness.core.config import EglrConfig  # noqa: E402
+from eglr_harness.decoding.continuous.engine import ContinuousEngine  # noqa: E402
+from eglr_harness.decoding.continuous.kv_slots import SPARE_COLUMNS, SlotCache  # noqa: E402
+from eglr_harness.decoding.continuous.step_key import length_bucket  # noqa: E402
+from eglr_harness.decoding.continuous.step_state import READ_FIELDS, SlotState, StepInvariants  # noqa: E402
 from eglr_harness.decoding.contract import Request  # noqa: E402
-from eglr_harness.decoding.step_state import READ_FIELDS, SlotState, StepPlan  # noqa: E402
-from eglr_harness.decoding.kv_slots import SPARE_COLUMNS, SlotCache  # noqa: E402
-from eglr_harness.decoding.step_key import length_bucket  # noqa: E402
 
 VOCAB, LAYERS, EOS = 96, 4, 2
 TAU_KL = 4.4e-4
@@ -138,10 +137,10 @@ def test_a_nan_kl_raises():
     """A refining row whose KL is NaN is flagged in the step's read (the host raises on it)."""
     model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=LAYERS, seed=5)
     engine = ContinuousEngine(model, max_batch=2)
-    plan = StepPlan.of([EglrConfig(L=2, tau_h=0.0)], LAYERS, VOCAB, None)
+    plan = StepInvariants.of([EglrConfig(L=2, tau_h=0.0)], LAYERS, VOCAB, None)
     state = SlotState.allocate(2, 32, VOCAB, torch.float32, torch.device("cpu"))
     state.logp_prev[1] = float("nan")
-    from eglr_harness.decoding.fixed_step import settle
+    from eglr_harness.decoding.continuous.fixed_step import settle
 
     read = settle(engine.stack, plan, state, torch.tensor([0, 1]), 2, torch.randn(2, 32), torch.randn(2, VOCAB))
     assert read[:, READ_FIELDS.index("nan")].tolist() == [0.0, 1.0]

@@ -45,16 +45,17 @@ from tiny_models import MORE_ARCHS, TINY_ARCHS, build_tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from eglr_harness.config import EglrConfig
-from eglr_harness.decoding import continuous_engine as continuous, fixed_step, step_graphs
-from eglr_harness.decoding.continuous_engine import ContinuousEngine
+from eglr_harness.core.config import EglrConfig
+from eglr_harness.decoding.continuous import engine as continuous
+from eglr_harness.decoding.continuous import fixed_step, step_graphs
+from eglr_harness.decoding.continuous.engine import ContinuousEngine
+from eglr_harness.decoding.continuous.fixed_step import decode_step
+from eglr_harness.decoding.continuous.kv_slots import SlotCache
+from eglr_harness.decoding.continuous.stack import ModelStack
+from eglr_harness.decoding.continuous.step_key import row_buckets
+from eglr_harness.decoding.continuous.step_state import READ_FIELDS, SlotState, StepInvariants
 from eglr_harness.decoding.contract import Request
-from eglr_harness.decoding.fixed_step import decode_step
 from eglr_harness.decoding.processors import LogitsOptions
-from eglr_harness.decoding.step_state import READ_FIELDS, SlotState, StepPlan
-from eglr_harness.decoding.kv_slots import SlotCache
-from eglr_harness.decoding.stack import ModelStack
-from eglr_harness.decoding.step_key import row_buckets
 
 VOCAB, LAYERS, EOS = 96, 4, 2
 TAU_KL = 4.4e-4
@@ -155,7 +156,7 @@ def host_reads_of_meta_steps(arch: str, configs: list[EglrConfig], options=None)
     stack = ModelStack.of(model)
     num_slots = len(configs)
     options = options or [LogitsOptions()] * num_slots
-    plan = StepPlan.of(configs, LAYERS, VOCAB, stack.parts.logit_softcap, options)
+    plan = StepInvariants.of(configs, LAYERS, VOCAB, stack.parts.logit_softcap, options)
     cache = SlotCache(num_slots + 1, 16)
     config = model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads

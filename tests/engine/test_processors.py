@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from inputs import random_prompts
 from tiny_models import build_tiny_model
 
-from eglr_harness.config import EglrConfig
-from eglr_harness.decoding.continuous_engine import ContinuousEngine
+from eglr_harness.core.config import EglrConfig
+from eglr_harness.core.errors import GenerationOptionError
+from eglr_harness.decoding.continuous.engine import ContinuousEngine
 from eglr_harness.decoding.contract import Request
-from eglr_harness.decoding.generate import eglr_generate
+from eglr_harness.decoding.hook.generate import eglr_generate
 from eglr_harness.decoding.processors import LogitsOptions
 from eglr_harness.decoding.sampling import row_seed
-from eglr_harness.errors import GenerationOptionError
 
 VOCAB, LAYERS, EOS, PAD = 96, 4, 2, 0
 NEW = 12
@@ -176,8 +175,8 @@ def test_the_step_processors_equal_transformers_processors_row_by_row(generated)
         RepetitionPenaltyLogitsProcessor, SuppressTokensAtBeginLogitsProcessor, SuppressTokensLogitsProcessor,
     )
 
-    from eglr_harness.decoding.fixed_step import process
-    from eglr_harness.decoding.step_state import SlotState, StepPlan
+    from eglr_harness.decoding.continuous.fixed_step import process
+    from eglr_harness.decoding.continuous.step_state import SlotState, StepInvariants
 
     vocab, eos = 12, 3
     g = torch.Generator().manual_seed(generated)
@@ -185,7 +184,7 @@ def test_the_step_processors_equal_transformers_processors_row_by_row(generated)
     options = LogitsOptions(repetition_penalty=1.3, no_repeat_ngram_size=2, min_new_tokens=3, min_length=8,
                             suppress_tokens=(5,), begin_suppress_tokens=(7, eos))
     configs = [EglrConfig(L=0)] * len(rows)
-    plan = StepPlan.of(configs, LAYERS, vocab, None, [options] * len(rows))
+    plan = StepInvariants.of(configs, LAYERS, vocab, None, [options] * len(rows))
     state = SlotState.allocate(len(rows), 8, vocab, torch.float32, "cpu", processors=plan.processors,
                                eos_token_ids=[eos], history_width=32)
     prompts = [tuple(r[:len(r) - generated]) for r in rows]

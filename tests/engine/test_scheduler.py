@@ -7,11 +7,11 @@ import logging
 
 import pytest
 
-from eglr_harness.config import EglrConfig
+from eglr_harness.core.config import EglrConfig
+from eglr_harness.decoding.continuous.scheduler import Scheduler
+from eglr_harness.decoding.continuous.step_key import StepKey, StepSizes, length_bucket, row_buckets
+from eglr_harness.decoding.continuous.step_state import RowPhase
 from eglr_harness.decoding.contract import Outcome, Request
-from eglr_harness.decoding.scheduler import Scheduler
-from eglr_harness.decoding.step_key import StepKey, StepSizes, length_bucket, row_buckets
-from eglr_harness.decoding.step_state import RowPhase
 
 
 def scheduler(lengths, *, num_slots=3, max_advancing=2, admit_at=1, prefill_tokens=8) -> Scheduler:
@@ -78,12 +78,12 @@ def test_a_compiled_run_says_at_its_start_which_steps_it_may_record(caplog):
     import torch
     from tiny_models import build_tiny_model
 
-    from eglr_harness.decoding.continuous_engine import ContinuousEngine
+    from eglr_harness.decoding.continuous.engine import ContinuousEngine
 
     model = build_tiny_model("llama", vocab_size=64, num_layers=2, seed=1)
     requests = [Request((5, 6, 7), EglrConfig(L=1, tau_h=0.0), 3), Request((8, 9), EglrConfig(L=0), 3)]
     torch._dynamo.reset()
-    with caplog.at_level(logging.INFO, logger="eglr_harness.decoding.continuous_engine"):
+    with caplog.at_level(logging.INFO, logger="eglr_harness.decoding.continuous.engine"):
         ContinuousEngine(model, max_batch=2, kv_bucket=4, compile=True, compile_backend="eager").run(requests)
     torch._dynamo.reset()
     said = [r.getMessage() for r in caplog.records if "step keys" in r.getMessage()]
@@ -103,8 +103,8 @@ def test_debug_mode_refuses_to_replay_a_graph_on_moved_tensors(monkeypatch, move
     from test_gpu_readiness import ReplayGraph
     from tiny_models import build_tiny_model
 
-    from eglr_harness.decoding import step_graphs
-    from eglr_harness.decoding.continuous_engine import ContinuousEngine
+    from eglr_harness.decoding.continuous import step_graphs
+    from eglr_harness.decoding.continuous.engine import ContinuousEngine
 
     monkeypatch.setattr(step_graphs, "CudaGraph", ReplayGraph)
     model = build_tiny_model("llama", vocab_size=64, num_layers=2, seed=1)
@@ -112,7 +112,7 @@ def test_debug_mode_refuses_to_replay_a_graph_on_moved_tensors(monkeypatch, move
     engine = ContinuousEngine(model, max_batch=2, kv_bucket=4, compile=True, compile_backend="eager")
     engine.runner.capture = True
     torch._dynamo.reset()
-    caplog.set_level(logging.DEBUG, logger="eglr_harness.decoding.step_graphs")
+    caplog.set_level(logging.DEBUG, logger="eglr_harness.decoding.continuous.step_graphs")
     engine.run(requests)
     if moved:
         keys = engine.workspace.cache.keys

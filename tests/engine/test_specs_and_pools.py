@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from eglr_harness.config import EglrConfig, parse_tau_h
-from eglr_harness.pool import resolve_pool, task_axes
-from eglr_harness.specs import parse_L_spec, parse_T_spec
+from eglr_harness.core.config import EglrConfig, parse_tau_h
+from eglr_harness.core.specs import parse_L_spec, parse_T_spec
+from eglr_harness.run.pool import resolve_pool, task_axes
 
 
 @pytest.mark.parametrize("spec, expected", [
@@ -106,6 +106,6 @@ def test_task_temperature_is_the_T_axis_when_no_pool_is_named():
     ("eglr_demo", "eglr_demo"), ("eglr_demo_lxt", "eglr_demo"), ("eglr_demo_sc", "eglr_demo"), (None, None),
 ])
 def test_tasks_share_their_benchmark_tau_h(task, benchmark):
-    from eglr_harness.presets import benchmark_of
+    from eglr_harness.run.presets import benchmark_of
 
     assert benchmark_of(task) == benchmark

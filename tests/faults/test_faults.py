@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from eglr_harness.stores import RolloutStore, TauHCache
+from eglr_harness.run.stores import RolloutStore, TauHCache
 
 # ---------------------------------------------------------------------------------------------
 # stores
@@ -255,7 +255,7 @@ def _fill(folder: Path) -> None:
 def test_output_path_that_cannot_be_written_is_refused_when_the_tracker_is_made(read_only_folder):
     from lm_eval.loggers.evaluation_tracker import EvaluationTracker
 
-    from eglr_harness.errors import OutputError
+    from eglr_harness.core.errors import OutputError
 
     target = read_only_folder / "out"
     with pytest.raises(OutputError, match=r"--output_path=.*ro/out.* cannot be written"):
@@ -265,7 +265,7 @@ def test_output_path_that_cannot_be_written_is_refused_when_the_tracker_is_made(
 def test_a_full_disk_is_refused_before_the_run(small_disk):
     from lm_eval.loggers.evaluation_tracker import EvaluationTracker
 
-    from eglr_harness.errors import OutputError
+    from eglr_harness.core.errors import OutputError
 
     _fill(small_disk)
     with pytest.raises(OutputError, match="No space left"):
@@ -286,7 +286,7 @@ def _tracker_with_samples(output: Path):
 
 
 def test_a_disk_that_fills_during_the_run_fails_it_and_leaves_no_cut_file(small_disk):
-    from eglr_harness.errors import OutputError
+    from eglr_harness.core.errors import OutputError
 
     tracker, samples = _tracker_with_samples(small_disk / "out")
     tracker.save_results_aggregated(results={"results": {}, "config": {}}, samples=None)
@@ -364,7 +364,7 @@ def test_a_non_utf8_byte_in_a_data_file_names_file_and_line(bad_data_dir):
 def test_a_bad_data_line_stops_the_run_before_the_model_loads(bad_data_dir, monkeypatch, tmp_path):
     from lm_eval.evaluator import simple_evaluate
 
-    from eglr_harness.errors import FileFormatError
+    from eglr_harness.core.errors import FileFormatError
 
     monkeypatch.setenv("EGLR_DATA_DIR", str(bad_data_dir))
     # pretrained=an empty folder: the model would fail to load, so the data must be read first
@@ -398,8 +398,8 @@ def _fake_run(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("damage", ["cut", "empty", "not_json", "not_a_sample"])
 def test_score_and_report_refuse_broken_samples_with_file_and_line(tmp_path, capsys, damage):
-    from eglr_harness.analysis.cli import report_main
-    from eglr_harness.harness.rescore import main as score_main
+    from eglr_harness.commands.report import main as report_main
+    from eglr_harness.commands.score import main as score_main
 
     samples = _fake_run(tmp_path)
     text = samples.read_text(encoding="utf-8")
@@ -420,7 +420,7 @@ def test_score_and_report_refuse_broken_samples_with_file_and_line(tmp_path, cap
 
 
 def test_a_nan_in_the_tau_h_cache_is_calibrated_again(tmp_path):
-    from eglr_harness.calibrate import calibrate
+    from eglr_harness.run.calibration import calibrate
 
     cache = TauHCache(tmp_path / "tau_h.sqlite")
     key = "calibration key"
@@ -435,7 +435,7 @@ def test_a_nan_in_the_tau_h_cache_is_calibrated_again(tmp_path):
 def test_nan_entropies_never_become_a_tau_h():
     import torch
 
-    from eglr_harness.calibrate import calibrated_threshold
+    from eglr_harness.run.calibration import calibrated_threshold
 
     with pytest.raises(FloatingPointError, match="NaN"):
         calibrated_threshold(torch.tensor([0.5, math.nan, 1.0]))  # today: min(nan, 2.5) = nan
@@ -443,7 +443,7 @@ def test_nan_entropies_never_become_a_tau_h():
 
 @pytest.mark.parametrize("bad", [".nan", "-3", "abc"])
 def test_a_preset_tau_h_that_gates_nothing_is_refused(tmp_path, bad):
-    from eglr_harness.presets import load_preset
+    from eglr_harness.run.presets import load_preset
 
     path = tmp_path / "p.yaml"
     path.write_text(f"model_args: {{pretrained: x}}\ntau_h: {{gsm8k: {bad}}}\n")
@@ -452,7 +452,7 @@ def test_a_preset_tau_h_that_gates_nothing_is_refused(tmp_path, bad):
 
 
 def test_a_damaged_rollout_store_is_found_before_the_model_loads(tmp_path, caplog):
-    from eglr_harness.stores import check_rollout_cache
+    from eglr_harness.run.stores import check_rollout_cache
 
     path = _filled_store(tmp_path, _rollouts())
     os.truncate(path, 10_000)
@@ -462,17 +462,17 @@ def test_a_damaged_rollout_store_is_found_before_the_model_loads(tmp_path, caplo
 
 
 def test_an_unwritable_rollout_cache_is_refused_before_the_model_loads(real_read_only_folder):
-    from eglr_harness.errors import OutputError
-    from eglr_harness.stores import check_rollout_cache
+    from eglr_harness.core.errors import OutputError
+    from eglr_harness.run.stores import check_rollout_cache
 
     with pytest.raises(OutputError, match=r"rollout_cache=.* cannot be written"):
         check_rollout_cache(real_read_only_folder / "store")
 
 
 def test_score_report_and_export_refuse_an_unwritable_output_in_one_line(tmp_path, real_read_only_folder, capsys):
-    from eglr_harness.analysis.cli import report_main
-    from eglr_harness.export import main as export_main
-    from eglr_harness.harness.rescore import main as score_main
+    from eglr_harness.commands.report import main as report_main
+    from eglr_harness.commands.export import main as export_main
+    from eglr_harness.commands.score import main as score_main
 
     run = _fake_run(tmp_path).parent
     for command, flag, name in ((score_main, "--output_path", "out"), (report_main, "--out", "out"),

@@ -10,7 +10,7 @@ from importlib import metadata
 
 import pytest
 
-from eglr_harness.resources import tasks_dir
+from eglr_harness.core.resources import tasks_dir
 
 
 def _python(code: str, **env) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import yaml
 
-from eglr_harness.calibrate import calibrated_threshold
-from eglr_harness.harness.cli import calibrate_main as main
+from eglr_harness.commands.calibrate import main
+from eglr_harness.run.calibration import calibrated_threshold
 
 
 def test_threshold_is_the_capped_95th_percentile():
@@ -51,7 +51,7 @@ def test_eglr_calibrate_writes_beside_the_user_not_into_the_package(tiny_model_d
     installed.mkdir(parents=True)
     (installed / "tiny.yaml").write_text(PRESET.format(pretrained=tiny_model_dir("llama")))
     packaged = (installed / "tiny.yaml").read_text()
-    monkeypatch.setattr("eglr_harness.presets.model_configs_dir", lambda: installed)
+    monkeypatch.setattr("eglr_harness.run.presets.model_configs_dir", lambda: installed)
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
@@ -67,8 +67,8 @@ def test_eglr_calibrate_writes_beside_the_user_not_into_the_package(tiny_model_d
 
 
 def test_every_shipped_preset_takes_a_value_with_its_comments_kept():
-    from eglr_harness.presets import with_tau_h
-    from eglr_harness.resources import model_configs_dir
+    from eglr_harness.core.resources import model_configs_dir
+    from eglr_harness.run.presets import with_tau_h
 
     for path in sorted(model_configs_dir().glob("*.yaml")):
         text = path.read_text()

@@ -5,13 +5,12 @@ errors that send a user back to engine=hf."""
 from __future__ import annotations
 
 import pytest
+from inputs import CONTEXTS, batch_independent, requests_for
 from lm_eval.models.huggingface import HFLM
 from transformers import AutoTokenizer
 
-from inputs import CONTEXTS, batch_independent, requests_for
-
+from eglr_harness.core.rollout import rollout_meta
 from eglr_harness.harness.model import EglrHFLM
-from eglr_harness.rollout import rollout_meta
 
 GREEDY = {"until": ["\n\n", "."], "max_gen_toks": 12, "do_sample": False}
 POOL = {**GREEDY, "eglr_L": "0-4", "eglr_T": 0, "eglr_budget_T": "0.1-1.0:0.1"}
@@ -177,9 +176,9 @@ def test_results_say_hf_when_every_request_went_through_generate(llama_dir, engi
 @pytest.mark.parametrize("engine", ["auto", "continuous", "hf"])
 def test_an_invalid_generation_option_is_an_error_before_anything_decodes(llama_dir, monkeypatch, engine, options, message):
     """Issue 35: never a fallback to engine=hf (where transformers raised, or ignored the value)."""
-    from eglr_harness.decoding.continuous_engine import ContinuousEngine
-    from eglr_harness.decoding.hook_engine import HookEngine
-    from eglr_harness.errors import GenerationOptionError
+    from eglr_harness.core.errors import GenerationOptionError
+    from eglr_harness.decoding.continuous.engine import ContinuousEngine
+    from eglr_harness.decoding.hook.engine import HookEngine
 
     lm = _lm(llama_dir, engine, batch_size=2, L=2, tau_h=0.0)
     for cls in (ContinuousEngine, HookEngine):
@@ -190,8 +189,8 @@ def test_an_invalid_generation_option_is_an_error_before_anything_decodes(llama_
 
 @pytest.mark.parametrize("options, named", [({"typical_p": 0.9}, "typical_p=0.9"), ({"num_beams": 2}, "num_beams=2")])
 def test_engine_continuous_refuses_an_option_it_does_not_apply_before_decoding(llama_dir, monkeypatch, options, named):
-    from eglr_harness.decoding.continuous_engine import ContinuousEngine
-    from eglr_harness.errors import GenerationOptionError
+    from eglr_harness.core.errors import GenerationOptionError
+    from eglr_harness.decoding.continuous.engine import ContinuousEngine
 
     lm = _lm(llama_dir, "continuous", batch_size=2, L=0)
     monkeypatch.setattr(ContinuousEngine, "run", lambda *a, **k: pytest.fail("decoding started"))
@@ -213,7 +212,7 @@ def _with_generation_config(tiny_model_dir, folder, **settings):
 
 @pytest.mark.parametrize("engine", ["auto", "continuous", "hf"])
 def test_an_invalid_value_in_the_models_generation_config_is_refused_right_after_the_load(tiny_model_dir, tmp_path, engine):
-    from eglr_harness.errors import GenerationOptionError
+    from eglr_harness.core.errors import GenerationOptionError
 
     folder = _with_generation_config(tiny_model_dir, tmp_path / "bad", repetition_penalty=0.0)
     with pytest.raises(GenerationOptionError, match=r"`repetition_penalty`=0\.0 \(the model's generation_config\)"):
@@ -221,7 +220,7 @@ def test_an_invalid_value_in_the_models_generation_config_is_refused_right_after
 
 
 def test_an_option_of_the_models_generation_config_the_continuous_engine_does_not_apply(tiny_model_dir, tmp_path):
-    from eglr_harness.errors import GenerationOptionError
+    from eglr_harness.core.errors import GenerationOptionError
 
     folder = _with_generation_config(tiny_model_dir, tmp_path / "typical", typical_p=0.9, do_sample=True)
     refused = r"engine=continuous does not apply .*typical_p=0\.9 \(the model's generation_config\)"
@@ -265,7 +264,7 @@ def test_the_compile_arg_is_resolved_recorded_and_refused_where_it_cannot_apply(
 def test_a_run_interrupted_and_resumed_reports_an_uninterrupted_runs_figures(llama_dir, tmp_path, monkeypatch):
     """Issue 35: killed mid-run (here after its 6th stored rollout), then rerun into the same store: the
     texts, signals, engines and every compute figure but the batch-dependent ones equal an uninterrupted run's."""
-    from eglr_harness.stores import RolloutStore
+    from eglr_harness.run.stores import RolloutStore
 
     settings = dict(batch_size=2, tau_h=0.0, tau_kl=0.0)
     requests = requests_for(CONTEXTS, {**GREEDY, "eglr_L": "0-3", "eglr_T": 0}, repeats=4)

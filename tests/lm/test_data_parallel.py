@@ -13,10 +13,9 @@ from datetime import timedelta
 
 import pytest
 import torch
-
 from inputs import CONTEXTS as BASE_CONTEXTS
 
-from eglr_harness.calibrate import calibration_prompts, pooled_threshold
+from eglr_harness.run.calibration import calibration_prompts, pooled_threshold
 
 CONTEXTS = [*BASE_CONTEXTS, "The three primary colours are", "Water boils at"]
 GEN = {"until": ["\n\n"], "max_gen_toks": 10, "do_sample": False}
@@ -61,7 +60,7 @@ def _spawn(target, *args) -> list:
 def _shard_calibration(rank, port, queue, limit):
     try:
         _init(rank, port)
-        from eglr_harness.distributed import process_gather
+        from eglr_harness.core.distributed import process_gather
 
         gather = process_gather(WORLD)
         docs = [(d, f"prompt {d}") for d in range(rank, 9, WORLD)]  # lm-eval shards documents round robin
@@ -94,7 +93,7 @@ def _adapter_rank(rank, port, queue, model_dir, store_dir):
         from lm_eval.api.instance import Instance
         from lm_eval.models.huggingface import HFLM
 
-        from eglr_harness.distributed import process_gather
+        from eglr_harness.core.distributed import process_gather
         from eglr_harness.harness.model import EglrHFLM
 
         lm = EglrHFLM(pretrained=model_dir, device="cpu", dtype="float32", batch_size="auto", L=2, tau_h="auto",

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from inputs import CONTEXTS, batch_independent, requests_for
 from lm_eval.models.huggingface import HFLM
 
-from inputs import CONTEXTS, batch_independent, requests_for
-
-from eglr_harness.decoding.continuous_engine import ContinuousEngine
-from eglr_harness.decoding.hook_engine import HookEngine
+from eglr_harness.core.rollout import Rollout, rollout_meta
+from eglr_harness.decoding.continuous.engine import ContinuousEngine
+from eglr_harness.decoding.hook.engine import HookEngine
 from eglr_harness.harness.model import EglrHFLM
-from eglr_harness.rollout import Rollout, rollout_meta
 
 GREEDY = {"until": ["\n\n"], "max_gen_toks": 12, "do_sample": False}
 

@@ -10,8 +10,8 @@ import sys
 import pytest
 from lm_eval.models.huggingface import HFLM
 
+from eglr_harness.core.model_args import EGLR_ARGS, check_model_args, close_task_names
 from eglr_harness.harness.model import EglrHFLM
-from eglr_harness.model_args import EGLR_ARGS, check_model_args, close_task_names
 
 
 @pytest.fixture
@@ -76,8 +76,8 @@ def test_cli_names_close_tasks_when_one_is_not_found():
 
 
 def test_presets_hold_only_keys_that_do_something(tmp_path):
-    from eglr_harness.presets import load_preset
-    from eglr_harness.resources import model_configs_dir
+    from eglr_harness.core.resources import model_configs_dir
+    from eglr_harness.run.presets import load_preset
 
     for preset in sorted(model_configs_dir().glob("*.yaml")):
         assert set(load_preset(str(preset))) == {"name", "path", "model_args", "eglr", "tau_h"}
@@ -147,7 +147,7 @@ def test_gen_kwargs_are_checked_before_the_model_loads(no_loading, model_args, g
     """Issue 35: an invalid value is one error naming it, never a fallback to engine=hf after the load."""
     from lm_eval import evaluator
 
-    from eglr_harness.errors import GenerationOptionError
+    from eglr_harness.core.errors import GenerationOptionError
 
     with pytest.raises(GenerationOptionError, match=message):
         evaluator.simple_evaluate(model="eglr-hf", model_args="model_config=smollm2-135m-instruct" + model_args,

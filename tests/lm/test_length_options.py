@@ -12,8 +12,8 @@ import math
 import pytest
 from lm_eval.models.utils import normalize_gen_kwargs
 
-from eglr_harness.errors import GenerationOptionError
-from eglr_harness.generation_options import check_generation_options
+from eglr_harness.core.errors import GenerationOptionError
+from eglr_harness.core.generation_options import check_generation_options
 from eglr_harness.harness.preflight import _check_length
 
 # lm-eval 0.4.13's names for the limit, in its priority order (normalize_gen_kwargs' docstring)

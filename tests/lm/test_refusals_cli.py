@@ -123,7 +123,7 @@ def test_a_missing_data_folder_is_named_before_the_load(unloadable, tmp_path):
 
 
 def test_a_task_name_with_a_slash_is_refused_before_the_load_when_samples_are_written(unloadable, tmp_path):
-    from eglr_harness.resources import tasks_dir
+    from eglr_harness.core.resources import tasks_dir
 
     include = tmp_path / "tasks"
     include.mkdir()
@@ -139,7 +139,7 @@ def test_gen_kwargs_length_beyond_the_declared_context_is_refused_in_python_too(
     """simple_evaluate called from Python meets the same check (the hook wraps it)."""
     from lm_eval import evaluator
 
-    from eglr_harness.errors import GenerationOptionError
+    from eglr_harness.core.errors import GenerationOptionError
 
     with pytest.raises(GenerationOptionError, match=r"`max_new_tokens`=8192 \(--gen_kwargs\) leaves no room"):
         evaluator.simple_evaluate(model="eglr-hf", model_args=f"pretrained={unloadable}",

@@ -12,11 +12,10 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-
 from inputs import CONTEXTS, requests_for
 
 from eglr_harness.harness.model import EglrHFLM
-from eglr_harness.stores import RolloutStore
+from eglr_harness.run.stores import RolloutStore
 
 GREEDY = {"until": ["\n\n", "."], "max_gen_toks": 12, "do_sample": False}
 POOL = {**GREEDY, "eglr_L": "0-3", "eglr_T": 0}

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from lm_eval.api.instance import Instance
 
-from eglr_harness import config as defaults
+from eglr_harness.core import config as defaults
 from eglr_harness.harness.model import EglrHFLM
 
 CONTEXTS = ["The capital of France is", "def fibonacci(n):", "1, 1, 2, 3, 5, 8,"]

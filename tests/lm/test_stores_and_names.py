@@ -9,10 +9,10 @@ import os
 import pytest
 from lm_eval.api.instance import Instance
 
-from eglr_harness import stores
-from eglr_harness.decoding.hook_engine import HookEngine
+from eglr_harness.decoding.hook.engine import HookEngine
 from eglr_harness.harness.model import EglrHFLM
-from eglr_harness.stores import RolloutStore, TauHCache
+from eglr_harness.run import stores
+from eglr_harness.run.stores import RolloutStore, TauHCache
 
 CONTEXTS = ["Question: what is 2 + 3?\nAnswer:", "The capital of France is", "def fibonacci(n):"]
 GEN = {"until": ["\n\n"], "max_gen_toks": 8, "do_sample": False}
@@ -146,9 +146,9 @@ def test_results_record_the_model_name(llama_dir):
                         "eglr_tau_h": 0.5}),
 ])
 def test_store_keys_keep_their_layout(cell, cycle, tau_h, expected):
-    from eglr_harness.cell import Cell
-    from eglr_harness.settings import RunSettings
-    from eglr_harness.stores import content_key
+    from eglr_harness.core.cell import Cell
+    from eglr_harness.run.settings import RunSettings
+    from eglr_harness.run.stores import content_key
 
     task = {"until": ["\n\n"], "max_gen_toks": 12, "repetition_penalty": 1.05, "eglr_L": "1-4", "eglr_T": 0,
             "top_k": 7}

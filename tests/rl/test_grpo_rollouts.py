@@ -1,4 +1,4 @@
-"""GRPO with EGLR pools (eglr_harness/rl.py): TRL's GRPOTrainer trained with the L×T pool as its groups.
+"""GRPO with EGLR pools (eglr_harness/rl/rollouts.py): TRL's GRPOTrainer trained with the L×T pool as its groups.
 
 A tiny random Llama with SmolLM2's tokenizer whose unembedding favours the digit tokens, so that its
 completions hold numbers: the gold answer of each prompt is the greedy L=0 answer that eglr-hf gives,
@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "engine"))
 from naive_reference import naive_eglr_greedy  # noqa: E402
 from tiny_models import build_tiny_model  # noqa: E402
 
-from eglr_harness.cell import Cell  # noqa: E402
-from eglr_harness.rl import EglrRollout, grpo_trainer, math_reward  # noqa: E402
+from eglr_harness.core.cell import Cell  # noqa: E402
+from eglr_harness.rl.rollouts import EglrRollout, grpo_trainer, math_reward  # noqa: E402
 from eglr_harness.scoring.equivalence import is_equivalent  # noqa: E402
 from eglr_harness.scoring.extraction import extract_answer  # noqa: E402
 
@@ -229,7 +229,7 @@ def test_grpo_run_writes_steps_rollouts_and_summary(digit_model_dir, shared_data
     """The committed run's command on the tiny model: one step per group, records per step and per completion."""
     import json
 
-    from eglr_harness.grpo_run import main
+    from eglr_harness.commands.grpo import main
 
     out = tmp_path / "grpo"
     main(["--model_args", f"pretrained={digit_model_dir},device=cpu", "--task", "gsm8k_eglr", "--doc_ids", "1,3",
@@ -249,7 +249,7 @@ def test_grpo_run_writes_steps_rollouts_and_summary(digit_model_dir, shared_data
 
 
 def test_a_group_spec_is_checked_naming_the_option():
-    from eglr_harness.grpo_run import parse_group
+    from eglr_harness.commands.grpo import parse_group
 
     assert parse_group("lxt:L=0|2|4,T=0|0.7") == ("lxt", {"L": "0|2|4", "T": "0|0.7"})
     for bad in ("lxt", "lxt:", ":L=1", "lxt:Q=1", "lxt:L"):
@@ -282,7 +282,7 @@ def _grpo_argv(model_dir, out, *groups, extra=()):
 ])
 def test_grpo_run_checks_every_group_before_training(digit_model_dir, shared_data_dir, tmp_path, monkeypatch, capsys,
                                                      groups, extra, message):
-    from eglr_harness import grpo_run
+    from eglr_harness.commands import grpo as grpo_run
 
     def trained(*args, **kwargs):
         raise AssertionError("a group trained before the run was checked")
@@ -297,7 +297,7 @@ def test_grpo_run_checks_every_group_before_training(digit_model_dir, shared_dat
 
 
 def test_grpo_run_refuses_an_output_dir_it_cannot_write_before_training(digit_model_dir, tmp_path, monkeypatch, capsys):
-    from eglr_harness import grpo_run
+    from eglr_harness.commands import grpo as grpo_run
 
     monkeypatch.setattr(grpo_run, "run_group", lambda *a, **k: pytest.fail("trained into an unwritable folder"))
     blocker = tmp_path / "file"
@@ -311,7 +311,7 @@ def test_a_partial_grpo_run_keeps_the_groups_that_finished_and_its_summary(digit
                                                                            monkeypatch):
     import json
 
-    from eglr_harness import grpo_run
+    from eglr_harness.commands import grpo as grpo_run
 
     real = grpo_run.run_group
 

@@ -1,12 +1,12 @@
-"""The parts of eglr_harness/rl.py that need no TRL: pools from tasks, the math reward, the tasks' prompts."""
+"""The parts of eglr_harness/rl/rollouts.py that need no TRL: pools from tasks, the math reward, the tasks' prompts."""
 
 from __future__ import annotations
 
 import pytest
 
-from eglr_harness.cell import Cell
-from eglr_harness.rl import EglrRollout, math_reward
-from eglr_harness.specs import parse_T_spec
+from eglr_harness.core.cell import Cell
+from eglr_harness.core.specs import parse_T_spec
+from eglr_harness.rl.rollouts import EglrRollout, math_reward
 
 
 def test_a_task_pool_follows_the_pool_rule_and_the_tasks_generation_kwargs():
@@ -78,7 +78,7 @@ def test_trainable_drops_the_gguf_mark_and_refuses_real_quantization():
 
     from tiny_models import build_tiny_model
 
-    from eglr_harness.rl import trainable
+    from eglr_harness.rl.rollouts import trainable
 
     def marked(method):
         model = build_tiny_model("llama")

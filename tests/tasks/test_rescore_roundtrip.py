@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from eglr_harness.analysis.cli import report_main
-from eglr_harness.harness.rescore import main as score_main
+from eglr_harness.commands.report import main as report_main
+from eglr_harness.commands.score import main as score_main
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 # what rescoring recomputes: per document, per rollout and per task

@@ -1,6 +1,6 @@
 """End-to-end lm-eval runs of the eglr tasks: stock `hf` on a tiny model, and a fake eglr model.
 
-The fake model returns :class:`~eglr_harness.rollout.Rollout` objects with the cell the pool rule
+The fake model returns :class:`~eglr_harness.core.rollout.Rollout` objects with the cell the pool rule
 assigns to each repeat, as eglr-hf does; it checks that (L, T, cycle) reach the logged samples
 and that the sub-pool filters and aggregations compute the paper's numbers.
 """
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from eglr_harness.config import DEFAULT_L
-from eglr_harness.pool import resolve_pool, task_axes
-from eglr_harness.rollout import Rollout
+from eglr_harness.core.config import DEFAULT_L
+from eglr_harness.core.rollout import Rollout
+from eglr_harness.run.pool import resolve_pool, task_axes
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 

@@ -7,11 +7,9 @@ from collections import Counter
 import pytest
 
 import eglr_harness.harness.registry as reg
-from eglr_harness.rollout import Rollout, rollout_meta
-from eglr_harness.harness.filters import (
-    ExtractAnswerFilter, MajorityVoteFilter, OracleFilter, SelectCellsFilter,
-)
-from eglr_harness.scoring.metrics import (
+from eglr_harness.core.rollout import Rollout, rollout_meta
+from eglr_harness.harness.filters import ExtractAnswerFilter, MajorityVoteFilter, OracleFilter, SelectCellsFilter
+from eglr_harness.scoring.doc_scores import (
     CellSelector, best_cfg_acc, cell_accuracies, cluster_answers, majority_index, pass_at_k, rollout_count,
     score_document, vote_scores,
 )

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from eglr_harness.harness.rescore import main, rescore_file, task_and_timestamp
+from eglr_harness.commands.score import main
+from eglr_harness.harness.rescore import rescore_file, task_and_timestamp
 
 STAMP = "2026-11-21T09-13-33.714591"
 GEN_KWARGS = {"until": ["<|im_end|>"], "max_gen_toks": 256, "do_sample": False, "temperature": 0.0,

@@ -1,5 +1,5 @@
-"""Per-rollout signals (eglr_harness/signals.py), the aggregators beside the vote
-(eglr_harness/votes.py) and the tasks' signal metrics (``wmaj@B``, ``rollouts[i]["signals"]``)."""
+"""Per-rollout signals (eglr_harness/core/signals.py), the aggregators beside the vote
+(eglr_harness/core/votes.py) and the tasks' signal metrics (``wmaj@B``, ``rollouts[i]["signals"]``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from eglr_harness import votes
-from eglr_harness.scoring import metrics
-from eglr_harness.signals import HIGHER_IS_BETTER, RECORDED_SIGNALS, SIGNALS, confidence, rollout_signals
+from eglr_harness.core import votes
+from eglr_harness.core.signals import HIGHER_IS_BETTER, RECORDED_SIGNALS, SIGNALS, confidence, rollout_signals
+from eglr_harness.scoring import doc_scores as metrics
 
 
 def test_rollout_signals_values():
@@ -117,7 +117,7 @@ def test_every_metric_a_document_gets_is_declared_in_the_yaml(template, repeats)
 
     yaml_text = (Path(__file__).resolve().parents[2] / "tasks" / template).read_text()
     declared = set(re.findall(r"\{metric: \"?([^\",}]+)\"?,", yaml_text))
-    from eglr_harness.rollout import Rollout
+    from eglr_harness.core.rollout import Rollout
 
     cells = [(i // 11, (i % 11) / 10) for i in range(121)] if repeats == 121 else [(i + 1, 0.0) for i in range(repeats)]
     answers = [Rollout("4", L=L, T=T, cycle=0, signals={"mean_logprob": -1.0}) for L, T in cells]

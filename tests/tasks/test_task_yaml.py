@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from eglr_harness.config import DEFAULT_L
-from eglr_harness.pool import resolve_pool, task_axes
-from eglr_harness.specs import parse_L_spec, parse_T_spec
+from eglr_harness.core.config import DEFAULT_L
+from eglr_harness.core.specs import parse_L_spec, parse_T_spec
+from eglr_harness.run.pool import resolve_pool, task_axes
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 BENCHES = ("gsm8k", "math500", "minerva_math", "amc23", "aime24", "aime25")

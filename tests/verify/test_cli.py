@@ -9,8 +9,9 @@ import json
 import lmeval_fakes
 import pytest
 
-from eglr_harness.export import export_rows
-from eglr_harness.verify import cli, scorers
+from eglr_harness.analysis.export import export_rows
+from eglr_harness.commands import verify as cli
+from eglr_harness.verify import scorers
 from eglr_harness.verify.scorers import Scorer
 
 CELLS = [(0, 0.0), (0, 0.5), (1, 0.0)]
@@ -118,7 +119,7 @@ def test_verify_never_imports_lm_eval():
     import subprocess
     import sys
 
-    code = ("import sys, eglr_harness.verify.cli, eglr_harness.verify.run, eglr_harness.analysis.sections.bestofn; "
+    code = ("import sys, eglr_harness.commands.verify, eglr_harness.verify.run, eglr_harness.analysis.sections.bestofn; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'lm_eval'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

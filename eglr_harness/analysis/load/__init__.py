@@ -29,7 +29,7 @@ the document as the task logged it (None in runs made before tasks logged it).
 **Modules** (one job each): :mod:`~eglr_harness.analysis.load.files` (find and read the files),
 :mod:`~eglr_harness.analysis.load.runs` (a run's facts and metrics),
 :mod:`~eglr_harness.analysis.load.rollouts` (samples -> rollout rows; every line, rollout and results
-file checked by :mod:`eglr_harness.run_format`, the one check eglr-export and eglr-score share),
+file checked by :mod:`eglr_harness.core.run_format`, the one check eglr-export and eglr-score share),
 :mod:`~eglr_harness.analysis.load.grid` (merge into the grid). Everything is importable from here.
 """
 
@@ -48,7 +48,7 @@ from eglr_harness.analysis.load.grid import (
 )
 from eglr_harness.analysis.load.rollouts import RolloutRow, TaskSamples, read_task_samples, rollouts_of_sample
 from eglr_harness.analysis.load.runs import RunInfo, metric_entry, metric_names, metric_value, model_identity, run_info
-from eglr_harness.model_names import model_name, parse_model_args
+from eglr_harness.run.model_names import model_name, parse_model_args
 
 __all__ = [
     "RunFiles",

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eglr_harness.jsonl import iter_jsonl
-from eglr_harness.run_format import SAMPLE_LINE, read_results  # the one checked reader of a results file
+from eglr_harness.core.jsonl import iter_jsonl
+from eglr_harness.core.run_format import SAMPLE_LINE, read_results  # the one checked reader of a results file
 
 __all__ = ["RunFiles", "date_id_of", "find_runs", "read_results", "read_samples"]
 
@@ -88,6 +88,6 @@ def find_runs(path: str | Path) -> list[RunFiles]:
 
 def read_samples(path: Path) -> Iterator[dict]:
     """Yield the per-document dicts of one ``samples_*.jsonl`` file, in file order (errors name
-    ``file:line``: :func:`eglr_harness.jsonl.iter_jsonl`)."""
+    ``file:line``: :func:`eglr_harness.core.jsonl.iter_jsonl`)."""
     for _number, sample in iter_jsonl(path, SAMPLE_LINE):
         yield sample

@@ -11,7 +11,7 @@ from pathlib import Path
 from eglr_harness.analysis.load.files import find_runs, read_results
 from eglr_harness.analysis.load.rollouts import RolloutRow, TaskSamples, read_task_samples
 from eglr_harness.analysis.load.runs import RunInfo, run_info
-from eglr_harness.cell import Cell
+from eglr_harness.core.cell import Cell
 
 __all__ = ["GREEDY", "VOTE_CLUSTERS", "VOTE_STRINGS", "VOTE_MIXED", "RunPart", "Grid", "vote_labels", "build_grid",
            "load_parts", "load_grid"]

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eglr_harness.cell import T_DECIMALS, Cell
-from eglr_harness.errors import FileFormatError
-from eglr_harness.run_format import check_rollout, read_samples_file
+from eglr_harness.core.cell import T_DECIMALS, Cell
+from eglr_harness.core.errors import FileFormatError
+from eglr_harness.core.run_format import check_rollout, read_samples_file
 
 __all__ = ["RolloutRow", "TaskSamples", "rollouts_of_sample", "read_task_samples"]
 
@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RolloutRow:
-    """One repeat of one document, as the analysis reads it (not :class:`eglr_harness.rollout.Rollout`,
+    """One repeat of one document, as the analysis reads it (not :class:`eglr_harness.core.rollout.Rollout`,
     the generated text). ``vote`` is the label it votes with: its answer until :func:`build_grid`
     labels the document's votes (:func:`vote_labels`); None never votes."""
 
@@ -31,7 +31,7 @@ class RolloutRow:
     correct: int
     cluster: int | None = None
     vote: object = None
-    signals: Mapping | None = field(default=None, compare=False)  # eglr_harness.signals dict; None: not recorded
+    signals: Mapping | None = field(default=None, compare=False)  # eglr_harness.core.signals dict; None: not recorded
 
     def __post_init__(self) -> None:
         if self.vote is None and self.answer is not None:
@@ -69,7 +69,7 @@ class TaskSamples:
 
 
 def _row(item: dict, doc_id: int, index: int) -> RolloutRow:
-    """A checked rollout dict (:func:`eglr_harness.run_format.check_rollout`) as a row."""
+    """A checked rollout dict (:func:`eglr_harness.core.run_format.check_rollout`) as a row."""
     L, T, cycle, answer, cluster = (item.get(k) for k in ("L", "T", "cycle", "answer", "cluster"))
     return RolloutRow(
         doc_id=doc_id,
@@ -88,7 +88,7 @@ def rollouts_of_sample(sample: dict, *, where: str = "sample") -> list[RolloutRo
     """The rollout rows of one ``samples_*.jsonl`` line (``where``: its ``file:line`` for messages).
 
     Reads the ``rollouts`` key (or ``best_cfg_acc``, whose per-document value was the same list in
-    older runs), each rollout checked by :func:`eglr_harness.run_format.check_rollout`. Raises
+    older runs), each rollout checked by :func:`eglr_harness.core.run_format.check_rollout`. Raises
     ``FileFormatError`` (a ``ValueError``) when there is no such list or a rollout is not allowed.
     """
     doc_id = sample.get("doc_id")
@@ -104,7 +104,7 @@ def rollouts_of_sample(sample: dict, *, where: str = "sample") -> list[RolloutRo
 
 
 def read_task_samples(path: Path, filter_name: str | None = None) -> TaskSamples:
-    """Read one task's samples file, every line and rollout checked (:func:`eglr_harness.run_format.read_samples_file`).
+    """Read one task's samples file, every line and rollout checked (:func:`eglr_harness.core.run_format.read_samples_file`).
 
     lm-eval writes one line per (document, filter). ``filter_name`` picks the filter; by default
     the first filter in the file is used (logged when the file has several).

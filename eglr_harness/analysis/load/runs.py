@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eglr_harness.model_names import model_name
+from eglr_harness.run.model_names import model_name
 
 __all__ = ["RunInfo", "model_identity", "metric_names", "metric_entry", "metric_value", "run_info"]
 

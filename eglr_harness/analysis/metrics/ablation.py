@@ -4,7 +4,7 @@ Each run (one :class:`~eglr_harness.analysis.load.RunPart`) is a point: its sett
 ``config.eglr`` (``settings``: alpha, k_max, tau_kl; ``tau_h`` of the task; L and T from its
 rollouts). The *default point* takes, per setting, the value most runs share (an axis swept one at
 a time leaves every other axis at its default); where no value is shared by more runs than
-another (a single swept axis), the built-in default of :mod:`eglr_harness.config` when a run has
+another (a single swept axis), the built-in default of :mod:`eglr_harness.core.config` when a run has
 it, else the first run's. A setting a run does not record (an L=0 run has no tau_h) does not count
 as a difference. A run that differs from the default point in exactly one setting is a point of
 that setting's axis; the default point belongs to every axis; runs that differ in
@@ -17,10 +17,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from eglr_harness import config as defaults
+from eglr_harness.analysis.load import RunPart
 from eglr_harness.analysis.metrics.compute import run_compute
 from eglr_harness.analysis.metrics.intervals import bootstrap_intervals, sign_test_p, wilson_interval
-from eglr_harness.analysis.load import RunPart
+from eglr_harness.core import config as defaults
 
 __all__ = ["ABLATION_KEYS", "AblationPoint", "Ablation", "point_settings", "ablation"]
 

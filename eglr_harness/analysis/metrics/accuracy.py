@@ -12,7 +12,7 @@ Pools (cells in L-major order, which is also the pool order for votes and budget
 - ``LxT``: every cell of the grid (the 11×11 grid with L = 0 and T = 0 included).
 
 Majority vote: rollouts vote with their label (:attr:`RolloutRow.vote`: the task's equivalence
-cluster, or the exact answer); the winner follows :func:`eglr_harness.votes.majority` (largest
+cluster, or the exact answer); the winner follows :func:`eglr_harness.core.votes.majority` (largest
 group, ties to the earliest first member in pool order, no answer never votes) and is correct
 when its first rollout is — as the tasks' ``maj@B``.
 """
@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from eglr_harness.analysis.load import Grid, RolloutRow
-from eglr_harness.cell import Cell
-from eglr_harness.votes import best_cell, majority
+from eglr_harness.core.cell import Cell
+from eglr_harness.core.votes import best_cell, majority
 
 __all__ = [
     "CellAccuracy",

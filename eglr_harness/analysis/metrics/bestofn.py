@@ -8,9 +8,9 @@ as the grid keys rollouts (doc, L, T, cycle; the run given first wins), so the l
 
 **Selection** over the rollouts of N configurations of a pool (one rollout each in these grids), among
 the rollouts with an answer (one without never answers), ties to the earliest in order:
-``naive`` -- the highest-scored rollout (:func:`eglr_harness.votes.best_scored`); ``weighted`` -- the
-answer whose rollouts' scores sum highest (:func:`~eglr_harness.votes.weighted_majority`); ``majority``
--- the plain vote (:func:`~eglr_harness.votes.majority`, the tasks' ``maj@B``), which ignores scores.
+``naive`` -- the highest-scored rollout (:func:`eglr_harness.core.votes.best_scored`); ``weighted`` -- the
+answer whose rollouts' scores sum highest (:func:`~eglr_harness.core.votes.weighted_majority`); ``majority``
+-- the plain vote (:func:`~eglr_harness.core.votes.majority`, the tasks' ``maj@B``), which ignores scores.
 
 **Curves.** N = 1, 2, 4, ... and the pool's size B; at each N the first N configurations of
 ``n_orders`` seeded random orders of the pool (as the budget curves), a problem's value the mean of its
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from eglr_harness.analysis.load import Grid, RolloutRow, read_samples
 from eglr_harness.analysis.metrics.accuracy import POOLS, pool_cells
 from eglr_harness.analysis.metrics.intervals import bootstrap_intervals, sign_test_p
-from eglr_harness.cell import T_DECIMALS, Cell
-from eglr_harness.votes import best_scored, majority, weighted_majority
+from eglr_harness.core.cell import T_DECIMALS, Cell
+from eglr_harness.core.votes import best_scored, majority, weighted_majority
 
 __all__ = ["SCORES_FIELD", "AGGREGATIONS", "METHODS", "RANDOM", "CurvePoint", "BestOfNTest", "BestOfN",
            "read_verifier_scores", "budgets", "select", "best_of_n"]

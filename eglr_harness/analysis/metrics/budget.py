@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from eglr_harness.analysis.load import Grid, RolloutRow
-from eglr_harness.cell import Cell
+from eglr_harness.core.cell import Cell
 
 __all__ = ["BudgetCurve", "RunningVote", "budget_curve", "random_order_curve", "DEFAULT_ORDERS", "DEFAULT_SEED"]
 
@@ -25,7 +25,7 @@ class RunningVote:
 
     Equivalent to :func:`~eglr_harness.analysis.metrics.accuracy.vote_is_correct` over the rollouts added
     so far: a vote only raises the key ``(count, -first_index)`` of its own label, so the winner is
-    the old winner or that label (the rule of :func:`eglr_harness.votes.majority`).
+    the old winner or that label (the rule of :func:`eglr_harness.core.votes.majority`).
     """
 
     def __init__(self) -> None:

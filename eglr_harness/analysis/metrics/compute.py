@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from eglr_harness.analysis.load import RunInfo
-from eglr_harness.cell import Cell
+from eglr_harness.core.cell import Cell
 
 __all__ = [
     "Compute",

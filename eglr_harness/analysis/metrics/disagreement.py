@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import mean
 
-from eglr_harness.analysis.metrics.accuracy import pool_cells
 from eglr_harness.analysis.load import GREEDY
-from eglr_harness.cell import Cell
+from eglr_harness.analysis.metrics.accuracy import pool_cells
+from eglr_harness.core.cell import Cell
 
 __all__ = [
     "DisagreementMatrix",

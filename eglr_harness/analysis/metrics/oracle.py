@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from math import comb
 
-from eglr_harness.analysis.metrics.accuracy import pool_cells
 from eglr_harness.analysis.load import GREEDY, Grid
-from eglr_harness.cell import Cell
+from eglr_harness.analysis.metrics.accuracy import pool_cells
+from eglr_harness.core.cell import Cell
 
 __all__ = [
     "CORNERS",

@@ -3,12 +3,12 @@
 Per problem, every aggregator picks one answer from the pool's rollouts (those with an answer);
 its score is the share of problems where that answer is right. The aggregators:
 
-- ``majority vote`` — :func:`eglr_harness.votes.majority` (the tasks' ``maj@B``);
-- ``DeepConf weighted vote`` — :func:`~eglr_harness.votes.weighted_majority` with the weight
-  :func:`eglr_harness.signals.confidence` (``exp(mean_logprob)``); ``DeepConf top-10 %`` votes the
-  same way among the 10 % most confident rollouts (:func:`~eglr_harness.votes.top_fraction`);
+- ``majority vote`` — :func:`eglr_harness.core.votes.majority` (the tasks' ``maj@B``);
+- ``DeepConf weighted vote`` — :func:`~eglr_harness.core.votes.weighted_majority` with the weight
+  :func:`eglr_harness.core.signals.confidence` (``exp(mean_logprob)``); ``DeepConf top-10 %`` votes the
+  same way among the 10 % most confident rollouts (:func:`~eglr_harness.core.votes.top_fraction`);
 - ``best by <signal>`` — the single rollout with the best value of one signal, in the direction
-  of :data:`eglr_harness.signals.HIGHER_IS_BETTER` (a prior, not fitted);
+  of :data:`eglr_harness.core.signals.HIGHER_IS_BETTER` (a prior, not fitted);
 - ``best single signal (fit half)`` — the signal whose ``best by`` is most accurate on one half of
   the problems, scored on the other half (and the other way round: two folds);
 - ``fitted combination`` — a logistic regression of a rollout's correctness on its standardized
@@ -29,12 +29,11 @@ from dataclasses import dataclass
 
 from eglr_harness.analysis.load import GREEDY, Grid, RolloutRow
 from eglr_harness.analysis.metrics.intervals import bootstrap_intervals
-from eglr_harness.cell import Cell
-from eglr_harness.votes import best_scored, majority, top_fraction, weighted_majority
-from eglr_harness.signals import HIGHER_IS_BETTER, RECORDED_SIGNALS, confidence
+from eglr_harness.core.cell import Cell
+from eglr_harness.core.signals import HIGHER_IS_BETTER, RECORDED_SIGNALS, confidence
+from eglr_harness.core.votes import DEEPCONF_ETA, best_scored, majority, top_fraction, weighted_majority
 
 __all__ = [
-    "DEEPCONF_ETA",
     "Aggregator",
     "Selection",
     "half_of",
@@ -43,7 +42,6 @@ __all__ = [
     "selection",
 ]
 
-DEEPCONF_ETA = 0.1
 
 
 def half_of(doc_hash: str) -> int:

@@ -6,21 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from eglr_harness.analysis.metrics.accuracy import (
-    POOL_TITLES,
-    POOLS,
-    CellAccuracy,
-    best_in_pool,
-    oracle_solved,
-    pool_cells,
-    sc_solved,
-    solved_sets,
-)
 from eglr_harness.analysis.load import GREEDY, VOTE_STRINGS, Grid
+from eglr_harness.analysis.metrics.accuracy import (
+    POOL_TITLES, POOLS, CellAccuracy, best_in_pool, oracle_solved, pool_cells, sc_solved, solved_sets,
+)
 from eglr_harness.analysis.metrics.oracle import expected_random_oracle
 from eglr_harness.analysis.render import markdown_table, pct
 from eglr_harness.analysis.report import ReportContext, Section, Table, register_section
-from eglr_harness.cell import Cell
+from eglr_harness.core.cell import Cell
 
 __all__ = ["PoolSummary", "summarize_pool", "Pools"]
 

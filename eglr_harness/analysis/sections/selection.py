@@ -9,7 +9,7 @@ from eglr_harness.analysis.metrics.intervals import sign_test_p
 from eglr_harness.analysis.metrics.selection import selection
 from eglr_harness.analysis.render import markdown_table, num, pct
 from eglr_harness.analysis.report import ReportContext, Section, Table, register_section
-from eglr_harness.signals import RECORDED_SIGNALS
+from eglr_harness.core.signals import RECORDED_SIGNALS
 
 _HEADER = ["pool", "aggregator", "solved", "docs", "accuracy", "gap_recovered", "diff_vs_majority", "diff_low",
            "diff_high", "gained", "lost", "sign_test_p", "note"]
@@ -28,7 +28,7 @@ class SelectionSection(Section):
 - Selection: each aggregator answers a problem with one answer of the pool's rollouts. Gap recovered =
   (acc − greedy) / (oracle − greedy). Difference vs majority vote: paired bootstrap over problems (95 %).
   Halves for fitting: the SHA-256 of lm-eval's doc hash, first byte's parity; fitted on one half, scored on
-  the other, both ways. Signals: `eglr_harness/signals.py`; `l_agreement` = share of the problem's rollouts
+  the other, both ways. Signals: `eglr_harness/core/signals.py`; `l_agreement` = share of the problem's rollouts
   at the same T and another L in the same answer cluster.
 """
 

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 export EGLR_DATA_DIR=${EGLR_DATA_DIR:-../shared/data}
 HERE=results/smollm2-135m-instruct/gsm8k_pools
-SMOLLM2=$(python -c "from eglr_harness.presets import load_preset as l; print(l('smollm2-135m-instruct')['model_args']['pretrained'])")
+SMOLLM2=$(python -c "from eglr_harness.run.presets import load_preset as l; print(l('smollm2-135m-instruct')['model_args']['pretrained'])")
 ARGS=pretrained=$SMOLLM2,gguf_file=SmolLM2-135M-Instruct.Q4_1.gguf,dtype=float32,tau_h=2.5,rollout_cache=results/smollm2-135m-instruct/rollouts
 COMMON="--tasks gsm8k_eglr_sc --limit 100 --gen_kwargs max_gen_toks=256 --apply_chat_template --batch_size 64 --device cpu --log_samples"
 [ -d $HERE/tpool ] || lm_eval --model eglr-hf --model_args $ARGS,L=0,T=0.1-1.0:0.1 $COMMON --output_path $HERE/tpool

@@ -1,0 +1,45 @@
+"""``eglr-score``: rescore saved samples files with the current answer checking, without decoding again."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from eglr_harness.core.errors import OutputError
+from eglr_harness.core.outputs import check_writable
+from eglr_harness.harness.rescore import rescore_file, samples_files
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="eglr-score",
+        description="Score lm-eval samples files (e.g. of a --predict_only run) with the eglr grader.",
+    )
+    parser.add_argument("paths", nargs="+", type=Path, help="samples_<task>_<timestamp>.jsonl files or run folders")
+    parser.add_argument("--output_path", type=Path, required=True, help="folder for the scored samples and results")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        files = samples_files(args.paths)
+        check_writable(args.output_path, "--output_path")
+    except ValueError as err:
+        parser.error(str(err))
+    except OutputError as err:
+        print(f"eglr-score: error: {err}", file=sys.stderr)
+        return 2
+    for path in files:
+        try:
+            task, metrics = rescore_file(path, args.output_path / path.parent.name)
+        except (ValueError, OutputError) as err:
+            print(f"eglr-score: error: {err}", file=sys.stderr)
+            return 2
+        print(f"{task} ({path.name})")
+        for key, value in metrics.items():
+            print(f"  {key:<24} {value:.4f}" if isinstance(value, float) else f"  {key:<24} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

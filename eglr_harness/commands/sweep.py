@@ -1,0 +1,96 @@
+"""``eglr-sweep``: one EGLR setting varied over values (an ablation), each point a stock lm_eval run, resumable."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from eglr_harness.leaderboard.runner import Executor, execute_run, subprocess_executor
+from eglr_harness.leaderboard.runs import LeaderboardOptions, build_command, shell_command
+from eglr_harness.leaderboard.sweep import AXES, finished_point, parse_axis, plan_sweep
+
+logger = logging.getLogger("eglr_harness.commands.sweep")
+
+
+def sweep_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="eglr-sweep",
+        description="One-axis-at-a-time ablation of EGLR settings (paper Table 4), each point a stock "
+        "lm_eval run; resumable; then the report's ablation section.",
+    )
+    parser.add_argument("--model_args", required=True, nargs="+", help="eglr-hf model args shared by every run")
+    parser.add_argument("--tasks", required=True, help="one task, e.g. math500_eglr or eglr_demo")
+    parser.add_argument("--sweep", action="append", required=True, metavar="AXIS=VALUES",
+                        help=f"an axis and its values, repeatable; axes: {', '.join(AXES)}")
+    parser.add_argument("--limit", type=float, default=None, help="lm_eval --limit")
+    parser.add_argument("--max_gen_toks", type=int, default=None, help="max new tokens (gen kwarg)")
+    parser.add_argument("--batch_size", default=None, help="lm_eval --batch_size")
+    parser.add_argument("--device", default=None, help="lm_eval --device")
+    parser.add_argument("--metadata", default=None, help="lm_eval --metadata (JSON), e.g. the demo's levels")
+    parser.add_argument("--apply_chat_template", action="store_true", help="pass --apply_chat_template to lm_eval")
+    parser.add_argument("--rollout_cache", default=None, help="rollout store folder shared by every run (resume)")
+    parser.add_argument("--output_dir", required=True, help="one folder per point under it, then report/")
+    parser.add_argument("--lm_eval_args", default="", help="extra lm_eval flags, one quoted string")
+    parser.add_argument("--python", default=sys.executable, help="interpreter that runs `-m lm_eval`")
+    parser.add_argument("--no_report", action="store_true", help="run only; no eglr-report afterwards")
+    parser.add_argument("--dry_run", action="store_true", help="print the commands of unfinished runs, run nothing")
+    parser.add_argument("--verbosity", "-v", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_executor) -> int:
+    """Console entry point of ``eglr-sweep``: 0 when every point finished, 1 otherwise, 2 on bad input."""
+    args = sweep_parser().parse_args(argv)
+    logging.basicConfig(level=args.verbosity, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        model_args = ",".join(a.strip(",") for a in args.model_args)
+        tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+        if len(tasks) != 1:
+            raise ValueError(f"`--tasks`={args.tasks!r}: a sweep runs one task; give one (e.g. math500_eglr).")
+        extra = shlex.split(args.lm_eval_args)
+        if args.metadata:
+            extra += ["--metadata", args.metadata]
+        opts = LeaderboardOptions(
+            model_args=model_args, tasks=tuple(tasks), output_dir=Path(args.output_dir), beams=(),
+            batch_size=args.batch_size, device=args.device, apply_chat_template=args.apply_chat_template,
+            lm_eval_args=tuple(extra), python=args.python,
+        )
+        points = plan_sweep(model_args, tasks[0], [parse_axis(s) for s in args.sweep], Path(args.output_dir),
+                            limit=args.limit, max_gen_toks=args.max_gen_toks, rollout_cache=args.rollout_cache)
+    except ValueError as err:
+        print(f"eglr-sweep: error: {err}", file=sys.stderr)
+        return 2
+    failed = []
+    for p in points:
+        argv_run = build_command(p.run, opts)
+        if finished_point(p) is not None:
+            logger.info("skip %s: finished", p.name)
+        elif args.dry_run:
+            print(shell_command(argv_run))
+        else:
+            execute_run(p.run, argv_run, executor)
+            if finished_point(p) is None:
+                logger.error("%s failed (no results file in %s)", p.name, p.run.output_path)
+                failed.append(p.name)
+    if failed:
+        print(f"eglr-sweep: error: {len(failed)} of {len(points)} runs failed ({', '.join(failed)}; lm_eval's error "
+              "is above); no report written. Fix the cause and run the same command again: finished runs are kept.",
+              file=sys.stderr)
+        return 1
+    if args.dry_run or args.no_report:
+        return 0
+    done = [p.run.output_path for p in points if finished_point(p) is not None]
+    if done:
+        from eglr_harness.analysis.report import build_report  # noqa: PLC0415
+
+        out = build_report(done, Path(args.output_dir) / "report", task=tasks[0], sections=("runs", "ablation"))
+        print(out / "report.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

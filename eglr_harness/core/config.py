@@ -1,0 +1,103 @@
+"""One frozen, validated configuration per (L, T) cell: the key of a grid cell, a cache entry, a row."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from eglr_harness.core.cell import Cell
+
+# The paper's settings (eglr-method.md §3).
+DEFAULT_ALPHA = 0.2
+DEFAULT_K_MAX = 3
+DEFAULT_TAU_KL = 5e-4
+DEFAULT_TOP_K = 50
+DEFAULT_TOP_P = 1.0
+DEFAULT_SEED = 1333
+DEFAULT_L = 4  # the paper's ablation setting; tasks and presets usually name their own
+TAU_H_CAP = 2.5  # nats: the calibrated threshold never exceeds this
+
+
+@dataclass(frozen=True)
+class EglrConfig:
+    """EGLR hyper-parameters for one decoding configuration.
+
+    Attributes:
+        L: layer span re-applied on refinement (0 = plain decoding).
+        T: sampling temperature (0 = greedy argmax).
+        alpha: fusion weight of the norm-matched refined state against the anchor.
+        k_max: refinement budget (iterations) per gated token.
+        tau_kl: early exit when KL(p_k || p_{k-1}) falls below it.
+        tau_h: entropy gate in nats; ``math.inf`` never refines.
+        top_k: top-k filter when T > 0 (0 disables it).
+        top_p: nucleus filter when T > 0 (1.0 disables it).
+        seed: base seed of sampled rollouts.
+    """
+
+    L: int = DEFAULT_L
+    T: float = 0.0
+    alpha: float = DEFAULT_ALPHA
+    k_max: int = DEFAULT_K_MAX
+    tau_kl: float = DEFAULT_TAU_KL
+    tau_h: float = math.inf
+    top_k: int = DEFAULT_TOP_K
+    top_p: float = DEFAULT_TOP_P
+    seed: int = DEFAULT_SEED
+
+    def __post_init__(self) -> None:
+        _check_int("L", self.L, lo=0, allowed="0..N (N = the model's decoder layer count)")
+        Cell.of(self.L, self.T)  # the one check of a cell's (L, T)
+        _check_real("alpha", self.alpha, allowed="[0, 1]", ok=lambda v: 0.0 <= v <= 1.0)
+        _check_int("k_max", self.k_max, lo=1, allowed="an int >= 1")
+        _check_real("tau_kl", self.tau_kl, allowed="tau_kl >= 0", ok=lambda v: v >= 0)
+        _check_real("tau_h", self.tau_h, allowed="tau_h >= 0 nats, inf, or 'auto'", ok=lambda v: v >= 0)
+        _check_int("top_k", self.top_k, lo=0, allowed="an int >= 0 (0 disables top-k)")
+        _check_real("top_p", self.top_p, allowed="(0, 1]", ok=lambda v: 0.0 < v <= 1.0)
+        _check_int("seed", self.seed, lo=None, allowed="an int")
+
+    @property
+    def refines(self) -> bool:
+        """Whether this config can ever run a refinement pass."""
+        return self.L > 0 and self.tau_h != math.inf
+
+    @property
+    def sampled(self) -> bool:
+        return self.T > 0
+
+    def validate_for_model(self, num_layers: int) -> None:
+        if self.L > num_layers:
+            raise ValueError(
+                f"`L`={self.L} exceeds the model's {num_layers} decoder layers; allowed: 0..{num_layers}."
+            )
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _check_int(name: str, value, *, lo, allowed: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or (lo is not None and value < lo):
+        raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {allowed}.")
+
+
+def _check_real(name: str, value, *, allowed: str, ok) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not ok(float(value)):
+        raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {allowed}.")
+
+
+def parse_tau_h(value) -> float | str:
+    """``'auto'`` stays a marker (calibrated per task later); anything else becomes a float."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == "auto":
+            return "auto"
+        if text in {"inf", "infinity", "none", "off"}:
+            return math.inf
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"`tau_h`={value!r} is not allowed; allowed: a float >= 0 nats, 'inf', or 'auto'.") from None
+    if value is None:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
+        raise ValueError(f"`tau_h`={value!r} is not allowed; allowed: a float >= 0 nats, 'inf', or 'auto'.")
+    return float(value)

@@ -1,0 +1,54 @@
+"""Generated texts that remember which (L, T) cell and cycle produced them, and the model's signals.
+
+``eglr-hf`` returns :class:`Rollout` objects from ``generate_until``. They are plain ``str``
+for lm-eval (filters, caching, JSON), and the task code reads :func:`rollout_meta` to know
+the configuration of each repeat and, when the engine recorded them, the rollout's signals
+(``eglr_harness.core.signals``: entropies, log-probabilities, refinement). Texts from other models have
+no metadata (``None``).
+"""
+
+from __future__ import annotations
+
+
+class Rollout(str):
+    """A ``str`` with ``L``, ``T``, ``cycle``, ``signals`` (a dict, or None when not recorded) and
+    ``engine`` (``continuous`` or ``hf``: which engine decoded it; None when not recorded)."""
+
+    L: int
+    T: float
+    cycle: int
+    signals: dict | None
+    engine: str | None
+
+    def __new__(cls, text: str, *, L: int, T: float, cycle: int = 0, signals: dict | None = None,
+                engine: str | None = None) -> "Rollout":
+        obj = super().__new__(cls, text)
+        obj.L, obj.T, obj.cycle, obj.signals, obj.engine = int(L), float(T), int(cycle), signals, engine
+        return obj
+
+    def __reduce__(self):
+        return (_rebuild, (str(self), self.L, self.T, self.cycle, self.signals, self.engine))
+
+    def meta(self) -> dict:
+        """``{"L", "T", "cycle"}``, plus ``"signals"`` and ``"engine"`` when they were recorded."""
+        meta = {"L": self.L, "T": self.T, "cycle": self.cycle}
+        if self.signals is not None:
+            meta["signals"] = self.signals
+        if self.engine is not None:
+            meta["engine"] = self.engine
+        return meta
+
+
+def _rebuild(text: str, L: int, T: float, cycle: int, signals: dict | None = None, engine: str | None = None) -> Rollout:
+    return Rollout(text, L=L, T=T, cycle=cycle, signals=signals, engine=engine)
+
+
+def rollout_meta(response) -> dict | None:
+    """``{"L", "T", "cycle"[, "signals"][, "engine"]}`` of a response from eglr-hf, or ``None`` for a plain string."""
+    return response.meta() if isinstance(response, Rollout) else None
+
+
+def with_meta(text: str, like) -> str:
+    """Return ``text`` carrying the metadata of ``like`` (e.g. after a filter rewrote it)."""
+    meta = rollout_meta(like)
+    return Rollout(text, **meta) if meta is not None else text

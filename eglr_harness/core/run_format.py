@@ -1,0 +1,327 @@
+"""The one check of what a run's files hold (docs/run-format.md), shared by ``eglr-report``,
+``eglr-export`` and ``eglr-score``: a samples line, its rollouts and responses, and a results file's
+``config`` with its ``config.eglr`` block.
+
+Nothing read from a run is trusted: every value a reader uses is checked here, and a value that is
+not what the contract allows is refused with a :class:`~eglr_harness.core.errors.FileFormatError` whose
+message is one line, ``FILE:LINE: what is wrong (the value) and what is allowed`` (the commands print
+it and exit 2). Keys a rollout or a line carries beyond the declared ones are kept and passed on
+untouched (a newer writer's fields).
+
+**Rollout fields** are declared in :data:`ROLLOUT_FIELDS` (name -> :class:`FieldRule`): every one is
+optional but ``correct``; a later writer's field is one more entry (say ``ROLLOUT_FIELDS["verifier"]
+= FieldRule(_optional(_number), "a number or null")``), checked wherever a rollout is read.
+
+A leaf: it imports only :mod:`eglr_harness.core.jsonl`, :mod:`eglr_harness.core.cell` and the errors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from eglr_harness.core.cell import Cell
+from eglr_harness.core.errors import FileFormatError
+from eglr_harness.core.jsonl import iter_jsonl
+
+__all__ = [
+    "FieldRule", "ROLLOUT_FIELDS", "SAMPLE_LINE", "SampleLine", "SamplesFile", "check_rollout", "read_samples_file",
+    "prompt_of", "completions_of", "read_results", "check_results",
+]
+
+SAMPLE_LINE = "one lm-eval sample (a JSON object) per line"
+CONTRACT = "docs/run-format.md"
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
+
+
+def _finite_nonneg(v) -> bool:
+    return _number(v) and math.isfinite(v) and v >= 0
+
+
+def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or check(v)
+
+
+def _signals(v) -> bool:
+    return v is None or (isinstance(v, dict) and all(isinstance(k, str) and (x is None or _number(x))
+                                                     for k, x in v.items()))
+
+
+class FieldRule(NamedTuple):
+    """How one field is checked: ``check(value) -> bool`` and the words for what is allowed."""
+
+    check: Callable[[Any], bool]
+    allowed: str
+
+
+# name -> rule of every declared rollout field (docs/run-format.md, `rollouts`); all optional but `correct`
+ROLLOUT_FIELDS: dict[str, FieldRule] = {
+    "repeat": FieldRule(_count, "an int >= 0"),
+    "L": FieldRule(_optional(_count), "an int >= 0, or null for a model other than eglr-hf"),
+    "T": FieldRule(_optional(_finite_nonneg), "a finite number >= 0, or null for a model other than eglr-hf"),
+    "cycle": FieldRule(_optional(_count), "an int >= 0 or null"),
+    "answer": FieldRule(lambda v: v is None or isinstance(v, str), "a string, or null for no parseable answer"),
+    "correct": FieldRule(lambda v: v in (0, 1) and isinstance(v, (int, bool)), "0 or 1"),
+    "cluster": FieldRule(_optional(_count), "an int >= 0 or null"),
+    "signals": FieldRule(_signals, "null or a dict of numbers (or nulls), eglr_harness/core/signals.py"),
+    "engine": FieldRule(lambda v: v in (None, "continuous", "hf"), "'continuous', 'hf' or null"),
+}
+REQUIRED_ROLLOUT_FIELDS = ("correct",)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_rollout(item: Any, where: str, doc_id: int, index: int) -> dict:
+    """``item`` (rollout ``#index`` of ``doc_id``'s line at ``where``), checked against
+    :data:`ROLLOUT_FIELDS`; a :class:`FileFormatError` names the first field that is not allowed."""
+    if not isinstance(item, dict):
+        raise FileFormatError(f"{where}: doc {doc_id} rollout #{index} is {_shown(item)}; expected a dict with "
+                              f"keys {', '.join(ROLLOUT_FIELDS)} ({CONTRACT}).")
+    for name in REQUIRED_ROLLOUT_FIELDS:
+        if name not in item:
+            raise FileFormatError(f"{where}: doc {doc_id} rollout #{index} has no `{name}`; allowed: "
+                                  f"{ROLLOUT_FIELDS[name].allowed} ({CONTRACT}).")
+    for name, rule in ROLLOUT_FIELDS.items():
+        if name in item and not rule.check(item[name]):
+            raise FileFormatError(f"{where}: doc {doc_id} rollout #{index}: `{name}` is {_shown(item[name])}; "
+                                  f"allowed: {rule.allowed} ({CONTRACT}).")
+    return item
+
+
+@dataclass(frozen=True)
+class SampleLine:
+    """One checked document line of a samples file: its ``file:line``, doc id, the line, and its
+    checked ``rollouts`` (None where the line has none: a ``--predict_only`` run)."""
+
+    where: str
+    doc_id: int
+    sample: dict
+    rollouts: list[dict] | None
+
+
+@dataclass(frozen=True)
+class SamplesFile:
+    """The lines of one samples file for one lm-eval filter (the first in the file unless named)."""
+
+    path: Path
+    filter: str | None
+    lines: tuple[SampleLine, ...]
+    other_filters: tuple[str, ...] = field(default=())
+
+
+def _rollout_items(sample: dict) -> list | None:
+    """A line's rollout list: ``rollouts`` (or, in runs older than that key, ``best_cfg_acc``'s list)."""
+    items = sample.get("rollouts")
+    if items is None and isinstance(sample.get("best_cfg_acc"), list):
+        items = sample["best_cfg_acc"]
+    return items
+
+
+def read_samples_file(path: str | Path, filter_name: str | None = None, *, require_rollouts: bool = True) -> SamplesFile:
+    """Read and check one ``samples_<task>_<date>.jsonl``: every line of the chosen filter has an int
+    ``doc_id`` >= 0 seen once, and (when ``require_rollouts``, or when present) a ``rollouts`` list of
+    rollouts that pass :func:`check_rollout`. Raises :class:`FileFormatError` naming ``file:line``."""
+    path = Path(path)
+    filters: list[str] = []
+    chosen = filter_name
+    seen: dict[int, int] = {}
+    lines: list[SampleLine] = []
+    for number, sample in iter_jsonl(path, SAMPLE_LINE):
+        filt = sample.get("filter")
+        if filt not in filters:
+            filters.append(filt)
+        chosen = filt if chosen is None else chosen
+        if filt != chosen:
+            continue
+        where = f"{path}:{number}"
+        doc_id = sample.get("doc_id")
+        if not _count(doc_id):
+            raise FileFormatError(f"{where}: `doc_id` is {_shown(doc_id)}; allowed: an int >= 0 (an lm-eval "
+                                  "samples line).")
+        if doc_id in seen:
+            raise FileFormatError(f"{where}: doc {doc_id} appears twice for filter {chosen!r} (first on line "
+                                  f"{seen[doc_id]}); allowed: one line per document and filter. Is the file corrupt?")
+        seen[doc_id] = number
+        items = _rollout_items(sample)
+        if items is None and not require_rollouts:
+            lines.append(SampleLine(where, doc_id, sample, None))
+            continue
+        if not isinstance(items, list):
+            got = "no `rollouts` list" if items is None else f"`rollouts` {_shown(items)}"
+            raise FileFormatError(f"{where}: doc {doc_id} has {got}; allowed: a list of "
+                                  "rollouts, as eglr tasks log them with --log_samples (e.g. gsm8k_eglr_sc; "
+                                  f"{CONTRACT}).")
+        rollouts = [check_rollout(item, where, doc_id, i) for i, item in enumerate(items)]
+        lines.append(SampleLine(where, doc_id, sample, rollouts))
+    if not filters:
+        raise FileFormatError(f"{path}: no document lines (an empty samples file: was the run stopped before it "
+                              "saved them?); rerun the task with --log_samples or leave this run out.")
+    if filter_name is not None and filter_name not in filters:
+        raise FileFormatError(f"{path}: filter {filter_name!r} not found; filters in this file: {filters}.")
+    return SamplesFile(path, chosen, tuple(lines), tuple(f for f in filters if f != chosen))
+
+
+def prompt_of(line: SampleLine) -> str:
+    """The context of a line's (first) request: lm-eval 0.4.13 logs ``arguments`` as
+    ``{"gen_args_0": {"arg_0": context, "arg_1": gen_kwargs}}``; older writers as ``[[context, kwargs], ...]``."""
+    args = line.sample.get("arguments")
+    first = None
+    if isinstance(args, Mapping) and args:
+        first = next(iter(args.values()))
+        first = first.get("arg_0") if isinstance(first, Mapping) else None
+    elif isinstance(args, list) and args and isinstance(args[0], list) and args[0]:
+        first = args[0][0]
+    if not isinstance(first, str):
+        raise FileFormatError(f"{line.where}: doc {line.doc_id} has `arguments` {_shown(args)}; allowed: lm-eval's "
+                              "logged request ({'gen_args_0': {'arg_0': context, 'arg_1': gen_kwargs}}).")
+    return first
+
+
+def completions_of(line: SampleLine, n: int) -> list[str]:
+    """The ``n`` rollout texts of a line: one request with ``n`` repeats (``[[r0, ..., rn]]``), or ``n``
+    requests of one response each (``[[r0], [r1], ...]``); each a string."""
+    resps = line.sample.get("resps")
+    texts = None
+    if isinstance(resps, list) and len(resps) == 1 and isinstance(resps[0], list) and len(resps[0]) == n:
+        texts = resps[0]
+    elif isinstance(resps, list) and len(resps) == n and all(isinstance(r, list) and r for r in resps):
+        texts = [r[0] for r in resps]
+    if texts is None or not all(isinstance(t, str) for t in texts):
+        raise FileFormatError(f"{line.where}: doc {line.doc_id} has `resps` {_shown(resps)}; allowed: {n} rollout "
+                              f"texts (one per rollout), as [[text, ...]] (an eglr task's samples).")
+    return texts
+
+
+# --------------------------------------------------------------------------- results files
+
+def _line_of(text: str, keys: Sequence[str]) -> int:
+    """The line of ``keys`` (a path of JSON keys) in a results file's text, as lm-eval indents it; the
+    line of the deepest key found."""
+    at = 0
+    for key in keys:
+        found = text.find(json.dumps(key) + ":", at)
+        if found < 0:
+            break
+        at = found
+    return text.count("\n", 0, at) + 1
+
+
+def _dict_or_none(v) -> bool:
+    return v is None or isinstance(v, dict)
+
+
+# settings the readers use as numbers (the ablation's axes, the export's columns)
+NUMERIC_SETTINGS = ("alpha", "k_max", "tau_kl", "top_k", "top_p", "seed")
+
+
+def _settings(v) -> bool:
+    return v is None or (isinstance(v, dict) and all(v.get(k) is None or _number(v[k]) for k in NUMERIC_SETTINGS))
+
+
+def _tau_h(v) -> bool:
+    def one(x):
+        return x is None or (_number(x) and x >= 0)
+
+    return one(v) or (isinstance(v, dict) and all(one(x) for x in v.values()))
+
+
+# key of config.eglr -> rule (docs/run-format.md, "Results JSON"); absent keys are fine (older runs)
+EGLR_FIELDS: dict[str, FieldRule] = {
+    "num_layers": FieldRule(_optional(_count), "an int >= 0 or null"),
+    "settings": FieldRule(_settings, f"a dict whose {', '.join(NUMERIC_SETTINGS)} are numbers (or null)"),
+    "tau_h": FieldRule(_tau_h, "a dict task -> tau_h (a number >= 0, or null), or one such number (older runs)"),
+    "stats": FieldRule(_dict_or_none, "a dict with `total` and `cells`"),
+    "engines": FieldRule(_dict_or_none, "a dict task -> {cell: engine}"),
+    "compile_report": FieldRule(_dict_or_none, "a dict of the continuous engine's compile figures, or null"),
+}
+
+
+def _stats_problem(stats: dict) -> tuple[list[str], str] | None:
+    """(key path, what is allowed) of the first unusable part of ``config.eglr.stats``, or None."""
+    for name in ("total", "reused_rollouts"):
+        if not _dict_or_none(stats.get(name)):
+            return [name], "a dict of figures"
+    cells = stats.get("cells")
+    if not _dict_or_none(cells):
+        return ["cells"], "a dict 'L=<int>,T=<float>' -> figures"
+    for label, figures in (cells or {}).items():
+        try:
+            Cell.parse(label)
+        except ValueError:
+            return ["cells", label], "cell labels of the form 'L=<int>,T=<float>'"
+        if not isinstance(figures, dict):
+            return ["cells", label], "a dict of figures"
+    reused = stats.get("reused_rollouts") or {}
+    if "total" in reused and not _count(reused["total"]):
+        return ["reused_rollouts", "total"], "an int >= 0"
+    return None
+
+
+def check_results(data: Any, path: str | Path, text: str = "") -> dict:
+    """A parsed results JSON, checked where the readers use it (``results``, ``config``, ``config.eglr``)."""
+    path = Path(path)
+    if not isinstance(data, dict) or not isinstance(data.get("results"), dict):
+        got = type(data).__name__ if not isinstance(data, dict) else f"`results` {_shown(data.get('results'))}"
+        raise FileFormatError(f"{path}:1: {got}; expected an lm-eval results_<date>.json file (an object with a "
+                              "`results` dict).")
+    for task, entry in data["results"].items():
+        if not isinstance(entry, dict):
+            raise FileFormatError(f"{path}:{_line_of(text, ['results', task])}: results[{task!r}] is "
+                                  f"{_shown(entry)}; allowed: a dict of metrics.")
+    for task, counts in (data.get("n-samples") or {}).items():
+        bad = [k for k in ("original", "effective") if k in (counts or {}) and not _count(counts[k])] \
+            if isinstance(counts, dict) else ["counts"]
+        if bad:
+            raise FileFormatError(f"{path}:{_line_of(text, ['n-samples', task])}: n-samples[{task!r}] is "
+                                  f"{_shown(counts)}; allowed: {{'original': int >= 0, 'effective': int >= 0}}.")
+    config = data.get("config")
+    if not _dict_or_none(config):
+        raise FileFormatError(f"{path}:{_line_of(text, ['config'])}: `config` is {_shown(config)}; allowed: "
+                              "lm-eval's config dict.")
+    eglr = (config or {}).get("eglr")
+    if not _dict_or_none(eglr):
+        raise FileFormatError(f"{path}:{_line_of(text, ['config', 'eglr'])}: `config.eglr` is {_shown(eglr)}; "
+                              f"allowed: the dict eglr-hf writes, or absent ({CONTRACT}).")
+    for name, rule in EGLR_FIELDS.items():
+        if eglr and name in eglr and not rule.check(eglr[name]):
+            raise FileFormatError(f"{path}:{_line_of(text, ['config', 'eglr', name])}: `config.eglr.{name}` is "
+                                  f"{_shown(eglr[name])}; allowed: {rule.allowed} ({CONTRACT}).")
+    problem = _stats_problem(eglr["stats"]) if eglr and isinstance(eglr.get("stats"), dict) else None
+    if problem is not None:
+        keys, allowed = problem
+        value = eglr["stats"]
+        for key in keys:
+            value = value[key]
+        raise FileFormatError(f"{path}:{_line_of(text, ['config', 'eglr', 'stats', *keys])}: "
+                              f"`config.eglr.stats.{'.'.join(keys)}` is {_shown(value)}; allowed: {allowed} "
+                              f"({CONTRACT}).")
+    return data
+
+
+def read_results(path: str | Path) -> dict:
+    """Read and check one results JSON (:func:`check_results`); errors name ``file:line``."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text)
+    except UnicodeDecodeError as err:
+        raise FileFormatError(f"{path}:1: not UTF-8 ({err.reason}); expected an lm-eval results JSON.") from None
+    except json.JSONDecodeError as err:
+        raise FileFormatError(f"{path}:{err.lineno}: not valid JSON ({err.msg}, column {err.colno}); expected an "
+                              "lm-eval results JSON.") from None
+    return check_results(data, path, text)
+

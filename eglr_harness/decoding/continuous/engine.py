@@ -1,0 +1,525 @@
+"""The continuous engine: EGLR with refinement folded into the batch, and continuous batching.
+
+``generate`` (the ``hf`` engine, ``generate.py``) refines inside a decoding step: the step waits
+while its gated rows re-run the top L layers, and a pass over a few rows costs about what the
+whole batch's step costs, since the layers' weights are read once per call either way. Here every
+running row is, at each step, either
+
+- **advancing**: a normal forward of its newest token through all N layers, or
+- **refining**: one EGLR iteration (eglr-method.md §2, step 3) of its pending position t, which
+  joins the batch at layer N-L with its fused state ``u`` and runs the top L layers only,
+
+so the top layers' weights are read once for both kinds of row. A refining row's key/value goes to
+its scratch column (``kv_slots.py``); the cache keeps the normal pass's key/value at t. A row emits a
+token when it is not gated, or when its refinement ends (KL exit or k_max), from the last
+distribution computed; then it advances again. Finished rows leave and waiting requests are
+admitted into the free slots, so the batch stays full.
+
+Admitted prompts are prefilled within a token budget (``prefill_tokens``, as vLLM's
+``max_num_batched_tokens`` and SGLang's ``chunked_prefill_size``): short prompts are packed into one
+forward, a prompt longer than the budget is prefilled in chunks, each attending to the slot's
+earlier columns, and decoding steps go on between chunks. No forward processes more prompt tokens
+than the budget, so its activations do not grow with the prompts.
+
+The step itself (``fixed_step.decode_step``) is a function of fixed-shape tensors: the per-slot
+state (``step_state.py``), K/V storage (``Workspace``, kept for the next run when it fits; allocated
+once at the run's longest request when steps are captured, grown by buckets when eager) of which a
+step reads a length bucket of columns, and two index
+tensors of the advancing and the refining slots, padded to row-count buckets when the step is
+compiled. How it is compiled (once) and captured (per bucket): ``step_graphs.py``; the sizes a step is
+shaped by (``StepKey``) and their buckets: ``step_key.py``. Which request runs in which slot, and when
+(admission, prefill chunks, retirement): ``scheduler.py``. This module is the model runner, the host
+side of the steps: it runs the prefill forwards and the steps the scheduler calls for, reads one small
+tensor per forward (tokens and flags, by the names of ``step_state.READ_FIELDS``), applies it (gates,
+exits, EOS, stop strings and lengths) and picks the K/V width the next step reads. Sampling draws
+per row from noise of (row seed, token index) (``sampling.py``), so a rollout does not depend on its
+neighbours; ``fixed_step.py`` says what that means on a GPU.
+
+Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import StopStringCriteria
+
+from eglr_harness.core.config import EglrConfig
+from eglr_harness.decoding.compile_setting import CUDA_GRAPHS
+from eglr_harness.decoding.continuous.fixed_step import save_anchors, settle
+from eglr_harness.decoding.continuous.kv_slots import SPARE_COLUMNS, SlotCache, SlotView, prefill_masks
+from eglr_harness.decoding.continuous.scheduler import Row, Scheduler
+from eglr_harness.decoding.continuous.stack import FALLBACK, ModelStack
+from eglr_harness.decoding.continuous.step_graphs import EAGER_STEP_SHARE, StepRunner, WarmupReport
+from eglr_harness.decoding.continuous.step_key import StepSizes, length_bucket
+from eglr_harness.decoding.continuous.step_state import READ_FIELDS, RowPhase, SlotState, StepInvariants
+from eglr_harness.decoding.contract import Outcome, Request
+from eglr_harness.decoding.functional import raise_on_nan_rows
+from eglr_harness.decoding.processors import LogitsOptions, ProcessorsInUse, not_applied
+from eglr_harness.decoding.stats import EglrStats
+
+# the state's widths for every processor, so that one workspace serves any run (a few bool (B, V) tensors)
+_EVERY_PROCESSOR = ProcessorsInUse(penalty=True, ngram_size=1, suppress=True, begin_suppress=True)
+logger = logging.getLogger(__name__)
+_F = {name: i for i, name in enumerate(READ_FIELDS)}
+PREFILL_TOKENS = 4096  # the default prompt-token budget of one forward
+AUTO_MEMORY_SHARE = 0.8  # of the free memory: the rest is the allocator's slack (fragmentation) and workspaces
+
+
+@dataclass
+class Workspace:
+    """What the steps of a run read and write in place: the K/V storage and the slot state, for B slots
+    and C columns, kept for the next run when that fits (CUDA graphs recorded on it stay valid)."""
+
+    cache: SlotCache
+    state: SlotState
+
+    @property
+    def num_slots(self) -> int:
+        return self.cache.num_slots - 1  # the last slot is the trash slot
+
+    def fits(self, num_slots: int, capacity: int) -> bool:
+        # at most twice the slots: every step's attention runs over all of them
+        return num_slots <= self.num_slots <= 2 * num_slots and capacity <= self.cache.capacity
+
+    def nbytes(self) -> int:
+        tensors = [*self.cache.keys.values(), *self.cache.values.values(), *self.state.tensors().values()]
+        return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+class ContinuousEngine:
+    """Decodes many requests with EGLR through one running batch of ``max_batch`` slots.
+
+    Args:
+        model: a transformers causal LM of a family ``stack.ModelStack`` supports, on one device. Its
+            ``generation_config``'s logits processors are applied as ``generate`` applies them, where
+            ``processors.py`` knows them; a request that needs another is refused (``unsupported``).
+        max_batch: rows advancing together (the batch size of plain decoding), or ``"auto"``: as many as
+            the free memory holds for each run's longest request (``auto_batch``), logged with the figures.
+        eos_token_ids: tokens that end a row (``generate``'s ``eos_token_id``).
+        tokenizer: needed when requests have stop strings.
+        admit_at: prefill waiting requests once this many rows can be admitted (or the batch is
+            empty); fewer, larger prefills read the weights fewer times.
+        refine_headroom: extra slots, as a share of ``max_batch``, for rows that are refining. A
+            refining row emits nothing that step; without headroom it would take an advancing
+            row's place, and a step (whose cost is mostly reading the weights on an accelerator)
+            would emit fewer tokens. With it, ``max_batch`` rows keep advancing while the refining
+            ones ride along in the top L layers.
+        kv_bucket: the smallest K/V length bucket (columns); a step reads ``step_key.length_bucket`` columns.
+        prefill_tokens: the most prompt tokens one forward processes (rows x padded chunk length).
+        compile: compile the decoder layer once (``step_graphs.py``), the step's row counts padded to
+            buckets (powers of two from 2, ``max_batch``, the slot count); ``compile_mode``
+            ``"reduce-overhead"`` also records one CUDA graph per (rows, width) bucket (CUDA only);
+            ``compile_backend`` (``"eager"`` / ``"aot_eager"`` trace without generating code: a quick check).
+    """
+
+    def __init__(self, model, *, max_batch: int, eos_token_ids: Sequence[int] = (), tokenizer=None,
+                 admit_at: int | None = None, refine_headroom: float = 0.5, kv_bucket: int = 128,
+                 prefill_tokens: int = PREFILL_TOKENS, compile: bool = False, compile_mode: str | None = None,
+                 compile_backend: str = "inductor"):
+        if max_batch != "auto" and (isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1):
+            raise ValueError(f"`max_batch`={max_batch!r} is not allowed; allowed: an int >= 1 or 'auto'.")
+        self.stack = ModelStack.of(model)
+        self.generation_config = getattr(model, "generation_config", None)
+        self.max_batch = max_batch
+        self.eos = frozenset(int(t) for t in eos_token_ids)
+        self.tokenizer = tokenizer
+        self.admit_at = admit_at
+        if not 0 <= refine_headroom <= 1:
+            raise ValueError(f"`refine_headroom`={refine_headroom!r} is not allowed; allowed: [0, 1].")
+        self.refine_headroom = refine_headroom
+        if isinstance(kv_bucket, bool) or not isinstance(kv_bucket, int) or kv_bucket < 2 or kv_bucket % 2:
+            raise ValueError(f"`kv_bucket`={kv_bucket!r} is not allowed; allowed: an even int >= 2.")
+        self.kv_bucket = kv_bucket
+        if isinstance(prefill_tokens, bool) or not isinstance(prefill_tokens, int) or prefill_tokens < 1:
+            raise ValueError(f"`prefill_tokens`={prefill_tokens!r} is not allowed; allowed: an int >= 1.")
+        self.prefill_tokens = prefill_tokens
+        self.compile = compile
+        capture = compile and compile_mode == CUDA_GRAPHS
+        if capture and self.stack.device.type != "cuda":
+            raise ValueError(f"`compile_mode`={CUDA_GRAPHS!r} records CUDA graphs and needs a CUDA device; the model "
+                             f"is on {self.stack.device}.")
+        self.runner = StepRunner(compile=compile, capture=capture, backend=compile_backend, mode=compile_mode)
+        self.step_fn = self.runner
+        self.workspace: Workspace | None = None
+        self._stop_criteria: dict[tuple[str, ...], StopStringCriteria] = {}
+
+    # ---------------------------------------------------------------- public
+    def logits_options(self, request: Request) -> LogitsOptions:
+        """The processors of ``request``; ``ValueError`` for an invalid option value, or naming what this
+        engine does not apply (``unsupported``)."""
+        reason = self.unsupported(request)
+        if reason is not None:
+            raise ValueError(reason)
+        return LogitsOptions.resolve(self.generation_config, dict(request.options))
+
+    def unsupported(self, request: Request) -> str | None:
+        """Why this engine cannot decode ``request`` (valid options of generate that it does not apply), or
+        None. An invalid option value raises ``ValueError``: it is no reason to hand the request to another engine."""
+        reason = not_applied(self.generation_config, dict(request.options))
+        return None if reason is None else f"{reason}; {FALLBACK}."
+
+    def run(self, requests: Sequence[Request], *, stats_for: Callable[[EglrConfig], EglrStats] | None = None,
+            on_finish: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
+        """Decode every request; returns their outcomes in request order.
+
+        stats_for: the accounting each config's rows add to (tokens, gated tokens, iterations,
+        FLOP ratios; steps and wall time shared out by the rows' layer evaluations).
+        on_finish: called with (request index, outcome) as each request ends (progress, storage).
+        """
+        options = []
+        for request in requests:
+            request.config.validate_for_model(self.stack.num_layers)
+            if request.stop_strings and self.tokenizer is None:
+                raise ValueError("requests with stop strings need the engine's `tokenizer`.")
+            options.append(self.logits_options(request))
+        if not requests:
+            return []
+        started = time.perf_counter()
+        before = dataclasses.replace(self.runner.report)
+        run = _Run(self, requests, options, on_finish)
+        # no_grad, not inference_mode: under inference_mode the CPU linear layers ran 24 % slower here
+        with torch.no_grad(), self.stack.slot_attention():
+            run.decode()
+        self._say_eager_steps(before)
+        if stats_for is not None:
+            run.account(stats_for, time.perf_counter() - started)
+        return run.outcomes
+
+    def _say_eager_steps(self, before: WarmupReport) -> None:
+        """At the end of a run: say it when more than ``EAGER_STEP_SHARE`` of its steps after warm-up ran a
+        decoder layer eagerly because the compiled layer would have compiled again."""
+        report = self.runner.report
+        steps, eager = report.steps - before.steps, report.eager_steps - before.eager_steps
+        if steps and eager > EAGER_STEP_SHARE * steps:
+            logger.warning("continuous engine: %d of %d decoding steps of this run (%.0f %%) ran decoder layers eagerly "
+                           "after warm-up, for want of a compilation (%d late compilations refused; the first is logged "
+                           "above with dynamo's reason): this run was not the compiled run it was asked to be; please "
+                           "report it.", eager, steps, 100 * eager / steps, report.late_compiles - before.late_compiles)
+
+    def warmup_report(self) -> dict:
+        """What compiling and capturing the step has cost this engine: ``compiles``, ``captures``,
+        ``compile_seconds``, ``capture_seconds``, ``late_compiles`` (layer calls after warm-up that would have
+        compiled and ran eagerly: should be 0), ``steps`` after warm-up and ``eager_steps`` among them (steps
+        that ran such a call) and the (advancing rows, refining rows, K/V width) of each capture
+        (``step_graphs.WarmupReport``)."""
+        return self.runner.report.as_dict()
+
+    def auto_batch(self, requests: Sequence[Request]) -> int:
+        """``max_batch=auto``: the running rows that fit in AUTO_MEMORY_SHARE of the device's free memory
+        (a kept workspace counted as free: it is given back first): per row its K/V at the longest
+        request's capacity, its slot state and its share of a decoding step, refining headroom included,
+        after the larger of a budgeted prefill's activations and nothing."""
+        capacity = self.capacity_for(requests)
+        per_row = bytes_per_row(self.stack, capacity)
+        prefill = prefill_bytes(self.stack, self.prefill_tokens, capacity)
+        kept = self.workspace.nbytes() if self.workspace is not None else 0
+        free = free_memory(self.stack.device) + kept
+        usable = free * AUTO_MEMORY_SHARE - prefill
+        rows = int(usable // (per_row * (1 + self.refine_headroom)))
+        chosen = max(1, min(rows, len(requests)))
+        slots = slot_count(chosen, self.refine_headroom, any(r.config.refines for r in requests), len(requests))
+        logger.info("engine=continuous batch_size=auto: %d running rows (%d slots, refining headroom included) for %d "
+                    "requests: %.2f GiB free on %s, %.0f%% of it usable, minus %.2f GiB for a prefill of %d tokens; "
+                    "%.1f MiB per row (K/V at %d columns, slot state, a step's activations)",
+                    chosen, slots, len(requests), free / 2**30,
+                    self.stack.device, AUTO_MEMORY_SHARE * 100, prefill / 2**30, self.prefill_tokens,
+                    per_row / 2**20, capacity)
+        return chosen
+
+    def capacity_for(self, requests: Sequence[Request]) -> int:
+        """K/V columns a run needs: its longest request's prompt and new tokens, the scratch column and
+        the column a last step writes, as a length bucket."""
+        return length_bucket(max(len(r.prompt) + r.max_new_tokens for r in requests) + 3, self.kv_bucket)
+
+    def workspace_for(self, num_slots: int, capacity: int) -> Workspace:
+        """The engine's workspace if it fits, else a new one (the old one, and the graphs recorded on it, dropped first)."""
+        if self.workspace is not None and self.workspace.fits(num_slots, capacity):
+            return self.workspace
+        self.workspace = None
+        self.runner.forget()
+        parts = self.stack.parts
+        vocab, hidden = parts.lm_head.weight.shape
+        cache = SlotCache(num_slots + 1, capacity)
+        # every processor's tensors, whichever a run uses: the state then never moves between runs
+        state = SlotState.allocate(num_slots, hidden, vocab, parts.lm_head.weight.dtype, self.stack.device,
+                                   processors=_EVERY_PROCESSOR, eos_token_ids=sorted(self.eos), history_width=capacity)
+        self.workspace = Workspace(cache, state)
+        return self.workspace
+
+    def stop_criterion(self, stop_strings: tuple[str, ...]) -> StopStringCriteria:
+        if stop_strings not in self._stop_criteria:
+            self._stop_criteria[stop_strings] = StopStringCriteria(tokenizer=self.tokenizer, stop_strings=list(stop_strings))
+        return self._stop_criteria[stop_strings]
+
+
+def free_memory(device: torch.device) -> int:
+    """Free bytes on ``device``: CUDA's own figure plus what its caching allocator holds unused, else
+    the host's available memory."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _shapes(stack: ModelStack) -> tuple:
+    config = stack.model.config
+    config = getattr(config, "text_config", None) or config
+    vocab, hidden = stack.parts.lm_head.weight.shape
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    intermediate = getattr(config, "intermediate_size", None) or 4 * hidden
+    return vocab, hidden, heads, kv_heads, head_dim, intermediate, stack.parts.lm_head.weight.element_size()
+
+
+def slot_count(max_batch: int, refine_headroom: float, refines: bool, requests: int) -> int:
+    """The slots a run allocates (``_Run``'s rule): ``max_batch`` running rows, refining headroom only when a
+    config refines, never more than its requests (the batch_size=auto line says this number, not a bound)."""
+    headroom = math.ceil(max_batch * refine_headroom) if refines else 0
+    return min(max_batch + headroom, requests)
+
+
+def bytes_per_row(stack: ModelStack, capacity: int) -> int:
+    """Memory one running row takes: its K/V over every layer at ``capacity`` columns, its slot state
+    (the processors' included) and a decoding step's activations (logits and their fp32 copies, the
+    MLP's widest tensors)."""
+    vocab, hidden, heads, kv_heads, head_dim, intermediate, size = _shapes(stack)
+    kv = 2 * stack.num_layers * kv_heads * head_dim * (capacity + SPARE_COLUMNS) * size
+    state = vocab * 4 + vocab * 3 + 2 * hidden * size + capacity * 8  # logp_prev, seen/suppress flags, anchor, h_prev, history
+    step = vocab * 4 * 8 + 3 * intermediate * size  # logits, log-probs, noise, ...
+    return kv + state + step
+
+
+def prefill_bytes(stack: ModelStack, tokens: int, capacity: int) -> int:
+    """Activations of one prefill forward of ``tokens`` prompt tokens (its budget) whose attention
+    gathers up to max(tokens, capacity) columns: hidden states and the MLP's widest tensors per
+    token, the gathered keys and values, the masks (bool and additive, per query head group and per
+    layer kind) and the last positions' logits."""
+    vocab, hidden, heads, kv_heads, head_dim, intermediate, size = _shapes(stack)
+    columns = max(tokens, capacity)
+    per_token = (4 * hidden + 3 * intermediate + (heads + 2 * kv_heads) * head_dim) * size
+    gathered = 2 * columns * kv_heads * head_dim * size
+    masks = tokens * columns * (1 + (heads // kv_heads) * size) * len(stack.windows)
+    logits = min(tokens, 64) * vocab * 4 * 4
+    return tokens * per_token + gathered + masks + logits
+
+
+class _Run:
+    """The state of one ``ContinuousEngine.run``: slots, rows, device state, accounting."""
+
+    def __init__(self, engine: ContinuousEngine, requests: Sequence[Request], options: list[LogitsOptions], on_finish):
+        self.engine, self.stack, self.requests, self.on_finish = engine, engine.stack, requests, on_finish
+        self.options = options
+        self.outcomes = [Outcome() for _ in requests]
+        max_batch = engine.max_batch if engine.max_batch != "auto" else engine.auto_batch(requests)
+        configs = [r.config for r in requests]
+        self.num_slots = slot_count(max_batch, engine.refine_headroom, any(c.refines for c in configs), len(requests))
+        self.scheduler = Scheduler(requests, self.outcomes, num_slots=self.num_slots, max_advancing=max_batch,
+                                   admit_at=engine.admit_at or max(1, max_batch // 8),
+                                   prefill_tokens=engine.prefill_tokens)
+        self.rows = self.scheduler.rows  # the scheduler's, by slot
+        self.device = self.stack.device
+        parts = self.stack.parts
+        vocab = parts.lm_head.weight.shape[0]
+        self.plan = StepInvariants.of(configs, self.stack.num_layers, vocab, parts.logit_softcap, options)
+        # captured steps: storage for the longest request at once (graphs must not see it move); eager
+        # steps: for the longest prompt, grown by buckets as rows get longer (``step``)
+        longest_prompt = max(len(r.prompt) for r in requests)
+        capacity = (engine.capacity_for(requests) if engine.runner.capture else
+                    length_bucket(longest_prompt + 3, engine.kv_bucket))
+        workspace = engine.workspace_for(self.num_slots, capacity)
+        self.cache, self.state = workspace.cache, workspace.state
+        self.trash = workspace.num_slots  # padding rows of a step write to this slot
+        self.sizes = StepSizes.of(self.num_slots, max_batch, engine.kv_bucket, engine.capacity_for(requests), engine.compile)
+        if engine.compile:
+            logger.info("continuous engine: %d slots, %s", self.num_slots, self.sizes.describe())
+        self.steps_by_config: Counter = Counter()
+        self.refining_steps_by_config: Counter = Counter()
+
+    # ---------------------------------------------------------------- the loop
+    def decode(self) -> None:
+        scheduler = self.scheduler
+        while scheduler.busy():
+            self.admit()
+            if scheduler.prefilling:
+                self.prefill()
+            if scheduler.decoding():
+                self.step()
+
+    def admit(self) -> None:
+        """Admit what the scheduler admits and write the requests' settings into their slots; their prompts
+        are prefilled next (``prefill``)."""
+        slots = self.scheduler.admit()
+        if not slots:
+            return
+        rows = [self.rows[s] for s in slots]
+        self.state.admit(slots, [r.request.config for r in rows], [r.request.seed for r in rows],
+                         [r.request.prompt for r in rows], [self.options[r.index] for r in rows])
+
+    def prefill(self) -> None:
+        """One prefill forward: the next chunk of each prompt the scheduler picks, right-padded to Q positions,
+        within the token budget; rows whose prompt is complete get their first distribution (gate, token)."""
+        slots, chunk = self.scheduler.next_chunk()
+        rows = [self.rows[s] for s in slots]
+        starts = [row.prefilled for row in rows]
+        takes = [min(len(row.request.prompt) - row.prefilled, chunk) for row in rows]
+        ids = torch.zeros(len(slots), chunk, dtype=torch.long)
+        for g, (row, start, take) in enumerate(zip(rows, starts, takes)):
+            ids[g, :take] = torch.tensor(row.request.prompt[start:start + take])
+        ids = ids.to(self.device)
+        starts_t = torch.tensor(starts, device=self.device)
+        takes_t = torch.tensor(takes, device=self.device)
+        slots_t = torch.tensor(slots, device=self.device)
+        offsets = torch.arange(chunk, device=self.device)[None]  # (1, Q)
+        positions = starts_t[:, None] + offsets  # (G, Q)
+        real = offsets < takes_t[:, None]  # (G, Q) positions of the prompt (the rest is padding)
+        cache = self.cache
+        # padding positions write to the trash slot
+        cache.rows = torch.where(real, slots_t[:, None], self.trash)
+        cache.columns = torch.where(real, positions + 1, offsets + 1).clamp(max=cache.capacity - 1)
+        cache.gather, cache.span = slots_t, 1 + max(s + t for s, t in zip(starts, takes))
+        dtype = self.state.anchor.dtype
+        views = {kind: SlotView.of(slots_t, mask, dtype, prefill=True)
+                 for kind, mask in prefill_masks(starts_t, chunk, cache.span, self.stack.windows).items()}
+        hidden = self.stack.embed(ids)  # (G, Q, D)
+        angles = self.stack.rotary_angles(hidden, positions)
+        done = [g for g, (row, start, take) in enumerate(zip(rows, starts, takes)) if start + take == len(row.request.prompt)]
+        picked = torch.tensor(done, dtype=torch.long, device=self.device)
+        last = takes_t[picked] - 1
+        done_slots = slots_t[picked]
+        entry = self.stack.num_layers - torch.tensor([rows[g].request.config.L for g in done], device=self.device)
+        for index in range(self.stack.num_layers):
+            if index in self.plan.entry_layers and done:
+                save_anchors(self.state.anchor, done_slots, hidden[picked, last], entry, index)
+            kind = self.stack.layer_kinds[index]
+            hidden = self.stack.layer(index, hidden, views[kind], angles[kind], positions, cache)
+        advancing = self.scheduler.prefilled(slots, takes)  # finished prompts decode, the others wait their turn
+        assert advancing == [slots[g] for g in done]  # the forward anchored exactly these rows
+        if done:
+            last_hidden = hidden[picked, last]  # (G', D)
+            read = settle(self.stack, self.plan, self.state, done_slots, 0, last_hidden, self.stack.logits(last_hidden))
+            self.absorb(read.tolist(), advancing, [RowPhase.ADVANCE] * len(done))
+
+    def step(self) -> None:
+        """One decoding step: advancing rows feed their newest token, refining rows run one iteration."""
+        advancing = self.scheduler.slots_in(RowPhase.ADVANCE)
+        refining = self.scheduler.slots_in(RowPhase.REFINE)
+        self.steps_by_config.update({self.rows[s].request.config for s in advancing + refining})  # once per step
+        self.refining_steps_by_config.update({self.rows[s].request.config for s in refining})
+        # the columns the step reads: the newest position an advancing row writes, a length bucket of it
+        needed = max([self.rows[s].position + 3 for s in advancing] + [self.rows[s].position + 2 for s in refining])
+        key = self.sizes.key(len(advancing), len(refining), needed)  # compiled: buckets; eager: exact row counts
+        if key.width > self.cache.capacity:  # eager steps only: a captured run's storage holds its longest request
+            self.engine.runner.forget()
+            self.cache.grow(key.width)
+            self.state.grow_history(key.width)
+        self.cache.width = key.width
+        num_adv, num_ref = key.advancing, key.refining
+        slots = self._upload(advancing + [self.trash] * (num_adv - len(advancing)) +
+                             refining + [self.trash] * (num_ref - len(refining)))
+        read = self.engine.step_fn(self.stack, self.plan, self.state, self.cache, slots[:num_adv], slots[num_adv:])
+        host = read.tolist()  # the step's one read
+        for s in advancing:
+            self.rows[s].position += 1
+        self.absorb(host[:len(advancing)] + host[num_adv:num_adv + len(refining)], advancing + refining,
+                    [RowPhase.ADVANCE] * len(advancing) + [RowPhase.REFINE] * len(refining))
+
+    def _upload(self, values: list[int]) -> torch.Tensor:
+        """Host ints to the device without a host sync (pinned memory, non-blocking copy on CUDA):
+        the step's one read of its result stays the loop's only sync."""
+        host = torch.tensor(values, dtype=torch.long)
+        if self.device.type == "cuda":
+            host = host.pin_memory()
+        return host.to(self.device, non_blocking=True)
+
+    # ---------------------------------------------------------------- after a forward
+    def absorb(self, read: list[list[float]], slots: list[int], phases: list[RowPhase]) -> None:
+        """Apply a forward's read (one row per slot of ``slots``): gates, exits, emitted tokens, finishes."""
+        raise_on_nan_rows([slot for slot, values in zip(slots, read) if values[_F["nan"]]],
+                          "a decoding step of the continuous engine")
+        emitted: list[tuple[int, Row]] = []
+        for slot, phase, values in zip(slots, phases, read):
+            row = self.rows[slot]
+            outcome = row.outcome
+            if phase == RowPhase.ADVANCE:
+                outcome.entropies.append(values[_F["entropy"]])
+                if values[_F["gated"]]:
+                    row.phase = RowPhase.REFINE
+                    outcome.gated += 1
+                    continue
+            if not values[_F["emitted"]]:
+                continue  # KL still above the exit threshold: another iteration next step
+            k = int(values[_F["iterations"]])
+            if phase == RowPhase.REFINE:
+                outcome.iterations[k] += 1
+                row.phase = RowPhase.ADVANCE
+            outcome.tokens.append(int(values[_F["token"]]))
+            outcome.logprobs.append(values[_F["logprob"]])
+            outcome.final_kls.append(values[_F["kl"]])
+            outcome.token_iterations.append(k)
+            emitted.append((slot, row))
+        stopped = self._stopped([row for _, row in emitted if row.request.stop_strings])
+        for slot, row in emitted:
+            outcome = row.outcome
+            if outcome.tokens[-1] in self.engine.eos:
+                outcome.finish = "eos"
+            elif id(row) in stopped:
+                outcome.finish = "stop"
+            elif len(outcome.tokens) >= row.request.max_new_tokens:
+                outcome.finish = "length"
+            if outcome.finish:
+                self.scheduler.retire(slot)
+                if self.on_finish is not None:
+                    self.on_finish(row.index, outcome)
+
+    def _stopped(self, rows: list[Row]) -> set[int]:
+        """ids of the rows whose generated text now ends with one of their stop strings: one call of
+        each stop-string set's criterion for all its rows of equal tail length (tokens, never the prompt)."""
+        groups: dict[tuple, list[Row]] = defaultdict(list)
+        for row in rows:
+            criterion = self.engine.stop_criterion(row.request.stop_strings)
+            tail = min(len(row.outcome.tokens), criterion.maximum_token_len)
+            groups[(row.request.stop_strings, tail)].append(row)
+        stopped = set()
+        for (stop_strings, tail), members in groups.items():
+            ids = torch.tensor([m.outcome.tokens[-tail:] for m in members])
+            hits = self.engine.stop_criterion(stop_strings)(ids, None)
+            stopped.update(id(m) for m, hit in zip(members, hits.tolist()) if hit)
+        return stopped
+
+    def account(self, stats_for: Callable[[EglrConfig], EglrStats], wall_time_s: float) -> None:
+        """Add every config's totals to its stats (per-row FLOP accounting: nothing else ran)."""
+        by_config: dict[EglrConfig, list[Outcome]] = defaultdict(list)
+        for request, outcome in zip(self.requests, self.outcomes):
+            by_config[request.config].append(outcome)
+        n = self.stack.num_layers
+        work = {c: sum(n * len(o.tokens) + c.L * sum(k * m for k, m in o.iterations.items()) for o in outs)
+                for c, outs in by_config.items()}
+        total_work = sum(work.values()) or 1
+        for config, outs in by_config.items():
+            tokens = sum(len(o.tokens) for o in outs)
+            iterations = Counter()
+            for o in outs:
+                iterations.update(o.iterations)
+            stats = stats_for(config)
+            stats.num_layers = n
+            stats.add_batch(steps=self.steps_by_config[config], gated_steps=self.refining_steps_by_config[config],
+                            row_steps=tokens, tokens=tokens, iterations=dict(iterations), L=config.L,
+                            pass_row_iterations=sum(k * m for k, m in iterations.items()))
+            stats.wall_time_s += wall_time_s * work[config] / total_work
+

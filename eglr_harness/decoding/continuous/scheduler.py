@@ -1,0 +1,123 @@
+"""Which request runs in which slot of the continuous engine, and when: admission, prefill chunks,
+retirement. Host bookkeeping only, no model and no tensor (tests/engine/test_scheduler.py runs it alone);
+the engine's model runner (``continuous_engine._Run``) does the forwards it asks for.
+
+The policy, as vLLM's and SGLang's schedulers have one:
+
+- **Admission.** Waiting requests go longest prompt first (lm-eval's order: memory peaks early, slots
+  fill evenly). Free slots are given to waiting requests once ``admit_at`` of them can go in, or the
+  batch is empty (fewer, larger prefills read the weights fewer times), and never beyond
+  ``max_advancing`` rows that are not refining: the slots beyond it are headroom for refining rows.
+- **Prefill chunks.** A forward takes at most ``prefill_tokens`` prompt tokens (rows x chunk length).
+  Rows at their first chunk are packed together; a row further into a long prompt goes alone (its chunk
+  attends to up to its whole prompt), and a row whose prompt is not done after a forward goes to the
+  back of the line, so a long prompt does not hold the short ones up.
+- **Retirement.** A row leaves its slot when it ends (EOS, a stop string, its length); the slot is free
+  for the next admission.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from eglr_harness.decoding.continuous.step_state import RowPhase
+from eglr_harness.decoding.contract import Outcome, Request
+
+
+@dataclass
+class Row:
+    """A request in a slot. position: its last position whose key/value is in the slot (the host's mirror
+    of the device's); prefilled: its prompt positions in the slot so far."""
+
+    request: Request
+    outcome: Outcome
+    index: int  # of the request
+    position: int
+    phase: RowPhase = RowPhase.PREFILL
+    prefilled: int = 0
+
+    @property
+    def prompt_left(self) -> int:
+        return len(self.request.prompt) - self.prefilled
+
+
+class Scheduler:
+    """The slots of one run and the requests waiting for them.
+
+    requests, outcomes: the run's, in request order. num_slots: rows that can run at once (advancing and
+    refining); max_advancing: rows that may advance together; admit_at: admit once this many can go in
+    (or the batch is empty); prefill_tokens: the most prompt tokens one prefill forward takes.
+    """
+
+    def __init__(self, requests: Sequence[Request], outcomes: Sequence[Outcome], *, num_slots: int,
+                 max_advancing: int, admit_at: int, prefill_tokens: int):
+        self.requests, self.outcomes = requests, outcomes
+        self.num_slots, self.max_advancing = num_slots, max_advancing
+        self.admit_at, self.prefill_tokens = admit_at, prefill_tokens
+        self.waiting = deque(sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt)))
+        self.rows: list[Row | None] = [None] * num_slots
+        self.prefilling: deque[int] = deque()  # slots whose prompt is not all in the K/V yet, in admission order
+
+    # ---------------------------------------------------------------- what runs
+    def busy(self) -> bool:
+        return bool(self.waiting) or any(self.rows)
+
+    def slots_in(self, phase: RowPhase) -> list[int]:
+        return [s for s, row in enumerate(self.rows) if row is not None and row.phase == phase]
+
+    def decoding(self) -> bool:
+        """Whether some row is past its prompt (a decoding step has work)."""
+        return any(row is not None and row.phase != RowPhase.PREFILL for row in self.rows)
+
+    # ---------------------------------------------------------------- admission
+    def admit(self) -> list[int]:
+        """Give free slots to waiting requests, as the policy allows; returns the slots filled (their rows
+        wait for their prefill)."""
+        free = [s for s, row in enumerate(self.rows) if row is None]
+        advancing = sum(1 for row in self.rows if row is not None and row.phase != RowPhase.REFINE)
+        admit = min(len(free), self.max_advancing - advancing, len(self.waiting))
+        if admit <= 0 or (admit < min(self.admit_at, len(self.waiting)) and len(free) < self.num_slots):
+            return []
+        slots = free[:admit]
+        for slot in slots:
+            index = self.waiting.popleft()
+            request = self.requests[index]
+            self.rows[slot] = Row(request, self.outcomes[index], index, position=len(request.prompt) - 1)
+            self.prefilling.append(slot)
+        return slots
+
+    # ---------------------------------------------------------------- prefill
+    def next_chunk(self) -> tuple[list[int], int]:
+        """The prefilling slots of the next prefill forward and its chunk length Q (see the policy)."""
+        first = self.rows[self.prefilling[0]]
+        chunk = min(first.prompt_left, self.prefill_tokens)
+        chosen = [self.prefilling[0]]
+        if first.prefilled == 0:
+            for slot in list(self.prefilling)[1:]:
+                if self.rows[slot].prefilled or (len(chosen) + 1) * chunk > self.prefill_tokens:
+                    break
+                chosen.append(slot)
+        return chosen, chunk
+
+    def prefilled(self, slots: list[int], takes: list[int]) -> list[int]:
+        """After a prefill forward that took ``takes`` prompt positions of ``slots``: the slots whose prompt is
+        now complete (they advance next); the others go to the back of the line."""
+        done = []
+        for slot, take in zip(slots, takes):
+            row = self.rows[slot]
+            row.prefilled += take
+            self.prefilling.remove(slot)
+            if row.prompt_left == 0:
+                row.phase = RowPhase.ADVANCE
+                done.append(slot)
+            else:
+                self.prefilling.append(slot)
+        return done
+
+    # ---------------------------------------------------------------- retirement
+    def retire(self, slot: int) -> Row:
+        """Free ``slot``; returns the row that ran there."""
+        row, self.rows[slot] = self.rows[slot], None
+        return row

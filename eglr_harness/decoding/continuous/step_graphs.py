@@ -1,0 +1,315 @@
+"""How the continuous engine runs its decoding step: eagerly, compiled once, or captured per bucket.
+
+The design, and why (issue 32; how vLLM, SGLang and PyTorch do it: ``benchmarks/README.md``):
+
+- **What is compiled: one decoder layer, once.** ``torch.compile`` is applied to ``stack.call_layer``,
+  the one function every decoder layer runs through (the layer module is an argument, so its weights
+  are graph inputs: dynamo's ``inline_inbuilt_nn_modules``), with the sizes that vary marked dynamic:
+  the rows of the call, the slots, the K/V storage and the columns the step reads. One compilation
+  then serves every layer, every row count, every K/V width, every pool (L and T only change which
+  rows enter where, outside the layers), every run and every task of the process; families whose
+  layers differ by kind (sliding and full attention) make one more. That is PyTorch's regional
+  compilation, with vLLM's symbolic batch size. Compiling the whole step instead (what shipped
+  before) specialised the graph on (advancing rows, refining rows, K/V width, the pool's layer spans):
+  hundreds of 45-60 s compilations in a real pool run. The glue between layers (embedding, the
+  refining rows' join, ``settle``: gate, KL exit, processors, draw) stays eager: it is small, and on
+  CUDA it is captured with the rest.
+- **What is captured: one CUDA graph per step key**, (plan, ``step_key.StepKey``: advancing-row bucket,
+  refining-row bucket, K/V width), recorded lazily the first time the key is met, in one memory pool shared by all the
+  engine's graphs, as SGLang and vLLM record one graph per padded batch size. A capture costs one
+  eager warm-up of the step on the trash slot (outside the graph: lazy initialisations and, once per
+  process, the compilation) and one recording: no compilation. The index tensors are copied into the
+  graph's static inputs before each replay; every other input (the slot state, the K/V storage) is
+  allocated once per engine and never moves (``continuous_engine.Workspace``), so a graph stays valid
+  across K/V widths and across runs. A graph whose recording fails (a model whose layers synchronise
+  with the host, e.g. routing that reads expert counts) turns capturing off for the engine, with one
+  log line, and the step runs as compiled without graphs.
+- **After warm-up nothing compiles.** The first step of the engine's first run compiles; every later
+  call of the compiled layer runs under ``torch.compiler.set_stance("fail_on_recompile")``. Should a
+  later call need a compilation anyway (a bug), that call runs eagerly, ``late_compiles`` counts it and
+  the log says so at once, with dynamo's reason; ``eager_steps`` counts the steps that ran a layer so,
+  and a run in which more than ``EAGER_STEP_SHARE`` of the steps did says so again at its end
+  (``ContinuousEngine.run``): a run never stalls on a silent compilation, nor passes for compiled when
+  it mostly ran eagerly.
+- **No guard that a later step breaks.** Every size that varies is marked dynamic, and no step meets a
+  size relation that the first step did not: the K/V storage holds a spare column beyond its capacity
+  (``kv_slots.SPARE_COLUMNS``), so the W columns a step reads are never the whole storage. Without it a
+  first step that read every column (W == C) made inductor guard on that equality (it decides whether
+  a slice is contiguous from its sizes), and every later step with W < C compiled again (issue 39: 446
+  late compilations in six runs of one process on the CPU, 432 in one pool check on an H200).
+
+``warmup_report()`` says what it cost: compilations and captures, and their seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from eglr_harness.decoding.compile_setting import CUDA_GRAPHS  # the compile mode whose steps are captured
+from eglr_harness.decoding.continuous.fixed_step import decode_step
+from eglr_harness.decoding.continuous.kv_slots import LayerWrite, SlotView
+from eglr_harness.decoding.continuous.stack import call_layer
+from eglr_harness.decoding.continuous.step_key import StepKey
+
+logger = logging.getLogger(__name__)
+
+LATE_COMPILE = "Detected recompile"  # how torch.compiler's fail_on_recompile stance begins its error
+# a run whose steps after warm-up ran a layer eagerly more often than this share says so at its end
+EAGER_STEP_SHARE = 0.01
+# compilations a process makes at most, whatever its runs: one of the decoder layer, and one more where
+# a family's layers differ in what dynamo guards on (none of the families tested so far do)
+COMPILATION_BOUND = 2
+# compilations the layer function may make before dynamo gives up on it: a few variants of the layer
+# (layer kinds), never one per shape; past it dynamo would silently run the layer eagerly
+RECOMPILE_LIMIT = 8
+
+
+@dataclass
+class WarmupReport:
+    """What compiling and capturing cost an engine: counts and seconds (``ContinuousEngine.warmup_report``)."""
+
+    compiles: int = 0
+    captures: int = 0
+    compile_seconds: float = 0.0
+    capture_seconds: float = 0.0
+    late_compiles: int = 0  # calls of the compiled layer after warm-up that would have compiled (ran eagerly)
+    steps: int = 0  # decoding steps after warm-up
+    eager_steps: int = 0  # of them, steps in which a layer ran eagerly for want of a compilation
+    capture_keys: list[StepKey] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        report = asdict(self)
+        report["capture_keys"] = [[key.advancing, key.refining, key.width] for key in self.capture_keys]
+        return report
+
+
+class CompiledLayer:
+    """``call_layer`` under ``torch.compile(fullgraph=True)``, its varying sizes marked dynamic.
+
+    One compiled function per (backend, mode) for the whole process (``_compiled``), shared by every
+    engine: a second engine, another run or another task reuses its compilation. backend, mode: passed
+    to ``torch.compile`` (``mode`` is never CUDA graphs here: the engine records its own; inductor's
+    would nest inside them). report: the engine's, where the compilations this engine triggers are counted.
+    """
+
+    def __init__(self, report: WarmupReport, backend="inductor", mode: str | None = None):
+        self.report = report
+        self.warm = False
+        self.failed = False  # compiling failed: the layers run eagerly
+        self.fell_back = False  # a call since the last ``StepRunner`` step ran eagerly instead of compiling
+        self._warned = False
+        self.compiled, self._counter = _compiled(backend, mode)
+
+    def __call__(self, layer, hidden, view: SlotView, angles, positions, write: LayerWrite) -> torch.Tensor:
+        if self.failed:
+            return call_layer(layer, hidden, view, angles, positions, write)
+        # rows, slots, storage columns and the columns read vary; heads, sizes and Q = 1 do not
+        for tensor, dims in ((hidden, (0,)), (view.rows, (0,)), (view.mask, (0, 3)), (view.bias, (0, 3)),
+                             (angles[0], (0,)), (angles[1], (0,)), (positions, (0,)), (write.rows, (0,)),
+                             (write.columns, (0,)), (write.keys, (0, 2)), (write.values, (0, 2))):
+            for dim in dims:
+                torch._dynamo.maybe_mark_dynamic(tensor, dim)
+        if not self.warm:
+            before, started = self._counter[0], time.perf_counter()
+            try:
+                with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+                    out = self.compiled(layer, hidden, view, angles, positions, write)
+            except torch._dynamo.exc.TorchDynamoException as error:
+                # a layer dynamo cannot trace whole (a host read, a data-dependent shape): eager, said once
+                self.failed = True
+                logger.warning("continuous engine: compiling %s failed (%s: %s); its layers run eagerly",
+                               type(layer).__name__, type(error).__name__, str(error).splitlines()[0])
+                return call_layer(layer, hidden, view, angles, positions, write)
+            if self._counter[0] > before:
+                self.report.compiles += self._counter[0] - before
+                self.report.compile_seconds += time.perf_counter() - started
+            return out
+        try:
+            with torch.compiler.set_stance("fail_on_recompile"), torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+                return self.compiled(layer, hidden, view, angles, positions, write)
+        except RuntimeError as error:
+            if not str(error).startswith(LATE_COMPILE):
+                raise
+            self.report.late_compiles += 1
+            self.fell_back = True
+            if not self._warned:
+                self._warned = True
+                logger.error("continuous engine: the compiled decoder layer needed a compilation after warm-up "
+                             "(rows %d, K/V width %d): this call and any like it run eagerly instead; please report "
+                             "it. %s", hidden.shape[0], view.mask.shape[-1], error)
+            return call_layer(layer, hidden, view, angles, positions, write)
+
+
+_COMPILED: dict = {}
+
+
+def _compiled(backend, mode: str | None) -> tuple[Callable, list[int]]:
+    """The process's one compiled ``call_layer`` for (backend, mode), and its count of compilations."""
+    key = (backend if isinstance(backend, str) else id(backend), mode)
+    if key not in _COMPILED:
+        counter = [0]
+        inner = torch._dynamo.lookup_backend(backend) if isinstance(backend, str) and backend != "inductor" else backend
+
+        def counting_backend(graph_module, example_inputs):
+            counter[0] += 1
+            if inner == "inductor":
+                from torch._inductor.compile_fx import compile_fx
+
+                return compile_fx(graph_module, example_inputs, config_patches=_inductor_options(mode))
+            return inner(graph_module, example_inputs)
+
+        _COMPILED[key] = torch.compile(call_layer, fullgraph=True, backend=counting_backend), counter
+    return _COMPILED[key]
+
+
+def _inductor_options(mode: str | None) -> dict:
+    """inductor settings of a ``torch.compile`` mode, without its CUDA graphs (the engine records its own)."""
+    if mode in (None, "default", CUDA_GRAPHS):
+        return {}
+    return {"max_autotune": True} if mode.startswith("max-autotune") else {}
+
+
+class CudaGraph:
+    """One recorded step: a ``torch.cuda.CUDAGraph`` in the engine's shared memory pool, recorded on the
+    side stream its warm-up ran on (lazily made handles and workspaces belong to that stream)."""
+
+    def __init__(self, pool, stream):
+        self.pool, self.stream = pool, stream
+        self.graph = None
+
+    def warm_up(self, step: Callable[[], torch.Tensor]) -> None:
+        """Run ``step`` once on the recording stream, outside any graph."""
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            step()
+        torch.cuda.current_stream().wait_stream(self.stream)
+
+    def record(self, step: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """Record ``step`` (nothing runs); returns its output tensor, which every replay rewrites."""
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=self.pool, stream=self.stream):
+            out = step()
+        return out
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+@dataclass
+class _Captured:
+    graph: CudaGraph
+    advancing: torch.Tensor  # (A,) static input
+    refining: torch.Tensor  # (R,) static input
+    out: torch.Tensor  # (A + R, F) static output
+    eager_layers: bool = False  # recorded with layers that ran eagerly (a late compilation refused)
+    addresses: dict | None = None  # debug mode: where each tensor the graph reads lived when it was recorded
+
+
+def workspace_addresses(state, cache) -> dict[str, int]:
+    """Where every tensor a recorded step reads lives: the slot state's tensors and each layer's K/V storage."""
+    addresses = {f"state.{name}": value.data_ptr() for name, value in state.tensors().items()}
+    for store, tensors in (("keys", cache.keys), ("values", cache.values)):
+        addresses.update({f"cache.{store}[{layer}]": tensor.data_ptr() for layer, tensor in tensors.items()})
+    return addresses
+
+
+class StepRunner:
+    """Runs ``decode_step`` for one engine: eager, with the compiled layer, and/or captured per step key.
+
+    compile: compile the decoder layer (``CompiledLayer``); capture: record one CUDA graph per step key.
+    """
+
+    def __init__(self, *, compile: bool = False, capture: bool = False, backend="inductor", mode: str | None = None):
+        self.report = WarmupReport()
+        self.layers = CompiledLayer(self.report, backend, mode) if compile else call_layer
+        self.capture = capture
+        self.pool = self.stream = None
+        self._graphs: dict[tuple, _Captured] = {}
+
+    def __call__(self, stack, plan, state, cache, advancing: torch.Tensor, refining: torch.Tensor) -> torch.Tensor:
+        compiled = self.layers if isinstance(self.layers, CompiledLayer) else None
+        warm = compiled is not None and compiled.warm
+        if compiled is not None:
+            compiled.fell_back = False
+        eager_layers = False
+        if not self.capture:
+            read = decode_step(stack, plan, state, cache, advancing, refining, layers=self.layers)
+            eager_layers = compiled is not None and compiled.fell_back
+        else:
+            captured = self._graphs.get(self._key(plan, advancing, refining, cache))
+            if captured is None:
+                captured = self._record(stack, plan, state, cache, advancing.shape[0], refining.shape[0])
+            if captured is None:  # recording failed: capturing is off from now on
+                return self(stack, plan, state, cache, advancing, refining)
+            if captured.addresses is not None:
+                self._check_addresses(captured, state, cache)
+            captured.advancing.copy_(advancing)
+            captured.refining.copy_(refining)
+            captured.graph.replay()
+            read = captured.out
+            eager_layers = captured.eager_layers
+        if warm:
+            self.report.steps += 1
+            self.report.eager_steps += eager_layers
+        if compiled is not None:
+            compiled.warm = True  # every layer kind has run: warm-up is over
+        return read
+
+    @staticmethod
+    def _key(plan, advancing: torch.Tensor, refining: torch.Tensor, cache) -> tuple:
+        """What a recorded step is specialised on: the run's plan and the step's key (the state and storage
+        are the engine's workspace, which never moves; ``forget`` drops the graphs when it is replaced)."""
+        return plan, StepKey(advancing.shape[0], refining.shape[0], cache.width)
+
+    @staticmethod
+    def _check_addresses(captured: _Captured, state, cache) -> None:
+        """Debug mode (this module's logger at DEBUG, as vLLM checks under VLLM_LOGGING_LEVEL=DEBUG): a graph
+        replays only on the tensors it was recorded on; one that moved would be read stale, so say which."""
+        now = workspace_addresses(state, cache)
+        moved = sorted(name for name, address in captured.addresses.items() if now.get(name) != address)
+        if moved:
+            raise RuntimeError(f"continuous engine: a recorded step would replay on tensors that moved since it was "
+                               f"recorded ({', '.join(moved)}); the workspace must not be replaced without "
+                               f"StepRunner.forget().")
+
+    def _record(self, stack, plan, state, cache, num_adv: int, num_ref: int) -> _Captured | None:
+        """Warm the step up on the trash slot (outside any graph), then record it for this key."""
+        started, compiling = time.perf_counter(), self.report.compile_seconds
+        # what the graph reads is fixed at recording, the width and the storage tensors: freeze them here too
+        cache = copy.copy(cache)
+        cache.keys, cache.values = dict(cache.keys), dict(cache.values)
+        trash = state.position.shape[0] - 1
+        device = state.position.device
+        advancing = torch.full((num_adv,), trash, dtype=torch.long, device=device)
+        refining = torch.full((num_ref,), trash, dtype=torch.long, device=device)
+        step = lambda: decode_step(stack, plan, state, cache, advancing, refining, layers=self.layers)  # noqa: E731
+        try:
+            if self.pool is None and device.type == "cuda":
+                self.pool, self.stream = torch.cuda.graph_pool_handle(), torch.cuda.Stream(device)
+            graph = CudaGraph(self.pool, self.stream)
+            graph.warm_up(step)  # lazy initialisations (and the compilation, once), on the trash slot only
+            out = graph.record(step)
+        except Exception as error:  # noqa: BLE001 - any recording failure: decode on without graphs
+            logger.warning("continuous engine: recording the step as a CUDA graph failed (%s: %s); decoding on "
+                           "without CUDA graphs", type(error).__name__, error)
+            self.capture = False
+            self._graphs.clear()
+            return None
+        eager_layers = isinstance(self.layers, CompiledLayer) and self.layers.fell_back
+        addresses = workspace_addresses(state, cache) if logger.isEnabledFor(logging.DEBUG) else None
+        self._graphs[self._key(plan, advancing, refining, cache)] = captured = _Captured(
+            graph, advancing, refining, out, eager_layers, addresses)
+        self.report.captures += 1
+        self.report.capture_keys.append(StepKey(num_adv, num_ref, cache.width))
+        self.report.capture_seconds += time.perf_counter() - started - (self.report.compile_seconds - compiling)
+        return captured
+
+    def forget(self) -> None:
+        """Drop every recorded graph (the workspace they were recorded on is gone)."""
+        self._graphs.clear()

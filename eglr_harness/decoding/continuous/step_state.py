@@ -1,0 +1,209 @@
+"""The per-slot device state of the continuous engine, and the static plan of one run.
+
+Every tensor here has the engine's B slots plus one trash slot (index B) as its first dimension,
+for the whole run: a decoding step reads and writes them by slot index (``fixed_step.py``), and
+the host writes a request's settings into its slot when it is admitted, between steps.
+
+Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import IntEnum
+
+import torch
+
+from eglr_harness.core.config import EglrConfig
+from eglr_harness.decoding.processors import LogitsOptions, ProcessorsInUse
+
+
+class RowPhase(IntEnum):
+    """Where a running row is. The host keeps one per row; a decoding step builds the same values per slot
+    (``fixed_step.decode_step``), where PREFILL stands for every slot that takes no part in the step."""
+
+    PREFILL = 0  # its prompt is not all in the K/V yet (or, in a step: the slot is idle)
+    ADVANCE = 1  # feeds its newest token this step
+    REFINE = 2  # runs one refinement iteration of its pending position this step
+
+
+READ_FIELDS = ("token", "gated", "emitted", "entropy", "logprob", "kl", "iterations", "nan")
+"""Columns of the one (G, len(READ_FIELDS)) fp32 read per step: the emitted token (-1 when none), whether
+an advancing row was gated (it refines next), whether the row emitted, the normal pass's raw-logit
+entropy (advancing rows), the emitted token's log-probability, the KL of the iteration (refining
+rows), the iteration count k (refining rows), and whether the row's logits were non-finite."""
+
+
+@dataclass(frozen=True)
+class StepInvariants:
+    """What a run's steps share, fixed for the run (a compiled step specialises on it).
+
+    join_layer: N - max L of the refining configs, where refining rows enter the step (N: none).
+    entry_layers: the layers N - L of every refining L (anchors are saved there, refined states enter).
+    sampled: whether any request samples (else the draw is left out of the step).
+    num_candidates: tokens a draw considers per row (>= every top_k; V when some top_k is 0).
+    logit_softcap: the model's final-logit soft-cap, or None.
+    processors: which of generate's logits processors some request uses (``processors.py``).
+    """
+
+    num_layers: int
+    join_layer: int
+    entry_layers: tuple[int, ...]
+    sampled: bool
+    num_candidates: int
+    logit_softcap: float | None
+    processors: ProcessorsInUse = ProcessorsInUse()
+
+    @classmethod
+    def of(cls, configs: list[EglrConfig], num_layers: int, vocab: int, logit_softcap: float | None,
+           options: list[LogitsOptions] | None = None) -> "StepInvariants":
+        spans = sorted({c.L for c in configs if c.refines})
+        sampled = [c for c in configs if c.sampled]
+        if any(c.top_k == 0 for c in sampled):
+            candidates = vocab
+        else:
+            # a margin of 8 keeps tokens tied with a row's k-th best, as TopKLogitsWarper keeps them
+            candidates = min(vocab, max((c.top_k for c in sampled), default=1) + 8)
+        return cls(num_layers=num_layers, join_layer=num_layers - max(spans, default=0),
+                   entry_layers=tuple(num_layers - L for L in reversed(spans)), sampled=bool(sampled),
+                   num_candidates=candidates, logit_softcap=logit_softcap,
+                   processors=ProcessorsInUse.of(options or [], [c.sampled for c in configs]))
+
+
+@dataclass
+class SlotSettings:
+    """Per-slot settings of the requests in the slots (first dimension B + 1): written when a request is
+    admitted, read by the steps, never written by them (as vLLM keeps sampling metadata apart from the batch).
+
+    L, alpha, k_max, tau_kl, tau_h: the EGLR cell; temperature, top_k, top_p, sampled, seed, min_p: the draw;
+    penalty, ngram, eos_blocked_until, suppress, begin_suppress: generate's logits processors
+    (``processors.py``; suppress, begin_suppress: (B+1, V|1) banned tokens, a V axis only where the run's
+    plan uses them); eos: (V,) the engine's EOS tokens.
+    """
+
+    L: torch.Tensor
+    alpha: torch.Tensor  # fp32
+    one_minus_alpha: torch.Tensor  # fp32, 1 - alpha taken in float64 as a Python scalar would be
+    k_max: torch.Tensor
+    tau_kl: torch.Tensor  # float64: compared as the Python floats of the config
+    tau_h: torch.Tensor  # float64; inf for configs that never refine
+    temperature: torch.Tensor  # fp32; 1.0 (a placeholder) for greedy rows
+    top_k: torch.Tensor
+    top_p: torch.Tensor  # fp32
+    sampled: torch.Tensor  # bool
+    seed: torch.Tensor
+    penalty: torch.Tensor  # fp32, 1.0 = off
+    ngram: torch.Tensor  # bool: the row bans repeated n-grams
+    eos_blocked_until: torch.Tensor  # long: EOS banned while drawn < it
+    suppress: torch.Tensor
+    begin_suppress: torch.Tensor
+    min_p: torch.Tensor  # fp32, 0 = off
+    eos: torch.Tensor
+
+
+@dataclass
+class SlotState:
+    """The running state of every slot (first dimension B + 1), written by the steps (and reset at
+    admission), beside the requests' ``settings``.
+
+    token: the row's newest token (fed when it advances); position: its last position with a key/value
+    in the slot; iterations: refinement iterations done at the pending position; drawn: tokens emitted
+    so far (the draw counter of the sampling noise); anchor, h_prev: (B+1, D) a and h^(N'k) of the
+    pending position; logp_prev: (B+1, V) fp32 log-probabilities of the last distribution computed.
+    The processors' state has a V axis only where the run's plan uses it, else 1: seen: (B+1, V|1) tokens
+    of the prompt and the generation (repetition penalty); history: (B+1, C) the row's tokens by position
+    (no_repeat_ngram; C: the K/V storage's columns).
+    """
+
+    token: torch.Tensor
+    position: torch.Tensor
+    iterations: torch.Tensor
+    drawn: torch.Tensor
+    anchor: torch.Tensor
+    h_prev: torch.Tensor
+    logp_prev: torch.Tensor
+    seen: torch.Tensor
+    history: torch.Tensor
+    settings: SlotSettings
+
+    @classmethod
+    def allocate(cls, num_slots: int, hidden: int, vocab: int, dtype, device, *,
+                 processors: ProcessorsInUse = ProcessorsInUse(), eos_token_ids=(), history_width: int = 1):
+        n = num_slots + 1  # the trash slot
+        long = dict(dtype=torch.long, device=device)
+        f32, f64 = dict(dtype=torch.float32, device=device), dict(dtype=torch.float64, device=device)
+        settings = SlotSettings(
+            L=torch.zeros(n, **long), alpha=torch.zeros(n, **f32), one_minus_alpha=torch.ones(n, **f32),
+            k_max=torch.ones(n, **long), tau_kl=torch.zeros(n, **f64), tau_h=torch.full((n,), math.inf, **f64),
+            temperature=torch.ones(n, **f32), top_k=torch.zeros(n, **long), top_p=torch.ones(n, **f32),
+            sampled=torch.zeros(n, dtype=torch.bool, device=device), seed=torch.zeros(n, **long),
+            penalty=torch.ones(n, **f32), ngram=torch.zeros(n, dtype=torch.bool, device=device),
+            eos_blocked_until=torch.zeros(n, **long), suppress=_flags(n, vocab if processors.suppress else 1, device),
+            begin_suppress=_flags(n, vocab if processors.begin_suppress else 1, device),
+            min_p=torch.zeros(n, **f32), eos=_flags(1, vocab, device)[0],
+        )
+        ids = torch.tensor([t for t in eos_token_ids if 0 <= t < vocab], dtype=torch.long)
+        settings.eos[ids.to(device)] = True
+        return cls(
+            token=torch.zeros(n, **long), position=torch.zeros(n, **long), iterations=torch.zeros(n, **long),
+            drawn=torch.zeros(n, **long), anchor=torch.zeros(n, hidden, dtype=dtype, device=device),
+            h_prev=torch.zeros(n, hidden, dtype=dtype, device=device), logp_prev=torch.zeros(n, vocab, **f32),
+            seen=_flags(n, vocab if processors.penalty else 1, device),
+            history=torch.zeros(n, history_width if processors.ngram_size else 1, **long), settings=settings,
+        )
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every tensor of the slots, running state and settings, by name (``settings.`` before a setting's)."""
+        tensors = {name: value for name, value in vars(self).items() if isinstance(value, torch.Tensor)}
+        tensors.update({f"settings.{name}": value for name, value in vars(self.settings).items()})
+        return tensors
+
+    def grow_history(self, width: int) -> None:
+        """Keep the token history as wide as the K/V storage when it grows (eager, between steps)."""
+        history = self.history.new_zeros(self.history.shape[0], width)
+        history[:, :self.history.shape[1]] = self.history
+        self.history = history
+
+    def admit(self, slots: list[int], configs: list[EglrConfig], seeds: list[int | None],
+              prompts: list[tuple[int, ...]], options: list[LogitsOptions]) -> None:
+        """Write the settings of newly admitted requests into ``slots`` and reset their running state
+        (host -> device, eager)."""
+        index = torch.tensor(slots, device=self.position.device)
+        positions = [len(p) - 1 for p in prompts]
+        settings = self.settings
+
+        def put(tensor, values):
+            tensor.index_copy_(0, index, torch.tensor(values, dtype=tensor.dtype).to(tensor.device))
+
+        put(settings.L, [c.L for c in configs])
+        put(settings.alpha, [c.alpha for c in configs])
+        put(settings.one_minus_alpha, [1.0 - c.alpha for c in configs])
+        put(settings.k_max, [c.k_max for c in configs])
+        put(settings.tau_kl, [c.tau_kl for c in configs])
+        put(settings.tau_h, [c.tau_h if c.refines else math.inf for c in configs])
+        put(settings.temperature, [c.T if c.sampled else 1.0 for c in configs])
+        put(settings.top_k, [c.top_k for c in configs])
+        put(settings.top_p, [c.top_p for c in configs])
+        put(settings.sampled, [c.sampled for c in configs])
+        put(settings.seed, [s or 0 for s in seeds])
+        put(settings.penalty, [o.repetition_penalty for o in options])
+        put(settings.ngram, [o.no_repeat_ngram_size > 0 for o in options])
+        put(settings.eos_blocked_until, [o.eos_blocked_until(len(p)) for o, p in zip(options, prompts)])
+        put(settings.min_p, [o.min_p if c.sampled else 0.0 for o, c in zip(options, configs)])
+        put(self.position, positions)
+        put(self.iterations, [0] * len(slots))
+        put(self.drawn, [0] * len(slots))
+        for tensor, tokens in ((self.seen, prompts), (settings.suppress, [o.suppress_tokens for o in options]),
+                               (settings.begin_suppress, [o.begin_suppress_tokens for o in options])):
+            if tensor.shape[1] > 1:
+                tensor[index] = False
+                for slot, ids in zip(slots, tokens):
+                    tensor[slot, [t for t in ids if t < tensor.shape[1]]] = True
+        if self.history.shape[1] > 1:
+            for slot, prompt in zip(slots, prompts):
+                self.history[slot, :len(prompt)] = torch.tensor(prompt[:self.history.shape[1]], device=self.history.device)
+
+
+def _flags(rows: int, width: int, device) -> torch.Tensor:
+    return torch.zeros(rows, width, dtype=torch.bool, device=device)

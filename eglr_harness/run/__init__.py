@@ -1,0 +1,2 @@
+"""A run's bookkeeping, below the lm-eval adapter: pools, settings and their precedence, tau_h calibration,
+compute accounting, rollout stores and presets. Imports core and decoding, never lm-eval."""

@@ -1,0 +1,208 @@
+"""Settings precedence of ``eglr-hf``: model args > gen kwargs (task or ``--gen_kwargs``) > preset > default.
+
+:class:`RunSettings` is built once from the model args and the preset, validated, and then answers
+per request: the pool defaults, the sampling filters of a cell, the tau_h setting of a task, and
+the :class:`RolloutSpec` of one (cell, cycle): the one object that carries a rollout from the pool
+to the engine request, the store key and the results row.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from eglr_harness.core import config as defaults
+from eglr_harness.core.benchmark_names import benchmark_of
+from eglr_harness.core.cell import Cell
+from eglr_harness.core.config import EglrConfig, parse_tau_h
+from eglr_harness.core.specs import parse_L_spec, parse_T_spec
+from eglr_harness.decoding.sampling import row_seed
+from eglr_harness.run.calibration import DEFAULT_CALIB_LIMIT
+from eglr_harness.run.pool import TASK_POOL_KEYS, ResolvedPool, resolve_pool, task_axes
+
+
+def one_value(name: str, value):
+    """``value`` unchanged, or ``ValueError`` when a model arg that takes one value per run is a list."""
+    if isinstance(value, (list, tuple)) or (isinstance(value, str) and any(sep in value for sep in "|;,")):
+        raise ValueError(
+            f"`{name}`={value!r} is a list; eglr-hf decodes one {name} per run (only L and T are pool axes). "
+            f"To compare values, run `eglr-sweep --sweep {name}=...` (one lm_eval run per value, e.g. "
+            f"eglr-sweep --model_args ... --tasks ... --sweep {name}=v1,v2)."
+        )
+    return value
+
+
+def first(*values):
+    """The first value that is not None (the precedence rule)."""
+    return next((v for v in values if v is not None), None)
+
+
+def as_int(name: str, value, allowed: str) -> int:
+    """An integer model arg (lm-eval passes ints, floats or strings): 3, 3.0 and "3" are 3; 2.5, "2.5"
+    and "abc" are refused naming the argument, never truncated."""
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value.strip()) if value.strip() else value
+        except ValueError:
+            number = value
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or (
+            isinstance(number, float) and not number.is_integer()):
+        raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {allowed}.")
+    return int(number)
+
+
+def as_float(name: str, value, allowed: str) -> float:
+    """A real model arg: a number or its text; "abc" is refused naming the argument."""
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {allowed}.") from None
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """One rollout's settings, built once per (task gen kwargs, cell, cycle) and read everywhere after.
+
+    config: the cell's whole EGLR config (tau_h concrete: the task's value when L > 0, inf at L = 0);
+    cycle: which draw of a sampled cell this is (a fresh seed per cycle; 0 for greedy cells);
+    task_kwargs: the gen kwargs lm-eval handed over, without the pool keys, as sorted pairs
+    (``until``, ``max_gen_toks`` and generate's options such as ``repetition_penalty``).
+    """
+
+    config: EglrConfig
+    cycle: int
+    task_kwargs: tuple[tuple[str, object], ...]
+
+    @property
+    def cell(self) -> Cell:
+        return Cell(self.config.L, self.config.T)
+
+    def seed(self, prompt: list[int]) -> int | None:
+        """The row seed of a sampled rollout of ``prompt`` (token ids); None when greedy."""
+        if not self.config.sampled:
+            return None
+        return row_seed(self.config.seed, f"{self.cell.label},cycle={self.cycle}", list(prompt))
+
+    def key_fields(self) -> dict:
+        """What the rollout store keys on beside the model and the prompt: the generation kwargs with the
+        cell's concrete settings (the layout of DECODING_VERSION 3's keys, so earlier stores stay readable)."""
+        c = self.config
+        gk = dict(self.task_kwargs)
+        if c.sampled:
+            gk.update(do_sample=True, temperature=c.T, top_k=c.top_k, top_p=c.top_p, eglr_cycle=self.cycle)
+        else:
+            gk.update(do_sample=False, temperature=0.0)
+            gk.pop("top_k", None), gk.pop("top_p", None)
+        gk.update(eglr_L=c.L, eglr_T=c.T)
+        if c.L > 0:
+            gk["eglr_tau_h"] = c.tau_h
+        return gk
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What the user and the preset asked for, validated.
+
+    Attributes:
+        base: alpha, k_max, tau_kl, top_k, top_p, seed (L and T are per cell).
+        user_L, user_T: axes pinned through model args (None = not pinned).
+        default_L, default_T: preset or built-in defaults of the pool.
+        tau_h: the ``tau_h`` model arg (float or ``'auto'``), None when not given.
+        preset_tau_h: the preset's table (task or benchmark name or ``default`` -> nats).
+        calib_limit: prompts used by ``tau_h=auto``.
+    """
+
+    base: EglrConfig
+    user_L: tuple[int, ...] | None
+    user_T: tuple[float, ...] | None
+    default_L: int
+    default_T: float
+    tau_h: float | str | None
+    preset_tau_h: dict = field(default_factory=dict)
+    calib_limit: int = DEFAULT_CALIB_LIMIT
+    explicit_sampling: dict = field(default_factory=dict)  # top_k / top_p given as model args
+    preset_sampling: dict = field(default_factory=dict)
+    L_given: object = None  # the L model arg as written, for messages
+
+    @classmethod
+    def from_args(cls, preset: dict, *, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
+                  top_k=None, top_p=None, seed=None, calib_limit=DEFAULT_CALIB_LIMIT) -> "RunSettings":
+        pe = preset.get("eglr", {})
+        alpha, k_max, tau_kl, tau_h = (one_value(n, v) for n, v in
+                                       (("alpha", alpha), ("k_max", k_max), ("tau_kl", tau_kl), ("tau_h", tau_h)))
+        calib_limit = as_int("calib_limit", calib_limit, "an int >= 1")
+        if calib_limit < 1:
+            raise ValueError(f"`calib_limit`={calib_limit!r} is not allowed; allowed: an int >= 1.")
+        base = EglrConfig(
+            L=0, alpha=as_float("alpha", first(alpha, pe.get("alpha"), defaults.DEFAULT_ALPHA), "a float in [0, 1]"),
+            k_max=as_int("k_max", first(k_max, pe.get("k_max"), defaults.DEFAULT_K_MAX), "an int >= 1"),
+            tau_kl=as_float("tau_kl", first(tau_kl, pe.get("tau_kl"), defaults.DEFAULT_TAU_KL), "a float >= 0"),
+            top_k=as_int("top_k", first(top_k, pe.get("top_k"), defaults.DEFAULT_TOP_K), "an int >= 0 (0 disables top-k)"),
+            top_p=as_float("top_p", first(top_p, pe.get("top_p"), defaults.DEFAULT_TOP_P), "a float in (0, 1]"),
+            seed=as_int("seed", first(seed, pe.get("seed"), defaults.DEFAULT_SEED), "an int"),
+        )
+        return cls(
+            base=base,
+            user_L=parse_L_spec(L) if L is not None else None,
+            user_T=parse_T_spec(T) if T is not None else None,
+            default_L=parse_L_spec(pe.get("L", defaults.DEFAULT_L), name="preset L")[0],
+            default_T=parse_T_spec(pe.get("T", 0.0), name="preset T")[0],
+            tau_h=parse_tau_h(tau_h) if tau_h is not None else None,
+            preset_tau_h=dict(preset.get("tau_h", {})),
+            calib_limit=calib_limit,
+            explicit_sampling={k: v for k, v in (("top_k", top_k), ("top_p", top_p)) if v is not None},
+            preset_sampling={k: pe[k] for k in ("top_k", "top_p") if k in pe},
+            L_given=L,
+        )
+
+    def check_layers(self, num_layers: int | None) -> None:
+        """The pinned L axis (and the preset's default L) against the model's decoder layer count N;
+        None (not known yet) checks nothing. ``ValueError`` naming the value as written."""
+        if num_layers is None:
+            return
+        for name, given, values in (("L", self.L_given, self.user_L or ()), ("preset L", self.default_L, (self.default_L,))):
+            too_big = [v for v in values if v > num_layers]
+            if too_big:
+                span = "" if values == (given,) else f": layer span {max(too_big)}"
+                raise ValueError(f"`{name}`={given!r}{span} exceeds the model's {num_layers} decoder layers; "
+                                 f"allowed: 0..{num_layers}.")
+
+    @staticmethod
+    def check_cells(cells, num_layers: int) -> None:
+        """A task's pool against the model's layer count (the task, not the user, chose these L)."""
+        for cell in cells:
+            EglrConfig(L=cell.L).validate_for_model(num_layers)
+
+    def pool_plan(self, task: str | None, gen_kwargs: dict, repeats: int) -> ResolvedPool:
+        """The pool of a request (``pool.resolve_pool`` with this run's pinned axes and defaults)."""
+        return resolve_pool(user_L=self.user_L, user_T=self.user_T, task=task_axes(gen_kwargs),
+                            default_L=self.default_L, default_T=self.default_T, repeats=repeats, task_name=task)
+
+    def tau_h_setting(self, task: str | None) -> float | str:
+        """Model arg, else the preset's value for the task, its benchmark or ``default``, else ``'auto'``."""
+        if self.tau_h is not None:
+            return self.tau_h
+        for key in (task, benchmark_of(task), "default"):
+            if key in self.preset_tau_h:
+                return self.preset_tau_h[key]
+        return "auto"
+
+    def sampling_value(self, name: str, gen_kwargs: dict):
+        """``top_k`` / ``top_p``: model args > gen kwargs > preset > default."""
+        return first(self.explicit_sampling.get(name), gen_kwargs.get(name), self.preset_sampling.get(name),
+                     getattr(self.base, name))
+
+    def rollout(self, task_gen_kwargs: dict, cell: Cell, cycle: int, tau_h: float | None) -> RolloutSpec:
+        """The spec of one rollout of ``cell``: the task's gen kwargs without its pool keys, the cell's
+        config (sampling filters by precedence, tau_h when it refines) and the cycle of a sampled cell."""
+        kwargs = {k: v for k, v in task_gen_kwargs.items() if k not in TASK_POOL_KEYS}
+        b = self.base
+        top_k, top_p = (int(self.sampling_value("top_k", kwargs)), float(self.sampling_value("top_p", kwargs))) \
+            if cell.sampled else (b.top_k, b.top_p)
+        config = EglrConfig(L=cell.L, T=cell.T, alpha=b.alpha, k_max=b.k_max, tau_kl=b.tau_kl,
+                            tau_h=math.inf if cell.L == 0 or tau_h is None else float(tau_h),
+                            top_k=top_k, top_p=top_p, seed=b.seed)
+        return RolloutSpec(config, cycle if cell.sampled else 0, tuple(sorted(kwargs.items(), key=lambda kv: kv[0])))

@@ -1,0 +1,403 @@
+"""On-disk stores that let a run resume and reuse work: finished rollouts and calibrated thresholds.
+
+Both are small sqlite key-value tables, so several processes may read and write one file at once
+(sqlite locks; WAL journal so that readers never wait for a writer). A key is a hash of
+everything that changes the generated text (:func:`content_key` over :func:`model_fingerprint`
+and the concrete request), so a change of model weights, engine version, library version, dtype,
+attention implementation or tokenisation gets a fresh key instead of stale text.
+
+lm-eval's ``--use_cache`` keys on (context, gen_kwargs) and so would collapse a pool of greedy
+configs into one answer; the rollout store keys on the concrete cell settings instead.
+
+Nothing read back is trusted blindly: each record has a checksum and is validated (a tau_h is a
+finite number > 0 or inf; a record without a checksum is dropped and computed again), and a damaged
+file is moved aside with its sound records kept (:class:`_SqliteTable`); a store that cannot be
+written raises :class:`StoreError` naming the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import logging
+import math
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+from eglr_harness.core.errors import OutputError
+
+logger = logging.getLogger(__name__)
+
+# Bump when a change to eglr_harness/decoding can change generated text: every stored rollout and
+# cached threshold made before then stops matching.
+DECODING_VERSION = 3  # 3: sampled draws are Gumbel-max with counter-hash noise (decoding/sampling.py), both engines
+
+
+def content_key(*parts) -> str:
+    """A stable hash of JSON-able parts (dict order does not matter)."""
+    payload = json.dumps(list(parts), sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def weights_fingerprint(path_or_id: str, gguf_file: str | None = None, commit_hash: str | None = None) -> str | None:
+    """What identifies the weights: the hub commit when known, else the weight files' names, sizes
+    and modification times (cheap; no multi-GB hashing). ``None`` when nothing local is found."""
+    if commit_hash:
+        return f"commit:{commit_hash}"
+    root = Path(path_or_id)
+    if not root.exists():
+        return None
+    files = [root / gguf_file] if gguf_file else sorted(
+        p for p in (root.iterdir() if root.is_dir() else [root])
+        if p.suffix in {".safetensors", ".bin", ".gguf", ".pt", ".pth"} or p.name == "config.json"
+    )
+    stats = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.is_file()]
+    return "files:" + content_key(stats)[:16] if stats else None
+
+
+def model_fingerprint(*, model_id: str, gguf_file: str | None, revision: str | None, weights: str | None,
+                      dtype: str, attn_implementation: str | None, add_bos_token: bool | None,
+                      max_length: int, settings: dict, library_versions: dict) -> dict:
+    """Everything about the model and the software that changes the text of a rollout."""
+    return {
+        "model": model_id, "gguf_file": gguf_file, "revision": revision or "main", "weights": weights,
+        "dtype": dtype, "attn_implementation": attn_implementation, "add_bos_token": add_bos_token,
+        "max_length": max_length, "settings": settings, "decoding_version": DECODING_VERSION,
+        "versions": library_versions,
+    }
+
+
+def loaded_model_fingerprint(model, hf_args: dict, *, settings: dict, max_length: int,
+                             add_bos_token: bool | None) -> dict:
+    """:func:`model_fingerprint` of a model loaded from ``hf_args`` (HFLM's arguments)."""
+    from eglr_harness.run.model_names import loaded_name  # noqa: PLC0415 -- a leaf; kept out of import time
+
+    pretrained, gguf = hf_args["pretrained"], hf_args.get("gguf_file")
+    config = model.config
+    local = isinstance(pretrained, str)
+    return model_fingerprint(
+        model_id=loaded_name(pretrained), gguf_file=gguf, revision=hf_args.get("revision"),
+        weights=weights_fingerprint(pretrained, gguf, getattr(config, "_commit_hash", None)) if local else None,
+        dtype=str(model.dtype), attn_implementation=getattr(config, "_attn_implementation", None),
+        add_bos_token=add_bos_token, max_length=max_length, settings=settings,
+        library_versions={name: _version(name) for name in ("transformers", "torch", "eglr-harness")},
+    )
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _checksum(key: str, value: str) -> str:
+    """The checksum stored beside a record: a changed byte of its key or value no longer matches."""
+    return hashlib.sha256(f"{key}\n{value}".encode()).hexdigest()[:32]
+
+
+# sqlite's own words for a file that is not (or no longer) a sound database.
+_DAMAGE_WORDS = ("malformed", "not a database", "corrupt", "encrypted")
+
+
+def _is_damage(err: BaseException) -> bool:
+    return isinstance(err, sqlite3.DatabaseError) and any(w in str(err).lower() for w in _DAMAGE_WORDS)
+
+
+class StoreError(OutputError):
+    """A store file that cannot be opened or written for a reason other than damage (permissions, a
+    full disk); the message names the file and the fix."""
+
+
+class _SqliteTable:
+    """``key -> JSON value`` in one sqlite file, safe for several processes, that never hands back a
+    damaged or invalid value.
+
+    Every record carries a checksum of its key and value, and ``validate(value)`` (``None`` when the
+    value is sound, else what is wrong) is applied on read and on write. A record that fails either
+    is dropped (and so computed again by the caller), said once per file in the log. A file that
+    sqlite finds damaged (on open: ``PRAGMA quick_check``; or later, mid-run) is moved aside as
+    ``<name>.damaged-<time>``, the records that can still be read and pass their checks are copied
+    into a fresh file, and a warning names both files.
+    """
+
+    _label = "store"
+
+    def __init__(self, path: Path, table: str, validate=None):
+        self.path = Path(path)
+        self._table = table
+        self._validate = validate or (lambda value: None)
+        self._warned_records = False
+        self._db = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise StoreError(f"{self._label} {self.path}: its folder cannot be created ({err.strerror or err}); "
+                             "give a writable folder.") from None
+        try:
+            self._open()
+            self._check_integrity()
+        except sqlite3.DatabaseError as err:
+            if not _is_damage(err):
+                raise self._error(err) from None
+            self._recover(err)
+
+    # ------------------------------------------------------------------ opening and recovery
+    def _open(self) -> None:
+        # Autocommit; writes take the write lock up front (BEGIN IMMEDIATE), which waits on the busy
+        # timeout instead of failing when a reader's snapshot would need upgrading.
+        self._db = self._connect(self.path, timeout=120, isolation_level=None)
+        # Switching to WAL can answer "database is locked" at once, without waiting for the busy
+        # timeout, while another process opens the same file: retry for as long as the timeout.
+        for attempt in range(1200):
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute(f"CREATE TABLE IF NOT EXISTS {self._table} "
+                                 "(key TEXT PRIMARY KEY, value TEXT NOT NULL, checksum TEXT)")
+                columns = {row[1] for row in self._db.execute(f"PRAGMA table_info({self._table})")}
+                if "checksum" not in columns:  # a file written before records had checksums
+                    self._db.execute(f"ALTER TABLE {self._table} ADD COLUMN checksum TEXT")
+                break
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) or attempt == 1199:
+                    raise
+                time.sleep(0.1)
+
+    def _check_integrity(self) -> None:
+        verdict = [row[0] for row in self._db.execute("PRAGMA quick_check")]
+        if verdict != ["ok"]:
+            raise sqlite3.DatabaseError(f"database disk image is malformed ({'; '.join(map(str, verdict[:3]))})")
+
+    def _error(self, err: BaseException) -> StoreError:
+        return StoreError(f"{self._label} {self.path}: {err}; check that the file and its folder are writable "
+                          "and the disk has space, or point the run at another folder.")
+
+    def _salvage(self, path: Path) -> dict[str, str]:
+        """The records of a damaged file that can still be read and pass their checks (maybe none):
+        read by rowid ranges, so that one damaged page loses only the records on it."""
+        found: dict[str, str] = {}
+
+        def read(db, where: str = "", args: tuple = ()) -> None:
+            for key, value, checksum in db.execute(f"SELECT key, value, checksum FROM {self._table} {where}", args):
+                if self._decode(key, value, checksum) is not None:
+                    found[key] = value
+
+        try:
+            db = self._connect(f"file:{path}?mode=ro", uri=True, timeout=1)
+        except sqlite3.Error:
+            return found
+        try:
+            last = db.execute(f"SELECT max(rowid) FROM {self._table}").fetchone()[0] or 0
+            for start in range(1, last + 1, 64):
+                try:
+                    read(db, "WHERE rowid BETWEEN ? AND ?", (start, start + 63))
+                except sqlite3.Error:
+                    for rowid in range(start, start + 64):
+                        with contextlib.suppress(sqlite3.Error):
+                            read(db, "WHERE rowid = ?", (rowid,))
+        except sqlite3.Error:
+            with contextlib.suppress(sqlite3.Error):
+                read(db)  # no rowid range: what one scan reads before the damaged page
+        finally:
+            db.close()
+        return found
+
+    @staticmethod
+    def _connect(*args, **kwargs) -> sqlite3.Connection:
+        db = sqlite3.connect(*args, **kwargs)
+        # A damaged byte inside a stored text must fail the record's checksum, not the query.
+        db.text_factory = lambda raw: raw.decode("utf-8", "replace")
+        return db
+
+    def _recover(self, err: BaseException) -> None:
+        """Move the damaged file aside, start a fresh one with whatever records survive, say so once."""
+        if self._db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.close()
+            self._db = None
+        stamp, n = time.strftime("%Y%m%dT%H%M%S"), 0
+        while (aside := self.path.with_name(f"{self.path.name}.damaged-{stamp}" + (f"-{n}" if n else ""))).exists():
+            n += 1
+        try:
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):  # absent, or moved by another process just now
+                    os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
+        except OSError as move_err:
+            raise StoreError(f"{self._label} {self.path} is damaged ({err}) and cannot be moved aside "
+                             f"({move_err.strerror or move_err}); delete or move it, then run again.") from None
+        kept = self._salvage(aside)
+        try:
+            self._open()
+            if kept:
+                self._insert([(k, v, _checksum(k, v)) for k, v in kept.items()])
+        except sqlite3.Error as open_err:
+            raise self._error(open_err) from None
+        logger.warning(
+            "EGLR %s %s was damaged (%s): moved aside to %s; %d sound records kept in a fresh file, the rest "
+            "will be computed again. The old file may hold more (`sqlite3 %s .recover`); delete it when done.",
+            self._label, self.path, err, aside.name, len(kept), aside.name)
+
+    # ------------------------------------------------------------------ records
+    def _decode(self, key: str, value: str, checksum: str | None):
+        """The value of a stored record, or None when its checksum, JSON or validation fails."""
+        # no checksum (a row written by an eglr-harness older than checksums, or behind the store's back):
+        # nothing vouches for it, so it is computed again rather than trusted
+        if checksum is None or checksum != _checksum(key, value):
+            return None
+        try:
+            decoded = json.loads(value)
+        except (TypeError, ValueError):
+            return None
+        return decoded if self._validate(decoded) is None else None
+
+    def _dropped(self, key: str, why: str) -> None:
+        if not self._warned_records:
+            self._warned_records = True
+            logger.warning("EGLR %s %s: a stored record failed its check (%s); dropped, it is computed again "
+                           "(further ones are dropped without a message).", self._label, self.path, why)
+        with contextlib.suppress(sqlite3.Error):
+            self._db.execute(f"DELETE FROM {self._table} WHERE key = ?", (key,))
+
+    def _run(self, action):
+        """``action()``; a file damaged mid-run is recovered and ``action`` tried once more."""
+        try:
+            return action()
+        except sqlite3.DatabaseError as err:
+            if not _is_damage(err):
+                raise self._error(err) from None
+            self._recover(err)
+        try:
+            return action()
+        except sqlite3.Error as err:
+            raise self._error(err) from None
+
+    def __len__(self) -> int:
+        return self._run(lambda: self._db.execute(f"SELECT COUNT(*) FROM {self._table}").fetchone()[0])
+
+    def get(self, key: str):
+        row = self._run(lambda: self._db.execute(
+            f"SELECT value, checksum FROM {self._table} WHERE key = ?", (key,)).fetchone())
+        if row is None:
+            return None
+        value = self._decode(key, *row)
+        if value is None:
+            self._dropped(key, "checksum, JSON or value")
+        return value
+
+    def _insert(self, rows: list[tuple[str, str, str]]) -> None:
+        self._db.execute("BEGIN IMMEDIATE")  # one transaction
+        try:
+            self._db.executemany(
+                f"INSERT OR REPLACE INTO {self._table} (key, value, checksum) VALUES (?, ?, ?)", rows)
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def put_many(self, records: dict) -> None:
+        rows = []
+        for key, value in records.items():
+            problem = self._validate(value)
+            if problem is not None:
+                logger.warning("EGLR %s %s: not storing an invalid record (%s).", self._label, self.path, problem)
+                continue
+            text = json.dumps(value)
+            rows.append((key, text, _checksum(key, text)))
+        if rows:
+            self._run(lambda: self._insert(rows))
+
+    def put(self, key: str, value) -> None:
+        self.put_many({key: value})
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def _rollout_problem(value) -> str | None:
+    if not isinstance(value, dict) or not isinstance(value.get("text"), str):
+        return "expected {'text': str, 'signals': dict or None}"
+    if value.get("signals") is not None and not isinstance(value["signals"], dict):
+        return "signals must be a dict or None"
+    if value.get("engine") not in (None, "continuous", "hf"):
+        return "engine must be 'continuous', 'hf' or absent"
+    accounting = value.get("accounting")
+    if accounting is not None and not _sound_accounting(accounting):
+        return "accounting must be {'tokens': int >= 0, 'iterations': {k: int}, 'L': int >= 0[, 'shares': {...}]}"
+    return None
+
+
+def _sound_accounting(accounting) -> bool:
+    def count(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    def share(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+    return (isinstance(accounting, dict) and count(accounting.get("tokens")) and count(accounting.get("L"))
+            and isinstance(accounting.get("iterations"), dict)
+            and all(str(k).isdigit() and count(n) for k, n in accounting["iterations"].items())
+            and (accounting.get("shares") is None or (isinstance(accounting["shares"], dict)
+                                                      and all(share(v) for v in accounting["shares"].values()))))
+
+
+class RolloutStore(_SqliteTable):
+    """``key -> {"text": str, "signals": dict or None, "engine": "continuous" | "hf", "accounting": dict}``
+    (``engine`` and ``accounting`` since 2026-11-25: which engine decoded the rollout, and its compute
+    accounting, ``decoding/stats.py``; a record without them is reused with no figures), one file per
+    rank, written per rollout as it finishes (with its own part of the batch figures, ``shares``:
+    ``harness/decode.py``'s ``row_shares``) and again with its share of its batch's figures when its
+    engine run ends. ``accounting["calibration"]`` marks a rollout tau_h calibration decoded: a pool
+    that takes it counts it as reused (its compute is calibration's)."""
+
+    _label = "rollout store"
+
+    def __init__(self, folder: str | Path, rank: int = 0):
+        super().__init__(Path(folder) / f"rollouts_rank{rank}.sqlite", "rollouts_v2", _rollout_problem)
+        logger.info("EGLR rollout store %s: %d rollouts", self.path.name, len(self))
+
+
+def valid_tau_h(value) -> bool:
+    """A usable entropy gate: a finite number > 0 nats, or ``inf`` (nothing is gated)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and (value == math.inf or (math.isfinite(value) and value > 0)))
+
+
+def _tau_h_problem(value) -> str | None:
+    if not isinstance(value, dict) or not valid_tau_h(value.get("tau_h")):
+        return f"tau_h must be a number > 0 or inf, got {value.get('tau_h') if isinstance(value, dict) else value!r}"
+    prompts = value.get("prompts")
+    if not isinstance(prompts, int) or isinstance(prompts, bool) or prompts < 0:
+        return f"prompts must be an int >= 0, got {prompts!r}"
+    return None
+
+
+def check_rollout_cache(folder: str | Path) -> None:
+    """Before a model loads: ``rollout_cache`` can be written, and its store files are sound (a damaged
+    one is moved aside now, with its message, rather than after the load). Raises :class:`StoreError`."""
+    from eglr_harness.core.outputs import check_writable  # noqa: PLC0415
+
+    check_writable(folder, "rollout_cache")
+    for path in sorted(Path(folder).expanduser().glob("rollouts_rank*.sqlite")):
+        rank = path.stem.removeprefix("rollouts_rank")
+        if rank.isdigit():
+            RolloutStore(path.parent, int(rank)).close()
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("EGLR_CACHE_DIR", Path.home() / ".cache" / "eglr_harness"))
+
+
+class TauHCache(_SqliteTable):
+    """``key -> {"tau_h", "label", "prompts", "tokens"}`` in ``$EGLR_CACHE_DIR/tau_h.sqlite``; a
+    ``tau_h`` that is not a finite number > 0 or inf is never handed back."""
+
+    _label = "tau_h cache"
+
+    def __init__(self, path: Path | None = None):
+        super().__init__(path or cache_dir() / "tau_h.sqlite", "tau_h", _tau_h_problem)
