@@ -10,6 +10,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export EGLR_DATA_DIR=${EGLR_DATA_DIR:-../shared/data}
 export TRL_EXPERIMENTAL_SILENCE=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-python -m eglr_harness.rl.grpo --model_args model_config=smollm2-135m-instruct --task gsm8k_eglr --doc_ids 1,3,4,22 \
+eglr-grpo --model_args model_config=smollm2-135m-instruct --task gsm8k_eglr --doc_ids 1,3,4,22 \
   --group "lxt:L=0|2|4,T=0|0.7" --group "t_only:L=0,T=0-1.0:0.2" --steps 3 --prompts_per_step 2 \
   --max_completion_length 128 --learning_rate 1e-6 --seed 0 --output_dir results/grpo_smollm2_gsm8k

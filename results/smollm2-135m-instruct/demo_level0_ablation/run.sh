@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=results/smollm2-135m-instruct/demo_level0_ablation
-OMP_NUM_THREADS=1 python -m eglr_harness.leaderboard.sweep \
+OMP_NUM_THREADS=1 eglr-sweep \
   --model_args model_config=smollm2-135m-instruct,dtype=float32,tau_h=2.5 \
   --tasks eglr_demo --metadata '{"eglr_demo_n": 200, "eglr_demo_levels": "0"}' \
   --sweep alpha=0.1,0.2,0.5,0.7,0.9 --sweep k_max=1-5 --sweep L=0,4 \
