@@ -1,7 +1,9 @@
-"""The EGLR decoding engines: pure tensor maths, model introspection, the hook engine (engine=hf), the
-continuous engine, sampling, accounting.
+"""EGLR decoding. This folder: what both engines share (the pure tensor maths in ``functional``, the seeded
+sampler, logits processors, model introspection, the engine contract, decode statistics, the ``compile``
+setting); ``hook/``: the hook engine (engine=hf, ``eglr_generate`` inside transformers' ``generate``);
+``continuous/``: the continuous engine (one compile-once step over K/V slots).
 
-Never imports lm_eval (imports go one way: the lm-eval adapter imports this package).
+Imports only ``eglr_harness.core`` (tests/test_layers.py): never lm_eval, never the run layer.
 
 Shape letters, one legend for every module of the package:
 
