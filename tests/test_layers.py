@@ -40,7 +40,7 @@ FORBIDDEN: dict[str, set[str]] = {folder: {"decoding"} for folder in ("scoring",
 
 
 def project_imports(package: Path = PACKAGE) -> dict[str, set[str]]:
-    """module path relative to the package ('decoding/kv_slots.py') -> the top-level names it imports
+    """module path relative to the package ('decoding/continuous/kv_slots.py') -> the top-level names it imports
     (``lm_eval``, ``torch``, and ``eglr_harness.<x>`` as ``.<x>``)."""
     found: dict[str, set[str]] = {}
     for path in sorted(package.rglob("*.py")):
