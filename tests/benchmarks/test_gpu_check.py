@@ -153,16 +153,15 @@ def test_the_captured_modes_run_compiled_on_a_cpu(gpu_check, tmp_path):
 
 
 def test_the_budget_interrupts_the_running_part_and_skips_the_rest(gpu_check, monkeypatch, tmp_path):
-    """A check that outlives the family's budget is interrupted by the alarm; what finished stays, what
-    did not start is recorded as skipped, and the JSON is written."""
+    """A check that outlives the family's budget is interrupted by the alarm (the placement check sleeps 30 s: no
+    "interrupted" entry without the alarm); what finished stays, what did not start is recorded as skipped, and the
+    JSON is written."""
     import time
 
     monkeypatch.setattr(gpu_check, "check_exactness", lambda *args: {"ok": True})
     monkeypatch.setattr(gpu_check, "check_placement", lambda *args: time.sleep(30))
     out = tmp_path / "budget.json"
-    started = time.perf_counter()
     report = gpu_check.main([*TINY, "--families", "llama-3.1-8b", "--budget_s", "1", "--out", str(out)])
-    assert time.perf_counter() - started < 20
     entry = report["families"]["llama-3.1-8b"]
     assert entry["exactness"] == {"ok": True}
     assert entry["placement"]["interrupted"].startswith("--budget_s 1 spent after")
