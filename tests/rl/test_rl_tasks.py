@@ -55,6 +55,7 @@ def test_math_reward_logs_the_mean_reward_per_cell():
                       "eglr/reward/L=2,T=0.7": 1.0}
 
 
+@pytest.mark.slow  # 39 s here: lm-eval indexes all of its own tasks (TaskManager() with the defaults)
 def test_task_prompts_are_the_chat_turns_lm_eval_renders(shared_data_dir, llama_dir):
     """Rendered by HFLM's chat template, a row's turns are the context lm-eval builds under --apply_chat_template."""
     from lm_eval.tasks import TaskManager
