@@ -32,6 +32,7 @@ def report(gpu_check, tmp_path_factory):
     return written
 
 
+@pytest.mark.slow  # the module's `report` fixture runs every check of gpu_check.py at tiny sizes: 39 s here
 def test_report_records_environment_and_settings(report, gpu_check):
     env = report["environment"]
     for key in ("device", "device_name", "torch", "transformers", "python"):
@@ -43,6 +44,7 @@ def test_report_records_environment_and_settings(report, gpu_check):
     assert report["paper_settings"] == {"alpha": 0.2, "k_max": 3, "tau_kl": 5e-4}
 
 
+@pytest.mark.slow  # the module's `report` fixture runs every check of gpu_check.py at tiny sizes: 39 s here
 @pytest.mark.parametrize("family", ["qwen2.5-3b", "llama-3.1-8b", "mistral-7b-v0.3", "gemma-3-4b"])
 def test_exactness_holds_at_tiny_sizes(report, family):
     entry = report["families"][family]
@@ -68,6 +70,7 @@ def test_exactness_holds_at_tiny_sizes(report, family):
     assert exact["flash_attention_2_bf16"] == {"skipped": "no cuda"}
 
 
+@pytest.mark.slow  # the module's `report` fixture runs every check of gpu_check.py at tiny sizes: 39 s here
 @pytest.mark.parametrize("family", ["qwen2.5-3b", "gemma-3-4b"])
 def test_placement_speed_and_memory_fields(report, family):
     entry = report["families"][family]
