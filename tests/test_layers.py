@@ -139,7 +139,7 @@ def test_the_rules_catch_a_violation():
 
 def test_the_modules_with_a_rule_of_their_own_keep_it():
     ruled = {module: module_imports(PACKAGE / module) for module in ALLOWED if module.endswith(".py")}
-    assert set(ruled) == {"decoding/naive_reference.py"} and "torch" in ruled["decoding/naive_reference.py"]
+    assert "torch" in ruled["decoding/naive_reference.py"]  # the rule reads the module it names
     assert module_violations(ruled) == []
 
 
