@@ -9,7 +9,7 @@ Checks (``--checks``, all by default):
 
 1. ``exactness`` (fp32, shortened to ``--exact_layers`` layers at full width): greedy EGLR tokens
    of the cached, batched engine equal the naive uncached reference
-   (``tests/engine/naive_reference.py``) for L in {1, N/2, N}, for each attention implementation
+   (``eglr_harness/decoding/naive_reference.py``) for L in {1, N/2, N}, for each attention implementation
    (sdpa, eager, and flash_attention_2 in bf16 when ``flash_attn`` is importable, reported apart:
    FA2 has no fp32 kernels, so bf16 noise between a cached and an uncached pass may flip a token);
    L=0 equals ``generate`` token for token (fp32 and bf16); bf16 EGLR runs end with finite logits.
@@ -75,8 +75,6 @@ import torch
 
 logger = logging.getLogger("gpu_check")
 
-ROOT = Path(__file__).resolve().parent.parent
-NAIVE_REFERENCE = ROOT / "tests" / "engine" / "naive_reference.py"
 PAD, BOS, EOS = 0, 1, 2
 CHECKS = ("exactness", "placement", "speed", "memory", "pool")
 DEFAULT_CHECKS = ("exactness", "placement", "speed", "memory")  # pool (issue 32): asked for by name
@@ -355,15 +353,11 @@ def calibrate_tau_h(entropies: torch.Tensor) -> float:
 
 
 # ------------------------------------------------------------------------------------- exactness
-@functools.cache
 def naive_reference():
-    """``naive_eglr_greedy`` of tests/engine/naive_reference.py, loaded by path (it is test code)."""
-    spec = importlib.util.spec_from_file_location("eglr_naive_reference", NAIVE_REFERENCE)
-    if spec is None or not NAIVE_REFERENCE.is_file():
-        raise FileNotFoundError(f"the naive reference is missing: {NAIVE_REFERENCE} (run from a repository checkout)")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.naive_eglr_greedy
+    """``naive_eglr_greedy`` of eglr_harness/decoding/naive_reference.py (asked for here, so that a test can swap it)."""
+    from eglr_harness.decoding.naive_reference import naive_eglr_greedy
+
+    return naive_eglr_greedy
 
 
 @contextlib.contextmanager

@@ -91,3 +91,9 @@ def tiny_model_dir(tmp_path_factory, smollm2_tokenizer_dir):
         return made[key]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def llama_dir(tiny_model_dir) -> str:
+    """The tiny random Llama (4 layers, SmolLM2's tokenizer) as a HF folder: what ``pretrained=`` takes."""
+    return str(tiny_model_dir("llama"))

@@ -7,6 +7,7 @@ Every ``import`` statement counts, also one inside a function (a lazy import is 
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -34,6 +35,9 @@ ALLOWED: dict[str, set[str]] = {
     "decoding": {"core"},
     # the vLLM plugin runs inside vLLM's workers: the maths and core types, never lm-eval's side
     "vllm": {"decoding", "core"},
+    # a module's own rule (keyed by its path; the names are import prefixes, the standard library aside): the
+    # naive reference the engines are proven against imports nothing of them, or a shared bug would cancel out
+    "decoding/naive_reference.py": {"torch", "eglr_harness.core"},
 }
 # reading answers and saved runs needs no model: these never import the engines
 FORBIDDEN: dict[str, set[str]] = {folder: {"decoding"} for folder in ("scoring", "data", "analysis")}
@@ -55,6 +59,39 @@ def project_imports(package: Path = PACKAGE) -> dict[str, set[str]]:
                 names.add("." + parts[1] if parts[0] == "eglr_harness" and len(parts) > 1 else parts[0])
         found[path.relative_to(package).as_posix()] = names
     return found
+
+
+def module_imports(path: Path, package: Path = PACKAGE) -> set[str]:
+    """The dotted names ``path`` imports (a relative import resolved against its package)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                here = ("eglr_harness", *path.relative_to(package).parts[:-1])
+                base = ".".join(here[:len(here) - node.level + 1])
+                names.add(f"{base}.{node.module}" if node.module else base)
+            else:
+                names.add(node.module or "")
+    return names
+
+
+def module_violations(imports: Mapping[str, set[str]]) -> list[str]:
+    """The modules with an ALLOWED rule of their own that import past it: ``imports`` is module path -> dotted
+    names (:func:`module_imports`); ``__future__`` and the standard library are always allowed."""
+    bad = []
+    for module, names in sorted(imports.items()):
+        allowed = ALLOWED.get(module)
+        if allowed is None:
+            continue
+        for name in sorted(names):
+            top = name.split(".")[0]
+            if top == "__future__" or top in sys.stdlib_module_names:
+                continue
+            if not any(name == prefix or name.startswith(prefix + ".") for prefix in allowed):
+                bad.append(f"{module} imports {name} (allowed: the standard library and {sorted(allowed)})")
+    return bad
 
 
 def violations(imports: Mapping[str, set[str]]) -> list[str]:
@@ -98,3 +135,23 @@ def test_the_rules_catch_a_violation():
         "decoding/x.py imports lm_eval (only eglr_harness/harness/ may)",
         "newfolder/t.py: folder 'newfolder' is in no layer (add it to LAYERS)",
 ]
+
+
+def test_the_modules_with_a_rule_of_their_own_keep_it():
+    ruled = {module: module_imports(PACKAGE / module) for module in ALLOWED if module.endswith(".py")}
+    assert "torch" in ruled["decoding/naive_reference.py"]  # the rule reads the module it names
+    assert module_violations(ruled) == []
+
+
+def test_the_module_rule_catches_the_reference_importing_an_engine():
+    """Broken on purpose: the naive reference borrowing the engines' maths, and a package it does not need."""
+    imports = {"decoding/naive_reference.py": {"__future__", "math", "torch", "torch.nn.functional",
+                                               "eglr_harness.core.config", "eglr_harness.decoding.functional",
+                                               "eglr_harness.decoding.continuous.engine", "numpy"}}
+    assert module_violations(imports) == [
+        "decoding/naive_reference.py imports eglr_harness.decoding.continuous.engine "
+        "(allowed: the standard library and ['eglr_harness.core', 'torch'])",
+        "decoding/naive_reference.py imports eglr_harness.decoding.functional "
+        "(allowed: the standard library and ['eglr_harness.core', 'torch'])",
+        "decoding/naive_reference.py imports numpy (allowed: the standard library and ['eglr_harness.core', 'torch'])",
+    ]

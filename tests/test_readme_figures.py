@@ -12,21 +12,14 @@ import re
 from pathlib import Path
 
 import pytest
+from markdown_tables import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _table_after(markdown: Path, heading: str) -> dict[str, list[str]]:
     """The body of the first Markdown table after ``heading``: first cell -> the other cells."""
-    lines = markdown.read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(heading))
-    table = []
-    for line in lines[start + 1:]:
-        if line.startswith("|"):
-            table.append([c.strip() for c in line.strip().strip("|").split("|")])
-        elif table:
-            break
-    return {cells[0]: cells[1:] for cells in table[2:]}  # after the header and its |---| line
+    return {cells[0]: cells[1:] for cells in markdown_table(markdown.read_text(), heading)[1:]}  # after the header
 
 
 def test_results_readme_gsm8k_pools_table_matches_the_report():

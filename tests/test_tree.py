@@ -1,9 +1,13 @@
 """The test tree's folders do not shadow packages: pytest puts tests/ on sys.path (tests/conftest.py), so a
 folder ``tests/<name>`` imports as a namespace package ``<name>``, and a library that probes for an optional
-package of that name (TRL for vLLM, transformers for flash_attn, ...) believes it installed and fails."""
+package of that name (TRL for vLLM, transformers for flash_attn, ...) believes it installed and fails.
+
+And the test runner stays out of what users install (pyproject's dev extra)."""
 
 from __future__ import annotations
 
+import re
+import tomllib
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
@@ -25,3 +29,15 @@ def test_no_test_folder_is_named_like_a_probed_package():
 def test_the_check_names_a_shadowing_folder():
     """Broken on purpose: the vLLM tests in a folder named ``vllm`` (what broke TRL's import once)."""
     assert shadowing(["engine", "vllm", "lm"]) == ["vllm"]
+
+
+def requirement_names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[\s<>=!~\[;]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_the_test_runner_is_a_dev_dependency_not_a_runtime_one():
+    """Users of the harness do not get pytest: the README's install asks for the dev extra."""
+    project = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())["project"]
+    assert "pytest" not in requirement_names(project["dependencies"])
+    assert "pytest" in requirement_names(project["optional-dependencies"]["dev"])
+    assert "torch" in requirement_names(project["dependencies"])

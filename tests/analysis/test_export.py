@@ -71,8 +71,7 @@ def test_export_synthetic_run(tmp_path, suffix):
 
 
 def test_export_committed_real_run(tmp_path):
-    if not REAL_RUN.is_dir():
-        pytest.skip(f"the committed SmolLM2 ablation run is absent ({REAL_RUN.relative_to(REAL_RUN.parents[3])})")
+    assert REAL_RUN.is_dir(), f"the committed run is missing: {REAL_RUN.relative_to(REAL_RUN.parents[3])}"
     out = tmp_path / "real.parquet"
     assert export.main([str(REAL_RUN), "--out", str(out)]) == 0
     rows = _check(_load(out, tmp_path), REAL_RUN)

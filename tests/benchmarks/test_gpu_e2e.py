@@ -140,10 +140,8 @@ def test_the_summary_compares_the_runs(report):
 
 def test_a_run_past_the_budget_is_killed_and_the_rest_skipped(e2e, report, tmp_path):
     out = tmp_path / "budget.json"
-    started = __import__("time").perf_counter()
     result = e2e.main([*TINY, "--data_dir", report["settings"]["data_dir"], "--checkpoint_dir",
                        report["settings"]["checkpoint_dir"], "--runs", "hf,eglr_L4", "--budget_s", "3", "--out", str(out)])
-    assert __import__("time").perf_counter() - started < 30
     assert result["checkpoint"]["reused"] is True
     hf = result["runs"]["hf"]
     assert hf["timed_out"] is True and hf["returncode"] != 0 and not hf.get("finished")

@@ -8,11 +8,7 @@ import its GRPO trainer (tests/test_tree.py keeps it so). The modules still ask 
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 # before vLLM is imported: the engine in this process (model and tests share it), a small K/V cache
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-# the independent naive reference lives beside the engine tests
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "engine"))

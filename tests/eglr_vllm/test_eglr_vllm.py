@@ -1,4 +1,4 @@
-"""EGLR inside vLLM's CPU build against the independent naive reference (tests/engine/naive_reference.py).
+"""EGLR inside vLLM's CPU build against the independent naive reference (eglr_harness/decoding/naive_reference.py).
 
 Tiny random models of each family, saved as fp32 safetensors, decoded greedily by vLLM: stock vLLM
 equals transformers; the EGLR architecture with L = 0 equals stock vLLM token for token (alone and
@@ -20,9 +20,9 @@ pytest.importorskip("vllm.entrypoints.llm", reason="vLLM is not installed here: 
 import torch  # noqa: E402
 from engines import EOS, FAMILIES, LAYERS, close_engine, generate, make_engine, save_tiny_model  # noqa: E402
 from inputs import random_prompts  # noqa: E402
-from naive_reference import naive_eglr_greedy  # noqa: E402
 
 from eglr_harness.decoding.functional import entropy  # noqa: E402
+from eglr_harness.decoding.naive_reference import naive_eglr_greedy  # noqa: E402
 
 MAX_NEW = 10
 TAU_KL = 3e-4  # as tests/engine/test_engine_vs_naive.py: every observed KL stays > 0.1 % away from it

@@ -1,5 +1,5 @@
 """The continuous engine (refinement folded into the batch, continuous batching) against the naive
-uncached reference (tests/engine/naive_reference.py) and against transformers' own ``generate``."""
+uncached reference (eglr_harness/decoding/naive_reference.py) and against transformers' own ``generate``."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from collections import Counter
 import pytest
 import torch
 from inputs import random_prompts
-from naive_reference import naive_eglr_greedy, naive_eglr_sampled
 from tiny_models import TINY_ARCHS, build_tiny_model
 
 from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.continuous.engine import ContinuousEngine
 from eglr_harness.decoding.contract import Request
+from eglr_harness.decoding.naive_reference import naive_eglr_greedy, naive_eglr_sampled
 from eglr_harness.decoding.stats import EglrStats
 
 VOCAB, LAYERS, EOS, PAD = 96, 4, 2, 0

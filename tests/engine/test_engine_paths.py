@@ -10,7 +10,6 @@ import torch
 from inputs import ENGINE_PAD, ENGINE_VOCAB
 from inputs import left_pad as _left_pad
 from inputs import random_prompts as _prompts
-from naive_reference import naive_eglr_greedy
 from tiny_models import build_tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -18,6 +17,7 @@ from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.hook import refiner as refiner_module
 from eglr_harness.decoding.hook.generate import _FinishedRowsTracker, eglr_generate
 from eglr_harness.decoding.hook.refiner import _Attended, _ReplayCache, current_slot
+from eglr_harness.decoding.naive_reference import naive_eglr_greedy
 from eglr_harness.decoding.stats import EglrStats
 
 VOCAB, LAYERS, PAD, EOS = ENGINE_VOCAB, 4, ENGINE_PAD, 2

@@ -1,4 +1,4 @@
-"""The cached, batched, hook-based engine against the naive uncached reference (tests/engine/naive_reference.py)."""
+"""The cached, batched, hook-based engine against the naive uncached reference (eglr_harness/decoding/naive_reference.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import torch
 from inputs import ENGINE_PAD, ENGINE_VOCAB
 from inputs import left_pad as _left_pad
 from inputs import random_prompts as _prompts
-from naive_reference import naive_eglr_greedy, naive_eglr_sampled
 from tiny_models import TINY_ARCHS, build_tiny_model
 
 from eglr_harness.decoding.hook.generate import eglr_generate
+from eglr_harness.decoding.naive_reference import naive_eglr_greedy, naive_eglr_sampled
 from eglr_harness.decoding.sampling import row_seed
 from eglr_harness.decoding.stats import EglrStats
 

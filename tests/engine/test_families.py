@@ -18,13 +18,13 @@ import pytest
 import test_continuous_engine as engine_checks
 import test_engine_vs_naive as hf_checks
 from inputs import random_prompts
-from naive_reference import naive_eglr_sampled
 from tiny_models import MORE_ARCHS, build_tiny_model
 
 from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.continuous.engine import ContinuousEngine
 from eglr_harness.decoding.continuous.stack import FAMILIES
 from eglr_harness.decoding.model_parts import LOGIT_SCALES
+from eglr_harness.decoding.naive_reference import naive_eglr_sampled
 from eglr_harness.harness.engines import build_engines
 
 VOCAB, LAYERS, MAX_NEW = engine_checks.VOCAB, engine_checks.LAYERS, engine_checks.MAX_NEW

@@ -22,7 +22,6 @@ import math  # noqa: E402
 
 import torch  # noqa: E402
 from inputs import random_prompts  # noqa: E402
-from naive_reference import gumbel, naive_eglr_greedy  # noqa: E402
 from tiny_models import build_tiny_model  # noqa: E402
 
 from eglr_harness.core.config import EglrConfig  # noqa: E402
@@ -31,6 +30,7 @@ from eglr_harness.decoding.continuous.kv_slots import SPARE_COLUMNS, SlotCache  
 from eglr_harness.decoding.continuous.step_key import length_bucket  # noqa: E402
 from eglr_harness.decoding.continuous.step_state import READ_FIELDS, SlotState, StepInvariants  # noqa: E402
 from eglr_harness.decoding.contract import Request  # noqa: E402
+from eglr_harness.decoding.naive_reference import gumbel, naive_eglr_greedy  # noqa: E402
 
 VOCAB, LAYERS, EOS = 96, 4, 2
 TAU_KL = 4.4e-4

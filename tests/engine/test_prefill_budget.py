@@ -10,13 +10,13 @@ import logging
 import pytest
 import torch
 from inputs import random_prompts
-from naive_reference import naive_eglr_greedy
 from tiny_models import build_tiny_model
 
 from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.continuous import engine as continuous
 from eglr_harness.decoding.continuous.engine import ContinuousEngine
 from eglr_harness.decoding.contract import Request
+from eglr_harness.decoding.naive_reference import naive_eglr_greedy
 
 VOCAB, LAYERS, EOS = 96, 4, 2
 TAU_KL = 4.4e-4

@@ -21,6 +21,7 @@ def _eglr_eval_script() -> str:
     return found
 
 
+@pytest.mark.slow  # 19-22 s each here: a whole lm_eval run through each console script
 @pytest.mark.parametrize("entry", ["python -m eglr_harness", "eglr-eval"])
 def test_entry_point_runs_a_task_and_records_eglr(entry, tiny_model_dir, tmp_path):
     command = [sys.executable, "-m", "eglr_harness"] if entry.startswith("python") else [_eglr_eval_script()]

@@ -125,13 +125,13 @@ def _adapter_rank(rank, port, queue, model_dir, store_dir):
 
 
 @pytest.mark.slow
-def test_two_ranks_share_one_tau_h_and_survive_unequal_resume_work(tiny_model_dir, tmp_path, monkeypatch):
+def test_two_ranks_share_one_tau_h_and_survive_unequal_resume_work(llama_dir, tmp_path, monkeypatch):
     from lm_eval.api.instance import Instance
 
     from eglr_harness.harness.model import EglrHFLM
 
     monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path / "cache"))
-    model_dir = str(tiny_model_dir("llama"))
+    model_dir = llama_dir
     ranks = _spawn(_adapter_rank, model_dir, str(tmp_path / "store"))
     assert ranks[0]["tau_h"] == ranks[1]["tau_h"]
     assert ranks[1]["second"] == ranks[1]["first"]  # all from the run's memo, and no hang on rank 0

@@ -15,11 +15,6 @@ GREEDY = {"until": ["\n\n"], "max_gen_toks": 12, "do_sample": False}
 
 
 @pytest.fixture(scope="module")
-def llama_dir(tiny_model_dir):
-    return str(tiny_model_dir("llama"))
-
-
-@pytest.fixture(scope="module")
 def eglr_lm(llama_dir):
     return EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4, tau_h=0.5)
 

@@ -64,6 +64,7 @@ def test_close_task_names():
     assert close["aime_eglr_sc"][:2] == ["aime24_eglr_sc", "aime25_eglr_sc"] and close["qqq"] == []
 
 
+@pytest.mark.slow  # 22 s here: the lm_eval CLI indexes all of its tasks to name the close ones
 def test_cli_names_close_tasks_when_one_is_not_found():
     result = subprocess.run(
         [sys.executable, "-m", "lm_eval", "--model", "eglr-hf", "--model_args", "model_config=smollm2-135m-instruct",

@@ -44,6 +44,7 @@ def assert_refused(done: subprocess.CompletedProcess, message: str) -> None:
     assert len(errors) == 1 and message in errors[0], done.stderr[-3000:]
 
 
+@pytest.mark.slow  # 20 s here: an lm_eval CLI run as far as the model load
 def test_the_unloadable_model_fails_at_its_load(unloadable, shared_data_dir):
     """The control: with valid arguments the run gets as far as the load, and ends there."""
     done, _ = lm_eval("--model", "eglr-hf", "--model_args", f"pretrained={unloadable}", "--tasks", "gsm8k_eglr",

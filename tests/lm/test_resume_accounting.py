@@ -14,21 +14,15 @@ import sqlite3
 import pytest
 from inputs import CONTEXTS, requests_for
 
-from eglr_harness.harness.model import EglrHFLM
 from eglr_harness.run.stores import RolloutStore
 
 GREEDY = {"until": ["\n\n", "."], "max_gen_toks": 12, "do_sample": False}
 POOL = {**GREEDY, "eglr_L": "0-3", "eglr_T": 0}
 
 
-@pytest.fixture(scope="module")
-def llama_dir(tiny_model_dir):
-    return str(tiny_model_dir("llama"))
-
-
-def _lm(path, engine, **kwargs):
-    # tau_h=0: every token of an L > 0 cell is gated; tau_kl=0: no KL exit (float noise cannot flip one)
-    return EglrHFLM(pretrained=path, device="cpu", dtype="float32", engine=engine, tau_h=0.0, tau_kl=0.0, **kwargs)
+# tiny_lm's model args here (tests/lm/conftest.py). tau_h=0: every token of an L > 0 cell is gated; tau_kl=0: no KL
+# exit (float noise cannot flip one)
+LM_DEFAULTS = dict(tau_h=0.0, tau_kl=0.0)
 
 
 def _killed_after(monkeypatch, n: int):
@@ -53,16 +47,16 @@ def _figures(lm) -> dict:
 
 
 @pytest.mark.parametrize("engine", ["continuous", "hf"])
-def test_a_run_killed_midway_and_resumed_reports_the_uninterrupted_runs_steps(llama_dir, tmp_path, monkeypatch, engine):
+def test_a_run_killed_midway_and_resumed_reports_the_uninterrupted_runs_steps(tiny_lm, tmp_path, monkeypatch, engine):
     requests = requests_for(CONTEXTS[:3], POOL, repeats=4)  # 3 documents x 4 cells, one row at a time
-    whole = _lm(llama_dir, engine, batch_size=1, rollout_cache=str(tmp_path / "whole"))
+    whole = tiny_lm(engine=engine, batch_size=1, rollout_cache=str(tmp_path / "whole"))
     expected = whole.generate_until(requests)
 
     restore = _killed_after(monkeypatch, 5)
     with pytest.raises(KeyboardInterrupt):
-        _lm(llama_dir, engine, batch_size=1, rollout_cache=str(tmp_path / "resumed")).generate_until(requests)
+        tiny_lm(engine=engine, batch_size=1, rollout_cache=str(tmp_path / "resumed")).generate_until(requests)
     restore()
-    resumed = _lm(llama_dir, engine, batch_size=1, rollout_cache=str(tmp_path / "resumed"))
+    resumed = tiny_lm(engine=engine, batch_size=1, rollout_cache=str(tmp_path / "resumed"))
     got = resumed.generate_until(requests)
 
     assert [str(x) for x in got] == [str(x) for x in expected]
@@ -73,24 +67,24 @@ def test_a_run_killed_midway_and_resumed_reports_the_uninterrupted_runs_steps(ll
     assert resumed.get_model_info()["eglr"]["stats"]["reused_rollouts"]["total"] == 0
 
 
-def test_a_second_process_reading_rollouts_still_running_counts_their_steps(llama_dir, tmp_path, monkeypatch):
+def test_a_second_process_reading_rollouts_still_running_counts_their_steps(tiny_lm, tmp_path, monkeypatch):
     """A rollout another process stored while its engine run goes on (so without its run's shares yet)."""
     requests = requests_for(CONTEXTS[:3], POOL, repeats=4)
-    whole = _lm(llama_dir, "continuous", batch_size=1)
+    whole = tiny_lm(engine="continuous", batch_size=1)
     whole.generate_until(requests)
 
     restore = _killed_after(monkeypatch, 12)  # every rollout stored, the run's shares never written
     with pytest.raises(KeyboardInterrupt):
-        _lm(llama_dir, "continuous", batch_size=1, rollout_cache=str(tmp_path)).generate_until(requests)
+        tiny_lm(engine="continuous", batch_size=1, rollout_cache=str(tmp_path)).generate_until(requests)
     restore()
-    reader = _lm(llama_dir, "continuous", batch_size=1, rollout_cache=str(tmp_path))
+    reader = tiny_lm(engine="continuous", batch_size=1, rollout_cache=str(tmp_path))
     reader.generate_until(requests)
     assert _figures(reader) == _figures(whole)
 
 
-def test_a_stored_row_without_checksum_is_decoded_again(llama_dir, tmp_path):
+def test_a_stored_row_without_checksum_is_decoded_again(tiny_lm, tmp_path):
     requests = requests_for(CONTEXTS[:2], GREEDY)
-    first = _lm(llama_dir, "hf", batch_size=2, L=0, rollout_cache=str(tmp_path))
+    first = tiny_lm(engine="hf", batch_size=2, L=0, rollout_cache=str(tmp_path))
     decoded = [str(x) for x in first.generate_until(requests)]
     db = sqlite3.connect(tmp_path / "rollouts_rank0.sqlite")
     rows = db.execute("SELECT key, value FROM rollouts_v2").fetchall()
@@ -100,7 +94,7 @@ def test_a_stored_row_without_checksum_is_decoded_again(llama_dir, tmp_path):
                    (value.replace('"text": "', '"text": "The answer is 42. '), key))
     db.commit()
     db.close()
-    again = _lm(llama_dir, "hf", batch_size=2, L=0, rollout_cache=str(tmp_path))
+    again = tiny_lm(engine="hf", batch_size=2, L=0, rollout_cache=str(tmp_path))
     got = [str(x) for x in again.generate_until(requests)]
     assert got == decoded and not any("42" in text for text in got)  # today: the forged texts come back
     assert again.get_model_info()["eglr"]["stats"]["total"]["tokens"] > 0  # decoded, not reused

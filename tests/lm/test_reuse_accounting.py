@@ -27,14 +27,8 @@ POOL = {**GREEDY, "eglr_L": "0-1", "eglr_T": 0}  # cells L=0 (greedy) and L=1, a
 CALIB = 3  # calibration's prompts: the first 3 of the 4 documents
 
 
-@pytest.fixture(scope="module")
-def llama_dir(tiny_model_dir):
-    return str(tiny_model_dir("llama"))
-
-
-def _lm(path, engine="hf", **kwargs):
-    return EglrHFLM(pretrained=path, device="cpu", dtype="float32", engine=engine, batch_size=2, tau_h="auto",
-                    calib_limit=CALIB, **kwargs)
+# tiny_lm's model args here (tests/lm/conftest.py)
+LM_DEFAULTS = dict(engine="hf", batch_size=2, tau_h="auto", calib_limit=CALIB)
 
 
 class RowCounter:
@@ -54,10 +48,11 @@ class RowCounter:
 
 
 @pytest.mark.parametrize("engine", ["hf", "continuous"])
-def test_greedy_rollouts_decoded_by_calibration_count_as_reused_in_the_pool(llama_dir, tmp_path, monkeypatch, engine):
+def test_greedy_rollouts_decoded_by_calibration_count_as_reused_in_the_pool(tiny_lm, llama_dir, tmp_path, monkeypatch,
+                                                                            engine):
     monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path / "cache"))
     counter = RowCounter(monkeypatch)
-    lm = _lm(llama_dir, engine)
+    lm = tiny_lm(engine=engine)
     got = lm.generate_until(requests_for(CONTEXTS[:4], POOL, repeats=2, task="reuse_task"))
     stats = lm.get_model_info()["eglr"]["stats"]
     # decoded: 3 calibration prompts, then the pool without the 3 greedy rollouts calibration made
@@ -73,15 +68,15 @@ def test_greedy_rollouts_decoded_by_calibration_count_as_reused_in_the_pool(llam
     assert [str(x) for x in got if x.L == 0] == [str(x) for x in greedy]
 
 
-def test_a_rerun_from_the_store_reports_the_calibrated_runs_figures(llama_dir, tmp_path, monkeypatch):
+def test_a_rerun_from_the_store_reports_the_calibrated_runs_figures(tiny_lm, tmp_path, monkeypatch):
     """Rerun into the same rollout store (tau_h now cached, so calibration decodes nothing): the greedy
     rollouts calibration stored still count as reused in the pool, as in the run that decoded them."""
     monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path / "cache"))
     requests = requests_for(CONTEXTS[:4], POOL, repeats=2, task="reuse_task")
-    first = _lm(llama_dir, rollout_cache=str(tmp_path / "store"))
+    first = tiny_lm(rollout_cache=str(tmp_path / "store"))
     first.generate_until(requests)
     counter = RowCounter(monkeypatch)
-    again = _lm(llama_dir, rollout_cache=str(tmp_path / "store"))
+    again = tiny_lm(rollout_cache=str(tmp_path / "store"))
     again.generate_until(requests)
     assert counter.rows == 0  # everything from the store
     ours, theirs = (lm.get_model_info()["eglr"]["stats"] for lm in (again, first))

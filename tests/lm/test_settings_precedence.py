@@ -25,11 +25,6 @@ def _requests(gen_kwargs, task="unit_task", contexts=CONTEXTS):
             for i, c in enumerate(contexts)]
 
 
-@pytest.fixture(scope="module")
-def llama_dir(tiny_model_dir):
-    return str(tiny_model_dir("llama"))
-
-
 @pytest.fixture
 def preset(llama_dir, tmp_path):
     """Factory: a preset YAML for the tiny Llama with the given ``eglr`` and ``tau_h`` sections."""

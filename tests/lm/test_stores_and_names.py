@@ -10,7 +10,6 @@ import pytest
 from lm_eval.api.instance import Instance
 
 from eglr_harness.decoding.hook.engine import HookEngine
-from eglr_harness.harness.model import EglrHFLM
 from eglr_harness.run import stores
 from eglr_harness.run.stores import RolloutStore, TauHCache
 
@@ -35,24 +34,17 @@ def _decoded_rows(monkeypatch) -> list:
     return rows
 
 
-@pytest.fixture(scope="module")
-def llama_dir(tiny_model_dir):
-    return str(tiny_model_dir("llama"))
-
-
-def _lm(model_dir, store, **kwargs):
-    # engine=hf: the tests count generate's rows (the store and its keys are the same for both engines)
-    args = dict(pretrained=model_dir, device="cpu", dtype="float32", batch_size=3, L=2, tau_h=0.0, rollout_cache=store,
-                engine="hf")
-    return EglrHFLM(**{**args, **kwargs})
+# tiny_lm's model args here (tests/lm/conftest.py). engine=hf: the tests count generate's rows (the store and its
+# keys are the same for both engines)
+LM_DEFAULTS = dict(batch_size=3, L=2, tau_h=0.0, engine="hf")
 
 
 @pytest.mark.parametrize("change", ["decoding_version", "attn_implementation", "weights", "dtype"])
-def test_a_change_that_alters_the_text_gets_fresh_keys(llama_dir, tmp_path, monkeypatch, change):
+def test_a_change_that_alters_the_text_gets_fresh_keys(tiny_lm, llama_dir, tmp_path, monkeypatch, change):
     store = str(tmp_path / "store")
-    _lm(llama_dir, store).generate_until(_requests())
+    tiny_lm(rollout_cache=store).generate_until(_requests())
     rows = _decoded_rows(monkeypatch)
-    _lm(llama_dir, store).generate_until(_requests())
+    tiny_lm(rollout_cache=store).generate_until(_requests())
     assert rows == []  # same everything: all reused
     kwargs = {}
     if change == "decoding_version":
@@ -64,21 +56,21 @@ def test_a_change_that_alters_the_text_gets_fresh_keys(llama_dir, tmp_path, monk
         os.utime(weights.path, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
     else:
         kwargs["dtype"] = "bfloat16"
-    _lm(llama_dir, store, **kwargs).generate_until(_requests())
+    tiny_lm(rollout_cache=store, **kwargs).generate_until(_requests())
     assert sum(rows) == len(CONTEXTS)  # nothing stale was reused
 
 
-def test_calibration_next_to_a_store_of_greedy_rollouts(llama_dir, tmp_path, monkeypatch):
+def test_calibration_next_to_a_store_of_greedy_rollouts(tiny_lm, tmp_path, monkeypatch):
     """``L=0,rollout_cache=D`` then ``L=2,tau_h=auto,rollout_cache=D``: the same tau_h as a fresh
     calibration (once this crashed with "saw no generated tokens"), also with a partly filled store."""
     monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path / "fresh_cache"))
-    fresh = _lm(llama_dir, None, tau_h="auto", calib_limit=3).calibrate(_requests())["store_task"]
+    fresh = tiny_lm(rollout_cache=None, tau_h="auto", calib_limit=3).calibrate(_requests())["store_task"]
     store = str(tmp_path / "store")
     partial = [Instance("generate_until", doc={}, arguments=(CONTEXTS[0], dict(GEN)), idx=0, metadata=("store_task", 0, 1))]
     for name, done in (("full", _requests()), ("partial", partial)):
         monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path / f"cache_{name}"))
-        _lm(llama_dir, f"{store}_{name}", L=0).generate_until(done)
-        got = _lm(llama_dir, f"{store}_{name}", tau_h="auto", calib_limit=3).calibrate(_requests())["store_task"]
+        tiny_lm(rollout_cache=f"{store}_{name}", L=0).generate_until(done)
+        got = tiny_lm(rollout_cache=f"{store}_{name}", tau_h="auto", calib_limit=3).calibrate(_requests())["store_task"]
         assert got == pytest.approx(fresh, abs=1e-6), name
 
 
@@ -107,8 +99,8 @@ def test_two_processes_write_one_store_at_once(tmp_path, kind):
     assert table.get("a-149") == _record(kind, "a", 149) and table.get("b-0") == _record(kind, "b", 0)
 
 
-def test_loglikelihood_says_once_that_it_runs_the_plain_model(llama_dir, caplog):
-    lm = _lm(llama_dir, None)
+def test_loglikelihood_says_once_that_it_runs_the_plain_model(tiny_lm, caplog):
+    lm = tiny_lm(rollout_cache=None)
     reqs = [Instance("loglikelihood", doc={}, arguments=("The capital of France is", " Paris"), idx=0)] * 2
     with caplog.at_level(logging.WARNING, logger="eglr_harness"):
         lm.loglikelihood(reqs)
@@ -131,8 +123,8 @@ def test_runs_through_a_preset_or_gguf_are_named_after_the_model():
     assert tracker.model_name_sanitized == "Qwen__Qwen2.5-3B-Instruct"  # lm-eval's own naming otherwise
 
 
-def test_results_record_the_model_name(llama_dir):
-    assert _lm(llama_dir, None).get_model_info()["eglr"]["model"] == os.path.basename(llama_dir)
+def test_results_record_the_model_name(tiny_lm, llama_dir):
+    assert tiny_lm(rollout_cache=None).get_model_info()["eglr"]["model"] == os.path.basename(llama_dir)
 
 
 @pytest.mark.parametrize("cell, cycle, tau_h, expected", [

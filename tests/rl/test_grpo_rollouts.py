@@ -8,8 +8,6 @@ and the groups' rewards differ (the sampled cells write other numbers), so that 
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,11 +15,10 @@ import torch
 
 trl = pytest.importorskip("trl", reason="TRL is the optional extra: pip install '.[rl]' (CI installs it)")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "engine"))
-from naive_reference import naive_eglr_greedy  # noqa: E402
 from tiny_models import build_tiny_model  # noqa: E402
 
 from eglr_harness.core.cell import Cell  # noqa: E402
+from eglr_harness.decoding.naive_reference import naive_eglr_greedy  # noqa: E402
 from eglr_harness.rl.rollouts import EglrRollout, grpo_trainer, math_reward  # noqa: E402
 from eglr_harness.scoring.equivalence import is_equivalent  # noqa: E402
 from eglr_harness.scoring.extraction import extract_answer  # noqa: E402

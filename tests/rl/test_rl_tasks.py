@@ -55,14 +55,15 @@ def test_math_reward_logs_the_mean_reward_per_cell():
                       "eglr/reward/L=2,T=0.7": 1.0}
 
 
-def test_task_prompts_are_the_chat_turns_lm_eval_renders(shared_data_dir, tiny_model_dir):
+@pytest.mark.slow  # 39 s here: lm-eval indexes all of its own tasks (TaskManager() with the defaults)
+def test_task_prompts_are_the_chat_turns_lm_eval_renders(shared_data_dir, llama_dir):
     """Rendered by HFLM's chat template, a row's turns are the context lm-eval builds under --apply_chat_template."""
     from lm_eval.tasks import TaskManager
 
     from eglr_harness.harness.model import EglrHFLM
     from eglr_harness.harness.task_source import task_problems
 
-    lm = EglrHFLM(pretrained=str(tiny_model_dir("llama")), batch_size=1, device="cpu", L=0)
+    lm = EglrHFLM(pretrained=llama_dir, batch_size=1, device="cpu", L=0)
     rows = task_problems("gsm8k_eglr", limit=3)
     task = TaskManager().load_task_or_group("gsm8k_eglr")["gsm8k_eglr"]
     task.build_all_requests(limit=3, apply_chat_template=True, chat_template=lm.apply_chat_template)

@@ -8,22 +8,12 @@ and that the sub-pool filters and aggregations compute the paper's numbers.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from eglr_harness.core.config import DEFAULT_L
 from eglr_harness.core.rollout import Rollout
 from eglr_harness.run.pool import resolve_pool, task_axes
-
-TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
-
-
-@pytest.fixture(scope="module")
-def task_manager(shared_data_dir):
-    from lm_eval.tasks import TaskManager
-
-    return TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
 
 
 @pytest.fixture

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from markdown_tables import markdown_table
 
 from eglr_harness.core.config import DEFAULT_L
 from eglr_harness.core.specs import parse_L_spec, parse_T_spec
@@ -18,13 +18,6 @@ BENCHES = ("gsm8k", "math500", "minerva_math", "amc23", "aime24", "aime25")
 VARIANTS = {"": 1, "_sc": 10, "_lxt": 121}
 ALL_TASKS = [f"{b}_eglr{v}" for b in BENCHES for v in VARIANTS] + ["eglr_demo", "eglr_demo_sc", "eglr_demo_lxt"]
 GROUPS = {"eglr_math": "", "eglr_math_sc": "_sc", "eglr_math_lxt": "_lxt"}
-
-
-@pytest.fixture(scope="module")
-def task_manager(shared_data_dir):
-    from lm_eval.tasks import TaskManager
-
-    return TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
 
 
 @pytest.fixture(scope="module")
@@ -130,16 +123,8 @@ def test_demo_levels_from_metadata():
 # --------------------------------------------------------------------------- README pool table
 
 def _readme_pool_rows():
-    text = (TASKS_DIR / "README.md").read_text()
-    header = "| task | `--model_args` | L axis | T axis | cells |"
-    assert header in text
-    lines = text.split(header, 1)[1].strip().splitlines()[1:]
-    rows = []
-    for line in lines:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip().strip("`").replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
-        rows.append(cells)
+    table = markdown_table((TASKS_DIR / "README.md").read_text(), "| task | `--model_args` | L axis | T axis | cells |")
+    rows = [[cell.strip("`") for cell in cells] for cells in table[1:]]  # after the header
     assert len(rows) >= 8
     return rows
 

@@ -1,9 +1,15 @@
 """An independent, deliberately naive EGLR: no KV cache, whole-sequence recomputation.
 
-Written from eglr-method.md §2 without using eglr_harness's code. Each refinement iteration
-re-runs the whole model on the whole sequence, with the last position's state at layer N-L
-overwritten by a forward pre-hook on layer N-L+1 (0-based index N-L). By causality this equals
-re-applying the top L layers at that position against the original keys/values of the past.
+Written from eglr-method.md §2 without using eglr_harness's code. It is the yardstick that both engines
+(``decoding/hook``, ``decoding/continuous``) and the vLLM plugin are proven against token for token
+(tests/engine, tests/eglr_vllm, benchmarks/gpu_check.py), so it may import torch, the standard library and
+``eglr_harness.core`` only, nothing of the engines it checks (tests/test_layers.py keeps it so): a bug it
+shared with an engine would cancel out. It lives in the package so that tests and benchmarks import one
+module.
+
+Each refinement iteration re-runs the whole model on the whole sequence, with the last position's state
+at layer N-L overwritten by a forward pre-hook on layer N-L+1 (0-based index N-L). By causality this
+equals re-applying the top L layers at that position against the original keys/values of the past.
 
 Sampling (``naive_eglr_sampled``) warps the refined logits by temperature, top-k and top-p, written
 here from their definitions, and draws by Gumbel-max with the noise the engines' spec names
