@@ -121,11 +121,10 @@ def _patch_fail_fast(evaluator_module) -> None:
         if ours:  # everything that can be known before the model loads (harness/preflight.py)
             model_args = kwargs.get("model_args") if model == MODEL_NAME else None
             tracker = kwargs.get("evaluation_tracker")
-            check_run_args(model_args, gen_kwargs=kwargs.get("gen_kwargs"), limit=kwargs.get("limit"),
-                           use_cache=kwargs.get("use_cache"), passed=_passed_to_model(kwargs.get))
-            check_run_tasks(model_args, tasks, gen_kwargs=kwargs.get("gen_kwargs"),
-                            log_samples=kwargs.get("log_samples"), output_path=getattr(tracker, "output_path", None),
-                            data_dir=data_dir)
+            eglr_args = check_run_args(model_args, gen_kwargs=kwargs.get("gen_kwargs"), limit=kwargs.get("limit"),
+                                       use_cache=kwargs.get("use_cache"), passed=_passed_to_model(kwargs.get))
+            check_run_tasks(eglr_args, tasks, log_samples=kwargs.get("log_samples"),
+                            output_path=getattr(tracker, "output_path", None), data_dir=data_dir)
         else:
             check_local_data(tasks, data_dir)  # before the model loads
         if ours and kwargs.get("gen_kwargs"):  # lm-eval warns about do_sample whenever --gen_kwargs is given
@@ -156,9 +155,9 @@ def _patch_task_lookup(config_module) -> None:
         if ours:  # before lm-eval indexes every task (~10 s): the run's own arguments (harness/preflight.py)
             from eglr_harness.harness.preflight import check_run_args
 
-            check_run_args(getattr(self, "model_args", None), gen_kwargs=getattr(self, "gen_kwargs", None),
-                           limit=getattr(self, "limit", None), use_cache=getattr(self, "use_cache", None),
-                           passed=_passed_to_model(lambda name: getattr(self, name, None)))
+            eglr_args = check_run_args(getattr(self, "model_args", None), gen_kwargs=getattr(self, "gen_kwargs", None),
+                                       limit=getattr(self, "limit", None), use_cache=getattr(self, "use_cache", None),
+                                       passed=_passed_to_model(lambda name: getattr(self, name, None)))
         try:
             manager = original(self, *args, **kwargs)
         except ValueError as err:
@@ -176,9 +175,8 @@ def _patch_task_lookup(config_module) -> None:
             from eglr_harness.harness.preflight import check_run_tasks
 
             metadata = getattr(self, "metadata", None)
-            check_run_tasks(getattr(self, "model_args", None), self.tasks, gen_kwargs=getattr(self, "gen_kwargs", None),
-                            log_samples=getattr(self, "log_samples", False), output_path=getattr(self, "output_path", None),
-                            data_dir=metadata.get("eglr_data_dir") if isinstance(metadata, dict) else None)
+            check_run_tasks(eglr_args, self.tasks, log_samples=getattr(self, "log_samples", False),
+                            output_path=getattr(self, "output_path", None), data_dir=metadata.get("eglr_data_dir") if isinstance(metadata, dict) else None)
         return manager
 
     config_cls.process_tasks = process_tasks
