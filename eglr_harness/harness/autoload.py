@@ -42,7 +42,7 @@ def _register_model(registry_module) -> None:
     importlib.import_module("eglr_harness.harness.registry")
 
 
-def _patch_task_manager(manager_module) -> None:
+def _index_our_tasks(manager_module) -> None:
     task_manager_cls = manager_module.TaskManager
     if getattr(task_manager_cls, "_eglr_patched", False):
         return
@@ -103,7 +103,7 @@ PATCHED = (
 
 _POST_IMPORT = {
     "lm_eval.api.registry": _register_model,
-    "lm_eval.tasks.manager": _patch_task_manager,
+    "lm_eval.tasks.manager": _index_our_tasks,
     "lm_eval.loggers.evaluation_tracker": _patch_tracker,
     "lm_eval.evaluator": _patch_fail_fast,
     "lm_eval.config.evaluate_config": _patch_task_lookup,

@@ -181,12 +181,13 @@ def _merged(preset: Mapping, load_args: Mapping, pretrained) -> dict:
 
 
 def _given(own: Mapping, name: str, default):
-    return own[name] if own.get(name) is not None else default
+    """A setting that has a default: as given (None too, which its check refuses), else the default."""
+    return own.get(name, default)
 
 
 def _settings(preset: Mapping, own: Mapping, default_calib_limit: int) -> RunSettings:
-    given = {k: own[k] for k in SETTINGS_ARGS if own.get(k) is not None}
-    return RunSettings.from_args(preset, **{"calib_limit": default_calib_limit, **given})
+    given = {k: own[k] for k in SETTINGS_ARGS if k != "calib_limit" and own.get(k) is not None}  # None: not given
+    return RunSettings.from_args(preset, **given, calib_limit=_given(own, "calib_limit", default_calib_limit))
 
 
 def _check_rollout_cache(folder) -> None:

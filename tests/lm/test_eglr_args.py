@@ -54,6 +54,13 @@ def test_the_cli_and_the_model_refuse_alike_before_loading(weights_never_load, e
     assert str(from_cli.value) == str(from_model.value)
 
 
+@pytest.mark.parametrize("name, message", [("engine", r"`engine`=None is not allowed"),
+                                           ("calib_limit", r"`calib_limit`=None is not allowed")])
+def test_a_setting_with_a_default_given_as_none_is_refused_not_defaulted(weights_never_load, name, message):
+    with pytest.raises(ModelArgError, match=message):
+        EglrHFLM(model_config="smollm2-135m-instruct", **{name: None})
+
+
 def test_pretrained_is_required_before_the_tasks_are_indexed():
     with pytest.raises(ModelArgError, match=r"eglr-hf needs `pretrained` \(a hub id or folder\) or `model_config`"):
         check_run_args("L=1")
