@@ -4,7 +4,7 @@ continuous engine applies.
 The options reach a run from four places: a task's ``generation_kwargs`` (YAML), ``--gen_kwargs``,
 model args (``top_k``, ``top_p``) and the model's own ``generation_config``. Every one is checked
 here, by :func:`check_generation_options`, wherever its value is first known: ``--gen_kwargs``
-before the weights load (``harness/autoload.py``), the ``generation_config`` right after it, a
+before the weights load (``harness/eglr_args.py``), the ``generation_config`` right after it, a
 task's options before anything of the task is decoded. An invalid value is a ``ValueError`` naming
 the option as written, its value, where it came from and what is allowed, whatever the engine;
 it is never a reason to fall back to another engine.

@@ -17,7 +17,7 @@ def calibrate_tasks(model_config: str, model_args: str, tasks: list[str], *, cal
     extra = lm_eval.utils.simple_parse_args_string(model_args)
     lm = EglrHFLM(model_config=model_config, L=0, T=0.0, tau_h="auto", calib_limit=calib_limit,
                   batch_size=batch_size, **extra)
-    lm.calibrate_always = True
+    lm.runner.calibrate_always = True
     for task in tasks:
         lm_eval.simple_evaluate(model=lm, tasks=[task], limit=calib_limit, gen_kwargs=gen_kwargs,
                                 apply_chat_template=apply_chat_template)

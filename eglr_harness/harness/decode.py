@@ -158,7 +158,8 @@ class RolloutDecoder:
 
     def decode(self, items: list[tuple[str, RolloutSpec]], *, stats_for, desc: str, disable_tqdm: bool = False,
                reuse: bool = True, keys: list[str] | None = None, calibration: bool = False) -> Decoded:
-        """Every item's rollout; identical items (deterministic cells across cycles) decode once.
+        """Every item's rollout; identical items (deterministic cells across cycles) decode once: found finished
+        (``_find_finished``), else decoded (``_decode_missing``) and stored as each finishes (``_store_finished``).
         stats_for(config): the accounting a config's fresh rollouts add to; keys: the items' keys when
         the caller has them already; calibration: the items are tau_h calibration's greedy prompts, whose
         compute is accounted apart: their rollouts are stored marked so (``accounting["calibration"]``)
@@ -168,56 +169,78 @@ class RolloutDecoder:
         first = {}  # key -> index of its first item
         for i, key in enumerate(keys):
             first.setdefault(key, i)
+        found, reused = self._find_finished(first, items, reuse, stats_for)
+        missing = [(key, i) for key, i in first.items() if found[key] is None]
+        fresh = self._decode_missing(missing, items, found, stats_for=stats_for, desc=desc,
+                                     disable_tqdm=disable_tqdm, calibration=calibration)
+        return Decoded(records=[found[key] for key in keys], outcomes=[fresh.get(i) for i in range(len(items))],
+                       reused=reused)
+
+    def _find_finished(self, first: dict[str, int], items, reuse: bool, stats_for) -> tuple[dict, list[RolloutSpec]]:
+        """``({key: its finished record or None}, specs of the reused)`` of the distinct items (``first``:
+        key -> index of its first item). A rollout an earlier run stored with its accounting counts as
+        decoded (a resumed run reports what an uninterrupted one does): its accounting is added to
+        ``stats_for`` here; this run's own rollouts, stored ones without accounting and ones calibration
+        decoded (their compute is calibration's, as in the run that decoded them) count as reused."""
         found = {key: self.lookup(key) if reuse else None for key in first}
-        missing = [i for key, i in first.items() if found[key] is None]
-        # a rollout an earlier run stored with its accounting counts as decoded (a resumed run reports what an
-        # uninterrupted one does); this run's own rollouts, and stored ones without accounting, count as reused
-        # (a rollout calibration decoded counts as reused, as in the run that decoded it: its compute is calibration's)
-        restored = [i for key, i in first.items() if found[key] is not None and key not in self._decoded
+        restored = [key for key in first if found[key] is not None and key not in self._decoded
                     and found[key].get("accounting") is not None and stats_for is not None
                     and not found[key]["accounting"].get("calibration")]
-        for i in restored:
-            record, config = found[keys[i]], items[i][1].config
+        for key in restored:
+            record, config = found[key], items[first[key]][1].config
             accounting = record["accounting"]
             if accounting.get("shares") is None:  # stored before rollouts carried their own shares from the start
                 accounting = {**accounting, "shares": row_shares(accounting, record.get("engine"), config.k_max)}
             stats_for(config).add_rollout(accounting)
-            self._decoded.add(keys[i])
-        done = Decoded(reused=[items[i][1] for key, i in first.items() if found[key] is not None and i not in restored])
-        if done.reused or restored:
+            self._decoded.add(key)
+        reused = [items[i][1] for key, i in first.items() if found[key] is not None and key not in restored]
+        if reused or restored:
             logger.info("eglr-hf: %d of %d rollouts reused from earlier work (%d of them from the rollout store "
-                        "with their accounting)", len(done.reused) + len(restored), len(first), len(restored))
+                        "with their accounting)", len(reused) + len(restored), len(first), len(restored))
+        return found, reused
+
+    def _decode_missing(self, missing: list[tuple[str, int]], items, found: dict, *, stats_for, desc: str,
+                      disable_tqdm: bool, calibration: bool) -> dict[int, Outcome]:
+        """Decode the ``missing`` items ((key, index)), each through its engine (``_route``); each finished
+        rollout's record goes into ``found`` and is stored at once. Returns ``{index: its Outcome}``."""
         fresh: dict[int, Outcome] = {}
-        requests, untils = zip(*(self.codec.request(*items[i]) for i in missing)) if missing else ((), ())
+        requests, untils = zip(*(self.codec.request(*items[i]) for _, i in missing)) if missing else ((), ())
         bar = tqdm(total=len(missing), desc=desc, disable=disable_tqdm or not self.show_progress)
         try:
             for choice, share in self._route(requests):
                 clock = [time.perf_counter()]  # when the engine run started, then when its last rollout finished
 
                 def finished(j, outcome, share=share, name=self.names[choice], clock=clock):
-                    i = missing[share[j]]
-                    config = requests[share[j]].config
-                    accounting = rollout_accounting(len(outcome.tokens), outcome.iterations, config.L)
-                    if calibration:
-                        accounting["calibration"] = True
-                    # its own figures until the run ends (row_shares), the time since the previous rollout finished
-                    now = time.perf_counter()
-                    accounting["shares"] = {**row_shares(accounting, name, config.k_max), "wall_time_s": now - clock[0]}
-                    clock[0] = now
-                    record = {"text": self.codec.text(outcome.tokens, untils[share[j]]), "signals": outcome_signals(outcome),
-                              "engine": name, "accounting": accounting}
-                    self.memo[keys[i]], found[keys[i]], fresh[i] = record, record, outcome
-                    self._decoded.add(keys[i])
-                    if self.store is not None:
-                        self.store.put(keys[i], record)
+                    key, i = missing[share[j]]
+                    record = self._record(outcome, untils[share[j]], name, requests[share[j]].config, calibration, clock)
+                    found[key], fresh[i] = record, outcome
+                    self._store_finished(key, record)
                     bar.update(1)
                 batches = self._run([requests[j] for j in share], self.engines[choice], stats_for, finished)
-                self._keep_shares(batches, [keys[missing[j]] for j in share], found)
+                self._keep_shares(batches, [missing[j][0] for j in share], found)
         finally:
             bar.close()
-        done.records = [found[key] for key in keys]
-        done.outcomes = [fresh.get(i) for i in range(len(items))]
-        return done
+        return fresh
+
+    def _record(self, outcome: Outcome, until: list[str], engine: str, config, calibration: bool, clock: list) -> dict:
+        """A finished rollout as this run and the store keep it: ``{"text", "signals", "engine", "accounting"}``
+        (its own figures until its engine run ends (``row_shares``), the time since the previous rollout
+        finished; ``clock[0]``: when that was, moved on to now)."""
+        accounting = rollout_accounting(len(outcome.tokens), outcome.iterations, config.L)
+        if calibration:
+            accounting["calibration"] = True
+        now = time.perf_counter()
+        accounting["shares"] = {**row_shares(accounting, engine, config.k_max), "wall_time_s": now - clock[0]}
+        clock[0] = now
+        return {"text": self.codec.text(outcome.tokens, until), "signals": outcome_signals(outcome), "engine": engine,
+                "accounting": accounting}
+
+    def _store_finished(self, key: str, record: dict) -> None:
+        """Keep a finished rollout: in this run's memory, as decoded by this run, and in the rollout store."""
+        self.memo[key] = record
+        self._decoded.add(key)
+        if self.store is not None:
+            self.store.put(key, record)
 
     @staticmethod
     def _run(requests: list[Request], engine: Engine, stats_for, on_finish) -> dict:

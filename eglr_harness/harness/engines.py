@@ -61,6 +61,24 @@ def engines_said(names) -> str | None:
     return next(iter(names)) if len(names) == 1 else "mixed" if names else None
 
 
+def engine_info(runner, engines: list[Engine], requested: str, used: str, compile_plan: CompileChoice) -> dict:
+    """eglr-hf's engine entries of ``config.eglr``: the engine(s) that decoded the rollouts (mixed: some
+    cells or rollouts each), per task and cell; what the continuous engine's step ran as and what compiling
+    and capturing cost it (late compilations included: should be 0)."""
+    engine = runner.engines_said() or used  # nothing decoded yet: the engine preferred
+    continuous = [e for e in engines if engine_name(e) == "continuous"]
+    return {
+        "engine": engine,
+        "engines": runner.engines_by_task(),
+        "engine_requested": requested,
+        # what the continuous engine's step ran as; none when every rollout went through generate
+        "compile": "none" if engine == "hf" else compile_plan.recorded,
+        "compile_requested": compile_plan.requested,
+        # the continuous engine's warmup_report() (this rank's), None when it is not among the engines
+        "compile_report": continuous[0].warmup_report() if continuous else None,
+    }
+
+
 def _hook_batch_size(lm):
     """HFLM's batch size; ``auto`` is HFLM's own detection, on first use (at once under data parallel,
     where the detection is a collective step every rank takes together)."""
@@ -78,31 +96,32 @@ def _eos_ids(lm) -> list[int]:
     return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
 
-def log_plan(lm, jobs, keys: list[str], specs) -> None:
+def log_plan(runner, jobs, keys: list[str], specs) -> None:
     """Say once, before the first token, what this call will decode and with which engine (per request:
     ``engine=auto`` hands requests with options the continuous engine does not apply to ``hf``): a long
-    run should not look hung."""
+    run should not look hung. runner: the model's ``PoolRunner`` (its decoder, accounts, tau_h, settings,
+    max_gen_toks and batch_size)."""
     for task in sorted({j.task for j in jobs}, key=str):
         mine = [i for i, j in enumerate(jobs) if j.task == task]
         cells = sorted({jobs[i].cell for i in mine})
-        distinct, stored = lm.decoder.stored([keys[i] for i in mine])
-        to_decode = {keys[i]: i for i in mine if lm.decoder.lookup(keys[i]) is None}
-        routed = Counter(lm.decoder.engine_of(specs[i]) for i in to_decode.values())
+        distinct, stored = runner.decoder.stored([keys[i] for i in mine])
+        to_decode = {keys[i]: i for i in mine if runner.decoder.lookup(keys[i]) is None}
+        routed = Counter(runner.decoder.engine_of(specs[i]) for i in to_decode.values())
         engine = ", ".join(f"{name} for {n}" for name, n in sorted(routed.items())) if len(routed) > 1 \
             else next(iter(routed), "none (all stored)")
-        max_tokens = max(int(jobs[i].gen_kwargs.get("max_gen_toks", lm.max_gen_toks)) for i in mine)
-        source = lm.accounts.calibration_source.get(task)
+        max_tokens = max(int(jobs[i].gen_kwargs.get("max_gen_toks", runner.max_gen_toks)) for i in mine)
+        source = runner.accounts.calibration_source.get(task)
         if not any(c.L > 0 for c in cells):
             tau = "tau_h not needed (L=0 only)"
         elif source is None:
-            tau = f"tau_h = {lm.tau_h_by_task.get(task, lm.settings.tau_h_setting(task))} (model arg or preset)"
+            tau = f"tau_h = {runner.tau_h_by_task.get(task, runner.settings.tau_h_setting(task))} (model arg or preset)"
         else:
             how = "cached" if source.get("cached") else "decoded above"
             tau = f"tau_h = {source['tau_h']:.4f} from a greedy calibration on the first {source['prompts']} prompts ({how})"
         logger.info("eglr-hf plan, task %s: %s, %d distinct (deterministic cells once), %d stored, %d to decode, "
                     "at most %d new tokens each, batch %s, engine %s; %s",
                     task, pool_size_text(len({jobs[i].doc_id for i in mine}), [c.label for c in cells], len(mine)),
-                    distinct, stored, distinct - stored, max_tokens, lm.batch_size, engine, tau)
+                    distinct, stored, distinct - stored, max_tokens, runner.batch_size, engine, tau)
 
 
 def pool_size_text(problems: int, cells: list[str], rollouts: int) -> str:

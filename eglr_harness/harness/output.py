@@ -17,6 +17,7 @@ Runs that push to the Hugging Face hub keep lm-eval's own saving (it uploads wha
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
@@ -115,17 +116,20 @@ def patch_tracker(tracker_module) -> None:
     original_aggregated = cls.save_results_aggregated
     original_samples = cls.save_results_samples
 
+    @functools.wraps(original_init)
     def __init__(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
         if self.output_path:
             path = Path(self.output_path)
             check_writable(path.parent if path.suffix == ".json" else path, "--output_path")
 
+    @functools.wraps(original_aggregated)
     def aggregated(self, results: dict, samples: dict | None = None) -> None:
         if not self.output_path or _pushes(self):
             return original_aggregated(self, results=results, samples=samples)
         save_results_aggregated(self, results, samples)
 
+    @functools.wraps(original_samples)
     def per_task(self, task_name: str, samples: list[dict]) -> None:
         if not self.output_path or _pushes(self):
             return original_samples(self, task_name=task_name, samples=samples)

@@ -98,7 +98,8 @@ def _adapter_rank(rank, port, queue, model_dir, store_dir):
 
         lm = EglrHFLM(pretrained=model_dir, device="cpu", dtype="float32", batch_size="auto", L=2, tau_h="auto",
                       calib_limit=3, rollout_cache=f"{store_dir}/rank{rank}")  # accelerate gives each rank its file
-        lm._rank, lm._world_size, lm._gather = rank, WORLD, process_gather(WORLD)  # as accelerate would set them
+        lm._rank, lm._world_size = rank, WORLD  # as accelerate would set them (before the model is built)
+        lm.runner.rank, lm.runner.gather = rank, process_gather(WORLD)
 
         def detect_batch_size(self, requests=None, pos=0):  # HFLM's detection all-gathers across ranks
             size = torch.tensor([2])
