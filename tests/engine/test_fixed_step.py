@@ -18,7 +18,6 @@ def test_greedy_tokens_equal_the_engine_before_the_rework(case):
 
 
 # ---------------------------------------------------------------- compiled == eager
-import math  # noqa: E402
 
 import torch  # noqa: E402
 from inputs import random_prompts  # noqa: E402
@@ -26,7 +25,7 @@ from tiny_models import build_tiny_model  # noqa: E402
 
 from eglr_harness.core.config import EglrConfig  # noqa: E402
 from eglr_harness.decoding.continuous.engine import ContinuousEngine  # noqa: E402
-from eglr_harness.decoding.continuous.kv_slots import SPARE_COLUMNS, SlotCache  # noqa: E402
+from eglr_harness.decoding.continuous.kv_slots import SPARE_COLUMNS  # noqa: E402
 from eglr_harness.decoding.continuous.step_key import length_bucket  # noqa: E402
 from eglr_harness.decoding.continuous.step_state import READ_FIELDS, SlotState, StepInvariants  # noqa: E402
 from eglr_harness.decoding.contract import Request  # noqa: E402

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lm_eval.api.instance import Instance
 from tiny_models import build_tiny_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 

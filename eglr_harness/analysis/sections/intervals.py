@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from eglr_harness.analysis.metrics.accuracy import POOL_TITLES, POOLS, oracle_solved, pool_cells, sc_solved
+from eglr_harness.analysis.metrics.accuracy import POOLS, oracle_solved, pool_cells, sc_solved
 from eglr_harness.analysis.metrics.intervals import N_RESAMPLES, bootstrap_intervals, sign_test_p, wilson_interval
 from eglr_harness.analysis.load import GREEDY
 from eglr_harness.analysis.metrics.oracle import random_oracle_per_doc

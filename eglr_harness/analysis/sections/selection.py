@@ -7,7 +7,7 @@ from __future__ import annotations
 from eglr_harness.analysis.metrics.accuracy import POOL_TITLES, POOLS, pool_cells
 from eglr_harness.analysis.metrics.intervals import sign_test_p
 from eglr_harness.analysis.metrics.selection import selection
-from eglr_harness.analysis.render import markdown_table, num, pct
+from eglr_harness.analysis.render import markdown_table, pct
 from eglr_harness.analysis.report import ReportContext, Section, Table, register_section
 from eglr_harness.core.signals import RECORDED_SIGNALS
 
