@@ -481,9 +481,9 @@ def probe(out_path: str, argv: list[str]) -> None:
             return out
 
         lm.generate_until = timed_generate_until
-        for key in ("engine_used", "compile_plan"):
+        for key, field in (("engine_used", "engine_used"), ("compile_choice", "compile")):
             if hasattr(lm, key):
-                rec[key.replace("_plan", "")] = getattr(getattr(lm, key), "recorded", getattr(lm, key))
+                rec[field] = getattr(getattr(lm, key), "recorded", getattr(lm, key))
         save()
         return evaluate(lm, *a, **k)
 

@@ -61,7 +61,7 @@ def engines_said(names) -> str | None:
     return next(iter(names)) if len(names) == 1 else "mixed" if names else None
 
 
-def engine_info(runner, engines: list[Engine], requested: str, used: str, compile_plan: CompileChoice) -> dict:
+def engine_info(runner, engines: list[Engine], requested: str, used: str, compile_choice: CompileChoice) -> dict:
     """eglr-hf's engine entries of ``config.eglr``: the engine(s) that decoded the rollouts (mixed: some
     cells or rollouts each), per task and cell; what the continuous engine's step ran as and what compiling
     and capturing cost it (late compilations included: should be 0)."""
@@ -72,8 +72,8 @@ def engine_info(runner, engines: list[Engine], requested: str, used: str, compil
         "engines": runner.engines_by_task(),
         "engine_requested": requested,
         # what the continuous engine's step ran as; none when every rollout went through generate
-        "compile": "none" if engine == "hf" else compile_plan.recorded,
-        "compile_requested": compile_plan.requested,
+        "compile": "none" if engine == "hf" else compile_choice.recorded,
+        "compile_requested": compile_choice.requested,
         # the continuous engine's warmup_report() (this rank's), None when it is not among the engines
         "compile_report": continuous[0].warmup_report() if continuous else None,
     }

@@ -51,7 +51,7 @@ class EglrHFLM(HFLM):
         fingerprint = loaded_model_fingerprint(self.model, self.args.load_args, settings=self.args.settings.base.as_dict(),
                                                max_length=self.max_length, add_bos_token=getattr(self, "add_bos_token", None))
         with model_arg_errors():
-            self.engines, self.engine_used, self.compile_plan = build_engines(self, self.args.engine, self.args.compile)
+            self.engines, self.engine_used, self.compile_choice = build_engines(self, self.args.engine, self.args.compile)
         store = RolloutStore(self.args.rollout_cache, rank=self.rank) if self.args.rollout_cache else None
         self.decoder = RolloutDecoder(_codec(self), self.engines, fingerprint, store, strict=self.args.engine == "continuous",
                                       show_progress=self.rank == 0, names=[engine_name(e) for e in self.engines])
@@ -83,7 +83,7 @@ class EglrHFLM(HFLM):
         return self.runner.generate(requests, disable_tqdm)
 
     def get_model_info(self) -> dict:
-        fields = engine_info(self.runner, self.engines, self.args.engine, self.engine_used, self.compile_plan)
+        fields = engine_info(self.runner, self.engines, self.args.engine, self.engine_used, self.compile_choice)
         return {**super().get_model_info(), "eglr": self.runner.eglr_info(fields)}
 
     # ------------------------------------------------------------------ eglr-calibrate, benchmarks

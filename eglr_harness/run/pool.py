@@ -132,11 +132,11 @@ class Job:
     cycle: int  # 0 for deterministic cells: every cycle of one is the same rollout
 
 
-def assign_jobs(requests: Iterable[tuple], plan_for: Callable[[str | None, dict, int], ResolvedPool]) -> list[Job]:
+def assign_jobs(requests: Iterable[tuple], pool_of: Callable[[str | None, dict, int], ResolvedPool]) -> list[Job]:
     """Repeat i of a request (lm-eval passes it i+1 times) runs pool cell i mod |pool| (rule 4).
 
     requests: ``(task, doc_id, idx, context, gen_kwargs, repeats)`` in lm-eval's order;
-    plan_for(task, gen_kwargs, repeats) resolves (and may cache) the pool of a request.
+    pool_of(task, gen_kwargs, repeats) resolves (and may cache) the pool of a request.
     """
     seen: Counter = Counter()
     jobs = []
@@ -144,7 +144,7 @@ def assign_jobs(requests: Iterable[tuple], plan_for: Callable[[str | None, dict,
         repeat_key = (task, doc_id, idx, context)
         repeat = seen[repeat_key]
         seen[repeat_key] += 1
-        cell, cycle = plan_for(task, gen_kwargs, max(int(repeats or 1), 1)).cell_for_repeat(repeat)
+        cell, cycle = pool_of(task, gen_kwargs, max(int(repeats or 1), 1)).cell_for_repeat(repeat)
         jobs.append(Job(task=task, doc_id=doc_id, context=context, gen_kwargs=gen_kwargs, cell=cell,
                         cycle=cycle if cell.sampled else 0))
     return jobs
