@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 
-MODEL_NAME = "eglr-hf"
+from eglr_harness.harness.autoload import MODEL_NAME  # the registered name, defined once
 
 
 def patch_run_names(tracker_module) -> None:

@@ -25,20 +25,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eglr_harness.analysis.load import RunFiles, find_runs, read_results
+from eglr_harness.analysis.metrics.bestofn import AGGREGATIONS, SCORES_FIELD
 from eglr_harness.core.jsonl import iter_jsonl
 from eglr_harness.core.outputs import atomic_writer
 from eglr_harness.core.run_format import SampleLine, completions_of, prompt_of, read_samples_file
 from eglr_harness.run.model_names import parse_model_args
 from eglr_harness.verify.heads import aggregate
 from eglr_harness.verify.scorers import Item, Scorer, check_weights, load_scorer, self_model_args
-from eglr_harness.verify.spec import AGGREGATIONS, VerifierSpec
+from eglr_harness.verify.spec import VerifierSpec
 from eglr_harness.verify.store import ScoreStore, score_key
 
 __all__ = ["SCORES_FIELD", "RunCopy", "plan_copies", "question_of", "verify_runs"]
 
 logger = logging.getLogger(__name__)
 
-SCORES_FIELD = "verifier_scores"
 RECORD_FILE = "eglr_verify.json"
 
 

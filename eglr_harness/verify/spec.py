@@ -18,7 +18,6 @@ SELF_KINDS = {
     "p_true": "P(True) of the run's own model asked whether the proposed solution is true",
     "certainty": "self-certainty of the run's own model: mean over tokens of KL(uniform || p)",
 }
-AGGREGATIONS = ("last", "min", "prod")
 
 
 @dataclass(frozen=True)
