@@ -31,7 +31,7 @@ import random
 import re
 
 DEFAULT_N = 50
-DEFAULT_SEED = 1333
+PROBLEMS_SEED = 1333  # the demo problems' generator seed (not the decoding seed of core.config)
 LEVELS = 5  # levels of the default set, 1..LEVELS
 ALL_LEVELS = tuple(range(0, LEVELS + 1))  # level 0 is opt-in
 
@@ -101,14 +101,14 @@ def _level4(rng: random.Random, name: str, item: str) -> tuple[str, int]:
 _GENERATORS = (None, _bare, _level1, _level2, _level3, _level4)  # index = level (level 0: _LEVEL0)
 
 
-def generate_problem(index: int, *, seed: int = DEFAULT_SEED) -> dict:
+def generate_problem(index: int, *, seed: int = PROBLEMS_SEED) -> dict:
     """Problem ``index`` of the demo set for ``seed``, in the internal schema (answer: an integer string)."""
     if index < 0:
         raise ValueError(f"`index`={index} must be >= 0.")
     return _problem(index % LEVELS + 1, f"eglr-demo:{seed}:{index}", f"demo-{seed}-{index:04d}")
 
 
-def level_problem(level: int, k: int, *, seed: int = DEFAULT_SEED) -> dict:
+def level_problem(level: int, k: int, *, seed: int = PROBLEMS_SEED) -> dict:
     """The ``k``-th problem of ``level`` (0..5) for ``seed``; levels 1..5 are the default set's."""
     if level not in ALL_LEVELS or k < 0:
         raise ValueError(f"`level`={level!r}, `k`={k!r}: allowed: a level in 0..{LEVELS} and k >= 0.")
@@ -189,7 +189,7 @@ def parse_levels(levels) -> tuple[int, ...]:
     return tuple(sorted(set(values)))
 
 
-def generate_problems(n: int = DEFAULT_N, *, seed: int = DEFAULT_SEED, levels=None) -> list[dict]:
+def generate_problems(n: int = DEFAULT_N, *, seed: int = PROBLEMS_SEED, levels=None) -> list[dict]:
     """The first ``n`` demo problems for ``seed`` of ``levels`` (default: 1..5, the default set).
 
     The ``j``-th problem of a level set ``S`` (sorted) is problem ``j // |S|`` of level

@@ -85,10 +85,10 @@ def load_problems(
             of the generated demo set (``demo`` only).
     """
     if name == DEMO:
-        from eglr_harness.data.demo import DEFAULT_N, DEFAULT_SEED, generate_problems
+        from eglr_harness.data.demo import DEFAULT_N, PROBLEMS_SEED, generate_problems
 
         n = DEFAULT_N if demo_n is None else demo_n
-        return generate_problems(n, seed=DEFAULT_SEED if demo_seed is None else demo_seed, levels=demo_levels)
+        return generate_problems(n, seed=PROBLEMS_SEED if demo_seed is None else demo_seed, levels=demo_levels)
     source = benchmark(name)
     split = split or source.split
     folder = Path(data_dir).expanduser() if data_dir else data_dir_from_env()
