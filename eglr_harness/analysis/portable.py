@@ -11,7 +11,8 @@ component. Relative paths are left alone.
 :func:`portable`, the JSON layout kept as lm-eval and eglr-leaderboard write it), so committed
 results carry no path of the machine that made them. lm-eval's ``model_name_sanitized`` of an
 absolute model path (``__home__me__model``) becomes the name of the folder the results file is in
-(rename that folder to the model's name first). Samples files are not touched.
+(rename that folder to the model's name first). Samples files are not touched. A file named
+directly that is not JSON (a run's log) is rewritten line by line through :func:`portable`.
 """
 
 from __future__ import annotations
@@ -65,6 +66,15 @@ def make_portable(path: str | Path) -> list[Path]:
     files = [path] if path.is_file() else sorted(p for pattern in _RUN_FILES for p in path.rglob(pattern))
     changed = []
     for file in files:
+        if file.suffix != ".json":  # a log: each line on its own, its line ends (progress bars' \r too) kept
+            text = file.read_bytes().decode("utf-8")
+            new = "".join(portable(line.rstrip("\r\n")) + line[len(line.rstrip("\r\n")):]
+                          for line in text.splitlines(keepends=True))
+            if new != text:
+                file.write_bytes(new.encode("utf-8"))
+                changed.append(file)
+                logger.info("rewrote %s", file)
+            continue
         text = file.read_text(encoding="utf-8")
         data = portable_json(json.loads(text))
         if isinstance(data, dict) and _SANITIZED_PATH.match(str(data.get("model_name_sanitized", ""))):

@@ -281,3 +281,19 @@ def test_make_portable_rewrites_run_files_in_lmevals_layout(tmp_path):
     assert after["config"]["model_args"] == before["config"]["model_args"].replace("/machine/smol", "smol")
     assert after["model_name_sanitized"] == "q"
     assert run_info(after, path).model == run_info(before, path).model == "q.gguf"
+
+
+def test_make_portable_rewrites_a_log_named_directly_line_by_line_keeping_its_line_ends(tmp_path):
+    log = tmp_path / "run.lm_eval.log"
+    original = ("INFO Task: gsm8k_eglr (/machine/checkout/tasks/gsm8k/gsm8k_eglr.yaml)\r\n"
+                "bar:  3%|  | 1/32\rbar: 12%|  | 4/32\n"
+                "loading gsm8k from /machine/data/gsm8k/test.jsonl\n"
+                "kept as it was: </s> 1/2")
+    log.write_bytes(original.encode())
+    assert make_portable(log) == [log] and make_portable(log) == []
+    assert log.read_bytes().decode() == (
+        "INFO Task: gsm8k_eglr (gsm8k_eglr.yaml)\r\n"
+        "bar:  3%|  | 1/32\rbar: 12%|  | 4/32\n"
+        "loading gsm8k from test.jsonl\n"
+        "kept as it was: </s> 1/2")
+    assert make_portable(tmp_path) == []  # a folder: the run files alone, logs are named one by one
