@@ -37,8 +37,14 @@ SAMPLE_LINE = "one lm-eval sample (a JSON object) per line"
 CONTRACT = "docs/run-format.md"
 
 
+# the largest count or figure a run can hold: every int up to it is exact as a float, so sums and ratios
+# of figures stay finite and exact (a bigger one is a corrupt or hand-made file)
+HUGE = 2**53
+LOGPROB_SLACK = 1e-6  # a log-probability is <= 0; float rounding of log_softmax may leave a hair above
+
+
 def _count(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= HUGE
 
 
 def _number(v) -> bool:
@@ -46,16 +52,25 @@ def _number(v) -> bool:
 
 
 def _finite_nonneg(v) -> bool:
-    return _number(v) and math.isfinite(v) and v >= 0
+    return _number(v) and math.isfinite(v) and 0 <= v <= HUGE
 
 
 def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda v: v is None or check(v)
 
 
+def _signal(name: str, x) -> bool:
+    """A signal value (eglr_harness/core/signals.py): finite, within +/-2**53; ``mean_logprob`` (a mean of
+    log-probabilities) at most 0, so that its exp, the confidence vote weight, is a probability."""
+    if x is None:
+        return True
+    if not (_number(x) and math.isfinite(x) and abs(x) <= HUGE):
+        return False
+    return x <= LOGPROB_SLACK if name == "mean_logprob" else True
+
+
 def _signals(v) -> bool:
-    return v is None or (isinstance(v, dict) and all(isinstance(k, str) and (x is None or _number(x))
-                                                     for k, x in v.items()))
+    return v is None or (isinstance(v, dict) and all(isinstance(k, str) and _signal(k, x) for k, x in v.items()))
 
 
 class FieldRule(NamedTuple):
@@ -74,7 +89,8 @@ ROLLOUT_FIELDS: dict[str, FieldRule] = {
     "answer": FieldRule(lambda v: v is None or isinstance(v, str), "a string, or null for no parseable answer"),
     "correct": FieldRule(lambda v: v in (0, 1) and isinstance(v, (int, bool)), "0 or 1"),
     "cluster": FieldRule(_optional(_count), "an int >= 0 or null"),
-    "signals": FieldRule(_signals, "null or a dict of numbers (or nulls), eglr_harness/core/signals.py"),
+    "signals": FieldRule(_signals, "null or a dict of finite numbers (or nulls), `mean_logprob` <= 0; "
+                                   "eglr_harness/core/signals.py"),
     "engine": FieldRule(lambda v: v in (None, "continuous", "hf"), "'continuous', 'hf' or null"),
 }
 REQUIRED_ROLLOUT_FIELDS = ("correct",)
@@ -250,25 +266,163 @@ EGLR_FIELDS: dict[str, FieldRule] = {
 }
 
 
-def _stats_problem(stats: dict) -> tuple[list[str], str] | None:
-    """(key path, what is allowed) of the first unusable part of ``config.eglr.stats``, or None."""
-    for name in ("total", "reused_rollouts"):
+def _int_count(v) -> bool:
+    """An int >= 0 (a JSON count: never a bool, a float or a string)."""
+    return _count(v)
+
+
+def _finite(v) -> bool:
+    return _number(v) and math.isfinite(v)
+
+
+def _share(v) -> bool:
+    return _finite(v) and 0 <= v <= 1
+
+
+def _ratio(v) -> bool:
+    return _finite(v) and 1 <= v <= HUGE
+
+
+_COUNT = "an int in [0, 2**53]"
+_FIGURE = "a finite number in [0, 2**53]"
+
+
+def _hist(v) -> bool:
+    """``{str(k*): count}`` with k* an int >= 1 written as a string and the count an int >= 0."""
+    return isinstance(v, dict) and all(isinstance(k, str) and k.isdigit() and int(k) >= 1 and _count(x)
+                                       for k, x in v.items())
+
+
+# figure of config.eglr.stats.total / .cells[label] / .calibration[task].compute -> rule (docs/run-format.md);
+# absent figures are fine (older runs), figures not declared here must be finite numbers >= 0 if numbers
+STATS_FIGURES: dict[str, FieldRule] = {
+    "tokens": FieldRule(_int_count, _COUNT),
+    "gated_tokens": FieldRule(_int_count, _COUNT),
+    "rho": FieldRule(_share, "a finite number in [0, 1]"),
+    "mean_iterations": FieldRule(_finite_nonneg, _FIGURE),
+    "iteration_hist": FieldRule(_hist, f"a dict 'k' (an int >= 1, as a string) -> {_COUNT}"),
+    "flop_ratio": FieldRule(_ratio, "a number in [1, 2**53]"),
+    "batched_flop_ratio": FieldRule(_ratio, "a number in [1, 2**53]"),
+    "steps": FieldRule(_int_count, _COUNT),
+    "p_step_gated": FieldRule(_share, "a finite number in [0, 1]"),
+    "wall_time_s": FieldRule(_finite_nonneg, _FIGURE),
+}
+# field of config.eglr.stats.calibration[task] -> rule
+CALIBRATION_FIELDS: dict[str, FieldRule] = {
+    "tau_h": FieldRule(_finite_nonneg, _FIGURE),
+    "prompts": FieldRule(_int_count, _COUNT),
+    "entropy_tokens": FieldRule(_optional(_int_count), f"{_COUNT}, or null"),
+    "cached": FieldRule(lambda v: isinstance(v, bool), "true or false"),
+    "compute": FieldRule(_dict_or_none, "a dict of figures (as `total`) or null"),
+}
+RHO_TOLERANCE = 1e-6  # rho and mean_iterations are written as exact quotients at full precision
+
+
+class _Problem(Exception):
+    """(key path below config.eglr.stats, the value, what is allowed) of the first unusable figure."""
+
+    def __init__(self, keys: Sequence[str], value: Any, allowed: str):
+        super().__init__(keys, value, allowed)
+        self.keys, self.value, self.allowed = list(keys), value, allowed
+
+
+def _check_undeclared(keys: list[str], value: Any) -> None:
+    """A figure a newer writer added (not in :data:`STATS_FIGURES`): null, a finite number in [0, 2**53],
+    or a dict or list of such."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _check_undeclared([*keys, str(key)], inner)
+    elif isinstance(value, list):
+        for inner in value:
+            _check_undeclared(keys, inner)
+    elif value is not None and not _finite_nonneg(value):
+        raise _Problem(keys, value, f"{_FIGURE} or null (a figure not declared in {__name__}.STATS_FIGURES)")
+
+
+def _check_figures(keys: list[str], figures: Any) -> None:
+    """One dict of figures (``total``, a cell, a calibration's ``compute``): each figure as
+    :data:`STATS_FIGURES` says, and consistent (gated <= tokens, rho = gated / tokens, the histogram
+    sums to the gated tokens)."""
+    if not isinstance(figures, dict):
+        raise _Problem(keys, figures, "a dict of figures (tokens, gated_tokens, rho, ...)")
+    for name, value in figures.items():
+        rule = STATS_FIGURES.get(name)
+        if rule is None:
+            _check_undeclared([*keys, name], value)
+        elif not rule.check(value):
+            raise _Problem([*keys, name], value, rule.allowed)
+    tokens, gated = figures.get("tokens"), figures.get("gated_tokens")
+    if tokens is not None and gated is not None and gated > tokens:
+        raise _Problem([*keys, "gated_tokens"], gated, f"at most `tokens` ({tokens}): a gated token is a token")
+    if "rho" in figures and tokens is not None and gated is not None:
+        expected = gated / tokens if tokens else 0.0
+        if abs(figures["rho"] - expected) > RHO_TOLERANCE:
+            raise _Problem([*keys, "rho"], figures["rho"], f"gated_tokens / tokens = {gated}/{tokens} = {expected:.6g}")
+    hist = figures.get("iteration_hist")
+    if hist is not None and gated is not None and sum(hist.values()) != gated:
+        raise _Problem([*keys, "iteration_hist"], hist,
+                       f"counts that sum to `gated_tokens` ({gated}); they sum to {sum(hist.values())}")
+    mean = figures.get("mean_iterations")
+    if hist is not None and mean is not None:
+        counted = sum(hist.values())
+        expected = sum(int(k) * n for k, n in hist.items()) / counted if counted else 0.0
+        if abs(mean - expected) > RHO_TOLERANCE * max(1.0, expected):
+            raise _Problem([*keys, "mean_iterations"], mean,
+                           f"the mean of `iteration_hist` ({expected:.6g}), as eglr-hf writes it")
+
+
+def _check_sum(keys: list[str], parts: Mapping, total: Any, what: str) -> None:
+    if total is not None and parts and all(_count(v) for v in parts.values()) and sum(parts.values()) != total:
+        raise _Problem(keys, total, f"the sum of {what} ({sum(parts.values())})")
+
+
+def _check_stats(stats: dict) -> None:
+    """Every number of ``config.eglr.stats`` (docs/run-format.md): raises :class:`_Problem`."""
+    for name in ("total", "reused_rollouts", "calibration"):
         if not _dict_or_none(stats.get(name)):
-            return [name], "a dict of figures"
+            raise _Problem([name], stats.get(name), "a dict of figures")
     cells = stats.get("cells")
     if not _dict_or_none(cells):
-        return ["cells"], "a dict 'L=<int>,T=<float>' -> figures"
+        raise _Problem(["cells"], cells, "a dict 'L=<int>,T=<float>' -> figures")
     for label, figures in (cells or {}).items():
         try:
             Cell.parse(label)
         except ValueError:
-            return ["cells", label], "cell labels of the form 'L=<int>,T=<float>'"
-        if not isinstance(figures, dict):
-            return ["cells", label], "a dict of figures"
+            raise _Problem(["cells", label], figures, "cell labels of the form 'L=<int>,T=<float>'") from None
+        _check_figures(["cells", label], figures)
+    total = stats.get("total")
+    if total is not None:
+        _check_figures(["total"], total)
+        for name in ("tokens", "gated_tokens"):
+            _check_sum(["total", name], {k: v.get(name) for k, v in (cells or {}).items()}, total.get(name),
+                       f"the cells' `{name}`")
     reused = stats.get("reused_rollouts") or {}
     if "total" in reused and not _count(reused["total"]):
-        return ["reused_rollouts", "total"], "an int >= 0"
-    return None
+        raise _Problem(["reused_rollouts", "total"], reused["total"], _COUNT)
+    reused_cells = reused.get("cells")
+    if not _dict_or_none(reused_cells):
+        raise _Problem(["reused_rollouts", "cells"], reused_cells, "a dict 'L=<int>,T=<float>' -> int >= 0")
+    for label, count in (reused_cells or {}).items():
+        if not _count(count):
+            raise _Problem(["reused_rollouts", "cells", label], count, _COUNT)
+    _check_sum(["reused_rollouts", "total"], reused_cells or {}, reused.get("total"), "`reused_rollouts.cells`")
+    for name, value in reused.items():
+        if name not in ("total", "cells"):
+            _check_undeclared(["reused_rollouts", name], value)
+    for task, entry in (stats.get("calibration") or {}).items():
+        if not isinstance(entry, dict):
+            raise _Problem(["calibration", task], entry, "a dict (tau_h, prompts, entropy_tokens, cached, compute)")
+        for name, value in entry.items():
+            rule = CALIBRATION_FIELDS.get(name)
+            if rule is None:
+                _check_undeclared(["calibration", task, name], value)
+            elif not rule.check(value):
+                raise _Problem(["calibration", task, name], value, rule.allowed)
+        if entry.get("compute") is not None:
+            _check_figures(["calibration", task, "compute"], entry["compute"])
+    for name, value in stats.items():
+        if name not in ("total", "cells", "reused_rollouts", "calibration"):
+            _check_undeclared([name], value)
 
 
 def check_results(data: Any, path: str | Path, text: str = "") -> dict:
@@ -300,15 +454,13 @@ def check_results(data: Any, path: str | Path, text: str = "") -> dict:
         if eglr and name in eglr and not rule.check(eglr[name]):
             raise FileFormatError(f"{path}:{_line_of(text, ['config', 'eglr', name])}: `config.eglr.{name}` is "
                                   f"{_shown(eglr[name])}; allowed: {rule.allowed} ({CONTRACT}).")
-    problem = _stats_problem(eglr["stats"]) if eglr and isinstance(eglr.get("stats"), dict) else None
-    if problem is not None:
-        keys, allowed = problem
-        value = eglr["stats"]
-        for key in keys:
-            value = value[key]
-        raise FileFormatError(f"{path}:{_line_of(text, ['config', 'eglr', 'stats', *keys])}: "
-                              f"`config.eglr.stats.{'.'.join(keys)}` is {_shown(value)}; allowed: {allowed} "
-                              f"({CONTRACT}).")
+    try:
+        if eglr and isinstance(eglr.get("stats"), dict):
+            _check_stats(eglr["stats"])
+    except _Problem as problem:
+        raise FileFormatError(f"{path}:{_line_of(text, ['config', 'eglr', 'stats', *problem.keys])}: "
+                              f"`config.eglr.stats.{'.'.join(problem.keys)}` is {_shown(problem.value)}; allowed: "
+                              f"{problem.allowed} ({CONTRACT}).") from None
     return data
 
 

@@ -17,9 +17,9 @@ def full_run(tmp_path):
         eglr=lmeval_fakes.eglr_block(
             cells={
                 "L=1,T=0.0": {
-                    "tokens": 300,
-                    "gated_tokens": 20,
-                    "rho": 20 / 300,
+                    "tokens": 1000,  # the run's total: the other cells carry no accounting
+                    "gated_tokens": 50,
+                    "rho": 50 / 1000,
                     "mean_iterations": 3.0,
                     "flop_ratio": 1.04,
                     "batched_flop_ratio": 1.05,

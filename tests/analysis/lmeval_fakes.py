@@ -57,7 +57,6 @@ def eglr_block(
         "gated_tokens": gated,
         "rho": gated / tokens,
         "mean_iterations": mean_iterations,
-        "iteration_hist": {"3": gated},
         "flop_ratio": flop_ratio,
         "batched_flop_ratio": flop_ratio + 0.01,
         "wall_time_s": 12.5,

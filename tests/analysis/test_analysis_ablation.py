@@ -20,7 +20,7 @@ TASK = "toy_eglr"
 
 
 def _eglr(alpha=0.2, k_max=3, rho_gated=50):
-    block = lmeval_fakes.eglr_block(gated=rho_gated, task=TASK, cells={"L=4,T=0.0": {"tokens": 10}})
+    block = lmeval_fakes.eglr_block(gated=rho_gated, task=TASK, cells={"L=4,T=0.0": {"tokens": 1000}})
     block["settings"] = {**block["settings"], "alpha": alpha, "k_max": k_max}
     return block
 

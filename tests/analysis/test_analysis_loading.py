@@ -297,3 +297,16 @@ def test_make_portable_rewrites_a_log_named_directly_line_by_line_keeping_its_li
         "loading gsm8k from test.jsonl\n"
         "kept as it was: </s> 1/2")
     assert make_portable(tmp_path) == []  # a folder: the run files alone, logs are named one by one
+
+
+def test_merged_runs_never_mix_figures_of_some_runs_with_figures_of_all(caplog):
+    """Issue 47: a run without `tokens` was dropped from the merged tokens but kept in the merged gated
+    tokens, and the report printed rho 0.32 where the truth is 0.16. A figure one run lacks is None in
+    the merge (and so is everything computed from it), and a warning names the run."""
+    a = Compute("a", 1000, 160, 0.16, 2.8, 1.02, 1.03, 10.0)
+    b = Compute("b", None, 160, None, 2.0, 1.06, None, None)
+    with caplog.at_level("WARNING"):
+        both = combine_compute("both", [a, b])
+    assert (both.tokens, both.rho, both.flop_ratio, both.batched_flop_ratio, both.wall_time_s) == (None,) * 5
+    assert both.gated_tokens == 320 and both.mean_iterations == pytest.approx(2.4)
+    assert "both: batched_flop_ratio, rho, tokens, wall_time_s missing from some of the merged runs (b)" in caplog.text

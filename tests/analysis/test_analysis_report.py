@@ -51,7 +51,7 @@ def report(tmp_path_factory):
     """The report of the full toy grid, built once for the module (into the default folder)."""
     run = tmp_path_factory.mktemp("lxt")
     lmeval_fakes.write_grid_run(
-        run, CELLS, eglr=lmeval_fakes.eglr_block(cells={"L=1,T=0.0": {"tokens": 300, "flop_ratio": 1.04}})
+        run, CELLS, eglr=lmeval_fakes.eglr_block(cells={"L=1,T=0.0": {"tokens": 1000, "flop_ratio": 1.04}})
     )
     out = build_report([run])
     assert out == run / "report"
@@ -118,7 +118,7 @@ def test_report_markdown_names_corners_pools_and_compute(report):
 
 def test_report_says_how_many_rollouts_were_reused(tmp_path):
     cells = {f"L={L},T={T}": {"tokens": 100, "flop_ratio": 1.01} for L, T in CELLS}
-    eglr = lmeval_fakes.eglr_block(cells=cells, reused={"L=0,T=0.0": 4, "L=1,T=0.0": 2})
+    eglr = lmeval_fakes.eglr_block(tokens=900, cells=cells, reused={"L=0,T=0.0": 4, "L=1,T=0.0": 2})
     lmeval_fakes.write_grid_run(tmp_path / "run", CELLS, eglr=eglr)
     text = (build_report([tmp_path / "run"]) / "report.md").read_text()
     assert "6 of 36 rollouts were taken from the rollout store" in text

@@ -7,6 +7,7 @@ are merged, ratios are combined weighted by tokens (same model, so the same N): 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ __all__ = [
     "combine_compute",
     "reused_rollouts",
 ]
+logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Compute:
@@ -84,25 +86,41 @@ def reused_rollouts(infos: Sequence[RunInfo]) -> int | None:
 
 
 def _weighted(values, weights) -> float | None:
-    pairs = [(v, w) for v, w in zip(values, weights) if v is not None and w]
+    """The ``weights``-weighted mean of ``values``; None unless every part with a weight has a value
+    (a mean over some runs only would be printed as the mean of all)."""
+    if any(v is None and w for v, w in zip(values, weights)) or any(w is None for w in weights):
+        return None
+    pairs = [(v, w) for v, w in zip(values, weights) if w]
     total = sum(w for _, w in pairs)
     return sum(v * w for v, w in pairs) / total if total else None
 
 
+def _sum_of_all(values) -> float | None:
+    """The sum of ``values``, or None when one is missing: a sum over some runs only is no total."""
+    return None if any(v is None for v in values) else sum(values)
+
+
 def combine_compute(label: str, parts: Sequence[Compute]) -> Compute:
-    """Combine several runs' (or cells') compute as stated in the module docstring."""
+    """Combine several runs' (or cells') compute as stated in the module docstring. A figure that
+    one part lacks (a run older than that figure) is None in the combination, and every figure
+    computed from it too: merged figures always cover the same runs (``rho`` is never the gated
+    tokens of all runs over the tokens of some)."""
     if len(parts) == 1:
         return Compute(label, *[getattr(parts[0], f) for f in Compute.__dataclass_fields__ if f != "label"])
     tokens = [p.tokens for p in parts]
     gated = [p.gated_tokens for p in parts]
-    total_tokens = sum(t for t in tokens if t) if any(tokens) else None
-    total_gated = sum(g for g in gated if g) if any(g is not None for g in gated) else None
+    total_tokens = _sum_of_all(tokens)
+    total_gated = _sum_of_all(gated)
+    lacking = sorted({f for p in parts for f in Compute.__dataclass_fields__ if getattr(p, f) is None})
+    if lacking:
+        logger.warning("%s: %s missing from some of the merged runs (%s): left out of the merged figures, not "
+                       "summed over the others.", label, ", ".join(lacking),
+                       ", ".join(p.label for p in parts if any(getattr(p, f) is None for f in lacking)))
 
     def ratio(field: str) -> float | None:
         excess = _weighted([None if getattr(p, field) is None else getattr(p, field) - 1 for p in parts], tokens)
         return None if excess is None else 1.0 + excess
 
-    walls = [p.wall_time_s for p in parts if p.wall_time_s is not None]
     return Compute(
         label=label,
         tokens=total_tokens,
@@ -111,5 +129,5 @@ def combine_compute(label: str, parts: Sequence[Compute]) -> Compute:
         mean_iterations=_weighted([p.mean_iterations for p in parts], gated),
         flop_ratio=ratio("flop_ratio"),
         batched_flop_ratio=ratio("batched_flop_ratio"),
-        wall_time_s=sum(walls) if walls else None,
+        wall_time_s=_sum_of_all([p.wall_time_s for p in parts]),
     )
