@@ -4,23 +4,35 @@ figures (matplotlib's Agg canvas: no pyplot, no global backend, no display)."""
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["write_csv", "markdown_table", "pct", "num", "t_label", "heatmap", "lxt_heatmap", "budget_plot"]
+from eglr_harness.core.outputs import atomic_write_bytes, atomic_writer
+
+__all__ = ["save_png", "write_csv", "markdown_table", "pct", "num", "t_label", "heatmap", "lxt_heatmap", "budget_plot"]
 
 
 def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence]) -> Path:
-    """Write ``rows`` under ``header`` to ``path`` (None -> empty field); returns ``path``."""
+    """Write ``rows`` under ``header`` to ``path`` (None -> empty field), whole or not at all, replacing
+    a link there instead of writing through it; returns ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    with atomic_writer(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(header)
         for row in rows:
             writer.writerow(["" if v is None else v for v in row])
     return path
+
+
+def save_png(fig, path: Path) -> Path:
+    """``fig`` as a PNG at ``path``, whole or not at all, replacing a link there instead of writing through it."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    atomic_write_bytes(path, buffer.getvalue())
+    return Path(path)
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
@@ -67,7 +79,7 @@ def _save_accuracy_plot(fig, ax, xlabel: str, title: str, path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path)
+    save_png(fig, path)
     return Path(path)
 
 
@@ -121,7 +133,7 @@ def heatmap(
                     ax.text(j, i, text, ha="center", va="center", fontsize=size, color="white" if dark else "black")
     fig.colorbar(image, ax=ax, label=colorbar_label)
     fig.tight_layout()
-    fig.savefig(path)
+    save_png(fig, path)
     return Path(path)
 
 

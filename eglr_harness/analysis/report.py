@@ -22,6 +22,7 @@ from eglr_harness.analysis.metrics.accuracy import CellAccuracy, cell_accuracy, 
 from eglr_harness.analysis.metrics.budget import DEFAULT_ORDERS, DEFAULT_SEED
 from eglr_harness.analysis.render import write_csv
 from eglr_harness.core.cell import Cell
+from eglr_harness.core.outputs import atomic_write_text
 
 __all__ = [
     "Section",
@@ -166,7 +167,7 @@ def write_report(ctx: ReportContext, out_dir: Path) -> Path:
         for table in section.tables(ctx, ctx.results[name]):
             write_csv(out / table.file, table.header, table.rows)
         figs.update(section.figures(ctx, ctx.results[name], out))
-    (out / "report.md").write_text(render_markdown(ctx, figs), encoding="utf-8")
+    atomic_write_text(out / "report.md", render_markdown(ctx, figs))  # whole, and never through a link
     logger.info("report written to %s", out)
     return out
 

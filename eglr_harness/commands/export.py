@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from eglr_harness.analysis.export import export_rows, write_rows
 from eglr_harness.core.errors import OutputError
+from eglr_harness.core.outputs import refuse_writing_into
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -24,6 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level="INFO", format="%(levelname)s %(name)s: %(message)s")
     try:
+        refuse_writing_into([args.out], args.run_dirs, "--out")  # RUN/<model>/samples_*.jsonl was replaced by rows
         rows = list(export_rows(args.run_dirs, args.task))
         if not rows:
             raise ValueError(f"no rollouts under {args.run_dirs}: were the runs made with --log_samples on eglr tasks?")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from eglr_harness.core.errors import OutputError
-from eglr_harness.core.outputs import check_writable
+from eglr_harness.core.outputs import check_writable, refuse_writing_into
 from eglr_harness.harness.rescore import rescore_file, samples_files
 
 
@@ -23,6 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         files = samples_files(args.paths)
+        # what it writes (output_path/<folder>/<file>) never lands in a run it reads: RUN rescored in place
+        inputs = [*args.paths, *{f.parent for f in files}]
+        refuse_writing_into([args.output_path / f.parent.name / f.name for f in files], inputs, "--output_path")
+        refuse_writing_into([args.output_path], inputs, "--output_path")
         check_writable(args.output_path, "--output_path")
     except ValueError as err:
         parser.error(str(err))

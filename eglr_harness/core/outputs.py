@@ -9,12 +9,13 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from eglr_harness.core.errors import OutputError
 
-__all__ = ["OutputError", "atomic_writer", "atomic_write_text", "check_writable"]
+__all__ = ["OutputError", "atomic_writer", "atomic_write_bytes", "atomic_write_text", "check_writable",
+           "refuse_writing_into"]
 
 _PROBE_BYTES = 64 * 1024  # a probe write of this size meets a full disk (a bare create may not)
 
@@ -68,12 +69,13 @@ def _umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_writer(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator:
+def atomic_writer(path: str | Path, mode: str = "w", encoding: str | None = "utf-8", newline: str | None = None) -> Iterator:
     """A file handle whose content replaces ``path`` only when the block ends without error.
 
     It writes ``.<name>.tmp-<random>`` beside ``path``, flushes it to disk and renames it over
     ``path``; on any error the temporary file is removed and ``path`` is left as it was (absent or
-    whole). An :class:`OSError` becomes an :class:`OutputError` naming ``path``.
+    whole). An :class:`OSError` becomes an :class:`OutputError` naming ``path``. A ``path`` that is a
+    symbolic link is replaced by the file, never written through (its target is left alone).
     """
     path = Path(path)
     try:
@@ -82,7 +84,8 @@ def atomic_writer(path: str | Path, mode: str = "w", encoding: str | None = "utf
         raise OutputError(f"{path}: cannot be written ({err.strerror or err}); free space or pick a writable "
                           "folder.") from None
     try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as handle:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding,
+                       newline=None if "b" in mode else newline) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -103,3 +106,24 @@ def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> N
     """``path.write_text(text)`` through :func:`atomic_writer`: the file is whole or unchanged."""
     with atomic_writer(path, "w", encoding=encoding) as handle:
         handle.write(text)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """``path.write_bytes(data)`` through :func:`atomic_writer`: the file is whole or unchanged."""
+    with atomic_writer(path, "wb") as handle:
+        handle.write(data)
+
+
+def refuse_writing_into(targets: Iterable[str | Path], inputs: Iterable[str | Path], what: str) -> None:
+    """Raise :class:`OutputError` when a path a command would write (``targets``) is, or lies inside,
+    one of its ``inputs`` (run folders or files), with links resolved: a command never writes over or
+    into what it reads. ``what`` names the argument (``--out``). Call it before anything is loaded."""
+    roots = [(Path(p), Path(p).expanduser().resolve()) for p in inputs]
+    for target in targets:
+        resolved = Path(target).expanduser().resolve()
+        for given, root in roots:
+            if resolved == root or root in resolved.parents:
+                inside = "is" if resolved == root else "lies inside"
+                raise OutputError(f"{what}={str(target)!r} {inside} the input {str(given)!r}"
+                                  f"{'' if resolved == Path(target).absolute() else f' (as {resolved})'}: the command "
+                                  "never writes over or into what it reads; allowed: a path outside every input.")

@@ -71,18 +71,38 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def _checkout_of(folder: Path) -> Path | None:
+    """The nearest folder at or above ``folder`` holding ``.git`` (a checkout), or None."""
+    return next((p for p in (folder, *folder.parents) if (p / ".git").exists()), None)
+
+
 def tracked_files(folder: Path) -> list[str]:
-    """The files under ``folder`` that git tracks (committed results), or ``[]`` outside a git checkout."""
-    anchor = Path(folder).absolute()
+    """The files under ``folder`` that git tracks (committed results), ``[]`` outside a git checkout.
+
+    The folder is resolved first (a link into a checkout is the checkout). The guard fails closed: a
+    folder inside a checkout about which git cannot answer (git missing, a repository git refuses, a
+    timeout) raises ``ValueError`` saying why, rather than reading as "nothing tracked".
+    """
+    resolved = Path(folder).expanduser().resolve()
+    anchor = resolved
     while not anchor.is_dir():  # the folder may not exist yet: ask from its nearest existing parent
         anchor = anchor.parent
+    checkout = _checkout_of(anchor)
+    if checkout is None:  # not in a git checkout: nothing can be tracked
+        return []
+    undecided = (f"`--output_dir`={folder} lies in the git checkout {checkout}, and git cannot say whether it holds "
+                 "committed files ({why}); the leaderboard refuses rather than risk overwriting them. Fix git there, "
+                 "give a folder outside the checkout, or --update_committed to rerun the committed leaderboard.")
     try:
-        listed = subprocess.run(["git", "ls-files", "-z", "--", str(Path(folder).absolute())], cwd=anchor,
+        listed = subprocess.run(["git", "ls-files", "-z", "--", str(resolved)], cwd=anchor,
                                 capture_output=True, check=False, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):  # no git: nothing can be tracked
-        return []
-    if listed.returncode != 0:  # not a git work tree
-        return []
+    except (OSError, subprocess.TimeoutExpired) as err:
+        why = "git is not installed" if isinstance(err, FileNotFoundError) else f"{type(err).__name__}: {err}"
+        raise ValueError(undecided.format(why=why)) from None
+    if listed.returncode != 0:
+        said = listed.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise ValueError(undecided.format(why=f"git ls-files exited {listed.returncode}: "
+                                              f"{said[0] if said else 'no message'}"))
     return [name for name in listed.stdout.decode("utf-8", "replace").split("\0") if name]
 
 

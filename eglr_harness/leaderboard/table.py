@@ -38,6 +38,7 @@ from eglr_harness.analysis.metrics.accuracy import best_in_pool, cell_accuracy, 
 from eglr_harness.analysis.metrics.compute import cell_compute, run_compute
 from eglr_harness.analysis.portable import portable
 from eglr_harness.analysis.render import markdown_table, num, pct, write_csv
+from eglr_harness.core.outputs import atomic_write_text
 
 __all__ = ["METHODS", "LeaderboardCell", "cells_from_run", "method_label", "render_markdown", "write_tables"]
 
@@ -277,7 +278,7 @@ def write_tables(
     by_key = {(c.method, c.benchmark): c for c in cells}
     rows = _row_order(cells)
     md = out / "leaderboard.md"
-    md.write_text(render_markdown(cells, benchmarks, model=model, notes=notes), encoding="utf-8")
+    atomic_write_text(md, render_markdown(cells, benchmarks, model=model, notes=notes))
     wide = write_csv(
         out / "leaderboard.csv",
         ["method", *benchmarks],

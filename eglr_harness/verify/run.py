@@ -27,7 +27,7 @@ from pathlib import Path
 from eglr_harness.analysis.load import RunFiles, find_runs, read_results
 from eglr_harness.analysis.metrics.bestofn import AGGREGATIONS, SCORES_FIELD
 from eglr_harness.core.jsonl import iter_jsonl
-from eglr_harness.core.outputs import atomic_writer
+from eglr_harness.core.outputs import atomic_write_bytes, atomic_writer, refuse_writing_into
 from eglr_harness.core.run_format import SampleLine, completions_of, prompt_of, read_samples_file
 from eglr_harness.run.model_names import parse_model_args
 from eglr_harness.verify.heads import aggregate
@@ -86,6 +86,8 @@ def plan_copies(run_paths: Sequence[str | Path], out: Path, task: str | None = N
                                  f"place ({files.name}); give run folders with different names.")
             targets[results_out] = str(files.results)
             copies.append(RunCopy(files, results_out, {p: results_out.parent / p.name for p in samples.values()}))
+    # a copy that lands on a run's own file (OUT = the run's parent: OUT/<run>/... is the run) or inside it
+    refuse_writing_into([p for c in copies for p in (c.results_out, *c.samples.values())], run_paths, "`--out`")
     if not copies:
         raise ValueError(f"no samples files{'' if task is None else f' of task {task!r}'} under "
                          f"{[str(p) for p in run_paths]}; pass folders given to lm_eval --output_path with --log_samples.")
@@ -229,7 +231,7 @@ def verify_runs(
         store.close()
     for c in copies:
         c.results_out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(c.files.results, c.results_out)
+        atomic_write_bytes(c.results_out, c.files.results.read_bytes())  # whole or absent
         for src, target in c.samples.items():
             with atomic_writer(target) as handle:
                 for sample in lines_of[(id(c), src)]:

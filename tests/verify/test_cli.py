@@ -123,3 +123,19 @@ def test_verify_never_imports_lm_eval():
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'lm_eval'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_out_at_the_runs_parent_is_refused_before_loading(tmp_path, capsys, monkeypatch):
+    """Issue 47: `--out <the run's parent>` copies the run onto itself (OUT/<run>/... is the run): it loaded
+    the model, scored, then died with SameFileError. Now one line, before any model loads."""
+    def no_loading(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(scorers, "load_scorer", no_loading)
+    run = _run(tmp_path, "/models/none")
+    before = _digest(run)
+    assert cli.main([str(run), "--verifier", "self:certainty", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "never writes over or into what it reads" in err[0], err
+    assert f"lies inside the input {str(run)!r}" in err[0]
+    assert _digest(run) == before

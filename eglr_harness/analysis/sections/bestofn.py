@@ -9,7 +9,7 @@ import re
 
 from eglr_harness.analysis.metrics.accuracy import POOL_TITLES
 from eglr_harness.analysis.metrics.bestofn import METHODS, RANDOM, best_of_n
-from eglr_harness.analysis.render import _figure, markdown_table, pct
+from eglr_harness.analysis.render import _figure, markdown_table, pct, save_png
 from eglr_harness.analysis.report import ReportContext, Section, Table, image, register_section
 
 _TITLES = {**POOL_TITLES, RANDOM: "random grid cells (N drawn from the whole grid)"}
@@ -68,7 +68,7 @@ class BestOfNSection(Section):
                 fig.suptitle(f"{ctx.grid.task}: best-of-N by {spec} ({how}), {docs} problems", fontsize=9)
                 fig.tight_layout()
                 path = out / f"bestofn_{_slug(spec, how)}.png"
-                fig.savefig(path)
+                save_png(fig, path)
                 figs[f"bestofn_{_slug(spec, how)}"] = path
         return figs
 
