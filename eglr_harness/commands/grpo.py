@@ -121,6 +121,18 @@ def _checked(args, task_problems) -> tuple[dict, dict[str, EglrRollout], list[di
                                          batch_size=args.batch_size, **eglr)
         except ValueError as err:
             raise ValueError(f"`--group`={text!r}: {err}") from None
+    # the model args as eglr-hf checks them, and every group's L against the layers its config declares:
+    # before the policy loads (`--group a:L=99` loaded the policy first)
+    from eglr_harness.harness.preflight import check_run_args  # noqa: PLC0415
+
+    layers = check_run_args(model_args).declared_layers
+    if layers is not None:
+        for text, (name, rollout) in zip(args.group, rollouts.items()):
+            try:
+                rollout.settings.check_layers(layers)
+                rollout.settings.check_cells(rollout.cells, layers)
+            except ValueError as err:
+                raise ValueError(f"`--group`={text!r}: {err}") from None
     check_writable(args.output_dir, "--output_dir")
     return model_args, rollouts, _problems(args, task_problems)
 

@@ -104,7 +104,12 @@ def parse_T_spec(spec, *, name: str = "T") -> tuple[float, ...]:
                     )
                 if not all(map(math.isfinite, (lo, hi, step))):
                     raise ValueError(f"`{name}`={spec!r}: range {part!r} needs finite start, stop and step.")
-                n = int(math.floor((hi - lo) / step + 1e-9))
+                span = (hi - lo) / step  # 1e308 / 1e-10 is inf: counted as a float, never int() of it
+                if not math.isfinite(span):
+                    raise ValueError(f"`{name}`={spec!r}: range {part!r} names more than {MAX_AXIS_VALUES} values; "
+                                     f"allowed: at most {MAX_AXIS_VALUES} (a pool axis: each value is one rollout "
+                                     "per problem).")
+                n = int(math.floor(span + 1e-9))
                 _check_count(len(values) + n + 1, spec, name)
                 values.extend(lo + i * step for i in range(n + 1))
             else:

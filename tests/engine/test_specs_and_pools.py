@@ -38,6 +38,9 @@ def test_T_specs(spec, expected):
     (parse_T_spec, "1.0-0.1:0.1", r"needs start <= stop"),
     (parse_T_spec, "0.1-1.0:0", r"positive step"),
     (parse_T_spec, "inf", r"temperature inf is not allowed"),
+    # issue 47: (1e308 - 0) / 1e-10 is inf, and int(inf) an OverflowError traceback
+    (parse_T_spec, "0-1e308:0.0000000001", r"range '0-1e308:0.0000000001' names more than 10000 values"),
+    (parse_T_spec, "0-1e308:1", r"names \d+ values; allowed: at most 10000"),
 ])
 def test_malformed_specs_name_the_value(parser, spec, message):
     with pytest.raises(ValueError, match=message):

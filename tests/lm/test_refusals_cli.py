@@ -60,6 +60,9 @@ def test_the_unloadable_model_fails_at_its_load(unloadable, shared_data_dir):
     ("", ["--gen_kwargs", "eglr_L=abc"], "`eglr_L`='abc': 'abc' is not a layer span; allowed: a non-negative int"),
     (",L=0-100000000", [], "`L`='0-100000000' names 100000001 values; allowed: at most 10000"),
     (",T=0-100000:0.001", [], "`T`='0-100000:0.001' names 100000001 values; allowed: at most 10000"),
+    # issue 47: an OverflowError traceback (int() of (1e308 - 0) / 1e-10 = inf)
+    (",T=0-1e308:0.0000000001", [], "`T`='0-1e308:0.0000000001': range '0-1e308:0.0000000001' names more than "
+     "10000 values; allowed: at most 10000"),
     (",L=9", [], "`L`=9 exceeds the model's 4 decoder layers; allowed: 0..4"),
     ("", ["--limit", "0"], "`--limit`=0 is not allowed; allowed: a number > 0"),
     (",zzz=1", [], "unknown eglr-hf model arg `zzz`."),

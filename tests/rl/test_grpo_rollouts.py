@@ -269,7 +269,9 @@ def _grpo_argv(model_dir, out, *groups, extra=()):
 @pytest.mark.parametrize("groups, extra, message", [
     # a later group's pool: refused before the first group trains
     (["ok:L=0,T=0|0.7", "bad:L=0|2,T=0"], [], "`--group`='bad:L=0|2,T=0': `tau_h`='auto' is not allowed"),
-    (["deep:L=0|9,T=0,tau_h=0"], [], "`--group` deep: `L`='0|9': layer span 9 exceeds the model's 4 decoder layers"),
+    # issue 47: checked against the layers the model's config declares, before the policy loads
+    (["deep:L=0|9,T=0,tau_h=0"], [], "`--group`='deep:L=0|9,T=0,tau_h=0': `L`='0|9': layer span 9 exceeds the "
+     "model's 4 decoder layers"),
     (["a:L=0,T=0|0.7", "a:L=0,T=0|0.5"], [], "the name 'a' is taken by an earlier group"),
     (["a/b:L=0,T=0|0.7"], [], "the name 'a/b' is not allowed; allowed: letters, digits, _ . -"),
     (["ok:L=0,T=0|0.7"], ["--steps", "0"], "`--steps`=0 is not allowed; allowed: an int >= 1"),
@@ -285,6 +287,7 @@ def test_grpo_run_checks_every_group_before_training(digit_model_dir, shared_dat
         raise AssertionError("a group trained before the run was checked")
 
     monkeypatch.setattr(grpo_run, "run_group", trained)
+    monkeypatch.setattr(grpo_run, "_policy", lambda *a, **k: pytest.fail("the policy loaded before the run was checked"))
     out = tmp_path / "grpo"
     with pytest.raises(SystemExit) as info:
         grpo_run.main(_grpo_argv(digit_model_dir, out, *groups, extra=extra))
