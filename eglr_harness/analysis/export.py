@@ -19,13 +19,13 @@ checked as eglr-report checks them (:mod:`eglr_harness.core.run_format`): a valu
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from eglr_harness.analysis.load import find_runs, read_results, run_info
 from eglr_harness.core.errors import OutputError
+from eglr_harness.core.jsonl import dumps
 from eglr_harness.core.outputs import atomic_writer
 from eglr_harness.core.run_format import completions_of, prompt_of, read_samples_file
 
@@ -97,5 +97,5 @@ def write_rows(rows: Sequence[dict], out: str | Path) -> Path:
     else:
         with atomic_writer(out) as handle:
             for row in rows:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+                handle.write(dumps(row) + "\n")
     return out

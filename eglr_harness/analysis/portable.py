@@ -25,6 +25,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from eglr_harness.core.jsonl import dumps
+
 __all__ = ["portable", "portable_json", "make_portable", "main"]
 
 logger = logging.getLogger(__name__)
@@ -79,7 +81,7 @@ def make_portable(path: str | Path) -> list[Path]:
         data = portable_json(json.loads(text))
         if isinstance(data, dict) and _SANITIZED_PATH.match(str(data.get("model_name_sanitized", ""))):
             data["model_name_sanitized"] = file.parent.name  # lm-eval's folder name, as the folder is named now
-        new = json.dumps(data, indent=2, ensure_ascii=False)
+        new = dumps(data, indent=2)
         new += "\n" if text.endswith("\n") else ""
         if new != text:
             file.write_text(new, encoding="utf-8")

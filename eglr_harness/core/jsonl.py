@@ -1,4 +1,5 @@
-"""Reading JSON Lines files (benchmark data, lm-eval samples) with errors that name ``file:line``.
+"""Reading JSON Lines files (benchmark data, lm-eval samples) with errors that name ``file:line``, and
+writing strict JSON (:func:`dumps`: every JSON file the project writes goes through it).
 
 A leaf shared by the data loaders, ``eglr-score`` and the analysis. Lines are numbered from 1;
 blank lines are skipped. A line that is not UTF-8, not JSON or not a JSON object raises
@@ -9,12 +10,14 @@ line cut mid-way (a run stopped while writing) says so.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 from eglr_harness.core.errors import FileFormatError
 
-__all__ = ["iter_jsonl"]
+__all__ = ["dumps", "iter_jsonl", "strict"]
 
 
 def iter_jsonl(path: str | Path, what: str = "one JSON object per line") -> Iterator[tuple[int, dict]]:
@@ -43,3 +46,23 @@ def iter_jsonl(path: str | Path, what: str = "one JSON object per line") -> Iter
             if not isinstance(row, dict):
                 raise FileFormatError(f"{path}:{number}: a JSON {type(row).__name__}, expected {what}.")
             yield number, row
+
+
+def strict(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, +/-Infinity) inside dicts, lists and tuples replaced by
+    None: JSON has no such numbers (Python writes ``NaN`` literals other readers refuse); a figure that
+    is not a number is written as null, which every reader of the project takes as "no figure"."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    return value
+
+
+def dumps(value: Any, **kwargs) -> str:
+    """``json.dumps`` of :func:`strict` ``value``, with ``allow_nan=False`` (a non-finite number that a
+    ``default`` hook returns raises instead of being written) and ``ensure_ascii=False`` unless given."""
+    kwargs.setdefault("ensure_ascii", False)
+    return json.dumps(strict(value), allow_nan=False, **kwargs)

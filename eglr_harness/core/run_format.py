@@ -73,6 +73,18 @@ def _signals(v) -> bool:
     return v is None or (isinstance(v, dict) and all(isinstance(k, str) and _signal(k, x) for k, x in v.items()))
 
 
+def _verifier_scores(v) -> bool:
+    """``{spec: {"last", "min", "prod": finite numbers, ...}}`` as eglr-verify writes it (docs/verifiers.md):
+    the scores are vote weights, so +/-Infinity (which swallows every other vote) and NaN are refused."""
+    def finite(x):
+        return _number(x) and math.isfinite(x) and abs(x) <= HUGE
+
+    return isinstance(v, dict) and all(
+        isinstance(k, str) and isinstance(r, dict) and all(finite(r.get(a)) for a in ("last", "min", "prod"))
+        and (r.get("steps") is None or (isinstance(r["steps"], list) and all(finite(x) for x in r["steps"])))
+        for k, r in v.items())
+
+
 class FieldRule(NamedTuple):
     """How one field is checked: ``check(value) -> bool`` and the words for what is allowed."""
 
@@ -92,6 +104,8 @@ ROLLOUT_FIELDS: dict[str, FieldRule] = {
     "signals": FieldRule(_signals, "null or a dict of finite numbers (or nulls), `mean_logprob` <= 0; "
                                    "eglr_harness/core/signals.py"),
     "engine": FieldRule(lambda v: v in (None, "continuous", "hf"), "'continuous', 'hf' or null"),
+    "verifier_scores": FieldRule(_optional(_verifier_scores), "spec -> {steps: [numbers], last, min, prod: finite "
+                                 "numbers}, as eglr-verify writes it (docs/verifiers.md), or null"),
 }
 REQUIRED_ROLLOUT_FIELDS = ("correct",)
 
@@ -245,12 +259,12 @@ NUMERIC_SETTINGS = ("alpha", "k_max", "tau_kl", "top_k", "top_p", "seed")
 
 
 def _settings(v) -> bool:
-    return v is None or (isinstance(v, dict) and all(v.get(k) is None or _number(v[k]) for k in NUMERIC_SETTINGS))
+    return v is None or (isinstance(v, dict) and all(v.get(k) is None or _finite(v[k]) for k in NUMERIC_SETTINGS))
 
 
 def _tau_h(v) -> bool:
     def one(x):
-        return x is None or (_number(x) and x >= 0)
+        return x is None or _finite_nonneg(x)
 
     return one(v) or (isinstance(v, dict) and all(one(x) for x in v.values()))
 
@@ -258,7 +272,7 @@ def _tau_h(v) -> bool:
 # key of config.eglr -> rule (docs/run-format.md, "Results JSON"); absent keys are fine (older runs)
 EGLR_FIELDS: dict[str, FieldRule] = {
     "num_layers": FieldRule(_optional(_count), "an int >= 0 or null"),
-    "settings": FieldRule(_settings, f"a dict whose {', '.join(NUMERIC_SETTINGS)} are numbers (or null)"),
+    "settings": FieldRule(_settings, f"a dict whose {', '.join(NUMERIC_SETTINGS)} are finite numbers (or null)"),
     "tau_h": FieldRule(_tau_h, "a dict task -> tau_h (a number >= 0, or null), or one such number (older runs)"),
     "stats": FieldRule(_dict_or_none, "a dict with `total` and `cells`"),
     "engines": FieldRule(_dict_or_none, "a dict task -> {cell: engine}"),

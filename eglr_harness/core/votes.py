@@ -20,6 +20,7 @@ as :func:`eglr_harness.core.signals.confidence`), follow the same tie rule (earl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TypeVar
 
@@ -52,13 +53,14 @@ def best_cell(scores: Mapping[K, float]) -> K | None:
 
 def weighted_majority(labels: Sequence[Hashable | None], weights: Sequence[float]) -> int | None:
     """Index of the first member of the label with the largest total weight; ties -> the label whose
-    first member came first; ``None`` labels never vote; None when none votes. Weights must be >= 0."""
+    first member came first; ``None`` labels never vote; None when none votes. Weights must be finite and >= 0."""
     if len(labels) != len(weights):
         raise ValueError(f"{len(labels)} labels but {len(weights)} weights; allowed: one weight per label.")
     totals: dict[Hashable, list] = {}  # label -> [total weight, first index]
     for index, (label, weight) in enumerate(zip(labels, weights)):
-        if weight < 0:
-            raise ValueError(f"weight {weight!r} of label #{index} is negative; allowed: weights >= 0.")
+        # NaN compares false both ways and +inf swallows every other vote (inf + inf, inf - inf = nan)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"weight {weight!r} of label #{index} is not allowed; allowed: finite numbers >= 0.")
         if label is not None:
             totals.setdefault(label, [0.0, index])[0] += weight
     best = None

@@ -18,7 +18,6 @@ Runs that push to the Hugging Face hub keep lm-eval's own saving (it uploads wha
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import sys
 from dataclasses import asdict
@@ -26,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 from eglr_harness.core.errors import OutputError, UserError
+from eglr_harness.core.jsonl import dumps
 from eglr_harness.core.outputs import atomic_write_text, check_writable
 
 __all__ = ["install_user_error_hook", "patch_tracker"]
@@ -57,7 +57,7 @@ def save_results_aggregated(tracker, results: dict, samples: dict | None = None)
                                                      for s in task_samples))
     results.update({"task_hashes": task_hashes})
     results.update(asdict(tracker.general_config_tracker))
-    dumped = json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False)
+    dumped = dumps(results, indent=2, default=handle_non_serializable)  # strict JSON: NaN -> null
     tracker.date_id = datetime.now().isoformat().replace(":", "-")
     path = Path(tracker.output_path)
     folder = _run_folder(tracker)
@@ -82,7 +82,7 @@ def samples_lines(samples: list[dict]) -> str:
         sample["filtered_resps"] = sanitize_list(sample["filtered_resps"])
         sample["arguments"] = arguments
         sample["target"] = str(sample["target"])
-        lines.append(json.dumps(sample, default=handle_non_serializable, ensure_ascii=False) + "\n")
+        lines.append(dumps(sample, default=handle_non_serializable) + "\n")
     return "".join(lines)
 
 

@@ -30,12 +30,12 @@ results file, are scored without cells (one ``"unknown"`` cell).
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from eglr_harness.core.errors import FileFormatError
+from eglr_harness.core.jsonl import dumps
 from eglr_harness.core.outputs import atomic_write_text
 from eglr_harness.core.rollout import Rollout, with_meta
 from eglr_harness.core.run_format import read_results, read_samples_file
@@ -222,7 +222,7 @@ def rescore_file(path: Path, output: Path) -> tuple[str, dict[str, Any]]:
             raise FileFormatError(f"{line.where}: {err}") from None
 
     output.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(output / path.name, "".join(json.dumps(s, ensure_ascii=False) + "\n" for s in scored))
+    atomic_write_text(output / path.name, "".join(dumps(s) + "\n" for s in scored))
     metrics = aggregate(scored)
     out_results = dict(results or {"config": {}, "configs": {}, "versions": {}})
     previous_entry = (out_results.get("results") or {}).get(task)
@@ -236,5 +236,5 @@ def rescore_file(path: Path, output: Path) -> tuple[str, dict[str, Any]]:
         previous = read_results(results_out)
         out_results["results"] = {**previous.get("results", {}), **out_results["results"]}
         out_results["eglr_cell_accuracies"] = {**previous.get("eglr_cell_accuracies", {}), **cells}
-    atomic_write_text(results_out, json.dumps(out_results, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(results_out, dumps(out_results, indent=2) + "\n")
     return task, metrics

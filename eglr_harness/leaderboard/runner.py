@@ -27,6 +27,8 @@ from pathlib import Path
 
 from eglr_harness.analysis.load import RunFiles, find_runs, model_name, read_results
 from eglr_harness.analysis.portable import portable
+from eglr_harness.core.jsonl import dumps
+from eglr_harness.core.outputs import atomic_write_text
 from eglr_harness.leaderboard.runs import LeaderboardOptions, PlannedRun, build_command, plan_runs, shell_command
 from eglr_harness.leaderboard.table import LeaderboardCell, cells_from_run, write_tables
 
@@ -179,7 +181,7 @@ def execute_run(run: PlannedRun, argv: list[str], executor: Executor) -> dict:
         "started": started,
         "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    (Path(run.output_path) / RECORD_NAME).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(Path(run.output_path) / RECORD_NAME, dumps(record, indent=2, ensure_ascii=True) + "\n")
     return record
 
 

@@ -3,7 +3,6 @@ and the run's summary (``eglr-grpo``, :mod:`eglr_harness.commands.grpo`, drives 
 
 from __future__ import annotations
 
-import json
 import logging
 import tempfile
 import time
@@ -11,6 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from eglr_harness.core.cell import Cell
+from eglr_harness.core.jsonl import dumps
 from eglr_harness.core.outputs import atomic_write_text
 from eglr_harness.rl.rollouts import EglrRollout, grpo_config, grpo_trainer, math_reward, trainable
 from eglr_harness.scoring.extraction import extract_answer
@@ -63,8 +63,8 @@ def run_group(name: str, rollout: EglrRollout, args, problems: list[dict], polic
     steps = [h for h in trainer.state.log_history if "loss" in h]
     out = Path(args.output_dir) / name
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "steps.jsonl", "".join(json.dumps(s) + "\n" for s in steps))
-    atomic_write_text(out / "rollouts.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    atomic_write_text(out / "steps.jsonl", "".join(dumps(s) + "\n" for s in steps))
+    atomic_write_text(out / "rollouts.jsonl", "".join(dumps(r) + "\n" for r in rows))
     return {"name": name, "cells": [c.label for c in rollout.cells], "tau_h": rollout.tau_h,
             "steps": steps, "rows": rows, "wall_s": round(time.time() - started, 1)}
 

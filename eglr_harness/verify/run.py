@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import platform
-import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -26,7 +25,7 @@ from pathlib import Path
 
 from eglr_harness.analysis.load import RunFiles, find_runs, read_results
 from eglr_harness.analysis.metrics.bestofn import AGGREGATIONS, SCORES_FIELD
-from eglr_harness.core.jsonl import iter_jsonl
+from eglr_harness.core.jsonl import dumps, iter_jsonl
 from eglr_harness.core.outputs import atomic_write_bytes, atomic_writer, refuse_writing_into
 from eglr_harness.core.run_format import SampleLine, completions_of, prompt_of, read_samples_file
 from eglr_harness.run.model_names import parse_model_args
@@ -235,7 +234,7 @@ def verify_runs(
         for src, target in c.samples.items():
             with atomic_writer(target) as handle:
                 for sample in lines_of[(id(c), src)]:
-                    handle.write(json.dumps(sample, ensure_ascii=False) + "\n")
+                    handle.write(dumps(sample) + "\n")
     previous = {}
     if (out / RECORD_FILE).is_file():
         try:
@@ -245,7 +244,7 @@ def verify_runs(
     record["verifiers"] = {**previous, **record["verifiers"]}
     record["versions"] = _versions()
     with atomic_writer(out / RECORD_FILE) as handle:
-        handle.write(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+        handle.write(dumps(record, indent=2) + "\n")
     return record
 
 

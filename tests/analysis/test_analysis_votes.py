@@ -11,7 +11,7 @@ import pytest
 
 from eglr_harness.analysis import budget_curve, build_report, load_grid
 from eglr_harness.analysis.load import RolloutRow, find_runs, vote_labels
-from eglr_harness.core.votes import best_cell, majority
+from eglr_harness.core.votes import best_cell, majority, weighted_majority
 from eglr_harness.leaderboard.table import cells_from_run
 
 # One problem (gold 1/2), five L-pool rollouts that differ only in notation. The task clusters
@@ -133,3 +133,10 @@ def test_best_cell_ties_go_to_the_first_cell_in_L_major_order():
     scores = {Cell(2, 0.0): 0.5, Cell(0, 0.7): 0.5, Cell(10, 0.0): 0.5, Cell(1, 0.0): 0.25}
     assert best_cell(scores) == Cell(0, 0.7)
     assert best_cell({}) is None
+
+
+@pytest.mark.parametrize("weight", [float("inf"), float("nan"), -1.0, True, "0.5"])
+def test_a_weight_that_is_not_a_finite_number_at_least_0_is_refused(weight):
+    """Issue 47: +Infinity was accepted, and won every vote it took part in."""
+    with pytest.raises(ValueError, match=r"weight .* of label #1 is not allowed; allowed: finite numbers >= 0"):
+        weighted_majority(["a", "b"], [1.0, weight])

@@ -84,3 +84,23 @@ def test_export_committed_real_run(tmp_path):
 
 def test_bad_output_ending(tmp_path, full_run):
     assert export.main([str(full_run), "--out", str(tmp_path / "x.csv")]) == 2
+
+
+def test_every_json_the_project_writes_is_strict_and_read_back(tmp_path):
+    """Issue 47: export wrote `NaN` and `Infinity` literals, which the project's own reader refused. The
+    one JSON writer (core/jsonl.dumps) writes null for a non-finite number and never a literal."""
+    import json
+    import math
+
+    from eglr_harness.core.jsonl import dumps, iter_jsonl
+
+    row = {"reward": float("nan"), "signals": {"max_entropy": float("inf"), "mean_logprob": -float("inf")},
+           "steps": [0.5, float("nan")], "ok": 1.5}
+    text = dumps(row)
+    assert "NaN" not in text and "Infinity" not in text
+    parsed = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} literal written"))
+    assert parsed == {"reward": None, "signals": {"max_entropy": None, "mean_logprob": None}, "steps": [0.5, None],
+                      "ok": 1.5}
+    (tmp_path / "x.jsonl").write_text(text + "\n")
+    assert [r for _, r in iter_jsonl(tmp_path / "x.jsonl")] == [parsed]
+    assert not math.isnan(parsed["ok"])

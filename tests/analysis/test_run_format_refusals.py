@@ -76,6 +76,12 @@ SAMPLE_CASES = [
     ("mean_logprob_above_0", _rollout(0, "signals", {"mean_logprob": 800.0}), "`signals` is {'mean_logprob': 800.0}",
      list(COMMANDS)),
     ("signal_infinite", _rollout(0, "signals", {"max_entropy": float("inf")}), "`signals` is", list(COMMANDS)),
+    # +Infinity as a vote weight swallowed every other vote; the refusal had no FILE:LINE
+    ("verifier_score_infinite", _rollout(0, "verifier_scores", {"self:p_true": {"last": float("inf"), "min": 0.1,
+                                                                               "prod": 0.1}}),
+     "`verifier_scores` is {'self:p_true': {'last': inf", list(COMMANDS)),
+    ("verifier_score_missing_aggregation", _rollout(0, "verifier_scores", {"orm:x": {"last": 0.5}}),
+     "`verifier_scores` is", list(COMMANDS)),
     ("no_prompt", _bad_arguments, "has `arguments`", ["eglr-export"]),
     ("texts_fewer_than_rollouts", _one_text, "`resps`", ["eglr-export", "eglr-score"]),
 ]
@@ -119,6 +125,10 @@ def test_a_duplicated_document_line_is_refused(tmp_path, capsys, command):
     ("eglr.settings", [0.2], "settings", "`config.eglr.settings` is [0.2]"),
     ("eglr.tau_h", {"gsm8k_eglr_sc": "high"}, "tau_h", "`config.eglr.tau_h` is {'gsm8k_eglr_sc': 'high'}"),
     ("eglr.stats.cells", {"L4": {}}, "L4", "`config.eglr.stats.cells.L4` is {}; allowed: cell labels"),
+    # issue 47: non-finite settings were read, and exported as `Infinity` literals
+    ("eglr.settings", {"alpha": float("inf")}, "settings", "`config.eglr.settings` is {'alpha': inf}"),
+    ("eglr.tau_h", {"gsm8k_eglr_sc": float("nan")}, "tau_h", "`config.eglr.tau_h` is {'gsm8k_eglr_sc': nan}"),
+    ("eglr.tau_h", 1e308, "tau_h", "`config.eglr.tau_h` is 1e+308"),
 ])
 def test_a_bad_config_eglr_is_refused_naming_file_line_and_value(tmp_path, capsys, command, key, value, anchor, named):
     run, _, results = _copy(tmp_path)
