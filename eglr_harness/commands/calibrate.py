@@ -7,6 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
+from eglr_harness.core.interrupt import run_interruptible
 from eglr_harness.run.calibration import DEFAULT_CALIB_LIMIT, MIN_TRUSTED_TOKENS
 
 
@@ -22,10 +23,10 @@ def calibrate_target(model_config: str, out: str | None) -> Path:
     return Path("model_configs") / f"{model_config}.yaml"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None = None) -> int:
     """``eglr-calibrate``: calibrate tau_h for a model on tasks and write it into a preset file."""
     parser = argparse.ArgumentParser(
-        prog="eglr-calibrate", description=main.__doc__,
+        prog="eglr-calibrate", description=_main.__doc__,
         epilog="Writes --out, else the YAML file --model_config names, else model_configs/<name>.yaml under the "
                "current folder (the checkout's preset when run from a checkout; a new copy of the installed preset "
                "elsewhere: run eglr-hf with model_config=model_configs/<name>.yaml). Comments are kept. A value from "
@@ -82,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"written to {path} (tau_h.{benchmark_of(task)}); use it with --model_args model_config={path}")
     return 2 if refused else 0
 
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point of ``eglr-calibrate`` (:func:`_main`); Ctrl-C or SIGTERM end it with one line saying what was
+    stored and the command that resumes (core/interrupt.py)."""
+    return run_interruptible("eglr-calibrate", lambda: _main(argv), argv)
 
 if __name__ == "__main__":
     sys.exit(main())

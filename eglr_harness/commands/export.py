@@ -9,10 +9,11 @@ from collections.abc import Sequence
 
 from eglr_harness.analysis.export import export_rows, write_rows
 from eglr_harness.core.errors import OutputError
+from eglr_harness.core.interrupt import run_interruptible
 from eglr_harness.core.outputs import refuse_writing_into
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _main(argv: Sequence[str] | None = None) -> int:
     """Console entry point of ``eglr-export``; 0 on success, 2 on bad input."""
     parser = argparse.ArgumentParser(
         prog="eglr-export",
@@ -37,6 +38,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{out}: {len(rows)} rollouts in {groups} groups")
     return 0
 
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point of ``eglr-export`` (:func:`_main`); Ctrl-C or SIGTERM end it with one line saying what was
+    stored and the command that resumes (core/interrupt.py)."""
+    return run_interruptible("eglr-export", lambda: _main(argv), argv)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 
 from eglr_harness.core.errors import UserError
+from eglr_harness.core.interrupt import run_interruptible
 from eglr_harness.core.outputs import atomic_write_text, check_writable
 from eglr_harness.rl.grpo import _policy, run_group, summary_markdown
 from eglr_harness.rl.rollouts import EglrRollout
@@ -59,7 +60,7 @@ def parse_group(text: str) -> tuple[str, dict]:
     return name.strip(), {k.strip(): v.strip() for k, v in pairs}
 
 
-def main(argv=None) -> None:
+def _main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="eglr-grpo", description=__doc__.split("\n")[0])
     parser.add_argument("--model_args", required=True, help="as eglr-hf takes them: model_config=... or pretrained=...")
     parser.add_argument("--task", required=True, help="an eglr task: its prompts, gold answers, stop strings, tau_h key")
@@ -175,6 +176,12 @@ def _cuda() -> bool:
 def _quote(arg: str) -> str:
     return f'"{arg}"' if any(c in arg for c in " |;") else arg
 
+
+
+def main(argv=None) -> int:
+    """Console entry point of ``eglr-grpo`` (:func:`_main`); Ctrl-C or SIGTERM end it with one line saying what was
+    stored and the command that resumes (core/interrupt.py)."""
+    return run_interruptible("eglr-grpo", lambda: _main(argv), argv)
 
 if __name__ == "__main__":
     main()

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from eglr_harness.core.interrupt import run_interruptible
 from eglr_harness.leaderboard.runner import Executor, check_output_dir, run_leaderboard, subprocess_executor
 from eglr_harness.leaderboard.runs import LeaderboardOptions, check_plan, default_output_dir, parse_beams, parse_limit
 
@@ -92,7 +93,7 @@ def options_from_args(args: argparse.Namespace) -> LeaderboardOptions:
     )
 
 
-def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_executor) -> int:
+def _main(argv: Sequence[str] | None, executor: Executor) -> int:
     """Console entry point of ``eglr-leaderboard``; 0 when every run finished, 1 otherwise, 2 on bad input."""
     args = leaderboard_parser().parse_args(argv)
     logging.basicConfig(level=args.verbosity, format="%(levelname)s %(name)s: %(message)s")
@@ -109,6 +110,12 @@ def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_exec
     logger.info("ran %d, skipped %d (finished), failed %d", len(outcome.ran), len(outcome.skipped), len(outcome.failed))
     return 1 if outcome.failed else 0
 
+
+
+def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_executor) -> int:
+    """Console entry point of ``eglr-leaderboard`` (:func:`_main`): 0 when every run finished, 1 otherwise, 2 on bad input; Ctrl-C or SIGTERM end it with one line
+    (the finished runs, the command that resumes), its lm_eval child quiet (core/interrupt.py)."""
+    return run_interruptible("eglr-leaderboard", lambda: _main(argv, executor), argv)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from eglr_harness.analysis.metrics.budget import DEFAULT_ORDERS, DEFAULT_SEED
 from eglr_harness.analysis.report import build_report
+from eglr_harness.core.interrupt import run_interruptible
 
 __all__ = ["report_main", "report_parser"]
 
@@ -45,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _main(argv: Sequence[str] | None = None) -> int:
     """Console entry point of ``eglr-report``; returns the exit status."""
     args = parser().parse_args(argv)
     logging.basicConfig(level=args.verbosity, format="%(levelname)s %(name)s: %(message)s")
@@ -65,6 +66,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(out / "report.md")
     return 0
 
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point of ``eglr-report`` (:func:`_main`); Ctrl-C or SIGTERM end it with one line saying what was
+    stored and the command that resumes (core/interrupt.py)."""
+    return run_interruptible("eglr-report", lambda: _main(argv), argv)
 
 if __name__ == "__main__":
     sys.exit(main())

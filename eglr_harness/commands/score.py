@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 from eglr_harness.core.errors import OutputError
+from eglr_harness.core.interrupt import run_interruptible
 from eglr_harness.core.outputs import check_writable, refuse_writing_into
 from eglr_harness.harness.rescore import rescore_file, samples_files
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="eglr-score",
         description="Score lm-eval samples files (e.g. of a --predict_only run) with the eglr grader.",
@@ -44,6 +45,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {key:<24} {value:.4f}" if isinstance(value, float) else f"  {key:<24} {value}")
     return 0
 
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point of ``eglr-score`` (:func:`_main`); Ctrl-C or SIGTERM end it with one line saying what was
+    stored and the command that resumes (core/interrupt.py)."""
+    return run_interruptible("eglr-score", lambda: _main(argv), argv)
 
 if __name__ == "__main__":
     sys.exit(main())

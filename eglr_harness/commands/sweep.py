@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from eglr_harness.core.interrupt import note_stored, run_interruptible
 from eglr_harness.leaderboard.runner import Executor, execute_run, subprocess_executor
 from eglr_harness.leaderboard.runs import LeaderboardOptions, build_command, shell_command
 from eglr_harness.leaderboard.sweep import AXES, finished_point, parse_axis, plan_sweep
@@ -42,7 +43,7 @@ def sweep_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_executor) -> int:
+def _main(argv: Sequence[str] | None, executor: Executor) -> int:
     """Console entry point of ``eglr-sweep``: 0 when every point finished, 1 otherwise, 2 on bad input."""
     args = sweep_parser().parse_args(argv)
     logging.basicConfig(level=args.verbosity, format="%(levelname)s %(name)s: %(message)s")
@@ -69,6 +70,7 @@ def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_exec
         argv_run = build_command(p.run, opts)
         if finished_point(p) is not None:
             logger.info("skip %s: finished", p.name)
+            note_stored(f"finished runs in {args.output_dir}", [p.name])
         elif args.dry_run:
             print(shell_command(argv_run))
         else:
@@ -76,6 +78,8 @@ def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_exec
             if finished_point(p) is None:
                 logger.error("%s failed (no results file in %s)", p.name, p.run.output_path)
                 failed.append(p.name)
+            else:
+                note_stored(f"finished runs in {args.output_dir}", [p.name])
     if failed:
         print(f"eglr-sweep: error: {len(failed)} of {len(points)} runs failed ({', '.join(failed)}; lm_eval's error "
               "is above); no report written. Fix the cause and run the same command again: finished runs are kept.",
@@ -91,6 +95,12 @@ def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_exec
         print(out / "report.md")
     return 0
 
+
+
+def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_executor) -> int:
+    """Console entry point of ``eglr-sweep`` (:func:`_main`): 0 when every point finished, 1 otherwise, 2 on bad input; Ctrl-C or SIGTERM end it with one line
+    (the finished runs, the command that resumes), its lm_eval child quiet (core/interrupt.py)."""
+    return run_interruptible("eglr-sweep", lambda: _main(argv, executor), argv)
 
 if __name__ == "__main__":
     sys.exit(main())

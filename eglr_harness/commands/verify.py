@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from eglr_harness.core.errors import OutputError
+from eglr_harness.core.interrupt import run_interruptible
 from eglr_harness.run.model_names import parse_model_args
 from eglr_harness.verify.spec import FORMATS, SELF_KINDS, parse_spec
 
@@ -44,7 +45,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _main(argv: Sequence[str] | None = None) -> int:
     """Console entry point of ``eglr-verify``; 0 on success, 2 on bad input."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
@@ -82,6 +83,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{v['texts_from_store']} from the store)")
     return 0
 
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point of ``eglr-verify`` (:func:`_main`); Ctrl-C or SIGTERM end it with one line saying what was
+    stored and the command that resumes (core/interrupt.py)."""
+    return run_interruptible("eglr-verify", lambda: _main(argv), argv)
 
 if __name__ == "__main__":
     sys.exit(main())

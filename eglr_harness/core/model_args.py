@@ -48,6 +48,8 @@ def check_model_args(given: Mapping[str, object] | Iterable[str], passthrough: I
     allowed = set(EGLR_ARGS) | set(passthrough) | set(FROM_PRETRAINED_OPTIONS)
     unknown = [name for name in given if name not in allowed]
     if not unknown:
+        if isinstance(given, Mapping):
+            check_load_values(given)
         return
     lines = []
     for name in unknown:
@@ -61,6 +63,43 @@ def check_model_args(given: Mapping[str, object] | Iterable[str], passthrough: I
         "dtype, device, batch_size, max_length, parallelize, peft, gguf_file, ...) and transformers' "
         "from_pretrained loading options (attn_implementation, device_map, ...). Nothing was loaded."
     )
+
+
+# dtype names lm-eval's HFLM turns into a torch dtype (``getattr(torch, name)``), and "auto"
+DTYPES = ("auto", "float32", "float", "float16", "half", "bfloat16", "float64", "double")
+
+
+def _int_at_least(value, low: int) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, str):
+        value = value.strip()
+        if not re.fullmatch(r"[+-]?\d+", value):
+            return False
+        value = int(value)
+    return isinstance(value, int) and value >= low
+
+
+def check_load_values(args: Mapping[str, object]) -> None:
+    """Raise :class:`ModelArgError` for a loading value the model would refuse only once it loads (or,
+    for ``max_length``, never: ``abc`` was taken as "not given" and ``-5`` asked for 1..-6):
+    ``dtype``/``torch_dtype``, ``max_length``, ``batch_size``, ``max_batch_size``."""
+    for name in ("dtype", "torch_dtype"):
+        value = args.get(name)
+        if value is not None and (not isinstance(value, str) or value.removeprefix("torch.") not in DTYPES):
+            raise ModelArgError(f"`{name}`={value!r} is not allowed; allowed: {', '.join(DTYPES)}. Nothing was loaded.")
+    value = args.get("max_length")
+    if value is not None and not _int_at_least(value, 2):
+        raise ModelArgError(f"`max_length`={value!r} is not allowed; allowed: an int >= 2 (the prompt and at least one "
+                            "generated token), or leave it out to use the model's own. Nothing was loaded.")
+    for name in ("batch_size", "max_batch_size"):
+        value = args.get(name)
+        if value is None or _int_at_least(value, 1):
+            continue
+        if name == "batch_size" and isinstance(value, str) and re.fullmatch(r"auto(:\d+)?", value.strip()):
+            continue
+        raise ModelArgError(f"`{name}`={value!r} is not allowed; allowed: an int >= 1"
+                            f"{' or auto, auto:N' if name == 'batch_size' else ''}. Nothing was loaded.")
 
 
 # What the hub takes as a model id: ``name`` or ``namespace/name`` (huggingface_hub's rule).

@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 from eglr_harness.core.errors import OutputError, UserError
+from eglr_harness.core.interrupt import print_interrupted, sigterm_as_interrupt
 from eglr_harness.core.jsonl import dumps
 from eglr_harness.core.outputs import atomic_write_text, check_writable
 
@@ -144,8 +145,9 @@ def patch_tracker(tracker_module) -> None:
 
 def install_user_error_hook() -> None:
     """Print a :class:`~eglr_harness.core.errors.UserError` (an output that cannot be written, a bad data
-    line) that reaches the top of a program as one line (exit status 1), not as a traceback; every
-    other exception is printed as before."""
+    line) that reaches the top of a program as one line (exit status 1), not as a traceback, and Ctrl-C
+    or SIGTERM as one line saying what was stored and the command that resumes (core/interrupt.py);
+    every other exception is printed as before."""
     previous = sys.excepthook
     if getattr(previous, "_eglr_user_errors", False):
         return
@@ -154,7 +156,11 @@ def install_user_error_hook() -> None:
         if isinstance(value, UserError):
             print(f"error: {value}", file=sys.stderr)
             return
+        if isinstance(value, KeyboardInterrupt):  # Ctrl-C, or SIGTERM (below): one line, what was stored
+            print_interrupted("lm_eval", value)
+            return
         previous(kind, value, traceback)
 
     hook._eglr_user_errors = True
     sys.excepthook = hook
+    sigterm_as_interrupt()

@@ -15,6 +15,7 @@ tracks (a checkout's committed ``results/``) is refused before anything runs.
 from __future__ import annotations
 
 import json
+import os
 import logging
 import platform
 import subprocess
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from eglr_harness.analysis.load import RunFiles, find_runs, model_name, read_results
 from eglr_harness.analysis.portable import portable
+from eglr_harness.core.interrupt import QUIET_ENV, note_stored
 from eglr_harness.core.jsonl import dumps
 from eglr_harness.core.outputs import atomic_write_text
 from eglr_harness.leaderboard.runs import LeaderboardOptions, PlannedRun, build_command, plan_runs, shell_command
@@ -59,7 +61,8 @@ Executor = Callable[[Sequence[str]], int]
 
 def subprocess_executor(argv: Sequence[str]) -> int:
     """Run ``argv`` with the terminal's stdout/stderr (lm-eval's progress bars stay visible)."""
-    return subprocess.run(list(argv), check=False).returncode
+    # the child is quiet on an interrupt: this process prints the one line for both (core/interrupt.py)
+    return subprocess.run(list(argv), check=False, env={**os.environ, QUIET_ENV: "1"}).returncode
 
 
 def package_versions() -> dict[str, str]:
@@ -231,6 +234,7 @@ def run_leaderboard(
         if files is not None:
             logger.info("skip %s: finished (%s)", label, files.results)
             skipped.append(label)
+            note_stored(f"finished runs in {opts.output_dir}", [label])
         elif dry_run:
             print(shell_command(argv))
         else:
@@ -244,6 +248,7 @@ def run_leaderboard(
                 status = "failed"
             else:
                 ran.append(label)
+                note_stored(f"finished runs in {opts.output_dir}", [label])
         mine = _cells(run, argv, files, record, status)
         if ran or failed:  # something executed: refresh the table, later runs shown as pending
             pending = [c for later in runs[i + 1 :] for c in _cells(later, [], None, None, "pending")]

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from eglr_harness.core.errors import OutputError
+from eglr_harness.core.interrupt import note_stored
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +127,7 @@ class _SqliteTable:
     """
 
     _label = "store"
+    _noun = "records"
 
     def __init__(self, path: Path, table: str, validate=None):
         self.path = Path(path)
@@ -309,6 +311,7 @@ class _SqliteTable:
             rows.append((key, text, _checksum(key, text)))
         if rows:
             self._run(lambda: self._insert(rows))
+            note_stored(f"{self._noun} in {self.path}", [key for key, _, _ in rows])  # for an interrupt's line
 
     def put(self, key: str, value) -> None:
         self.put_many({key: value})
@@ -356,6 +359,7 @@ class RolloutStore(_SqliteTable):
     that takes it counts it as reused (its compute is calibration's)."""
 
     _label = "rollout store"
+    _noun = "rollouts"
 
     def __init__(self, folder: str | Path, rank: int = 0):
         super().__init__(Path(folder) / f"rollouts_rank{rank}.sqlite", "rollouts_v2", _rollout_problem)
@@ -398,6 +402,7 @@ class TauHCache(_SqliteTable):
     ``tau_h`` that is not a finite number > 0 or inf is never handed back."""
 
     _label = "tau_h cache"
+    _noun = "tau_h values"
 
     def __init__(self, path: Path | None = None):
         super().__init__(path or cache_dir() / "tau_h.sqlite", "tau_h", _tau_h_problem)

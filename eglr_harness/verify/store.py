@@ -38,6 +38,7 @@ class ScoreStore(_SqliteTable):
     """``key -> {"steps": [floats]}`` in ``folder/verifier_scores.sqlite``."""
 
     _label = "verifier score store"
+    _noun = "verifier scores"
 
     def __init__(self, folder: str | Path):
         super().__init__(Path(folder) / STORE_FILE, "scores", validate=_scores_problem)

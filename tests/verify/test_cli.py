@@ -49,7 +49,7 @@ def test_out_inside_the_run_is_refused(tmp_path, tiny_verifier, capsys):
     assert "untouched" in capsys.readouterr().err
 
 
-def test_scores_every_rollout_into_a_copy_and_resumes(tmp_path, tiny_verifier, monkeypatch):
+def test_scores_every_rollout_into_a_copy_and_resumes(tmp_path, tiny_verifier, monkeypatch, capsys):
     run = _run(tmp_path, tiny_verifier("self"))
     before = _digest(run)
     out = tmp_path / "out"
@@ -71,8 +71,12 @@ def test_scores_every_rollout_into_a_copy_and_resumes(tmp_path, tiny_verifier, m
         return real_score(self, batch)
 
     monkeypatch.setattr(Scorer, "score", dying_score)
-    with pytest.raises(KeyboardInterrupt):
-        cli.main(args)
+    capsys.readouterr()
+    assert cli.main(args) == 130  # Ctrl-C: one line, what was stored and the command that resumes (issue 47)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and [x for x in err.splitlines() if "interrupted" in x] == [
+        f"eglr-verify: interrupted (SIGINT); stored: 2 verifier scores in {out / 'verifier_scores.sqlite'}. "
+        f"Rerun to resume: eglr-verify {' '.join(args)}"]
     monkeypatch.setattr(Scorer, "score", real_score)
     assert cli.main(args) == 0
     record = json.loads((out / "eglr_verify.json").read_text())

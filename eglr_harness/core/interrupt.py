@@ -1,0 +1,112 @@
+"""Ctrl-C (SIGINT) and SIGTERM end a command with one line: what was stored, and the command that
+resumes. No traceback.
+
+Stores note what they keep as it is written (:func:`note_stored`: the rollout store, the tau_h cache,
+the verifier score store, finished leaderboard runs), so the line can say it whichever command was
+stopped. A command's ``main`` runs its body through :func:`run_interruptible`; the stock ``lm_eval`` CLI
+gets the same line from its exception hook (:func:`print_interrupted`, ``harness/output.py``).
+
+A child process whose parent reports for it (the leaderboard's and the sweep's ``lm_eval`` runs) is
+started with :data:`QUIET_ENV` set: it prints nothing on an interrupt, so the terminal shows one line.
+
+A leaf: standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+
+__all__ = ["QUIET_ENV", "Terminated", "interrupted_line", "note_stored", "print_interrupted", "run_interruptible",
+           "sigterm_as_interrupt"]
+
+QUIET_ENV = "EGLR_INTERRUPT_QUIET"  # set in a child whose parent prints the interrupt line
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # 128 + the signal number, as a shell reports them
+
+# what -> distinct keys stored by this process (a rollout rewritten with its batch's shares counts once)
+_stored: dict[str, set] = {}
+_lock = threading.Lock()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, as Ctrl-C raises KeyboardInterrupt."""
+
+
+def note_stored(what: str, keys: Sequence[str]) -> None:
+    """Record that ``keys`` were stored, e.g. ``what`` = ``"rollouts in DIR/rollouts_rank0.sqlite"``."""
+    with _lock:
+        _stored.setdefault(what, set()).update(keys)
+
+
+def stored_summary() -> str:
+    """``"12 rollouts in X, 3 scores in Y"``, or ``"nothing"``."""
+    with _lock:
+        parts = [f"{len(keys)} {what}" for what, keys in _stored.items() if keys]
+    return ", ".join(parts) if parts else "nothing"
+
+
+def _command(prog: str, argv: Sequence[str] | None) -> str:
+    args = list(sys.argv[1:] if argv is None else argv)
+    return shlex.join([prog, *args])
+
+
+def interrupted_line(prog: str, err: BaseException, argv: Sequence[str] | None = None) -> str:
+    """The one line: ``PROG: interrupted (SIGINT); stored: 12 rollouts in X. Rerun to resume: COMMAND``
+    (``Rerun: COMMAND`` when nothing was stored: the command's outputs are whole or absent)."""
+    name = "SIGTERM" if isinstance(err, Terminated) else "SIGINT"
+    command = _command(prog, argv)
+    stored = stored_summary()
+    if stored != "nothing":
+        return f"{prog}: interrupted ({name}); stored: {stored}. Rerun to resume: {command}"
+    return f"{prog}: interrupted ({name}); nothing was stored (no output is left half-written). Rerun: {command}"
+
+
+def _close_progress_bars() -> None:
+    """End the open tqdm bars' lines, so the interrupt line starts a line of its own."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ()) or ()):
+        try:
+            bar.close()
+        except Exception:  # noqa: BLE001 -- a bar that cannot close must not hide the line
+            pass
+
+
+def print_interrupted(prog: str, err: BaseException, argv: Sequence[str] | None = None) -> int:
+    """Print :func:`interrupted_line` (unless :data:`QUIET_ENV` is set) and return the exit status."""
+    if not os.environ.get(QUIET_ENV):
+        _close_progress_bars()
+        sys.stderr.write(interrupted_line(prog, err, argv) + "\n")
+        sys.stderr.flush()
+    return EXIT_SIGTERM if isinstance(err, Terminated) else EXIT_SIGINT
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def sigterm_as_interrupt() -> None:
+    """SIGTERM raises :class:`Terminated` (a KeyboardInterrupt) in the main thread, so that ``finally``
+    blocks run and the interrupt line is printed; elsewhere (not the main thread) nothing changes."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def run_interruptible(prog: str, body: Callable[[], int | None], argv: Sequence[str] | None = None) -> int:
+    """``body()``'s exit status; on Ctrl-C or SIGTERM the one line and 130 / 143 instead of a traceback."""
+    previous = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+    sigterm_as_interrupt()
+    with _lock:
+        _stored.clear()  # what this command stores (one process may run several: the tests)
+    try:
+        status = body()
+        return 0 if status is None else status
+    except KeyboardInterrupt as err:
+        return print_interrupted(prog, err, argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
