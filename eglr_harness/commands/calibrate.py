@@ -23,6 +23,28 @@ def calibrate_target(model_config: str, out: str | None) -> Path:
     return Path("model_configs") / f"{model_config}.yaml"
 
 
+def _check_tasks(tasks: list[str], written: str) -> None:
+    """``ValueError`` naming the tasks lm-eval does not know (and the closest names), before the model loads:
+    ours are read from their YAML; any other name is looked up in lm-eval's own index."""
+    from eglr_harness.core.model_args import close_task_names  # noqa: PLC0415
+    from eglr_harness.core.resources import task_names  # noqa: PLC0415
+
+    if not tasks:
+        raise ValueError(f"`--tasks`={written!r} names no task; allowed: comma-separated task names, e.g. gsm8k_eglr.")
+    ours = task_names()
+    unknown = [t for t in tasks if t not in ours]
+    if unknown:  # perhaps a stock lm-eval task: ask its index (seconds, still before the model)
+        from lm_eval.tasks import TaskManager  # noqa: PLC0415
+
+        known = set(TaskManager().all_tasks)
+        unknown = [t for t in unknown if t not in known]
+    if unknown:
+        close = close_task_names(unknown, ours)
+        hint = "".join(f"; {n} -> did you mean {', '.join(c[:3])}?" for n, c in close.items() if c)
+        raise ValueError(f"`--tasks`={written!r}: no task {', '.join(unknown)} (neither eglr-harness's nor "
+                         f"lm-eval's){hint}")
+
+
 def _main(argv: list[str] | None = None) -> int:
     """``eglr-calibrate``: calibrate tau_h for a model on tasks and write it into a preset file."""
     parser = argparse.ArgumentParser(
@@ -50,7 +72,14 @@ def _main(argv: list[str] | None = None) -> int:
     target = calibrate_target(args.model_config, args.out)
     try:
         preset_path(args.model_config)  # an unknown preset names the known ones, before the model loads
+        if args.calib_limit < 1:  # was a 19-line traceback
+            raise ValueError(f"`--calib_limit`={args.calib_limit} is not allowed; allowed: an int >= 1 (prompts per "
+                             f"task; default {DEFAULT_CALIB_LIMIT}).")
+        _check_tasks([t.strip() for t in args.tasks.split(",") if t.strip()], args.tasks)
         if not args.no_write:
+            if target.is_dir():  # found only when the whole calibration was done
+                raise ValueError(f"`--out`={str(target)!r} is a folder; allowed: the preset YAML file to write "
+                                 "(created if missing, its comments kept if it exists).")
             check_writable(target.parent, "--out")
     except (ValueError, OutputError) as err:
         print(f"eglr-calibrate: error: {err}", file=sys.stderr)

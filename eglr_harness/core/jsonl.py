@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from typing import Any
 from pathlib import Path
@@ -18,6 +19,8 @@ from pathlib import Path
 from eglr_harness.core.errors import FileFormatError
 
 __all__ = ["dumps", "iter_jsonl", "strict"]
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def iter_jsonl(path: str | Path, what: str = "one JSON object per line") -> Iterator[tuple[int, dict]]:
@@ -45,6 +48,13 @@ def iter_jsonl(path: str | Path, what: str = "one JSON object per line") -> Iter
                                  f"expected {what}.") from None
             if not isinstance(row, dict):
                 raise FileFormatError(f"{path}:{number}: a JSON {type(row).__name__}, expected {what}.")
+            if _SURROGATE_ESCAPE.search(line):  # "\ud800" parses, but is no text: every UTF-8 writer fails on it
+                try:
+                    json.dumps(row, ensure_ascii=False).encode("utf-8")
+                except UnicodeEncodeError as err:
+                    raise FileFormatError(f"{path}:{number}: a string holds a lone surrogate ({err.object[err.start]!r}, "
+                                          f"a \\uD800-\\uDFFF escape without its pair), which is not text; expected "
+                                          f"{what}, in UTF-8 text.") from None
             yield number, row
 
 

@@ -77,6 +77,8 @@ def _int_at_least(value, low: int) -> bool:
         if not re.fullmatch(r"[+-]?\d+", value):
             return False
         value = int(value)
+    if isinstance(value, float) and value.is_integer():  # lm-eval reads "-5" as -5.0
+        value = int(value)
     return isinstance(value, int) and value >= low
 
 
@@ -86,7 +88,9 @@ def check_load_values(args: Mapping[str, object]) -> None:
     ``dtype``/``torch_dtype``, ``max_length``, ``batch_size``, ``max_batch_size``."""
     for name in ("dtype", "torch_dtype"):
         value = args.get(name)
-        if value is not None and (not isinstance(value, str) or value.removeprefix("torch.") not in DTYPES):
+        if value is None or type(value).__name__ == "dtype":  # a torch.dtype, passed by a program
+            continue
+        if not isinstance(value, str) or value.removeprefix("torch.") not in DTYPES:
             raise ModelArgError(f"`{name}`={value!r} is not allowed; allowed: {', '.join(DTYPES)}. Nothing was loaded.")
     value = args.get("max_length")
     if value is not None and not _int_at_least(value, 2):

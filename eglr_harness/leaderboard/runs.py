@@ -54,8 +54,9 @@ _NAME = re.compile(r"[A-Za-z0-9_\-]+")
 
 
 def parse_beams(spec: str | None) -> tuple[int, ...]:
-    """``'4,11'`` -> ``(4, 11)``; ``''``/``'none'`` -> ``()`` (no beam rows)."""
-    if spec is None or spec.strip().lower() in {"", "none", "0"}:
+    """``'4,11'`` -> ``(4, 11)``; ``''``/``'none'`` -> ``()`` (no beam rows). ``0`` is refused with the
+    others below 2 (it read as "none", silently)."""
+    if spec is None or spec.strip().lower() in {"", "none"}:
         return ()
     beams = []
     for part in spec.split(","):
@@ -264,11 +265,30 @@ class PlannedRun:
 
 
 def check_plan(opts: LeaderboardOptions) -> None:
-    """Before the first run: every task exists and eglr-hf would accept its settings."""
+    """Before the first run: the batch sizes, the flags the model args repeat, every task exists and
+    eglr-hf would accept its settings."""
+    check_flags(opts)
     check_tasks_exist(opts)
     check_eglr_settings(opts.model_args)
     if opts.eglr_model_args.strip(","):
         check_eglr_settings(opts.eglr_model_args, "--eglr_model_args")
+
+
+def check_flags(opts: LeaderboardOptions) -> None:
+    """``ValueError`` for a batch size lm-eval would refuse in every run (``--batch_size -3``), and for a
+    ``device`` or ``batch_size`` in ``--model_args`` that a flag contradicts (one of them was dropped)."""
+    from eglr_harness.core.model_args import check_load_values  # noqa: PLC0415
+
+    for flag, value in (("--batch_size", opts.batch_size), ("--beam_batch_size", opts.beam_batch_size)):
+        try:
+            check_load_values({"batch_size": value})
+        except ValueError:
+            raise ValueError(f"`{flag}`={value!r} is not allowed; allowed: an int >= 1, auto or auto:N.") from None
+    given = parse_model_args(opts.model_args)  # as written: a preset's device gives way to a flag, by design
+    for name, flag in (("device", opts.device), ("batch_size", opts.batch_size)):
+        if flag is not None and given.get(name) is not None and str(given[name]) != str(flag):
+            raise ValueError(f"`{name}={given[name]}` in --model_args contradicts `--{name} {flag}`; allowed: one of "
+                             f"them (each run gets it as lm-eval's --{name}).")
 
 
 def check_tasks_exist(opts: LeaderboardOptions) -> None:

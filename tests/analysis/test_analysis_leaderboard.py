@@ -448,9 +448,10 @@ def test_a_presets_device_reaches_lm_eval_as_a_flag_for_every_run(tmp_path):
         assert parsed.device == "cpu" and "device" not in str(parsed.model_args)
     # the user's --device wins over the preset's; a device in --model_args becomes the flag too
     fake = FakeLmEval()
-    run_leaderboard(options(tmp_path / "b", model_args=MODEL_ARGS + ",device=cpu,batch_size=2", beams=(4,)), fake)
+    run_leaderboard(options(tmp_path / "b", model_args=MODEL_ARGS + ",device=cpu,batch_size=2", beams=(4,),
+                            batch_size=None), fake)
     assert {parse_lm_eval(a).device for a in fake.calls} == {"cpu"}
-    assert {parse_lm_eval(a).batch_size for a in fake.calls} == {"8"}  # --batch_size 8 of the options wins
+    assert {parse_lm_eval(a).batch_size for a in fake.calls} == {"2"}
     fake = FakeLmEval()
     run_leaderboard(options(tmp_path / "c", model_args="model_config=smollm2-135m-instruct", device="meta"), fake)
     assert {parse_lm_eval(a).device for a in fake.calls} == {"meta"}
@@ -483,3 +484,24 @@ def test_committed_results_are_never_overwritten_nor_taken_for_the_users_runs(tm
     status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
     assert status.stdout == ""
     assert main([*argv, "--output_dir", str(committed), "--update_committed"], executor=FakeLmEval()) == 0
+
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--beams", "0"], "`--beams`='0': '0' is not a beam count; allowed: ints >= 2 (e.g. 4,11) or 'none'."),
+    (["--batch_size", "-3"], "`--batch_size`='-3' is not allowed; allowed: an int >= 1, auto or auto:N."),
+    (["--beam_batch_size", "x"], "`--beam_batch_size`='x' is not allowed"),
+    # a batch size or device in the model args that a flag contradicts was dropped silently
+    (["--model_args", MODEL_ARGS + ",batch_size=2", "--batch_size", "8"],
+     "`batch_size=2` in --model_args contradicts `--batch_size 8`"),
+    (["--model_args", MODEL_ARGS + ",device=cpu", "--device", "cuda"],
+     "`device=cpu` in --model_args contradicts `--device cuda`"),
+])
+def test_flags_that_cannot_run_are_refused_before_any_run(tmp_path, capsys, argv, message):
+    """Issue 47: `--beams 0` and `--batch_size -3` were accepted; the console entry point, nothing runs."""
+    fake = FakeLmEval()
+    base = ["--model_args", MODEL_ARGS, "--tasks", "gsm8k", "--limit", "4", "--output_dir", str(tmp_path / "lb")]
+    assert main([*base, *argv], executor=fake) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("eglr-leaderboard: error: ") and message in err[0], err
+    assert fake.calls == [] and not (tmp_path / "lb").exists()

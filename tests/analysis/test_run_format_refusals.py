@@ -336,3 +336,17 @@ def test_the_console_script_refuses_a_string_token_count_naming_its_line(tmp_pat
     assert lines == [f"eglr-report: error: {results}:{line}: `config.eglr.stats.total.tokens` is '61735'; allowed: "
                      "an int in [0, 2**53] (docs/run-format.md)."], lines
     assert not (tmp_path / "r").exists()
+
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_lone_surrogate_is_refused_naming_file_and_line(tmp_path, capsys, command):
+    """Issue 47: "\\ud800" parses as JSON but is no text: eglr-score died writing it, without FILE:LINE."""
+    run, samples, _ = _copy(tmp_path)
+    lines = samples.read_text().splitlines()
+    line = json.loads(lines[1])
+    line["rollouts"][0]["answer"] = "SURROGATE"
+    lines[1] = json.dumps(line).replace("SURROGATE", "\\ud800")
+    samples.write_text("\n".join(lines) + "\n")
+    message = _refused(command, run, tmp_path, capsys)
+    assert message.startswith(f"{command}: error: {samples}:2: a string holds a lone surrogate ('\\ud800'"), message

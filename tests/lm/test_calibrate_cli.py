@@ -77,3 +77,31 @@ def test_every_shipped_preset_takes_a_value_with_its_comments_kept():
                                                 "math500": float("inf")}, path.name
         assert [line for line in text.splitlines() if line.lstrip().startswith("#")] == [
             line for line in new.splitlines() if line.lstrip().startswith("#")], path.name
+
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--calib_limit", "0"], "`--calib_limit`=0 is not allowed; allowed: an int >= 1"),  # a 19-line traceback
+    (["--out", "{folder}"], "is a folder; allowed: the preset YAML file to write"),  # failed after calibrating
+    (["--tasks", "gsm8k_eglrr"], "`--tasks`='gsm8k_eglrr': no task gsm8k_eglrr (neither eglr-harness's nor "
+     "lm-eval's); gsm8k_eglrr -> did you mean gsm8k_eglr"),  # loaded the model first
+])
+def test_eglr_calibrate_refuses_before_the_model_loads(tmp_path, extra, message):
+    """Issue 47: the console script, on a preset whose model cannot load: the refusal must come first."""
+    preset = tmp_path / "tiny.yaml"
+    preset.write_text(PRESET.format(pretrained=tmp_path / "no_such_model"))
+    (tmp_path / "folder").mkdir()
+    argv = ["--model_config", str(preset), "--tasks", "gsm8k_eglr"]
+    argv += [x.format(folder=tmp_path / "folder") for x in extra]
+    script = Path(sys.executable).with_name("eglr-calibrate")
+    done = subprocess.run([str(script), *argv], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    lines = [x for x in done.stderr.splitlines() if x.startswith("eglr-calibrate: error: ")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert len(lines) == 1 and message in lines[0], done.stderr[-2000:]
+    assert "no_such_model" not in done.stderr  # nothing tried to load it

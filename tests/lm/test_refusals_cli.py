@@ -65,6 +65,10 @@ def test_the_unloadable_model_fails_at_its_load(unloadable, shared_data_dir):
      "10000 values; allowed: at most 10000"),
     (",L=9", [], "`L`=9 exceeds the model's 4 decoder layers; allowed: 0..4"),
     ("", ["--limit", "0"], "`--limit`=0 is not allowed; allowed: a number > 0"),
+    # issue 47: failed after the load (dtype), or never (max_length=abc was taken as not given)
+    (",dtype=float7", [], "`dtype`='float7' is not allowed; allowed: auto, float32, float, float16"),
+    (",max_length=-5", [], "`max_length`=-5.0 is not allowed; allowed: an int >= 2"),  # lm-eval reads -5.0
+    (",max_length=abc", [], "`max_length`='abc' is not allowed; allowed: an int >= 2"),
     (",zzz=1", [], "unknown eglr-hf model arg `zzz`."),
     ("", ["--use_cache", "lm_cache"], "eglr-hf does not support lm-eval's --use_cache"),
     # lm-eval would call the model with `device` twice (a TypeError after indexing the tasks)
