@@ -195,6 +195,9 @@ def read_samples_file(path: str | Path, filter_name: str | None = None, *, requi
             raise FileFormatError(f"{where}: doc {doc_id} has {got}; allowed: a list of "
                                   "rollouts, as eglr tasks log them with --log_samples (e.g. gsm8k_eglr_sc; "
                                   f"{CONTRACT}).")
+        if not items:  # report counted the document but took no accuracy from it (5 of 6 while its table said 6)
+            raise FileFormatError(f"{where}: doc {doc_id} has `rollouts` []; allowed: a non-empty list of rollouts "
+                                  f"(an eglr task logs one per config and repeat; {CONTRACT}).")
         rollouts = [check_rollout(item, where, doc_id, i) for i, item in enumerate(items)]
         lines.append(SampleLine(where, doc_id, sample, rollouts))
     if not filters:

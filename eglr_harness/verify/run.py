@@ -14,6 +14,7 @@ scores in the copy.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import platform
@@ -39,6 +40,7 @@ __all__ = ["SCORES_FIELD", "RunCopy", "plan_copies", "question_of", "verify_runs
 logger = logging.getLogger(__name__)
 
 RECORD_FILE = "eglr_verify.json"
+LOCK_FILE = ".eglr-verify.lock"  # held while the copies and the record are rewritten
 
 
 @dataclass
@@ -228,24 +230,61 @@ def verify_runs(
             del scorer
     finally:
         store.close()
-    for c in copies:
-        c.results_out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(c.results_out, c.files.results.read_bytes())  # whole or absent
-        for src, target in c.samples.items():
-            with atomic_writer(target) as handle:
-                for sample in lines_of[(id(c), src)]:
-                    handle.write(dumps(sample) + "\n")
-    previous = {}
-    if (out / RECORD_FILE).is_file():
-        try:
-            previous = json.loads((out / RECORD_FILE).read_text(encoding="utf-8")).get("verifiers", {})
-        except ValueError:
-            previous = {}
-    record["verifiers"] = {**previous, **record["verifiers"]}
-    record["versions"] = _versions()
-    with atomic_writer(out / RECORD_FILE) as handle:
-        handle.write(dumps(record, indent=2) + "\n")
+    # another eglr-verify on this --out may have written since we read: under one lock, read the copies
+    # again and add our scores to theirs (the last writer kept only its own before)
+    with _out_lock(out):
+        for c in copies:
+            c.results_out.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(c.results_out, c.files.results.read_bytes())  # whole or absent
+            for src, target in c.samples.items():
+                merged = _with_scores_of(_read_lines(c, src), lines_of[(id(c), src)])
+                with atomic_writer(target) as handle:
+                    for sample in merged:
+                        handle.write(dumps(sample) + "\n")
+        previous = {}
+        if (out / RECORD_FILE).is_file():
+            try:
+                previous = json.loads((out / RECORD_FILE).read_text(encoding="utf-8")).get("verifiers", {})
+            except ValueError:
+                previous = {}
+        record["verifiers"] = {**previous, **record["verifiers"]}
+        record["versions"] = _versions()
+        with atomic_writer(out / RECORD_FILE) as handle:
+            handle.write(dumps(record, indent=2) + "\n")
     return record
+
+
+@contextlib.contextmanager
+def _out_lock(out: Path):
+    """An exclusive lock on ``out`` among eglr-verify processes (``OUT/.eglr-verify.lock``, flock)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK_FILE, "a") as handle:
+        try:
+            import fcntl  # noqa: PLC0415 -- POSIX; elsewhere the writes are only atomic
+        except ImportError:
+            fcntl = None
+        if fcntl is not None:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _with_scores_of(current: list[dict], ours: list[dict]) -> list[dict]:
+    """``ours`` with each rollout's ``verifier_scores`` added to those ``current`` (the copy as it is on disk
+    now) holds for the same document and rollout: scores another writer added meanwhile are kept."""
+    if [(s.get("doc_id"), s.get("filter")) for s in current] != [(s.get("doc_id"), s.get("filter")) for s in ours]:
+        return ours
+    for now, mine in zip(current, ours):
+        theirs, new = now.get("rollouts"), mine.get("rollouts")
+        if not (isinstance(theirs, list) and isinstance(new, list) and len(theirs) == len(new)):
+            continue
+        for a, b in zip(theirs, new):
+            if isinstance(a, dict) and isinstance(b, dict) and isinstance(a.get(SCORES_FIELD), dict):
+                b[SCORES_FIELD] = {**a[SCORES_FIELD], **(b.get(SCORES_FIELD) or {})}
+    return ours
 
 
 def _versions() -> dict:

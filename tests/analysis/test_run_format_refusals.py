@@ -83,6 +83,9 @@ SAMPLE_CASES = [
     ("verifier_score_missing_aggregation", _rollout(0, "verifier_scores", {"orm:x": {"last": 0.5}}),
      "`verifier_scores` is", list(COMMANDS)),
     ("no_prompt", _bad_arguments, "has `arguments`", ["eglr-export"]),
+    # issue 47: export and score refused it (texts and rollouts differ), report counted 6 documents, scored 5
+    ("no_rollouts", lambda line: line.update(rollouts=[]), "doc 1 has `rollouts` []; allowed: a non-empty list",
+     list(COMMANDS)),
     ("texts_fewer_than_rollouts", _one_text, "`resps`", ["eglr-export", "eglr-score"]),
 ]
 

@@ -111,3 +111,12 @@ def test_malformed_scores_name_the_file(tmp_path):
     lmeval_fakes.write_run(tmp_path / "run", task="toy_eglr_sc", docs=docs)
     with pytest.raises(ValueError, match="doc 1 rollout #2"):
         best_of_n(load_grid([tmp_path / "run"]))
+
+
+def test_two_verifiers_in_folders_of_one_name_get_two_figures():
+    """Issue 47: `qwen-prm:/a/ckpt` and `qwen-prm:/b/ckpt` were both drawn to bestofn_ckpt_min.png."""
+    from eglr_harness.analysis.sections.bestofn import _slug
+
+    assert _slug("qwen-prm:/a/ckpt", "min") != _slug("qwen-prm:/b/ckpt", "min")
+    assert _slug("qwen-prm:/a/ckpt", "min").startswith("qwen_prm_ckpt_")
+    assert _slug("self:p_true", "last") == "self_p_true_last"  # the committed reports' names stay

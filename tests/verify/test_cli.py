@@ -143,3 +143,32 @@ def test_out_at_the_runs_parent_is_refused_before_loading(tmp_path, capsys, monk
     assert len(err) == 1 and "never writes over or into what it reads" in err[0], err
     assert f"lies inside the input {str(run)!r}" in err[0]
     assert _digest(run) == before
+
+
+def test_two_verifiers_writing_one_out_at_once_lose_no_scores(tmp_path, tiny_verifier, monkeypatch):
+    """Issue 47: each eglr-verify rewrote the copy from what it had read, so the last writer dropped the other's
+    scores. Here the second verifier's run is made to finish while the first one is between its read of the
+    copy and its write (the moment a real concurrent run can take); both verifiers' scores must be kept."""
+    from eglr_harness.verify import run as verify_run
+
+    run = _run(tmp_path, tiny_verifier("self"), docs=2)
+    out = tmp_path / "out"
+    common = [str(run), "--out", str(out), "--device", "cpu", "--dtype", "float32"]
+    value_head = f"value-head:{tiny_verifier('value-head')}"
+    real_close = verify_run.ScoreStore.close
+    others = []
+
+    def close_then_let_the_other_writer_finish(self):
+        real_close(self)
+        if not others:  # the first run's store closes after scoring, before it writes the copy
+            others.append(None)
+            others[0] = cli.main([*common, "--verifier", value_head])
+
+    monkeypatch.setattr(verify_run.ScoreStore, "close", close_then_let_the_other_writer_finish)
+    assert cli.main([*common, "--verifier", "self:certainty"]) == 0 and others == [0]
+    (copy,) = (out / "run").rglob("samples_*.jsonl")
+    for line in copy.read_text().splitlines():
+        for rollout in json.loads(line)["rollouts"]:
+            assert set(rollout["verifier_scores"]) == {"self:certainty", value_head}, rollout
+    record = json.loads((out / "eglr_verify.json").read_text())
+    assert set(record["verifiers"]) == {"self:certainty", value_head}

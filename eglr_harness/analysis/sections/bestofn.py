@@ -5,6 +5,7 @@ wrote (:mod:`eglr_harness.analysis.metrics.bestofn`); nothing when the runs carr
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from eglr_harness.analysis.metrics.accuracy import POOL_TITLES
@@ -17,7 +18,14 @@ _STYLE = {"naive": ("-", "C3"), "weighted": ("-", "C0"), "majority": ("--", "C7"
 
 
 def _slug(spec: str, how: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "_", f"{spec.rsplit('/', 1)[-1]}_{how}").strip("_")
+    """A file-name part for ``spec`` and ``how``: ``self_p_true_last``; a spec with a path keeps its kind, the
+    path's last part and a hash of the whole spec (two verifiers in folders of one name got one file)."""
+    kind, _, where = spec.partition(":")
+    parts = [p for p in re.split(r"[/\\]+", where) if p]
+    if len(parts) > 1 or where.startswith(("/", "\\")):
+        digest = hashlib.sha256(spec.encode("utf-8")).hexdigest()[:8]
+        spec = f"{kind}_{parts[-1] if parts else ''}_{digest}"
+    return re.sub(r"[^A-Za-z0-9]+", "_", f"{spec}_{how}").strip("_")
 
 
 @register_section("bestofn")
