@@ -31,12 +31,13 @@ results file, are scored without cells (one ``"unknown"`` cell).
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 from eglr_harness.core.errors import FileFormatError
 from eglr_harness.core.jsonl import dumps
-from eglr_harness.core.outputs import atomic_write_text
+from eglr_harness.core.outputs import atomic_writer
 from eglr_harness.core.rollout import Rollout, with_meta
 from eglr_harness.core.run_format import read_results, read_samples_file
 from eglr_harness.scoring.doc_scores import GRID_SUB_POOLS, best_cfg_acc, cell_accuracies, score_document
@@ -222,7 +223,7 @@ def rescore_file(path: Path, output: Path) -> tuple[str, dict[str, Any]]:
             raise FileFormatError(f"{line.where}: {err}") from None
 
     output.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(output / path.name, "".join(dumps(s) + "\n" for s in scored))
+    samples_text = "".join(dumps(s) + "\n" for s in scored)
     metrics = aggregate(scored)
     out_results = dict(results or {"config": {}, "configs": {}, "versions": {}})
     previous_entry = (out_results.get("results") or {}).get(task)
@@ -236,5 +237,11 @@ def rescore_file(path: Path, output: Path) -> tuple[str, dict[str, Any]]:
         previous = read_results(results_out)
         out_results["results"] = {**previous.get("results", {}), **out_results["results"]}
         out_results["eglr_cell_accuracies"] = {**previous.get("eglr_cell_accuracies", {}), **cells}
-    atomic_write_text(results_out, dumps(out_results, indent=2) + "\n")
+    # both files whole or both as they were: each is written and flushed to disk (where a full disk fails)
+    # before either is renamed into place (samples without their results was left on a full disk)
+    with atomic_writer(output / path.name) as samples_file, atomic_writer(results_out) as results_file:
+        for handle, text in ((samples_file, samples_text), (results_file, dumps(out_results, indent=2) + "\n")):
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
     return task, metrics

@@ -156,3 +156,29 @@ def test_the_leaderboard_console_script_refuses_a_link_to_committed_results(chec
     assert "tracked by git" in done.stderr
     assert (checkout / "results" / "lb" / "leaderboard.md").read_text() == "committed\n"
     assert os.path.islink(link)
+
+
+def test_score_on_a_full_disk_leaves_both_files_or_neither(tmp_path, monkeypatch, capsys):
+    """Issue 47: on a full disk eglr-score left the scored samples without their results. The disk fills
+    while the second file is flushed: neither file may appear, and the command says so in one line."""
+    import errno
+
+    from eglr_harness.commands.score import main as score_main
+
+    run = _run(tmp_path)
+    real_fsync, calls = os.fsync, []
+
+    def fills_on_the_second(fd):  # the results file is flushed after the samples file
+        calls.append(os.readlink(f"/proc/self/fd/{fd}"))
+        if Path(calls[-1]).name.startswith(".results_"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_fsync(fd)
+
+    out = tmp_path / "scored"
+    out.mkdir()
+    monkeypatch.setattr(os, "fsync", fills_on_the_second)
+    assert score_main([str(run), "--output_path", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "No space left on device" in err[0], err
+    assert [p for p in out.rglob("*") if p.is_file()] == []  # no samples without results, no temp file
+    assert any(Path(c).name.startswith(".samples_") for c in calls)  # the samples had been written and flushed
