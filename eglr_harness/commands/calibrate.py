@@ -34,9 +34,9 @@ def _check_tasks(tasks: list[str], written: str) -> None:
     ours = task_names()
     unknown = [t for t in tasks if t not in ours]
     if unknown:  # perhaps a stock lm-eval task: ask its index (seconds, still before the model)
-        from lm_eval.tasks import TaskManager  # noqa: PLC0415
+        from eglr_harness.harness.task_source import lm_eval_task_names  # noqa: PLC0415
 
-        known = set(TaskManager().all_tasks)
+        known = lm_eval_task_names()
         unknown = [t for t in unknown if t not in known]
     if unknown:
         close = close_task_names(unknown, ours)

@@ -19,6 +19,13 @@ def _task_yaml(name: str):
     return known[name]
 
 
+def lm_eval_task_names() -> set[str]:
+    """Every task and group name lm-eval's own index knows (ours included), without loading any data."""
+    from lm_eval.tasks import TaskManager  # noqa: PLC0415
+
+    return set(TaskManager().all_tasks)
+
+
 def task_generation_kwargs(name: str) -> dict:
     """The task's ``generation_kwargs`` (its YAML with its includes, as lm-eval merges them)."""
     from lm_eval.tasks._yaml_loader import load_yaml  # noqa: PLC0415 -- lm-eval's own include rule

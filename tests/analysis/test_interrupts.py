@@ -37,8 +37,10 @@ def test_an_interrupted_report_says_nothing_was_stored_and_how_to_rerun(tmp_path
     run = tmp_path / "run"
     shutil.copytree(REAL, run)
     done = _python(f"""
-        import os, sys
+        import os, signal, sys
         import eglr_harness.commands.report as report
+
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job ignores it)
 
         def stopped(*args, **kwargs):
             os.kill(os.getpid(), {int(signum)})  # the signal arrives while the report is being built
@@ -91,6 +93,7 @@ def test_the_stock_lm_eval_cli_says_how_many_rollouts_were_stored(tmp_path):
         from eglr_harness.harness.output import install_user_error_hook
         from eglr_harness.run.stores import RolloutStore
 
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job ignores it)
         install_user_error_hook()
         sys.argv = ["lm_eval", "--model", "eglr-hf", "--model_args", "model_config=x,rollout_cache=cache"]
         store = RolloutStore("cache")
@@ -112,6 +115,7 @@ def test_a_child_whose_parent_reports_for_it_is_quiet():
     from eglr_harness.core.interrupt import QUIET_ENV
 
     done = subprocess.run([sys.executable, "-c", "import os, signal, sys\n"
+                           "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
                            "from eglr_harness.core.interrupt import run_interruptible\n"
                            "sys.exit(run_interruptible('x', lambda: os.kill(os.getpid(), signal.SIGINT)))"],
                           capture_output=True, text=True, timeout=120, env={**os.environ, QUIET_ENV: "1"})
