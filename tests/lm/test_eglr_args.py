@@ -4,6 +4,7 @@ CLI's preflight and the model build alike, so that a mistake reads the same whic
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from lm_eval.models.huggingface import HFLM
@@ -92,3 +93,23 @@ def test_eglr_vllm_takes_the_layers_from_the_config(tiny_model_dir):
     assert (args.engine, args.compile, args.declared_layers, args.load_args["dtype"]) == ("vllm", "none", 4, "float32")
     with pytest.raises(ModelArgError, match=r"`L`=5 exceeds the model's 4 decoder layers"):
         EglrArgs.for_vllm({"pretrained": folder, "L": 5}, {})
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"dtype": "float7"}, "`dtype`='float7' is not allowed; allowed: auto, float32"),
+    ({"torch_dtype": 3}, "`torch_dtype`=3 is not allowed"),
+    ({"max_length": -5.0}, "`max_length`=-5.0 is not allowed; allowed: an int >= 2"),
+    ({"max_length": "abc"}, "`max_length`='abc' is not allowed"),
+    ({"batch_size": "-3"}, "`batch_size`='-3' is not allowed; allowed: an int >= 1 or auto, auto:N"),
+    ({"max_batch_size": 0}, "`max_batch_size`=0 is not allowed"),
+])
+def test_loading_values_are_checked_before_the_load(args, message):
+    """Issue 47: dtype=float7 failed after 180 s; max_length=-5 said "allowed: 1..-6", max_length=abc passed."""
+    from eglr_harness.core.errors import ModelArgError
+    from eglr_harness.core.model_args import check_model_args
+
+    with pytest.raises(ModelArgError, match=re.escape(message)):
+        check_model_args({"pretrained": "x", **args}, ["pretrained", "dtype", "max_length", "batch_size",
+                                                       "max_batch_size"])
+    check_model_args({"pretrained": "x", "dtype": "bfloat16", "max_length": 2048, "batch_size": "auto:4"},
+                     ["pretrained", "dtype", "max_length", "batch_size"])  # the allowed side
