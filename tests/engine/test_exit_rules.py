@@ -1,0 +1,179 @@
+"""The exit rules of refinement (``stop=``): their signals and stop steps against hand-computed values,
+and each rule in both eglr-hf engines against the naive reference (eglr_harness/decoding/naive_reference.py),
+which writes every rule again from its definition."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+from inputs import random_prompts
+from tiny_models import build_tiny_model
+
+from eglr_harness.core.config import STOP_RULES, EglrConfig
+from eglr_harness.decoding import functional as fn
+from eglr_harness.decoding.continuous.engine import ContinuousEngine
+from eglr_harness.decoding.contract import Request
+from eglr_harness.decoding.hook.generate import eglr_generate
+from eglr_harness.decoding.naive_reference import naive_eglr_greedy
+from eglr_harness.decoding.stats import EglrStats
+
+VOCAB, LAYERS, EOS, PAD = 96, 4, 2, 0
+MAX_NEW = 8
+K_MAX = 4  # accel's two-hit check can end a refinement at k = 3 at the earliest: k_max 4 lets it
+MARGIN = 1e-3  # every observed signal stays this far (relative) from the threshold
+NOISE = 2e-6  # and this far (absolute): fp32 sums over V or D differ by ~1e-7 between two implementations
+
+
+# ---------------------------------------------------------------- the signals, by hand
+def test_each_rules_signal_is_its_definition_on_hand_made_values():
+    h_prev2, h_prev, h = torch.tensor([[0.0, 0.0]]), torch.tensor([[3.0, 0.0]]), torch.tensor([[3.0, 4.0]])
+    # ||h - h_prev|| / ||h|| = ||(0, 4)|| / 5
+    assert fn.exit_signal("latent", hidden=h, hidden_prev=h_prev).tolist() == pytest.approx([0.8])
+    # ||(h - h_prev) - (h_prev - h_prev2)|| / ||h|| = ||(0, 4) - (3, 0)|| / 5 = 5 / 5
+    assert fn.exit_signal("accel", hidden=h, hidden_prev=h_prev, hidden_prev2=h_prev2).tolist() == pytest.approx([1.0])
+    logp = torch.tensor([[0.5, 0.3, 0.2]]).log()
+    assert fn.exit_signal("margin", logp=logp).tolist() == pytest.approx([0.2])
+    certain = torch.tensor([[1.0 - 1e-7, 1e-7 / 2, 1e-7 / 2]]).log()
+    uniform = torch.full((1, 3), 1 / 3).log()
+    # |H(p_k) - H(p_k-1)|: from ln 3 nats down to (nearly) 0
+    assert fn.exit_signal("entropy", logp=certain, logp_prev=uniform).tolist() == pytest.approx([math.log(3)], abs=1e-5)
+    # KL(p_k || p_k-1) = sum p_k log(p_k / p_k-1) = ln 3 - H(p_k)
+    assert fn.exit_signal("kl", logp=certain, logp_prev=uniform).tolist() == pytest.approx([math.log(3)], abs=1e-5)
+
+
+def _stop_step(rule: str, signals: list[float], threshold: float, k_max: int) -> int:
+    """k* of one row fed ``signals`` (one per iteration) through the engines' own rule functions."""
+    streak = torch.zeros(1, dtype=torch.long)
+    for k, value in enumerate(signals[:k_max], start=1):
+        streak = fn.hit_streak(fn.exit_hit(rule, torch.tensor([value]), threshold, k), streak)
+        if fn.exit_done(rule, streak, k, k_max).item():
+            return k
+    raise AssertionError("the budget must end the refinement")
+
+
+@pytest.mark.parametrize("rule, signals, threshold, expected", [
+    ("kl", [1e-2, 1e-3, 1e-4, 1e-5], 5e-4, 3),  # the first KL below tau_kl
+    ("kl", [5e-4, 4.9e-4], 5e-4, 2),  # a KL equal to tau_kl goes on (strictly below exits)
+    ("latent", [0.2, 0.1, 0.02, 0.01], 0.03, 3),
+    ("entropy", [0.5, 5e-4, 0.0, 0.0], 1e-3, 2),
+    ("margin", [0.1, 0.4, 0.6, 0.9], 0.5, 3),  # margin exits above its threshold
+    ("margin", [0.5, 0.5, 0.5, 0.5], 0.5, 4),  # at it: goes on to the budget
+    # accel's signal at k = 1 is ignored (no second difference), then two hits in a row end it:
+    ("accel", [0.0, 0.01, 0.05, 0.01, 0.02, 0.0], 0.03, 5),
+    ("accel", [0.0, 0.01, 0.01, 0.5], 0.03, 3),
+    ("accel", [0.0, 0.01, 0.05, 0.01], 0.03, 4),  # a single hit at the budget: the budget ends it
+    ("latent", [float("nan"), 1.0, 1.0, 1.0], 0.03, 1),  # NaN ends it (non_finite reports it)
+])
+def test_stop_steps_match_hand_computed_values(rule, signals, threshold, expected):
+    assert _stop_step(rule, signals, threshold, k_max=len(signals)) == expected
+
+
+def test_refinement_done_is_the_kl_rule_with_one_hit():
+    kl = torch.tensor([1e-5, 1e-2, float("nan"), 1e-2])
+    k = torch.tensor([1, 1, 1, 3])
+    streak = fn.hit_streak(fn.exit_hit("kl", kl, 1e-3, k), 0)
+    assert fn.refinement_done(kl, 1e-3, k, 3).tolist() == fn.exit_done("kl", streak, k, 3).tolist()
+
+
+# ---------------------------------------------------------------- a bad rule or threshold, before the load
+@pytest.mark.parametrize("args, message", [
+    (dict(stop="kld"), "`stop`='kld' is not allowed; allowed: kl, latent, accel, margin, entropy."),
+    (dict(stop="margin", tau_margin=1.5), "`tau_margin`=1.5 is not allowed; allowed: a float in [0, 1]."),
+    (dict(tau_latent=-0.1), "`tau_latent`=-0.1 is not allowed; allowed: a float >= 0."),
+    (dict(tau_entropy="abc"), "`tau_entropy`='abc' is not allowed"),
+])
+def test_a_bad_rule_or_threshold_is_one_line(args, message):
+    from eglr_harness.run.settings import RunSettings
+
+    with pytest.raises(ValueError) as err:
+        RunSettings.from_args({}, **args)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_a_kl_config_keys_as_before_and_another_rule_names_its_own_threshold():
+    assert set(EglrConfig().as_dict()) == {"L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed"}
+    latent = EglrConfig(stop="latent", tau_latent=0.05, tau_margin=0.9).as_dict()
+    assert latent["stop"] == "latent" and latent["tau_latent"] == 0.05 and "tau_margin" not in latent
+
+
+# ---------------------------------------------------------------- both engines against the naive reference
+@pytest.fixture(scope="module", params=("llama", "gemma2"))
+def model(request):
+    return build_tiny_model(request.param, vocab_size=VOCAB, num_layers=LAYERS, seed=1)
+
+
+def _prompts():
+    return random_prompts(0, lengths=(9, 3, 12, 5), vocab=VOCAB)
+
+
+def _naive(model, prompts, config: EglrConfig):
+    """Tokens, k* per emitted token and every compared signal of the naive reference, prompt by prompt."""
+    rows, ks, signals = [], [], []
+    for prompt in prompts:
+        its: list[int] = []
+        tokens, _, _ = naive_eglr_greedy(
+            model, prompt, L=config.L, alpha=config.alpha, k_max=config.k_max, tau_kl=config.tau_kl,
+            tau_h=config.tau_h, max_new_tokens=MAX_NEW, eos_ids={EOS}, kl_sink=signals, iterations_sink=its,
+            stop=config.stop, tau_stop=config.stop_threshold)
+        rows.append(tokens)
+        ks.append(its)
+    return rows, ks, signals
+
+
+def _threshold(model, prompts, rule: str) -> float:
+    """A threshold that makes some tokens exit early, at more than one k, clear of every signal the run
+    with it compares: the first quantile of the signals seen without exits that passes."""
+    never = {"margin": 1.0}.get(rule, 0.0)  # a threshold no signal meets: every token runs to k_max
+    probe = EglrConfig(L=2, k_max=K_MAX, tau_h=0.0, stop=rule, **{STOP_RULES[rule].threshold_arg: never})
+    seen = sorted(v for v in _naive(model, prompts, probe)[2] if v == v and v > 50 * NOISE)
+    assert len(seen) > 10, f"too few {rule} signals above the float noise to place a threshold"
+    for q in (0.5, 0.4, 0.6, 0.3, 0.7, 0.2, 0.8, 0.1, 0.9):
+        i = int(q * (len(seen) - 1))
+        candidate = (seen[i] + seen[i + 1]) / 2
+        config = EglrConfig(L=2, k_max=K_MAX, tau_h=0.0, stop=rule, **{STOP_RULES[rule].threshold_arg: candidate})
+        _, ks, signals = _naive(model, prompts, config)
+        clear = min((abs(v - candidate) for v in signals), default=1.0) > max(MARGIN * candidate, NOISE)
+        flat = [k for row in ks for k in row]
+        if clear and any(0 < k < K_MAX for k in flat) and len(set(flat) - {0}) > 1:
+            return candidate
+    pytest.fail(f"no threshold of {rule} clear of the observed signals with early and late exits")
+
+
+def _hook(model, prompts, config: EglrConfig):
+    rows, hist = [], Counter()
+    for prompt in prompts:  # one prompt a call: no padding, as the naive reference decodes
+        stats = EglrStats()
+        ids = torch.tensor([prompt])
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_NEW, do_sample=False,
+                             pad_token_id=PAD, eos_token_id=EOS, custom_generate=eglr_generate, eglr_config=config,
+                             eglr_stats=stats)
+        tokens = out[0, len(prompt):].tolist()
+        rows.append(tokens[: tokens.index(EOS) + 1] if EOS in tokens else tokens)
+        hist.update({int(k): n for k, n in stats.summary()["iteration_hist"].items()})
+    return rows, hist
+
+
+def _continuous(model, prompts, config: EglrConfig):
+    outcomes = ContinuousEngine(model, max_batch=2, eos_token_ids=[EOS]).run(
+        [Request(tuple(p), config, MAX_NEW) for p in prompts])
+    hist = Counter()
+    for outcome in outcomes:
+        hist.update(outcome.iterations)
+    return [o.tokens for o in outcomes], hist
+
+
+@pytest.mark.parametrize("rule", list(STOP_RULES))
+def test_each_rule_is_exact_against_the_naive_reference_in_both_engines(model, rule):
+    prompts = _prompts()
+    tau = _threshold(model, prompts, rule)
+    config = EglrConfig(L=2, k_max=K_MAX, tau_h=0.0, stop=rule, **{STOP_RULES[rule].threshold_arg: tau})
+    ref_rows, ref_ks, _ = _naive(model, prompts, config)
+    ref_hist = Counter(k for row in ref_ks for k in row if k > 0)
+    assert min(ref_hist) < K_MAX, "the threshold must end some refinement before k_max"
+    for engine in (_hook, _continuous):
+        rows, hist = engine(model, prompts, config)
+        assert rows == ref_rows, f"{engine.__name__} diverged from the naive reference under stop={rule}"
+        assert hist == ref_hist, f"{engine.__name__}'s iterations differ from the naive reference under stop={rule}"
