@@ -48,7 +48,8 @@ class EglrHFLM(HFLM):
             engine=engine, compile=compile, stop=stop, tau_latent=tau_latent, tau_accel=tau_accel,
             tau_margin=tau_margin, tau_entropy=tau_entropy), kwargs)
         super().__init__(**self.args.load_args)
-        num_layers = find_model_parts(self.model).num_layers
+        parts = find_model_parts(self.model)
+        num_layers = parts.num_layers
         self.args.check_loaded(num_layers, self.model.generation_config)
         fingerprint = loaded_model_fingerprint(self.model, self.args.load_args, settings=self.args.settings.base.as_dict(),
                                                max_length=self.max_length, add_bos_token=getattr(self, "add_bos_token", None))
@@ -60,7 +61,7 @@ class EglrHFLM(HFLM):
         self.runner = PoolRunner(self.args, self.decoder, num_layers=num_layers, gather=process_gather(self.world_size),
                                  rank=self.rank, model_name=_model_name(self.args.load_args),
                                  generation_config=self.model.generation_config, max_gen_toks=self.max_gen_toks,
-                                 batch_size=self.batch_size)
+                                 batch_size=self.batch_size, head_layers=parts.head_layers)
         self.settings, self.tau_h_by_task = self.args.settings, self.runner.tau_h_by_task
 
     @property

@@ -130,19 +130,16 @@ class RunSettings:
 
     @classmethod
     def from_args(cls, preset: dict, *, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
-                  top_k=None, top_p=None, seed=None, stop=None, calib_limit=DEFAULT_CALIB_LIMIT,
-                  **stop_thresholds) -> "RunSettings":
-        """``stop_thresholds``: the other exit rules' thresholds (``core.config.STOP_THRESHOLD_ARGS``)."""
+                  top_k=None, top_p=None, seed=None, stop=None, tau_latent=None, tau_accel=None, tau_margin=None,
+                  tau_entropy=None, calib_limit=DEFAULT_CALIB_LIMIT) -> "RunSettings":
+        """stop: the exit rule; tau_latent, ...: the other rules' thresholds (``core.config.STOP_RULES``)."""
         pe = preset.get("eglr", {})
         alpha, k_max, tau_kl, tau_h, stop = (one_value(n, v) for n, v in (
             ("alpha", alpha), ("k_max", k_max), ("tau_kl", tau_kl), ("tau_h", tau_h), ("stop", stop)))
-        unknown = sorted(set(stop_thresholds) - set(defaults.STOP_THRESHOLD_ARGS))
-        if unknown:
-            raise TypeError(f"RunSettings.from_args() got unexpected arguments {unknown}")
-        thresholds = {name: as_float(name, one_value(name, first(stop_thresholds.get(name), pe.get(name),
-                                                                  getattr(defaults.EglrConfig, name))),
-                                     next(r.allowed for r in defaults.STOP_RULES.values() if r.threshold_arg == name))
-                      for name in defaults.STOP_THRESHOLD_ARGS}
+        given = dict(tau_latent=tau_latent, tau_accel=tau_accel, tau_margin=tau_margin, tau_entropy=tau_entropy)
+        thresholds = {rule.threshold_arg: as_float(rule.threshold_arg, one_value(rule.threshold_arg, first(
+            given[rule.threshold_arg], pe.get(rule.threshold_arg), rule.default)), rule.allowed)
+            for rule in defaults.STOP_RULES.values() if rule.threshold_arg in defaults.STOP_THRESHOLD_ARGS}
         calib_limit = as_int("calib_limit", calib_limit, "an int >= 1")
         if calib_limit < 1:
             raise ValueError(f"`calib_limit`={calib_limit!r} is not allowed; allowed: an int >= 1.")

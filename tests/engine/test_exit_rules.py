@@ -109,17 +109,20 @@ def _prompts():
     return random_prompts(0, lengths=(9, 3, 12, 5), vocab=VOCAB)
 
 
-def _naive(model, prompts, config: EglrConfig):
-    """Tokens, k* per emitted token and every compared signal of the naive reference, prompt by prompt."""
+def _naive(model, prompts, config: EglrConfig, logits=None):
+    """Tokens, k* per emitted token and every compared signal of the naive reference, prompt by prompt;
+    ``logits``: a list that receives each prompt's emitted logits (steps, V)."""
     rows, ks, signals = [], [], []
     for prompt in prompts:
         its: list[int] = []
-        tokens, _, _ = naive_eglr_greedy(
+        tokens, emitted, _ = naive_eglr_greedy(
             model, prompt, L=config.L, alpha=config.alpha, k_max=config.k_max, tau_kl=config.tau_kl,
             tau_h=config.tau_h, max_new_tokens=MAX_NEW, eos_ids={EOS}, kl_sink=signals, iterations_sink=its,
             stop=config.stop, tau_stop=config.stop_threshold)
         rows.append(tokens)
         ks.append(its)
+        if logits is not None:
+            logits.append(torch.stack(emitted))
     return rows, ks, signals
 
 
@@ -143,17 +146,21 @@ def _threshold(model, prompts, rule: str) -> float:
 
 
 def _hook(model, prompts, config: EglrConfig):
-    rows, hist = [], Counter()
+    """Tokens, k* histogram and each emitted token's log-probability, prompt by prompt."""
+    rows, hist, logprobs = [], Counter(), []
     for prompt in prompts:  # one prompt a call: no padding, as the naive reference decodes
         stats = EglrStats()
         ids = torch.tensor([prompt])
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_NEW, do_sample=False,
                              pad_token_id=PAD, eos_token_id=EOS, custom_generate=eglr_generate, eglr_config=config,
-                             eglr_stats=stats)
-        tokens = out[0, len(prompt):].tolist()
-        rows.append(tokens[: tokens.index(EOS) + 1] if EOS in tokens else tokens)
+                             eglr_stats=stats, output_scores=True, return_dict_in_generate=True)
+        tokens = out.sequences[0, len(prompt):].tolist()
+        tokens = tokens[: tokens.index(EOS) + 1] if EOS in tokens else tokens
+        rows.append(tokens)
+        scores = torch.log_softmax(torch.stack(out.scores)[:, 0].float(), -1)  # (steps, V)
+        logprobs.append([float(scores[i, t]) for i, t in enumerate(tokens)])
         hist.update({int(k): n for k, n in stats.summary()["iteration_hist"].items()})
-    return rows, hist
+    return rows, hist, logprobs
 
 
 def _continuous(model, prompts, config: EglrConfig):
@@ -162,7 +169,7 @@ def _continuous(model, prompts, config: EglrConfig):
     hist = Counter()
     for outcome in outcomes:
         hist.update(outcome.iterations)
-    return [o.tokens for o in outcomes], hist
+    return [o.tokens for o in outcomes], hist, [list(o.logprobs) for o in outcomes]
 
 
 @pytest.mark.parametrize("rule", list(STOP_RULES))
@@ -170,10 +177,46 @@ def test_each_rule_is_exact_against_the_naive_reference_in_both_engines(model, r
     prompts = _prompts()
     tau = _threshold(model, prompts, rule)
     config = EglrConfig(L=2, k_max=K_MAX, tau_h=0.0, stop=rule, **{STOP_RULES[rule].threshold_arg: tau})
-    ref_rows, ref_ks, _ = _naive(model, prompts, config)
+    ref_logits: list[torch.Tensor] = []
+    ref_rows, ref_ks, _ = _naive(model, prompts, config, logits=ref_logits)
     ref_hist = Counter(k for row in ref_ks for k in row if k > 0)
     assert min(ref_hist) < K_MAX, "the threshold must end some refinement before k_max"
+    # the emitted distribution is the exit iteration's: the log-probability of each emitted token
+    ref_logprobs = [[float(torch.log_softmax(lg[i], -1)[t]) for i, t in enumerate(row)]
+                    for lg, row in zip(ref_logits, ref_rows)]
     for engine in (_hook, _continuous):
-        rows, hist = engine(model, prompts, config)
+        rows, hist, logprobs = engine(model, prompts, config)
         assert rows == ref_rows, f"{engine.__name__} diverged from the naive reference under stop={rule}"
         assert hist == ref_hist, f"{engine.__name__}'s iterations differ from the naive reference under stop={rule}"
+        for got, ref in zip(logprobs, ref_logprobs):
+            assert got == pytest.approx(ref, abs=2e-5), f"{engine.__name__} emitted another iteration's distribution"
+
+
+# ---------------------------------------------------------------- honest compute
+@pytest.mark.parametrize("rule", ["kl", "latent", "margin", "accel"])
+def test_the_accounting_counts_the_lm_head_projections_each_rule_makes(model, rule):
+    prompts = _prompts()
+    config = EglrConfig(L=2, k_max=K_MAX, tau_h=0.0, stop=rule)
+    layer = sum(p.numel() for p in model.model.layers[0].parameters())
+    head_layers = VOCAB * model.config.hidden_size / layer  # the unembedding's weights over one layer's
+    for engine in ("hf", "continuous"):
+        stats = EglrStats()
+        if engine == "hf":
+            for prompt in prompts:
+                ids = torch.tensor([prompt])
+                model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_NEW, do_sample=False,
+                               pad_token_id=PAD, eos_token_id=EOS, custom_generate=eglr_generate, eglr_config=config,
+                               eglr_stats=stats)
+        else:
+            ContinuousEngine(model, max_batch=2, eos_token_ids=[EOS]).run(
+                [Request(tuple(p), config, MAX_NEW) for p in prompts], stats_for=lambda c: stats)
+        summary = stats.summary()
+        hist = {int(k): n for k, n in summary["iteration_hist"].items()}
+        per_iteration = rule in ("kl", "margin")  # a distribution at every iteration; latent, accel: one at the exit
+        expected = sum(k * n for k, n in hist.items()) if per_iteration else sum(hist.values())
+        assert summary["head_projections"] == expected, engine
+        assert summary["head_layers"] == pytest.approx(head_layers, abs=1e-4)
+        n, tokens, h = LAYERS, summary["tokens"], stats.head_layers
+        by_hand = ((n + h) * tokens + 2 * sum(k * c for k, c in hist.items()) + h * expected) / ((n + h) * tokens)
+        assert summary["flop_ratio_with_head"] == pytest.approx(by_hand)
+        assert summary["flop_ratio"] == pytest.approx(1 + 2 * sum(k * c for k, c in hist.items()) / (n * tokens))

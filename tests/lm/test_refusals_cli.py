@@ -63,6 +63,8 @@ def test_the_unloadable_model_fails_at_its_load(unloadable, shared_data_dir):
     (",L=9", [], "`L`=9 exceeds the model's 4 decoder layers; allowed: 0..4"),
     ("", ["--limit", "0"], "`--limit`=0 is not allowed; allowed: a number > 0"),
     (",zzz=1", [], "unknown eglr-hf model arg `zzz`."),
+    (",stop=kld", [], "`stop`='kld' is not allowed; allowed: kl, latent, accel, margin, entropy."),
+    (",stop=margin,tau_margin=2", [], "`tau_margin`=2.0 is not allowed; allowed: a float in [0, 1]."),
     ("", ["--use_cache", "lm_cache"], "eglr-hf does not support lm-eval's --use_cache"),
     # lm-eval would call the model with `device` twice (a TypeError after indexing the tasks)
     (",device=cpu", [], "`device=cpu` in --model_args: lm-eval passes its own --device (cpu) to every model; "

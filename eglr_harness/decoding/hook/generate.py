@@ -167,7 +167,7 @@ def eglr_generate(
         generation_config.disable_compile = True
     stop_strings = _stop_string_criterion(eglr_stop_strings, eglr_tokenizer)
     if eglr_stats is not None:
-        eglr_stats.num_layers = parts.num_layers
+        eglr_stats.num_layers, eglr_stats.head_layers = parts.num_layers, parts.head_layers
 
     if config.sampled:
         prompts = prompt_token_lists(input_ids, model_kwargs.get("attention_mask"))

@@ -209,7 +209,7 @@ class _Counters:
         counts = (iterations[:, None] == ks).sum(dim=0)  # (k_max + 1,), no data-dependent shape: no sync
         self.histogram = counts if self.histogram is None else self.histogram + counts.to(self.histogram.device)
 
-    def flush(self, stats: EglrStats | None, L: int) -> None:
+    def flush(self, stats: EglrStats | None, L: int, head_per_iteration: bool = True) -> None:
         """Check for non-finite logits and add the totals to ``stats``: the call's one read of its counters."""
         if self.tokens is None:
             return
@@ -223,7 +223,7 @@ class _Counters:
         if stats is not None:
             stats.add_batch(steps=self.steps, gated_steps=self.gated_steps, row_steps=self.row_steps, tokens=tokens,
                             iterations={k: c for k, c in enumerate(histogram) if k > 0}, L=L,
-                            pass_row_iterations=self.pass_row_iterations)
+                            pass_row_iterations=self.pass_row_iterations, head_per_iteration=head_per_iteration)
 
 
 class _SignalLog:
@@ -313,7 +313,7 @@ class EglrRefiner:
         self._wrapped_caches.clear()
         self._capture = _StepCapture()
         if exc_type is None:
-            self._counters.flush(self.stats, self.config.L)
+            self._counters.flush(self.stats, self.config.L, self.config.stop_rule.head_per_iteration)
 
     def add_tokens(self, tokens: torch.Tensor) -> None:
         """The last step's tokens (B,), which no later forward call shows (``generate``'s output)."""
