@@ -21,6 +21,9 @@ its threshold (the other rules' default points are the kl run's, so put the rule
     eglr-sweep --model_args model_config=smollm2-135m-instruct,L=4,k_max=4,stop=latent --tasks eglr_demo \
         --sweep tau_latent=0.01,0.03,0.1 --output_dir out/rules_latent
 
+``seed`` repeats the whole run (every cell of its pool) under other seeds, so that a difference between
+two settings can be set against the difference between two seeds of one (``--sweep seed=1334-1337``).
+
 Each run's folder is ``<output_dir>/<axis>_<value>/`` (``default/`` for the default point).
 """
 
@@ -54,6 +57,7 @@ AXES = {
     "tau_h": (float, None),  # the preset's value (or the run's calibration)
     "L": (int, defaults.DEFAULT_L),
     "stop": (str, defaults.DEFAULT_STOP),  # the exit rule (eglr-method.md §2)
+    "seed": (int, defaults.DEFAULT_SEED),  # repeats of the whole run under other seeds: the re-sampling yardstick
     **{rule.threshold_arg: (float, rule.default) for rule in defaults.STOP_RULES.values()
        if rule.threshold_arg in defaults.STOP_THRESHOLD_ARGS},
 }
@@ -208,6 +212,7 @@ def run_settings(results: dict, task: str) -> dict[str, object]:
             "L": int(next(iter(Ls))) if len(Ls) == 1 else None,
             # a run that names no rule used kl; a rule's threshold is recorded only beside its rule
             "stop": settings.get("stop", defaults.DEFAULT_STOP) if settings else None,
+            "seed": settings.get("seed"),
             **{name: settings.get(name) for name in defaults.STOP_THRESHOLD_ARGS}}  # fmt: skip
 
 

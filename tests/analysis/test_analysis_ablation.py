@@ -85,6 +85,23 @@ def test_exit_rules_are_an_axis_with_paired_wilcoxon_beside_the_sign_test(tmp_pa
     assert "wilcoxon_p,n_effective" in (out / "ablation.csv").read_text().splitlines()[0]
 
 
+def test_another_seed_is_an_axis_beside_the_rules(tmp_path):
+    """The re-sampling yardstick: kl under a second seed is paired with kl as latent is."""
+    kl = {0: 1, 1: 2, 2: 0, 3: 4, 4: 3, 5: 2}
+    _fractional_run(tmp_path / "kl", kl)
+    _fractional_run(tmp_path / "kl_seed", {0: 2, 1: 2, 2: 1, 3: 3, 4: 3, 5: 2}, seed=1334)
+    _fractional_run(tmp_path / "latent", {0: 3, 1: 2, 2: 2, 3: 3, 4: 4, 5: 4}, stop="latent")
+    grid = load_grid([tmp_path / "kl", tmp_path / "kl_seed", tmp_path / "latent"])
+    result = ablation(grid.parts, grid.task)
+    assert set(result.axes) == {"stop", "seed"} and result.default["seed"] == 1333
+    other_seed = next(p for p in result.axes["seed"] if not p.is_default)
+    assert other_seed.value == 1334 and (other_seed.gained, other_seed.lost, other_seed.n_effective) == (2, 1, 3)
+    assert [p.value for p in result.axes["stop"]] == ["kl", "latent"]
+    sweep_plan = sweep.plan_sweep("model_config=smollm2-135m-instruct,L=4", "eglr_demo",
+                                  [sweep.parse_axis("seed=1333-1335")], Path("o"))
+    assert [p.name for p in sweep_plan] == ["default", "seed_1334", "seed_1335"]
+
+
 def test_ablation_report_and_silence_without_a_sweep(tmp_path):
     _one_rollout_run(tmp_path / "default", set(range(5)))
     _one_rollout_run(tmp_path / "a05", set(range(2)), alpha=0.5)

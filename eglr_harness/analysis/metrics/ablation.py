@@ -2,8 +2,9 @@
 
 Each run (one :class:`~eglr_harness.analysis.load.RunPart`) is a point: its settings are read from
 ``config.eglr`` (``settings``: alpha, k_max, tau_kl; ``tau_h`` of the task; L and T from its
-rollouts). The *default point* takes, per setting, the value most runs share (an axis swept one at
-a time leaves every other axis at its default); where no value is shared by more runs than
+rollouts; ``stop``, the exit rule, and ``seed``, whose axis is the re-sampling yardstick: how far
+another seed of the default point moves). The *default point* takes, per setting, the value most
+runs share (an axis swept one at a time leaves every other axis at its default); where no value is shared by more runs than
 another (a single swept axis), the built-in default of :mod:`eglr_harness.core.config` when a run has
 it, else the first run's. A setting a run does not record (an L=0 run has no tau_h) does not count
 as a difference. A run that differs from the default point in exactly one setting is a point of
@@ -26,9 +27,9 @@ from eglr_harness.core import config as defaults
 
 __all__ = ["ABLATION_KEYS", "AblationPoint", "Ablation", "point_settings", "ablation"]
 
-ABLATION_KEYS = ("alpha", "k_max", "tau_kl", "tau_h", "L", "stop")
+ABLATION_KEYS = ("alpha", "k_max", "tau_kl", "tau_h", "L", "stop", "seed")
 _BUILTIN = {"alpha": defaults.DEFAULT_ALPHA, "k_max": defaults.DEFAULT_K_MAX, "tau_kl": defaults.DEFAULT_TAU_KL,
-            "L": defaults.DEFAULT_L, "stop": defaults.DEFAULT_STOP}
+            "L": defaults.DEFAULT_L, "stop": defaults.DEFAULT_STOP, "seed": defaults.DEFAULT_SEED}
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class Ablation:
 
 
 def point_settings(part: RunPart, task: str) -> dict[str, object]:
-    """``{alpha, k_max, tau_kl, tau_h, L, stop}`` of one run (None where the run does not say; L is None
+    """``{alpha, k_max, tau_kl, tau_h, L, stop, seed}`` of one run (None where the run does not say; L is None
     when its rollouts hold several L values; stop: the exit rule, with its threshold where that is not
     the rule's default, e.g. ``latent 0.05``; ``kl`` for a run whose settings name no rule)."""
     eglr = part.info.eglr or {}
@@ -82,6 +83,7 @@ def point_settings(part: RunPart, task: str) -> dict[str, object]:
         "tau_h": tau_h,
         "L": next(iter(Ls)) if len(Ls) == 1 else None,
         "stop": _stop_label(settings) if settings else None,
+        "seed": settings.get("seed"),
     }
 
 
