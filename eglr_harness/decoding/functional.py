@@ -111,7 +111,8 @@ def hit_streak(hit: torch.Tensor, streak: torch.Tensor | int) -> torch.Tensor:
     return torch.where(hit, torch.as_tensor(streak, device=hit.device) + 1, 0)
 
 
-def exit_done(rule: str, streak: torch.Tensor, iterations: torch.Tensor | int, k_max: int | torch.Tensor) -> torch.Tensor:
+def exit_done(rule: str, streak: torch.Tensor, iterations: torch.Tensor | int,
+              k_max: int | torch.Tensor) -> torch.Tensor:
     """Rows whose refinement ends after this iteration: the rule hit on its ``hits_needed`` last iterations
     (accel's two-hit check; one hit for the others) or the budget k_max is used up.
 

@@ -144,7 +144,8 @@ def naive_eglr_greedy(model, prompt, *, L, alpha, k_max, tau_kl, tau_h, max_new_
 
     Optional sinks (lists), for tests that must know what the reference did:
     ``kl_sink`` receives every value the exit rule compares with its threshold (the KL with
-    ``stop="kl"``; to keep thresholds away from observed values); ``iterations_sink`` one refinement count k* per emitted token (0 when not gated);
+    ``stop="kl"``; to keep thresholds away from observed values); ``iterations_sink`` one refinement
+    count k* per emitted token (0 when not gated);
     ``kl_pair_sink`` ``(k, KL(p_k || p_{k-1}), KL(p_{k-1} || p_k))`` per iteration.
     """
     return _decode(model, prompt, L=L, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h,

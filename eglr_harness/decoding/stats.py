@@ -16,7 +16,8 @@ class EglrStats:
     decoder layers (``ModelParts.head_layers``): one per token in the normal pass, and per gated token
     the ones its exit rule made (``head_projections``: k* for the rules that read a distribution at
     every iteration, kl, margin, entropy; one, at the exit, for latent and accel), so that rules
-    compare at their real cost: ``((N + h)·tokens + Σ L·k* + h·head_projections) / ((N + h)·tokens)``. ``batched_flop_ratio`` counts what ran: the normal pass over every batch row
+    compare at their real cost: ``((N + h)·tokens + Σ L·k* + h·head_projections) / ((N + h)·tokens)``.
+    ``batched_flop_ratio`` counts what ran: the normal pass over every batch row
     (finished rows included, as ``generate`` computes them) and the refinement pass, which runs
     k_max iterations over the contiguous rows from the first to the last gated row (rows that
     exited early or were not gated are computed and discarded: no host-device sync per iteration).

@@ -210,6 +210,6 @@ class RunSettings:
         b = self.base
         top_k, top_p = (int(self.sampling_value("top_k", kwargs)), float(self.sampling_value("top_p", kwargs))) \
             if cell.sampled else (b.top_k, b.top_p)
-        config = dataclasses.replace(b, L=cell.L, T=cell.T, tau_h=math.inf if cell.L == 0 or tau_h is None else float(tau_h),
-                                     top_k=top_k, top_p=top_p)
+        config = dataclasses.replace(b, L=cell.L, T=cell.T, top_k=top_k, top_p=top_p,
+                                     tau_h=math.inf if cell.L == 0 or tau_h is None else float(tau_h))
         return RolloutSpec(config, cycle if cell.sampled else 0, tuple(sorted(kwargs.items(), key=lambda kv: kv[0])))

@@ -4,12 +4,12 @@ Each run (one :class:`~eglr_harness.analysis.load.RunPart`) is a point: its sett
 ``config.eglr`` (``settings``: alpha, k_max, tau_kl; ``tau_h`` of the task; L and T from its
 rollouts; ``stop``, the exit rule, and ``seed``, whose axis is the re-sampling yardstick: how far
 another seed of the default point moves). The *default point* takes, per setting, the value most
-runs share (an axis swept one at a time leaves every other axis at its default); where no value is shared by more runs than
-another (a single swept axis), the built-in default of :mod:`eglr_harness.core.config` when a run has
-it, else the first run's. A setting a run does not record (an L=0 run has no tau_h) does not count
-as a difference. A run that differs from the default point in exactly one setting is a point of
-that setting's axis; the default point belongs to every axis; runs that differ in
-several settings are listed as off-axis. Pure: no files.
+runs share (an axis swept one at a time leaves every other axis at its default); where no value is
+shared by more runs than another (a single swept axis), the built-in default of
+:mod:`eglr_harness.core.config` when a run has it, else the first run's. A setting a run does not
+record (an L=0 run has no tau_h) does not count as a difference. A run that differs from the default
+point in exactly one setting is a point of that setting's axis; the default point belongs to every
+axis; runs that differ in several settings are listed as off-axis. Pure: no files.
 """
 
 from __future__ import annotations

@@ -89,7 +89,8 @@ class AblationSection(Section):
                 f"\n### {axis}\n",
                 image(figs, f"ablation_{axis}", f"accuracy vs {axis}"),
                 markdown_table([axis, "correct", "accuracy % (95 % CI)", "ρ", "k̄", "FLOP ratio",
-                                "vs default: points (95 % CI); gained / lost; sign test p; Wilcoxon p (effective n)"], rows),
+                                "vs default: points (95 % CI); gained / lost; sign test p; "
+                                "Wilcoxon p (effective n)"], rows),
             ]
         if result.off_axis:
             parts.append(f"\nRuns that move several settings at once (not on any axis): {', '.join(result.off_axis)}.")

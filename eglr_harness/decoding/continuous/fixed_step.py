@@ -9,8 +9,9 @@ by the host; padding entries name the trash slot, whose results are never read) 
   masked select: the few layers it ran before are discarded, shapes never change),
 - the final norm and unembedding, then ``settle``: the entropy gate, the iteration counters and
   the exit rule (``plan.stop``: the KL, or another of ``core.config.STOP_RULES``; the unembedding runs
-  on every row of every step whatever the rule, the shapes being fixed) as masks, the token (argmax, or the per-row Gumbel-max draw), the per-slot state
-  updates as scatters, and the one small read the host needs (``step_state.READ_FIELDS``).
+  on every row of every step whatever the rule, the shapes being fixed) as masks, the token (argmax,
+  or the per-row Gumbel-max draw), the per-slot state updates as scatters, and the one small read
+  the host needs (``step_state.READ_FIELDS``).
 
 Nothing here branches on a tensor value, reads a tensor on the host or makes a data-dependent
 shape, so ``torch.compile(decode_step, fullgraph=True)`` traces it whole (tests/engine/

@@ -83,7 +83,8 @@ class SlotSettings:
     """Per-slot settings of the requests in the slots (first dimension B + 1): written when a request is
     admitted, read by the steps, never written by them (as vLLM keeps sampling metadata apart from the batch).
 
-    L, alpha, k_max, stop_threshold (the exit rule's: ``tau_kl`` for stop=kl), tau_h: the EGLR cell; temperature, top_k, top_p, sampled, seed, min_p: the draw;
+    L, alpha, k_max, stop_threshold (the exit rule's: ``tau_kl`` for stop=kl), tau_h: the EGLR cell;
+    temperature, top_k, top_p, sampled, seed, min_p: the draw;
     penalty, ngram, eos_blocked_until, suppress, begin_suppress: generate's logits processors
     (``processors.py``; suppress, begin_suppress: (B+1, V|1) banned tokens, a V axis only where the run's
     plan uses them); eos: (V,) the engine's EOS tokens.
@@ -118,7 +119,8 @@ class SlotState:
     in the slot; iterations: refinement iterations done at the pending position; drawn: tokens emitted
     so far (the draw counter of the sampling noise); anchor, h_prev: (B+1, D) a and h^(N'k) of the
     pending position; h_prev2: (B+1, D) h^(N) one iteration before h_prev (stop=accel only); streak:
-    (B+1,) consecutive exit-rule hits of the pending position (``functional.hit_streak``); logp_prev: (B+1, V) fp32 log-probabilities of the last distribution computed.
+    (B+1,) consecutive exit-rule hits of the pending position (``functional.hit_streak``); logp_prev:
+    (B+1, V) fp32 log-probabilities of the last distribution computed.
     The processors' state has a V axis only where the run's plan uses it, else 1: seen: (B+1, V|1) tokens
     of the prompt and the generation (repetition penalty); history: (B+1, C) the row's tokens by position
     (no_repeat_ngram; C: the K/V storage's columns).
@@ -159,7 +161,8 @@ class SlotState:
             token=torch.zeros(n, **long), position=torch.zeros(n, **long), iterations=torch.zeros(n, **long),
             drawn=torch.zeros(n, **long), anchor=torch.zeros(n, hidden, dtype=dtype, device=device),
             h_prev=torch.zeros(n, hidden, dtype=dtype, device=device),
-            h_prev2=torch.zeros(n, hidden, dtype=dtype, device=device), streak=torch.zeros(n, **long), logp_prev=torch.zeros(n, vocab, **f32),
+            h_prev2=torch.zeros(n, hidden, dtype=dtype, device=device), streak=torch.zeros(n, **long),
+            logp_prev=torch.zeros(n, vocab, **f32),
             seen=_flags(n, vocab if processors.penalty else 1, device),
             history=torch.zeros(n, history_width if processors.ngram_size else 1, **long), settings=settings,
         )

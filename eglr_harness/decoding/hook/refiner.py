@@ -19,8 +19,9 @@ Rows of the refinement pass are the contiguous span from the first to the last g
 slice is a view (no gather, no index tensor to keep on the right device); rows inside the span
 that are not gated are computed and discarded. The loop runs k_max iterations and freezes each
 row at its exit (the rule ``config.stop``: the KL, or one of ``core.config.STOP_RULES``; the rules that
-need no distribution per iteration project the LM head once, on each row's state at its exit), so a decoding step reads the device once (which rows are gated); counters
-stay on the device until the end of the ``generate`` call.
+need no distribution per iteration project the LM head once, on each row's state at its exit), so a
+decoding step reads the device once (which rows are gated); counters stay on the device until the
+end of the ``generate`` call.
 
 Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``).
 """
@@ -417,7 +418,8 @@ class EglrRefiner:
         Rows never influence each other. raw0: (B, V) raw logits of the normal pass; logp0: (B, V)
         their fp32 log-probabilities after the soft-cap; gate: (B,) bool, true at lo and hi-1. Returns,
         for rows lo:hi, the raw logits to emit (G, V), the iterations k* (G,) (0 where not gated), the
-        exit signal of each row's last iteration (G,) (the KL with stop=kl; 0 where not gated) and the emitted distribution's
+        exit signal of each row's last iteration (G,) (the KL with stop=kl; 0 where not gated) and the
+        emitted distribution's
         log-probabilities (G, V).
         """
         capture, cfg = self._capture, self.config
@@ -453,7 +455,8 @@ class EglrRefiner:
                 else:  # no LM head until the exit: keep each row's state at its exit
                     signal = exit_signal(rule.name, hidden=hidden, hidden_prev=hidden_prev,
                                          hidden_prev2=hidden_prev2.to(hidden.device)).to(raw0.device)
-                    chosen_hidden = torch.where(running.to(hidden.device)[:, None], hidden, chosen_hidden.to(hidden.device))
+                    keep = running.to(hidden.device)[:, None]
+                    chosen_hidden = torch.where(keep, hidden, chosen_hidden.to(hidden.device))
                     hidden_prev2 = hidden_prev
                 iterations = torch.where(running, k, iterations)
                 last_kl = torch.where(running, signal, last_kl)
