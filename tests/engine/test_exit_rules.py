@@ -220,3 +220,33 @@ def test_the_accounting_counts_the_lm_head_projections_each_rule_makes(model, ru
         by_hand = ((n + h) * tokens + 2 * sum(k * c for k, c in hist.items()) + h * expected) / ((n + h) * tokens)
         assert summary["flop_ratio_with_head"] == pytest.approx(by_hand)
         assert summary["flop_ratio"] == pytest.approx(1 + 2 * sum(k * c for k, c in hist.items()) / (n * tokens))
+
+
+@pytest.mark.parametrize("rule", list(STOP_RULES))
+def test_each_rules_functions_trace_whole(rule):
+    """A rule's functions as the continuous step calls them (the rule a Python string, the thresholds,
+    iterations and streaks tensors) under torch.compile(fullgraph=True): no graph break, no host read,
+    so a CUDA graph can record the step; the values are the eager ones."""
+    try:
+        torch._dynamo.reset()
+        torch.compile(lambda x: x * 2 + 1, fullgraph=True, backend="eager")(torch.ones(2))
+    except Exception as error:  # noqa: BLE001 -- no compiler here: nothing to test
+        pytest.skip(f"torch.compile is not available here: {type(error).__name__}: {error}")
+
+    def step(logp, logp_prev, hidden, hidden_prev, hidden_prev2, threshold, iterations, streak, k_max):
+        signal = fn.exit_signal(rule, logp=logp, logp_prev=logp_prev, hidden=hidden, hidden_prev=hidden_prev,
+                                hidden_prev2=hidden_prev2)
+        streak = fn.hit_streak(fn.exit_hit(rule, signal, threshold, iterations), streak)
+        return signal, streak, fn.exit_done(rule, streak, iterations, k_max)
+
+    g = torch.Generator().manual_seed(0)
+    rows = 6
+    inputs = (torch.log_softmax(torch.randn(rows, VOCAB, generator=g), -1),
+              torch.log_softmax(torch.randn(rows, VOCAB, generator=g), -1),
+              *(torch.randn(rows, 16, generator=g) for _ in range(3)),
+              torch.full((rows,), STOP_RULES[rule].default, dtype=torch.float64),
+              torch.tensor([1, 2, 3, 2, 4, 1]), torch.tensor([0, 1, 0, 1, 1, 0]), torch.full((rows,), 4))
+    eager = step(*inputs)
+    traced = torch.compile(step, fullgraph=True, backend="eager")(*inputs)
+    for a, b in zip(traced, eager):
+        assert torch.equal(a, b)
