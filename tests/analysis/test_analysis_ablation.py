@@ -50,12 +50,15 @@ def test_ablation_axes_default_and_intervals(tmp_path):
     assert [p.value for p in result.axes["k_max"]] == [1, 3]
 
 
-def _fractional_run(path, correct_of: dict[int, int], rollouts=4, **settings):
-    """A run with ``rollouts`` rollouts a problem, ``correct_of[d]`` of them correct (settings: config.eglr's)."""
+def _fractional_run(path, correct_of: dict[int, int], rollouts=4, with_head=None, **settings):
+    """A run with ``rollouts`` rollouts a problem, ``correct_of[d]`` of them correct (settings: config.eglr's;
+    with_head: its stats' flop_ratio_with_head, absent when None)."""
     docs = {d: [{"repeat": r, "L": 4, "T": 0.7, "cycle": r, "answer": "g" if r < c else "x", "correct": int(r < c),
                  "cluster": 0} for r in range(rollouts)] for d, c in correct_of.items()}
     block = _eglr()
     block["settings"] = {**block["settings"], **settings}
+    if with_head is not None:
+        block["stats"]["total"]["flop_ratio_with_head"] = with_head
     lmeval_fakes.write_run(path, task=TASK, docs=docs, eglr=block)
 
 
@@ -66,13 +69,13 @@ def test_exit_rules_are_an_axis_with_paired_wilcoxon_beside_the_sign_test(tmp_pa
     kl = {0: 1, 1: 2, 2: 0, 3: 4, 4: 3, 5: 2}
     latent = {0: 3, 1: 2, 2: 2, 3: 3, 4: 4, 5: 4}
     _fractional_run(tmp_path / "kl", kl)
-    _fractional_run(tmp_path / "latent", latent, stop="latent", tau_latent=0.05)
+    _fractional_run(tmp_path / "latent", latent, with_head=1.25, stop="latent", tau_latent=0.05)
     grid = load_grid([tmp_path / "kl", tmp_path / "latent"])
     result = ablation(grid.parts, grid.task)
     assert set(result.axes) == {"stop"} and result.default["stop"] == "kl"
     point = next(p for p in result.axes["stop"] if not p.is_default)
     assert point.value == "latent 0.05"
-    # differences 0.5, 0, 0.5, -0.25, 0.25, 0.5: five problems moved (effective n 5), four up, one down
+    assert point.flop_ratio_with_head == 1.25 and result.axes["stop"][0].flop_ratio_with_head is None    # differences 0.5, 0, 0.5, -0.25, 0.25, 0.5: five problems moved (effective n 5), four up, one down
     diffs = [(latent[d] - kl[d]) / 4 for d in sorted(kl)]
     assert (point.gained, point.lost, point.n_effective) == (4, 1, 5)
     assert point.sign_p == pytest.approx(sign_test_p(4, 1))
@@ -81,7 +84,7 @@ def test_exit_rules_are_an_axis_with_paired_wilcoxon_beside_the_sign_test(tmp_pa
     assert wilcoxon_signed_rank(diffs).w_minus == 1.5
     out = build_report([tmp_path / "kl", tmp_path / "latent"], tmp_path / "rep", sections=("ablation",))
     text = (out / "report.md").read_text()
-    assert "### stop" in text and "latent 0.05" in text and "(n = 5)" in text
+    assert "### stop" in text and "latent 0.05" in text and "(n = 5)" in text and "| 1.250 |" in text
     assert "wilcoxon_p,n_effective" in (out / "ablation.csv").read_text().splitlines()[0]
 
 

@@ -49,6 +49,7 @@ class AblationPoint:
     rho: float | None
     mean_iterations: float | None
     flop_ratio: float | None
+    flop_ratio_with_head: float | None
     vs_default: tuple[float, float, float] | None = None  # paired bootstrap of accuracy − default's (problems)
     gained: int | None = None  # problems this point solves and the default point does not (one rollout each)
     lost: int | None = None
@@ -166,7 +167,8 @@ def ablation(parts: Sequence[RunPart], task: str) -> Ablation | None:
             found[axis].append(AblationPoint(
                 axis, s[axis], not moved, part.info.name, docs, rollouts, correct, acc, low, high,
                 compute.rho if compute else None, compute.mean_iterations if compute else None,
-                compute.flop_ratio if compute else None, *paired,
+                compute.flop_ratio if compute else None, compute.flop_ratio_with_head if compute else None,
+                *paired,
             ))
     axes = {}
     for axis, points in found.items():

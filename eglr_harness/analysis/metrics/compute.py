@@ -3,6 +3,8 @@
 ``flop_ratio`` is the paper's per-row accounting ``(N·tokens + Σ L·k) / (N·tokens)``; when runs
 are merged, ratios are combined weighted by tokens (same model, so the same N): ``1 + Σ(r−1)·t
 / Σ t``; ρ = gated tokens / tokens; mean iterations is weighted by gated tokens.
+``flop_ratio_with_head`` adds the LM-head projections each exit rule made (eglr-method.md §4), the
+ratio to compare exit rules on; combined as ``flop_ratio``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Compute:
     flop_ratio: float | None
     batched_flop_ratio: float | None
     wall_time_s: float | None
+    flop_ratio_with_head: float | None = None  # with the LM-head projections (runs since 2026-11-26)
 
 
 def _num(stats: Mapping, key: str, kind=float):
@@ -52,6 +55,7 @@ def stats_compute(label: str, stats: Mapping) -> Compute:
         flop_ratio=_num(stats, "flop_ratio"),
         batched_flop_ratio=_num(stats, "batched_flop_ratio"),
         wall_time_s=_num(stats, "wall_time_s"),
+        flop_ratio_with_head=_num(stats, "flop_ratio_with_head"),
     )
 
 
@@ -112,4 +116,5 @@ def combine_compute(label: str, parts: Sequence[Compute]) -> Compute:
         flop_ratio=ratio("flop_ratio"),
         batched_flop_ratio=ratio("batched_flop_ratio"),
         wall_time_s=sum(walls) if walls else None,
+        flop_ratio_with_head=ratio("flop_ratio_with_head"),
     )
