@@ -93,6 +93,20 @@ def test_a_bad_rule_or_threshold_is_one_line(args, message):
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
 
 
+def test_a_preset_names_a_rule_and_a_model_arg_overrides_it(tmp_path):
+    from eglr_harness.run.presets import load_preset
+    from eglr_harness.run.settings import RunSettings
+
+    path = tmp_path / "rules.yaml"
+    path.write_text("eglr:\n  stop: latent\n  tau_latent: 0.05\n  k_max: 4\n")
+    preset = load_preset(str(path))
+    assert RunSettings.from_args(preset).base.stop_threshold == 0.05
+    assert RunSettings.from_args(preset, stop="margin").base.stop_rule.name == "margin"  # model args > preset
+    path.write_text("eglr:\n  stopp: latent\n")
+    with pytest.raises(ValueError, match="unknown eglr keys"):
+        load_preset(str(path))
+
+
 def test_a_kl_config_keys_as_before_and_another_rule_names_its_own_threshold():
     assert set(EglrConfig().as_dict()) == {"L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed"}
     latent = EglrConfig(stop="latent", tau_latent=0.05, tau_margin=0.9).as_dict()
