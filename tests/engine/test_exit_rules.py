@@ -107,6 +107,25 @@ def test_a_preset_names_a_rule_and_a_model_arg_overrides_it(tmp_path):
         load_preset(str(path))
 
 
+@pytest.mark.parametrize("rule", ["latent", "accel"])
+def test_a_nan_exit_projection_raises_under_the_rules_without_a_head_per_iteration(monkeypatch, rule):
+    """latent and accel read no distribution before the exit: a NaN there must still stop decoding."""
+    from eglr_harness.decoding.hook.refiner import EglrRefiner
+
+    project = EglrRefiner._project
+
+    def nan_project(self, hidden, head_device, out_device):
+        raw, logp = project(self, hidden, head_device, out_device)
+        return torch.full_like(raw, torch.nan), torch.full_like(logp, torch.nan)
+
+    monkeypatch.setattr(EglrRefiner, "_project", nan_project)
+    model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=LAYERS, seed=1)
+    ids = torch.tensor([_prompts()[0]])
+    with pytest.raises(FloatingPointError, match="non-finite logits"):
+        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False, pad_token_id=PAD,
+                       custom_generate=eglr_generate, eglr_config=EglrConfig(L=2, k_max=K_MAX, tau_h=0.0, stop=rule))
+
+
 def test_a_kl_config_keys_as_before_and_another_rule_names_its_own_threshold():
     assert set(EglrConfig().as_dict()) == {"L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed"}
     latent = EglrConfig(stop="latent", tau_latent=0.05, tau_margin=0.9).as_dict()

@@ -467,6 +467,9 @@ class EglrRefiner:
                 gated = gate[lo:hi]
                 chosen = torch.where(gated[:, None], raw.to(chosen.dtype), chosen)
                 chosen_logp = torch.where(gated[:, None], logp, chosen_logp)
+                # the exit projection is the first distribution these rules see: a NaN there ends decoding
+                # as a NaN KL does (``non_finite`` reads the last signal)
+                last_kl = torch.where(gated & logp.isnan().any(dim=-1), torch.nan, last_kl)
         finally:
             replay.restore()
             self._refining = False
