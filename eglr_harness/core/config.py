@@ -19,6 +19,55 @@ TAU_H_CAP = 2.5  # nats: the calibrated threshold never exceeds this
 
 
 @dataclass(frozen=True)
+class StopRule:
+    """One exit rule of refinement (eglr-method.md, "Exit rules"): what ends a gated token's iterations
+    before k_max.
+
+    Attributes:
+        name: the ``stop`` model arg's value.
+        threshold_arg: the model arg (and ``EglrConfig`` field) holding its threshold.
+        default: the threshold's default (argued in eglr-method.md).
+        allowed: the threshold's range, as an error message says it.
+        exits_above: a hit is ``signal > threshold`` (margin); else ``signal < threshold``.
+        head_per_iteration: the rule reads the LM head's distribution at every iteration (else the
+            head runs once, at the exit): what the FLOP accounting counts.
+        hits_needed: consecutive iterations that must hit before the row exits (accel's two-hit check).
+        first_hit: the first iteration whose signal is defined (accel's second difference needs k >= 2).
+    """
+
+    name: str
+    threshold_arg: str
+    default: float
+    allowed: str
+    exits_above: bool = False
+    head_per_iteration: bool = True
+    hits_needed: int = 1
+    first_hit: int = 1
+
+    def accepts(self, value: float) -> bool:
+        return 0.0 <= value <= 1.0 if self.name == "margin" else value >= 0.0
+
+
+DEFAULT_STOP = "kl"  # the paper's rule
+STOP_RULES = {rule.name: rule for rule in (
+    StopRule("kl", "tau_kl", DEFAULT_TAU_KL, "a float >= 0"),
+    StopRule("latent", "tau_latent", 0.03, "a float >= 0", head_per_iteration=False),
+    StopRule("accel", "tau_accel", 0.03, "a float >= 0", head_per_iteration=False, hits_needed=2, first_hit=2),
+    StopRule("margin", "tau_margin", 0.5, "a float in [0, 1]", exits_above=True),
+    StopRule("entropy", "tau_entropy", 1e-3, "a float >= 0 nats"),
+)}
+# the thresholds of the rules other than the paper's, as EglrConfig fields and model args
+STOP_THRESHOLD_ARGS = tuple(rule.threshold_arg for rule in STOP_RULES.values() if rule.name != DEFAULT_STOP)
+
+
+def check_stop(value) -> str:
+    """The ``stop`` model arg: one of ``STOP_RULES``; one line naming the value otherwise."""
+    if not isinstance(value, str) or value.strip().lower() not in STOP_RULES:
+        raise ValueError(f"`stop`={value!r} is not allowed; allowed: {', '.join(STOP_RULES)}.")
+    return value.strip().lower()
+
+
+@dataclass(frozen=True)
 class EglrConfig:
     """EGLR hyper-parameters for one decoding configuration.
 
@@ -32,6 +81,8 @@ class EglrConfig:
         top_k: top-k filter when T > 0 (0 disables it).
         top_p: nucleus filter when T > 0 (1.0 disables it).
         seed: base seed of sampled rollouts.
+        stop: the exit rule of refinement (``STOP_RULES``; ``kl``, the paper's, uses ``tau_kl``).
+        tau_latent, tau_accel, tau_margin, tau_entropy: the other rules' thresholds (read only by their rule).
     """
 
     L: int = DEFAULT_L
@@ -43,6 +94,11 @@ class EglrConfig:
     top_k: int = DEFAULT_TOP_K
     top_p: float = DEFAULT_TOP_P
     seed: int = DEFAULT_SEED
+    stop: str = DEFAULT_STOP
+    tau_latent: float = STOP_RULES["latent"].default
+    tau_accel: float = STOP_RULES["accel"].default
+    tau_margin: float = STOP_RULES["margin"].default
+    tau_entropy: float = STOP_RULES["entropy"].default
 
     def __post_init__(self) -> None:
         _check_int("L", self.L, lo=0, allowed="0..N (N = the model's decoder layer count)")
@@ -54,6 +110,19 @@ class EglrConfig:
         _check_int("top_k", self.top_k, lo=0, allowed="an int >= 0 (0 disables top-k)")
         _check_real("top_p", self.top_p, allowed="(0, 1]", ok=lambda v: 0.0 < v <= 1.0)
         _check_int("seed", self.seed, lo=None, allowed="an int")
+        if self.stop not in STOP_RULES:
+            check_stop(self.stop)
+        for rule in STOP_RULES.values():
+            _check_real(rule.threshold_arg, getattr(self, rule.threshold_arg), allowed=rule.allowed, ok=rule.accepts)
+
+    @property
+    def stop_rule(self) -> StopRule:
+        return STOP_RULES[self.stop]
+
+    @property
+    def stop_threshold(self) -> float:
+        """The threshold the exit rule compares with (``tau_kl`` for ``kl``)."""
+        return float(getattr(self, self.stop_rule.threshold_arg))
 
     @property
     def refines(self) -> bool:
@@ -71,7 +140,15 @@ class EglrConfig:
             )
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The fields, with the exit rule's only where it is not the paper's: a ``kl`` config keys, prints
+        and fingerprints as before the rules existed (stores and results stay readable), and another rule
+        names itself and its own threshold, not the thresholds it never reads."""
+        values = asdict(self)
+        for name in ("stop", *STOP_THRESHOLD_ARGS):
+            values.pop(name)
+        if self.stop != DEFAULT_STOP:
+            values.update(stop=self.stop, **{self.stop_rule.threshold_arg: self.stop_threshold})
+        return values
 
 
 def _check_int(name: str, value, *, lo, allowed: str) -> None:

@@ -1,7 +1,8 @@
 """EGLR's per-token maths as pure tensor functions (eglr-method.md §2): the one rule both engines call.
 
 The hook engine (``refiner.py``) and the continuous engine (``fixed_step.py``) gate, fuse, stop
-and check with these functions, so a change of the rule changes both (and their tests).
+(each exit rule of ``core.config.STOP_RULES``: its signal, its hit, the two-hit streak) and check with
+these functions, so a change of the rule changes both (and their tests).
 
 Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``). Entropies and KL are computed in fp32 whatever the model dtype.
 """
@@ -9,6 +10,8 @@ Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``). Ent
 from __future__ import annotations
 
 import torch
+
+from eglr_harness.core.config import STOP_RULES
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -33,14 +36,99 @@ def entropy_gate(entropies: torch.Tensor, tau_h: float | torch.Tensor, active: t
     return active & (entropies.double() > tau_h)
 
 
+def relative_change(hidden: torch.Tensor, hidden_prev: torch.Tensor) -> torch.Tensor:
+    """``latent``'s signal: ||h_k - h_{k-1}|| / ||h_k|| over the hidden dimension, in fp32 (Huginn's latent-diff).
+
+    hidden, hidden_prev: (R, D) h^(N) of iterations k and k-1 -> (R,) fp32.
+    """
+    new = hidden.float()
+    return (new - hidden_prev.float()).norm(dim=-1) / new.norm(dim=-1).clamp_min(1e-12)
+
+
+def relative_acceleration(hidden: torch.Tensor, hidden_prev: torch.Tensor, hidden_prev2: torch.Tensor) -> torch.Tensor:
+    """``accel``'s signal: the second difference ||Δ_k - Δ_{k-1}|| / ||h_k||, Δ_k = h_k - h_{k-1}, in fp32
+    (arXiv 2509.23314's acceleration, made scale-free as ``latent`` is).
+
+    hidden, hidden_prev, hidden_prev2: (R, D) h^(N) of iterations k, k-1, k-2 -> (R,) fp32.
+    """
+    new, prev, prev2 = hidden.float(), hidden_prev.float(), hidden_prev2.float()
+    return ((new - prev) - (prev - prev2)).norm(dim=-1) / new.norm(dim=-1).clamp_min(1e-12)
+
+
+def top2_margin(logp: torch.Tensor) -> torch.Tensor:
+    """``margin``'s signal: p(top-1) - p(top-2) of a distribution (CALM's softmax-response margin).
+
+    logp: (R, V) fp32 log-probabilities -> (R,) fp32.
+    """
+    best = torch.topk(logp, 2, dim=-1).values.exp()  # (R, 2)
+    return best[:, 0] - best[:, 1]
+
+
+def exit_signal(rule: str, *, logp: torch.Tensor | None = None, logp_prev: torch.Tensor | None = None,
+                hidden: torch.Tensor | None = None, hidden_prev: torch.Tensor | None = None,
+                hidden_prev2: torch.Tensor | None = None) -> torch.Tensor:
+    """The value exit rule ``rule`` (``core.config.STOP_RULES``) compares with its threshold after iteration k.
+
+    Each rule reads only its inputs: kl and entropy ``logp`` (R, V) and ``logp_prev`` (R, V) (p_k, p_{k-1});
+    margin ``logp``; latent ``hidden`` and ``hidden_prev`` (R, D) (h^(N) of iterations k, k-1, the normal
+    pass's for k = 1); accel these and ``hidden_prev2`` (R, D) (k-2; any value at k = 1, whose signal
+    ``exit_hit`` ignores). ``rule`` is a Python string, so a compiled step traces one rule. -> (R,) fp32.
+    """
+    if rule == "kl":
+        return kl_divergence(logp, logp_prev)
+    if rule == "entropy":
+        return (entropy_of_log_probs(logp) - entropy_of_log_probs(logp_prev)).abs()
+    if rule == "margin":
+        return top2_margin(logp)
+    if rule == "latent":
+        return relative_change(hidden, hidden_prev)
+    if rule == "accel":
+        return relative_acceleration(hidden, hidden_prev, hidden_prev2)
+    raise ValueError(f"`stop`={rule!r} is not allowed; allowed: {', '.join(STOP_RULES)}.")
+
+
+def exit_hit(rule: str, signal: torch.Tensor, threshold: float | torch.Tensor,
+             iterations: torch.Tensor | int) -> torch.Tensor:
+    """Rows whose signal after iteration k meets the rule: below the threshold (above it for margin),
+    compared in float64 as the config's Python float; a NaN signal is a hit (it ends the refinement;
+    ``non_finite`` reports it); no hit before the rule's first defined iteration (accel: k >= 2).
+
+    signal: (R,) fp32; threshold: a float or (R,) float64; iterations: k, an int or (R,) -> (R,) bool.
+    """
+    stop = STOP_RULES[rule]
+    value = signal.double()
+    hit = ~(value <= threshold) if stop.exits_above else ~(value >= threshold)
+    if stop.first_hit > 1:
+        hit = hit & (torch.as_tensor(iterations, device=signal.device) >= stop.first_hit)
+    return hit
+
+
+def hit_streak(hit: torch.Tensor, streak: torch.Tensor | int) -> torch.Tensor:
+    """Consecutive hits up to iteration k: the streak of k-1 plus one on a hit, else 0.
+
+    hit: (R,) bool; streak: (R,) long or 0 (before the first iteration) -> (R,) long.
+    """
+    return torch.where(hit, torch.as_tensor(streak, device=hit.device) + 1, 0)
+
+
+def exit_done(rule: str, streak: torch.Tensor, iterations: torch.Tensor | int,
+              k_max: int | torch.Tensor) -> torch.Tensor:
+    """Rows whose refinement ends after this iteration: the rule hit on its ``hits_needed`` last iterations
+    (accel's two-hit check; one hit for the others) or the budget k_max is used up.
+
+    streak: (R,) long (``hit_streak``); iterations: k, an int or (R,); k_max likewise -> (R,) bool.
+    """
+    return (streak >= STOP_RULES[rule].hits_needed) | (torch.as_tensor(iterations, device=streak.device) >= k_max)
+
+
 def refinement_done(kl: torch.Tensor, tau_kl: float | torch.Tensor, iterations: torch.Tensor | int,
                     k_max: int | torch.Tensor) -> torch.Tensor:
-    """Rows whose refinement ends after this iteration: KL(p_k || p_k-1) below tau_kl (a NaN KL ends it
-    too; ``non_finite`` reports it) or the budget k_max used up.
+    """The paper's rule (``stop=kl``) in one call: KL(p_k || p_k-1) below tau_kl (a NaN KL ends it too) or
+    the budget k_max used up. The rules' own functions (``exit_hit``, ``exit_done``) with one hit.
 
     kl: (R,) fp32; tau_kl: a float or (R,) float64; iterations: k, an int or (R,); k_max likewise -> (R,) bool.
     """
-    return ~(kl.double() >= tau_kl) | (torch.as_tensor(iterations, device=kl.device) >= k_max)
+    return exit_done("kl", hit_streak(exit_hit("kl", kl, tau_kl, iterations), 0), iterations, k_max)
 
 
 def norm_match(hidden: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
@@ -87,9 +175,10 @@ def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
 
 
 def non_finite(entropies: torch.Tensor, kls: torch.Tensor) -> torch.Tensor:
-    """Rows whose logits were NaN/inf: the normal pass's entropy or the refinement's KL is NaN.
+    """Rows whose logits were NaN/inf: the normal pass's entropy or the refinement's last exit signal
+    (the KL with ``stop=kl``) is NaN.
 
-    entropies, kls: (B,) fp32 (kls 0 where a row did not refine) -> (B,) bool.
+    entropies, kls: (B,) fp32 (kls: the exit signals, 0 where a row did not refine) -> (B,) bool.
     """
     return entropies.isnan() | kls.isnan()
 

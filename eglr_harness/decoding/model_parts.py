@@ -56,6 +56,15 @@ class ModelParts:
     def num_layers(self) -> int:
         return len(self.layers)
 
+    @property
+    def head_layers(self) -> float:
+        """One LM-head projection's cost in decoder layers: the unembedding's weights over one decoder
+        layer's (a matmul costs 2 FLOPs per weight and position, so the ratio of weights is the ratio of
+        FLOPs; attention's context-length term is left out, as the paper's L/N accounting leaves it out)."""
+        head = sum(p.numel() for p in self.lm_head.parameters())
+        layer = sum(p.numel() for p in self.layers[0].parameters())
+        return head / layer if layer else 0.0
+
     def scale_logits(self, unembedded: torch.Tensor) -> torch.Tensor:
         """The model's logits before any soft-cap, from the unembedding's output: the same operation in
         the same dtype as the model's forward (a division stays a division).  (..., V) -> (..., V)."""

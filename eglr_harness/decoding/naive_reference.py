@@ -11,6 +11,9 @@ Each refinement iteration re-runs the whole model on the whole sequence, with th
 at layer N-L overwritten by a forward pre-hook on layer N-L+1 (0-based index N-L). By causality this
 equals re-applying the top L layers at that position against the original keys/values of the past.
 
+The exit rules (``stop``: kl, latent, accel, margin, entropy) are written here from their definitions
+in eglr-method.md, in Python floats and plain tensors, one position at a time.
+
 Sampling (``naive_eglr_sampled``) warps the refined logits by temperature, top-k and top-p, written
 here from their definitions, and draws by Gumbel-max with the noise the engines' spec names
 (eglr_harness/decoding/sampling.py's docstring), computed here in Python integers, one token at a time.
@@ -65,8 +68,46 @@ def _kl(logp_p, logp_q):
     return (logp_p.exp() * (logp_p - logp_q)).sum()
 
 
-def _eglr_logits(model, seq, *, L, alpha, k_max, tau_kl, tau_h, kl_sink, kl_pair_sink):
-    """The logits EGLR emits for the next position of ``seq``. Returns (logits (V,), gated, k*)."""
+def _entropy(logp):
+    """Shannon entropy in nats from log-probabilities.  (V,) -> ()"""
+    return -(logp.exp() * logp).sum()
+
+
+def _stop_value(stop, logp, prev_logp, h, h_prev, h_prev2):
+    """What rule ``stop`` compares with its threshold after an iteration, from its definition
+    (eglr-method.md, "Exit rules"); ``h`` are h^(N) vectors (D,), ``logp`` log-probabilities (V,)."""
+    if stop == "kl":
+        return float(_kl(logp, prev_logp))
+    if stop == "entropy":
+        return abs(float(_entropy(logp)) - float(_entropy(prev_logp)))
+    if stop == "margin":
+        ranked = sorted((float(v) for v in logp.exp()), reverse=True)
+        return ranked[0] - ranked[1]
+    if stop == "latent":
+        return float((h.float() - h_prev.float()).norm() / h.float().norm())
+    if stop == "accel":
+        if h_prev2 is None:  # k = 1: no second difference yet
+            return None
+        return float(((h.float() - h_prev.float()) - (h_prev.float() - h_prev2.float())).norm() / h.float().norm())
+    raise ValueError(f"unknown stop rule {stop!r}")
+
+
+def _hits(stop, value, threshold):
+    if value is None:
+        return False
+    if value != value:  # NaN ends the refinement
+        return True
+    return value > threshold if stop == "margin" else value < threshold
+
+
+def _eglr_logits(model, seq, *, L, alpha, k_max, tau_kl, tau_h, kl_sink, kl_pair_sink, stop="kl", tau_stop=None):
+    """The logits EGLR emits for the next position of ``seq``. Returns (logits (V,), gated, k*).
+
+    ``stop`` picks the exit rule; its threshold is ``tau_kl`` for ``kl``, ``tau_stop`` for the others.
+    accel exits on two consecutive hits, the others on one.
+    """
+    threshold = tau_kl if stop == "kl" else tau_stop
+    needed = 2 if stop == "accel" else 1
     num_layers = len(_decoder(model).layers)
     anchor_layer = num_layers - L if L > 0 else None
     logits, cap = _run(model, seq, capture_layer=anchor_layer)
@@ -76,36 +117,41 @@ def _eglr_logits(model, seq, *, L, alpha, k_max, tau_kl, tau_h, kl_sink, kl_pair
         return logits, False, 0
     a, h = cap["anchor"], cap["h_final"]
     prev_logp = torch.log_softmax(logits, -1)
+    h_prev2 = None
+    hits_in_a_row = 0
     k = 0
     for k in range(1, k_max + 1):
         h_hat = h * (a.float().norm() / h.float().norm())
         u = (1 - alpha) * a + alpha * h_hat
         logits, cap2 = _run(model, seq, replace_layer=num_layers - L, replacement=u)
-        h = cap2["h_final"]
+        h_prev, h = h, cap2["h_final"]
         logp = torch.log_softmax(logits, -1)
-        kl = _kl(logp, prev_logp)  # KL(p_k || p_{k-1}), the direction the spec names
-        if kl_sink is not None:
-            kl_sink.append(float(kl))
+        value = _stop_value(stop, logp, prev_logp, h, h_prev, h_prev2)
+        if kl_sink is not None and value is not None:
+            kl_sink.append(value)
         if kl_pair_sink is not None:
-            kl_pair_sink.append((k, float(kl), float(_kl(prev_logp, logp))))
-        prev_logp = logp
-        if float(kl) < tau_kl:
+            kl_pair_sink.append((k, float(_kl(logp, prev_logp)), float(_kl(prev_logp, logp))))
+        prev_logp, h_prev2 = logp, h_prev
+        hits_in_a_row = hits_in_a_row + 1 if _hits(stop, value, threshold) else 0
+        if hits_in_a_row >= needed:
             break
     return logits, True, k
 
 
 def naive_eglr_greedy(model, prompt, *, L, alpha, k_max, tau_kl, tau_h, max_new_tokens, eos_ids, kl_sink=None,
-                      iterations_sink=None, kl_pair_sink=None):
+                      iterations_sink=None, kl_pair_sink=None, stop="kl", tau_stop=None):
     """Greedy EGLR for one prompt. Returns (new tokens, emitted logits per step, gated flags).
 
     Optional sinks (lists), for tests that must know what the reference did:
-    ``kl_sink`` receives every KL compared with ``tau_kl`` (to keep thresholds away from observed
-    values); ``iterations_sink`` one refinement count k* per emitted token (0 when not gated);
+    ``kl_sink`` receives every value the exit rule compares with its threshold (the KL with
+    ``stop="kl"``; to keep thresholds away from observed values); ``iterations_sink`` one refinement
+    count k* per emitted token (0 when not gated);
     ``kl_pair_sink`` ``(k, KL(p_k || p_{k-1}), KL(p_{k-1} || p_k))`` per iteration.
     """
     return _decode(model, prompt, L=L, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h,
                    max_new_tokens=max_new_tokens, eos_ids=eos_ids, pick=lambda logits: int(torch.argmax(logits)),
-                   kl_sink=kl_sink, iterations_sink=iterations_sink, kl_pair_sink=kl_pair_sink)
+                   kl_sink=kl_sink, iterations_sink=iterations_sink, kl_pair_sink=kl_pair_sink, stop=stop,
+                   tau_stop=tau_stop)
 
 
 def warp(logits, *, temperature, top_k, top_p):
@@ -143,7 +189,7 @@ def gumbel(seed: int, n: int, token: int) -> torch.Tensor:
 
 
 def naive_eglr_sampled(model, prompt, *, L, alpha, k_max, tau_kl, tau_h, max_new_tokens, eos_ids, temperature,
-                       top_k, top_p, seed, kl_sink=None, iterations_sink=None):
+                       top_k, top_p, seed, kl_sink=None, iterations_sink=None, stop="kl", tau_stop=None):
     """Sampled EGLR for one prompt: draw n is argmax over the kept tokens of warped score + gumbel(seed, n, token).
 
     Returns (new tokens, refined logits per step before warping, gated flags); sinks as in
@@ -160,7 +206,7 @@ def naive_eglr_sampled(model, prompt, *, L, alpha, k_max, tau_kl, tau_h, max_new
 
     return _decode(model, prompt, L=L, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h,
                    max_new_tokens=max_new_tokens, eos_ids=eos_ids, pick=draw, kl_sink=kl_sink,
-                   iterations_sink=iterations_sink, kl_pair_sink=None)
+                   iterations_sink=iterations_sink, kl_pair_sink=None, stop=stop, tau_stop=tau_stop)
 
 
 def _decode(model, prompt, *, max_new_tokens, eos_ids, pick, iterations_sink, **eglr):

@@ -226,7 +226,8 @@ class RolloutDecoder:
         """A finished rollout as this run and the store keep it: ``{"text", "signals", "engine", "accounting"}``
         (its own figures until its engine run ends (``row_shares``), the time since the previous rollout
         finished; ``clock[0]``: when that was, moved on to now)."""
-        accounting = rollout_accounting(len(outcome.tokens), outcome.iterations, config.L)
+        accounting = rollout_accounting(len(outcome.tokens), outcome.iterations, config.L,
+                                        config.stop_rule.head_per_iteration)
         if calibration:
             accounting["calibration"] = True
         now = time.perf_counter()
@@ -250,7 +251,8 @@ class RolloutDecoder:
 
         def run_stats(config):
             if config not in batches:
-                batches[config] = EglrStats(num_layers=stats_for(config).num_layers)
+                batches[config] = EglrStats(num_layers=stats_for(config).num_layers,
+                                            head_layers=stats_for(config).head_layers)
             return batches[config]
 
         engine.run(requests, stats_for=run_stats if stats_for is not None else None, on_finish=on_finish)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from lm_eval.models.huggingface import HFLM
 from transformers import PreTrainedModel
 
+from eglr_harness.core.config import DEFAULT_STOP, STOP_THRESHOLD_ARGS
 from eglr_harness.core.errors import GenerationOptionError, model_arg_errors
 from eglr_harness.core.generation_options import (
     LENGTH_OPTIONS,
@@ -51,7 +52,8 @@ __all__ = ["EglrArgs", "check_eglr_model_args", "declared_limits", "parse_args_s
 _PASSTHROUGH_ARGS = (*inspect.signature(HFLM.__init__).parameters, *inspect.signature(PreTrainedModel.from_pretrained).parameters)
 NO_PRESET = {"model_args": {}, "eglr": {}, "tau_h": {}, "name": None}
 # RunSettings' own arguments among EGLR_ARGS
-SETTINGS_ARGS = ("L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "calib_limit")
+SETTINGS_ARGS = ("L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "calib_limit", "stop",
+                 *STOP_THRESHOLD_ARGS)
 # HFLM's max_length when neither the model arg, the model's config nor its tokenizer says one
 _HFLM_CONFIG_LENGTHS = ("n_positions", "max_position_embeddings", "n_ctx")
 
@@ -130,6 +132,9 @@ class EglrArgs:
                 raise ValueError(f"`data_parallel_size`={vllm_args['data_parallel_size']!r} is not allowed with "
                                  "eglr-vllm; allowed: 1 (tensor_parallel_size is taken).")
             settings = _settings(preset, own, DEFAULT_CALIB_LIMIT)
+            if settings.base.stop != DEFAULT_STOP:
+                raise ValueError(f"`stop`={settings.base.stop!r} is not allowed with eglr-vllm; allowed: "
+                                 f"{DEFAULT_STOP} (the other exit rules run in eglr-hf).")
             layers = _vllm_layers(vllm_args["pretrained"], bool(vllm_args.get("trust_remote_code", False)))
             settings.check_layers(layers)
             _check_rollout_cache(own.get("rollout_cache"))

@@ -39,14 +39,17 @@ class EglrHFLM(HFLM):
 
     def __init__(self, pretrained=None, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
                  top_k=None, top_p=None, seed=None, model_config=None, calib_limit=DEFAULT_CALIB_LIMIT,
-                 rollout_cache=None, engine=DEFAULT_ENGINE, compile=DEFAULT_COMPILE, **kwargs):
+                 rollout_cache=None, engine=DEFAULT_ENGINE, compile=DEFAULT_COMPILE, stop=None, tau_latent=None,
+                 tau_accel=None, tau_margin=None, tau_entropy=None, **kwargs):
         _follow_lm_eval_logging()
         self.args = EglrArgs.for_hf(dict(  # every check before the weights load
             pretrained=pretrained, L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h, top_k=top_k,
             top_p=top_p, seed=seed, model_config=model_config, calib_limit=calib_limit, rollout_cache=rollout_cache,
-            engine=engine, compile=compile), kwargs)
+            engine=engine, compile=compile, stop=stop, tau_latent=tau_latent, tau_accel=tau_accel,
+            tau_margin=tau_margin, tau_entropy=tau_entropy), kwargs)
         super().__init__(**self.args.load_args)
-        num_layers = find_model_parts(self.model).num_layers
+        parts = find_model_parts(self.model)
+        num_layers = parts.num_layers
         self.args.check_loaded(num_layers, self.model.generation_config)
         fingerprint = loaded_model_fingerprint(self.model, self.args.load_args, settings=self.args.settings.base.as_dict(),
                                                max_length=self.max_length, add_bos_token=getattr(self, "add_bos_token", None))
@@ -58,7 +61,7 @@ class EglrHFLM(HFLM):
         self.runner = PoolRunner(self.args, self.decoder, num_layers=num_layers, gather=process_gather(self.world_size),
                                  rank=self.rank, model_name=_model_name(self.args.load_args),
                                  generation_config=self.model.generation_config, max_gen_toks=self.max_gen_toks,
-                                 batch_size=self.batch_size)
+                                 batch_size=self.batch_size, head_layers=parts.head_layers)
         self.settings, self.tau_h_by_task = self.args.settings, self.runner.tau_h_by_task
 
     @property

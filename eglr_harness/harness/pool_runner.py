@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from eglr_harness.core.cell import Cell
+from eglr_harness.core.config import STOP_THRESHOLD_ARGS
 from eglr_harness.core.rollout import Rollout
 from eglr_harness.harness.decode import RolloutDecoder
 from eglr_harness.harness.eglr_args import EglrArgs
@@ -34,11 +35,12 @@ class PoolRunner:
     """
 
     def __init__(self, args: EglrArgs, decoder: RolloutDecoder, *, num_layers: int, gather, rank: int,
-                 model_name: str, generation_config=None, max_gen_toks: int, batch_size):
+                 model_name: str, generation_config=None, max_gen_toks: int, batch_size, head_layers: float = 0.0):
         self.args, self.settings, self.decoder, self.gather = args, args.settings, decoder, gather
         self.num_layers, self.rank, self.model_name = num_layers, rank, model_name
         self.generation_config, self.max_gen_toks, self.batch_size = generation_config, max_gen_toks, batch_size
-        self.accounts = RunAccounts(num_layers)
+        self.head_layers = head_layers  # one LM-head projection in decoder layers (ModelParts.head_layers)
+        self.accounts = RunAccounts(num_layers, head_layers)
         self.gathered_accounts: RunAccounts | None = None
         self.tau_h_by_task: dict[str, float] = {}
         self.pools: dict = {}
@@ -80,7 +82,7 @@ class PoolRunner:
     def forget(self) -> None:
         """Drop the rollouts and accounting of this run (benchmarks time repeated runs)."""
         self.decoder.forget()
-        self.accounts = RunAccounts(self.num_layers)
+        self.accounts = RunAccounts(self.num_layers, self.head_layers)
         self.gathered_accounts = None
         self.engines_by_cell = {}
         self.gathered_engines = [self.engines_by_cell]
@@ -95,7 +97,8 @@ class PoolRunner:
             "preset": self.args.preset.get("name"),
             **engine_fields,
             "settings": {"alpha": s.alpha, "k_max": s.k_max, "tau_kl": s.tau_kl, "top_k": s.top_k, "top_p": s.top_p,
-                         "seed": s.seed},
+                         "seed": s.seed,  # the exit rule and its threshold where it is not the paper's kl
+                         **{k: v for k, v in s.as_dict().items() if k == "stop" or k in STOP_THRESHOLD_ARGS}},
             "tau_h": dict(self.tau_h_by_task),
             "stats": (self.gathered_accounts or self.accounts).summary(),
         }

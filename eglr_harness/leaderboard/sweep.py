@@ -12,8 +12,19 @@ layout (value, accuracy with a 95 % interval, ρ, k̄, FLOP ratio) and the figur
     eglr-sweep --model_args model_config=smollm2-135m-instruct,L=4 --tasks eglr_demo \\
         --sweep alpha=0.1,0.2,0.5,0.7,0.9 --sweep k_max=1-5 --limit 100 --output_dir out/ablation
 
-Axes (:data:`AXES`): ``alpha``, ``k_max``, ``tau_kl``, ``tau_h`` (nats, ``inf``), ``L``. Each run's
-folder is ``<output_dir>/<axis>_<value>/`` (``default/`` for the default point).
+Axes (:data:`AXES`): ``alpha``, ``k_max``, ``tau_kl``, ``tau_h`` (nats, ``inf``), ``L``, the exit rule
+``stop`` and its thresholds (``tau_latent``, ...). The exit rules at equal settings, then one rule over
+its threshold (the other rules' default points are the kl run's, so put the rule in --model_args):
+
+    eglr-sweep --model_args model_config=smollm2-135m-instruct,L=4,k_max=4 --tasks eglr_demo \
+        --sweep stop=latent,accel,margin,entropy --output_dir out/rules
+    eglr-sweep --model_args model_config=smollm2-135m-instruct,L=4,k_max=4,stop=latent --tasks eglr_demo \
+        --sweep tau_latent=0.01,0.03,0.1 --output_dir out/rules_latent
+
+``seed`` repeats the whole run (every cell of its pool) under other seeds, so that a difference between
+two settings can be set against the difference between two seeds of one (``--sweep seed=1334-1337``).
+
+Each run's folder is ``<output_dir>/<axis>_<value>/`` (``default/`` for the default point).
 """
 
 from __future__ import annotations
@@ -45,6 +56,10 @@ AXES = {
     "tau_kl": (float, defaults.DEFAULT_TAU_KL),
     "tau_h": (float, None),  # the preset's value (or the run's calibration)
     "L": (int, defaults.DEFAULT_L),
+    "stop": (str, defaults.DEFAULT_STOP),  # the exit rule (eglr-method.md §2)
+    "seed": (int, defaults.DEFAULT_SEED),  # repeats of the whole run under other seeds: the re-sampling yardstick
+    **{rule.threshold_arg: (float, rule.default) for rule in defaults.STOP_RULES.values()
+       if rule.threshold_arg in defaults.STOP_THRESHOLD_ARGS},
 }
 
 
@@ -67,7 +82,8 @@ def _values(axis: str, spec: str) -> tuple:
         except ValueError:
             raise ValueError(
                 f"`--sweep {axis}={spec}`: {part!r} is not a value of {axis}; allowed: "
-                + ("ints or an inclusive range (1-5)" if kind is int else "numbers (0.1,0.5)")
+                + ("ints or an inclusive range (1-5)" if kind is int else "numbers (0.1,0.5)" if kind is float
+                   else "names")
                 + ", comma-separated."
             ) from None
     if not out:
@@ -193,12 +209,18 @@ def run_settings(results: dict, task: str) -> dict[str, object]:
     Ls = {label.split(",")[0].removeprefix("L=") for label in ((eglr.get("stats") or {}).get("cells") or {})}
     return {"alpha": settings.get("alpha"), "k_max": settings.get("k_max"), "tau_kl": settings.get("tau_kl"),
             "tau_h": tau_h.get(task) if isinstance(tau_h, dict) else None,
-            "L": int(next(iter(Ls))) if len(Ls) == 1 else None}  # fmt: skip
+            "L": int(next(iter(Ls))) if len(Ls) == 1 else None,
+            # a run that names no rule used kl; a rule's threshold is recorded only beside its rule
+            "stop": settings.get("stop", defaults.DEFAULT_STOP) if settings else None,
+            "seed": settings.get("seed"),
+            **{name: settings.get(name) for name in defaults.STOP_THRESHOLD_ARGS}}  # fmt: skip
 
 
 def _same(a, b) -> bool:
     if a is None or b is None:
         return a is b
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
     return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(a)))
 
 

@@ -21,11 +21,16 @@ from eglr_harness.decoding.stats import EglrStats
 class RunAccounts:
     """``Cell -> EglrStats`` plus ``Cell -> reused rollouts``, mergeable across ranks."""
 
-    def __init__(self, num_layers: int):
-        self.num_layers = num_layers
-        self.stats: dict[Cell, EglrStats] = defaultdict(lambda: EglrStats(num_layers=num_layers))
+    def __init__(self, num_layers: int, head_layers: float = 0.0):
+        """head_layers: one LM-head projection in decoder layers (``ModelParts.head_layers``; 0: not counted)."""
+        self.num_layers, self.head_layers = num_layers, head_layers
+
+        def new_stats() -> EglrStats:
+            return EglrStats(num_layers=num_layers, head_layers=head_layers)
+
+        self.stats: dict[Cell, EglrStats] = defaultdict(new_stats)
         self.reused: Counter = Counter()
-        self.calibration: dict[str, EglrStats] = defaultdict(lambda: EglrStats(num_layers=num_layers))
+        self.calibration: dict[str, EglrStats] = defaultdict(new_stats)
         self.calibration_source: dict[str, dict] = {}  # task -> {"prompts", "entropy_tokens", "cached"}
 
     def stats_for(self, cell: Cell) -> EglrStats:
@@ -36,7 +41,7 @@ class RunAccounts:
 
     def gathered(self, gather: Gather = local_gather) -> "RunAccounts":
         """The accounts of all ranks together (call on every rank: it is a collective step)."""
-        merged = RunAccounts(self.num_layers)
+        merged = RunAccounts(self.num_layers, self.head_layers)
         for stats, reused, calibration in gather((dict(self.stats), dict(self.reused), dict(self.calibration))):
             for cell, part in stats.items():
                 merged.stats[cell].merge(part)
@@ -48,7 +53,7 @@ class RunAccounts:
 
     def summary(self) -> dict:
         """``config.eglr.stats`` of the results JSON (docs/run-format.md)."""
-        total = EglrStats(num_layers=self.num_layers)
+        total = EglrStats(num_layers=self.num_layers, head_layers=self.head_layers)
         for part in self.stats.values():
             total.merge(part)
         return {

@@ -16,10 +16,11 @@ from pathlib import Path
 import yaml
 
 from eglr_harness.core.benchmark_names import benchmark_of  # noqa: F401 -- re-exported: callers import it from here
+from eglr_harness.core.config import STOP_THRESHOLD_ARGS
 from eglr_harness.core.outputs import atomic_write_text
 from eglr_harness.core.resources import model_configs_dir
 
-_EGLR_KEYS = {"L", "T", "alpha", "k_max", "tau_kl", "top_k", "top_p", "seed"}
+_EGLR_KEYS = {"L", "T", "alpha", "k_max", "tau_kl", "top_k", "top_p", "seed", "stop", *STOP_THRESHOLD_ARGS}
 
 
 def preset_path(name_or_path: str) -> Path:

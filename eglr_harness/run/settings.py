@@ -8,6 +8,7 @@ to the engine request, the store key and the results row.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -107,7 +108,7 @@ class RunSettings:
     """What the user and the preset asked for, validated.
 
     Attributes:
-        base: alpha, k_max, tau_kl, top_k, top_p, seed (L and T are per cell).
+        base: alpha, k_max, tau_kl, top_k, top_p, seed, the exit rule and its threshold (L and T are per cell).
         user_L, user_T: axes pinned through model args (None = not pinned).
         default_L, default_T: preset or built-in defaults of the pool.
         tau_h: the ``tau_h`` model arg (float or ``'auto'``), None when not given.
@@ -129,10 +130,16 @@ class RunSettings:
 
     @classmethod
     def from_args(cls, preset: dict, *, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
-                  top_k=None, top_p=None, seed=None, calib_limit=DEFAULT_CALIB_LIMIT) -> "RunSettings":
+                  top_k=None, top_p=None, seed=None, stop=None, tau_latent=None, tau_accel=None, tau_margin=None,
+                  tau_entropy=None, calib_limit=DEFAULT_CALIB_LIMIT) -> "RunSettings":
+        """stop: the exit rule; tau_latent, ...: the other rules' thresholds (``core.config.STOP_RULES``)."""
         pe = preset.get("eglr", {})
-        alpha, k_max, tau_kl, tau_h = (one_value(n, v) for n, v in
-                                       (("alpha", alpha), ("k_max", k_max), ("tau_kl", tau_kl), ("tau_h", tau_h)))
+        alpha, k_max, tau_kl, tau_h, stop = (one_value(n, v) for n, v in (
+            ("alpha", alpha), ("k_max", k_max), ("tau_kl", tau_kl), ("tau_h", tau_h), ("stop", stop)))
+        given = dict(tau_latent=tau_latent, tau_accel=tau_accel, tau_margin=tau_margin, tau_entropy=tau_entropy)
+        thresholds = {rule.threshold_arg: as_float(rule.threshold_arg, one_value(rule.threshold_arg, first(
+            given[rule.threshold_arg], pe.get(rule.threshold_arg), rule.default)), rule.allowed)
+            for rule in defaults.STOP_RULES.values() if rule.threshold_arg in defaults.STOP_THRESHOLD_ARGS}
         calib_limit = as_int("calib_limit", calib_limit, "an int >= 1")
         if calib_limit < 1:
             raise ValueError(f"`calib_limit`={calib_limit!r} is not allowed; allowed: an int >= 1.")
@@ -143,6 +150,7 @@ class RunSettings:
             top_k=as_int("top_k", first(top_k, pe.get("top_k"), defaults.DEFAULT_TOP_K), "an int >= 0 (0 disables top-k)"),
             top_p=as_float("top_p", first(top_p, pe.get("top_p"), defaults.DEFAULT_TOP_P), "a float in (0, 1]"),
             seed=as_int("seed", first(seed, pe.get("seed"), defaults.DEFAULT_SEED), "an int"),
+            stop=defaults.check_stop(first(stop, pe.get("stop"), defaults.DEFAULT_STOP)), **thresholds,
         )
         return cls(
             base=base,
@@ -202,7 +210,6 @@ class RunSettings:
         b = self.base
         top_k, top_p = (int(self.sampling_value("top_k", kwargs)), float(self.sampling_value("top_p", kwargs))) \
             if cell.sampled else (b.top_k, b.top_p)
-        config = EglrConfig(L=cell.L, T=cell.T, alpha=b.alpha, k_max=b.k_max, tau_kl=b.tau_kl,
-                            tau_h=math.inf if cell.L == 0 or tau_h is None else float(tau_h),
-                            top_k=top_k, top_p=top_p, seed=b.seed)
+        config = dataclasses.replace(b, L=cell.L, T=cell.T, top_k=top_k, top_p=top_p,
+                                     tau_h=math.inf if cell.L == 0 or tau_h is None else float(tau_h))
         return RolloutSpec(config, cycle if cell.sampled else 0, tuple(sorted(kwargs.items(), key=lambda kv: kv[0])))

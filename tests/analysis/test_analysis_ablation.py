@@ -50,6 +50,61 @@ def test_ablation_axes_default_and_intervals(tmp_path):
     assert [p.value for p in result.axes["k_max"]] == [1, 3]
 
 
+def _fractional_run(path, correct_of: dict[int, int], rollouts=4, with_head=None, **settings):
+    """A run with ``rollouts`` rollouts a problem, ``correct_of[d]`` of them correct (settings: config.eglr's;
+    with_head: its stats' flop_ratio_with_head, absent when None)."""
+    docs = {d: [{"repeat": r, "L": 4, "T": 0.7, "cycle": r, "answer": "g" if r < c else "x", "correct": int(r < c),
+                 "cluster": 0} for r in range(rollouts)] for d, c in correct_of.items()}
+    block = _eglr()
+    block["settings"] = {**block["settings"], **settings}
+    if with_head is not None:
+        block["stats"]["total"]["flop_ratio_with_head"] = with_head
+    lmeval_fakes.write_run(path, task=TASK, docs=docs, eglr=block)
+
+
+def test_exit_rules_are_an_axis_with_paired_wilcoxon_beside_the_sign_test(tmp_path):
+    from eglr_harness.analysis.metrics.intervals import sign_test_p, wilcoxon_signed_rank
+
+    # per problem, correct rollouts of 4: kl (the default point) and latent at a threshold of its own
+    kl = {0: 1, 1: 2, 2: 0, 3: 4, 4: 3, 5: 2}
+    latent = {0: 3, 1: 2, 2: 2, 3: 3, 4: 4, 5: 4}
+    _fractional_run(tmp_path / "kl", kl)
+    _fractional_run(tmp_path / "latent", latent, with_head=1.25, stop="latent", tau_latent=0.05)
+    grid = load_grid([tmp_path / "kl", tmp_path / "latent"])
+    result = ablation(grid.parts, grid.task)
+    assert set(result.axes) == {"stop"} and result.default["stop"] == "kl"
+    point = next(p for p in result.axes["stop"] if not p.is_default)
+    assert point.value == "latent 0.05"
+    assert point.flop_ratio_with_head == 1.25 and result.axes["stop"][0].flop_ratio_with_head is None    # differences 0.5, 0, 0.5, -0.25, 0.25, 0.5: five problems moved (effective n 5), four up, one down
+    diffs = [(latent[d] - kl[d]) / 4 for d in sorted(kl)]
+    assert (point.gained, point.lost, point.n_effective) == (4, 1, 5)
+    assert point.sign_p == pytest.approx(sign_test_p(4, 1))
+    assert point.wilcoxon_p == pytest.approx(wilcoxon_signed_rank(diffs).p)
+    # by hand: |d| 0.25, 0.25, 0.5, 0.5, 0.5 -> ranks 1.5, 1.5, 4, 4, 4; W- = 1.5 (the -0.25)
+    assert wilcoxon_signed_rank(diffs).w_minus == 1.5
+    out = build_report([tmp_path / "kl", tmp_path / "latent"], tmp_path / "rep", sections=("ablation",))
+    text = (out / "report.md").read_text()
+    assert "### stop" in text and "latent 0.05" in text and "(n = 5)" in text and "| 1.250 |" in text
+    assert "wilcoxon_p,n_effective" in (out / "ablation.csv").read_text().splitlines()[0]
+
+
+def test_another_seed_is_an_axis_beside_the_rules(tmp_path):
+    """The re-sampling yardstick: kl under a second seed is paired with kl as latent is."""
+    kl = {0: 1, 1: 2, 2: 0, 3: 4, 4: 3, 5: 2}
+    _fractional_run(tmp_path / "kl", kl)
+    _fractional_run(tmp_path / "kl_seed", {0: 2, 1: 2, 2: 1, 3: 3, 4: 3, 5: 2}, seed=1334)
+    _fractional_run(tmp_path / "latent", {0: 3, 1: 2, 2: 2, 3: 3, 4: 4, 5: 4}, stop="latent")
+    grid = load_grid([tmp_path / "kl", tmp_path / "kl_seed", tmp_path / "latent"])
+    result = ablation(grid.parts, grid.task)
+    assert set(result.axes) == {"stop", "seed"} and result.default["seed"] == 1333
+    other_seed = next(p for p in result.axes["seed"] if not p.is_default)
+    assert other_seed.value == 1334 and (other_seed.gained, other_seed.lost, other_seed.n_effective) == (2, 1, 3)
+    assert [p.value for p in result.axes["stop"]] == ["kl", "latent"]
+    sweep_plan = sweep.plan_sweep("model_config=smollm2-135m-instruct,L=4", "eglr_demo",
+                                  [sweep.parse_axis("seed=1333-1335")], Path("o"))
+    assert [p.name for p in sweep_plan] == ["default", "seed_1334", "seed_1335"]
+
+
 def test_ablation_report_and_silence_without_a_sweep(tmp_path):
     _one_rollout_run(tmp_path / "default", set(range(5)))
     _one_rollout_run(tmp_path / "a05", set(range(2)), alpha=0.5)
@@ -69,6 +124,21 @@ def test_plan_one_axis_at_a_time():
     assert [p.name for p in points] == ["default", "alpha_0.1", "alpha_0.5", "k_max_1", "k_max_2"]
     args = parse_model_args(points[1].run.model_args)
     assert args["alpha"] == "0.1" and args["rollout_cache"] == "o/rollouts" and "k_max" not in args
+
+
+def test_plan_the_exit_rules_and_one_rules_thresholds():
+    rules = sweep.plan_sweep("model_config=smollm2-135m-instruct,L=4,k_max=4", "eglr_demo",
+                             [sweep.parse_axis("stop=kl,latent,accel")], Path("o"))
+    assert [p.name for p in rules] == ["default", "stop_latent", "stop_accel"]
+    assert parse_model_args(rules[1].run.model_args)["stop"] == "latent"
+    latent = sweep.plan_sweep("model_config=smollm2-135m-instruct,L=4,stop=latent", "eglr_demo",
+                              [sweep.parse_axis("tau_latent=0.01,0.03,0.1")], Path("o"))
+    assert [p.name for p in latent] == ["default", "tau_latent_0.01", "tau_latent_0.1"]  # 0.03: the default
+    assert parse_model_args(latent[2].run.model_args)["stop"] == "latent"
+    with pytest.raises(ValueError, match="`stop`='kld' is not allowed"):
+        sweep.parse_axis("stop=latent,kld")
+    with pytest.raises(ValueError, match="`tau_margin`=1.5 is not allowed"):
+        sweep.parse_axis("tau_margin=0.5,1.5")
 
 
 @pytest.mark.parametrize("spec", ["beta=1", "alpha", "k_max=1.5", "k_max=3-1", "alpha="])

@@ -118,3 +118,42 @@ def test_intervals_section_in_the_report(full_run, tmp_path):
     md = (out / "report.md").read_text()
     assert "## Confidence intervals" in md
     assert "| oracle: L pool − T pool (equal budget) | -1 | -25.0 | [-75.0, 0.0] | paired bootstrap | 0 / 1 | 1.000 |" in md
+
+
+# ---------------------------------------------------------------- Wilcoxon signed-rank
+def test_wilcoxon_by_hand():
+    from eglr_harness.analysis.metrics.intervals import wilcoxon_signed_rank
+
+    # d = 1, -2, 3 (and two zeros, which carry no sign): ranks 1, 2, 3; W+ = 1 + 3 = 4, W- = 2.
+    # The 8 sign patterns give W+ = 0, 1, 2, 3, 3, 4, 5, 6: P(W+ >= 4) = 3/8, two-sided p = 3/4.
+    result = wilcoxon_signed_rank([1, 0, -2, 3, 0.0])
+    assert (result.w_plus, result.w_minus, result.n_effective, result.exact) == (4.0, 2.0, 3, True)
+    assert result.p == pytest.approx(0.75)
+    # ties share their average rank: |d| = 0.5, 0.5, 1 -> ranks 1.5, 1.5, 3; all positive: W+ = 6, the
+    # one pattern of 8 as high (and the one as low): p = 2/8
+    tied = wilcoxon_signed_rank([0.5, 0.5, 1.0])
+    assert (tied.w_plus, tied.p) == (6.0, pytest.approx(0.25))
+    assert wilcoxon_signed_rank([0.0, 0.0]).p == 1.0 and wilcoxon_signed_rank([0.0]).n_effective == 0
+    with pytest.raises(ValueError, match="NaN"):
+        wilcoxon_signed_rank([float("nan"), 1.0])
+
+
+def test_wilcoxon_agrees_with_scipy():
+    np = pytest.importorskip("numpy")
+    stats = pytest.importorskip("scipy.stats")
+    from eglr_harness.analysis.metrics.intervals import wilcoxon_signed_rank
+
+    rng = np.random.default_rng(0)
+    for n in (5, 12, 25):  # no ties: scipy's exact distribution
+        d = rng.normal(0.3, 1.0, n)
+        assert wilcoxon_signed_rank(d).p == pytest.approx(stats.wilcoxon(d, method="exact").pvalue, rel=1e-9)
+    # per-problem accuracy differences of 4 rollouts a problem: many ties and zeros; above the exact
+    # limit the normal approximation with scipy's corrections
+    d = rng.choice([-0.5, -0.25, 0.0, 0.25, 0.5], size=400, p=[0.15, 0.2, 0.3, 0.2, 0.15])
+    ours = wilcoxon_signed_rank(d, exact_max_n=0)
+    theirs = stats.wilcoxon(d, zero_method="wilcox", method="approx", correction=True)
+    assert not ours.exact and ours.p == pytest.approx(theirs.pvalue, rel=1e-9)
+    assert min(ours.w_plus, ours.w_minus) == pytest.approx(theirs.statistic)
+    # exact with ties (counting sign flips) is close to the approximation at this n (p about 0.04)
+    assert 0.01 < theirs.pvalue < 0.1
+    assert wilcoxon_signed_rank(d, exact_max_n=10_000).p == pytest.approx(theirs.pvalue, rel=0.01)

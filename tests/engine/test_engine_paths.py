@@ -416,17 +416,17 @@ def test_a_row_stays_frozen_at_its_kl_exit_when_a_later_kl_rises(monkeypatch):
     def scripted(values):
         calls = []
 
-        def kl(logp_new, logp_old):
+        def signal(rule, *, logp, **others):  # the exit rule's signal: the KL of stop=kl
             value = values[len(calls) % len(values)]
             calls.append(value)
-            return torch.full(logp_new.shape[:1], value, device=logp_new.device)
+            return torch.full(logp.shape[:1], value, device=logp.device)
 
-        return kl
+        return signal
 
-    monkeypatch.setattr(refiner_module, "kl_divergence", scripted([1.0, 0.0, 1.0, 1.0]))
+    monkeypatch.setattr(refiner_module, "exit_signal", scripted([1.0, 0.0, 1.0, 1.0]))
     stats = EglrStats()
     tokens, scores = _generate(model, prompts, k_max=4, eglr_stats=stats, **settings)
-    monkeypatch.setattr(refiner_module, "kl_divergence", scripted([1.0, 0.0]))
+    monkeypatch.setattr(refiner_module, "exit_signal", scripted([1.0, 0.0]))
     exit_tokens, exit_scores = _generate(model, prompts, k_max=2, **settings)
     generated = sum(len(_trim(r.tolist())) for r in tokens)
     assert stats.summary()["iteration_hist"] == {"2": generated}  # every token exits at k = 2, none resumes

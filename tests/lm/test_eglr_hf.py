@@ -49,6 +49,28 @@ def test_gated_decoding_differs_and_is_accounted(eglr_lm):
     assert list(info["stats"]["cells"]) == ["L=4,T=0.0"]
 
 
+@pytest.mark.parametrize("engine", ["hf", "continuous"])
+def test_an_exit_rule_is_recorded_and_its_lm_head_projections_counted(eglr_lm, engine):
+    """stop=latent through eglr-hf: config.eglr names the rule and its threshold, one LM-head projection per
+    gated token is counted (none per iteration), and the kl run's settings name no rule (as before)."""
+    latent = EglrHFLM(pretrained=eglr_lm.pretrained, device="cpu", dtype="float32", batch_size=4, L=2, tau_h=0.0,
+                      k_max=4, stop="latent", tau_latent=0.05, engine=engine)
+    latent.generate_until(requests_for(CONTEXTS, GREEDY))
+    info = latent.get_model_info()["eglr"]
+    total = info["stats"]["total"]
+    assert info["settings"]["stop"] == "latent" and info["settings"]["tau_latent"] == 0.05
+    assert total["head_projections"] == total["gated_tokens"] > 0 and total["head_layers"] > 0
+    assert total["flop_ratio_with_head"] > 1.0
+    kl = EglrHFLM(pretrained=eglr_lm.pretrained, device="cpu", dtype="float32", batch_size=4, L=2, tau_h=0.0, k_max=4,
+                  engine=engine)
+    kl.generate_until(requests_for(CONTEXTS, GREEDY))
+    kl_info = kl.get_model_info()["eglr"]
+    assert "stop" not in kl_info["settings"] and "tau_latent" not in kl_info["settings"]
+    kl_total = kl_info["stats"]["total"]
+    hist = kl_total["iteration_hist"]
+    assert kl_total["head_projections"] == sum(int(k) * n for k, n in hist.items())
+
+
 def test_pool_repeats_cycle_through_cells_and_share_deterministic_work(llama_dir):
     lm = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4, tau_h=0.0)
     pool = {**GREEDY, "eglr_L": "1-4", "eglr_T": 0, "eglr_budget_T": "0.1-1.0:0.1"}

@@ -70,6 +70,8 @@ def test_the_unloadable_model_fails_at_its_load(unloadable, shared_data_dir):
     (",max_length=-5", [], "`max_length`=-5.0 is not allowed; allowed: an int >= 2"),  # lm-eval reads -5.0
     (",max_length=abc", [], "`max_length`='abc' is not allowed; allowed: an int >= 2"),
     (",zzz=1", [], "unknown eglr-hf model arg `zzz`."),
+    (",stop=kld", [], "`stop`='kld' is not allowed; allowed: kl, latent, accel, margin, entropy."),
+    (",stop=margin,tau_margin=2", [], "`tau_margin`=2.0 is not allowed; allowed: a float in [0, 1]."),
     ("", ["--use_cache", "lm_cache"], "eglr-hf does not support lm-eval's --use_cache"),
     # lm-eval would call the model with `device` twice (a TypeError after indexing the tasks)
     (",device=cpu", [], "`device=cpu` in --model_args: lm-eval passes its own --device (cpu) to every model; "

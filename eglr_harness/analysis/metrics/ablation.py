@@ -2,13 +2,14 @@
 
 Each run (one :class:`~eglr_harness.analysis.load.RunPart`) is a point: its settings are read from
 ``config.eglr`` (``settings``: alpha, k_max, tau_kl; ``tau_h`` of the task; L and T from its
-rollouts). The *default point* takes, per setting, the value most runs share (an axis swept one at
-a time leaves every other axis at its default); where no value is shared by more runs than
-another (a single swept axis), the built-in default of :mod:`eglr_harness.core.config` when a run has
-it, else the first run's. A setting a run does not record (an L=0 run has no tau_h) does not count
-as a difference. A run that differs from the default point in exactly one setting is a point of
-that setting's axis; the default point belongs to every axis; runs that differ in
-several settings are listed as off-axis. Pure: no files.
+rollouts; ``stop``, the exit rule, and ``seed``, whose axis is the re-sampling yardstick: how far
+another seed of the default point moves). The *default point* takes, per setting, the value most
+runs share (an axis swept one at a time leaves every other axis at its default); where no value is
+shared by more runs than another (a single swept axis), the built-in default of
+:mod:`eglr_harness.core.config` when a run has it, else the first run's. A setting a run does not
+record (an L=0 run has no tau_h) does not count as a difference. A run that differs from the default
+point in exactly one setting is a point of that setting's axis; the default point belongs to every
+axis; runs that differ in several settings are listed as off-axis. Pure: no files.
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ from dataclasses import dataclass
 
 from eglr_harness.analysis.load import RunPart
 from eglr_harness.analysis.metrics.compute import run_compute
-from eglr_harness.analysis.metrics.intervals import bootstrap_intervals, sign_test_p, wilson_interval
+from eglr_harness.analysis.metrics.intervals import (
+    bootstrap_intervals, sign_test_p, wilcoxon_signed_rank, wilson_interval,
+)
 from eglr_harness.core import config as defaults
 
 __all__ = ["ABLATION_KEYS", "AblationPoint", "Ablation", "point_settings", "ablation"]
 
-ABLATION_KEYS = ("alpha", "k_max", "tau_kl", "tau_h", "L")
+ABLATION_KEYS = ("alpha", "k_max", "tau_kl", "tau_h", "L", "stop", "seed")
 _BUILTIN = {"alpha": defaults.DEFAULT_ALPHA, "k_max": defaults.DEFAULT_K_MAX, "tau_kl": defaults.DEFAULT_TAU_KL,
-            "L": defaults.DEFAULT_L}
+            "L": defaults.DEFAULT_L, "stop": defaults.DEFAULT_STOP, "seed": defaults.DEFAULT_SEED}
 
 
 @dataclass(frozen=True)
@@ -46,10 +49,13 @@ class AblationPoint:
     rho: float | None
     mean_iterations: float | None
     flop_ratio: float | None
+    flop_ratio_with_head: float | None
     vs_default: tuple[float, float, float] | None = None  # paired bootstrap of accuracy − default's (problems)
     gained: int | None = None  # problems this point solves and the default point does not (one rollout each)
     lost: int | None = None
     sign_p: float | None = None
+    wilcoxon_p: float | None = None  # Wilcoxon signed-rank over the per-problem accuracy differences
+    n_effective: int | None = None  # the problems whose accuracy differs from the default point's (its n)
 
 
 @dataclass(frozen=True)
@@ -62,8 +68,9 @@ class Ablation:
 
 
 def point_settings(part: RunPart, task: str) -> dict[str, object]:
-    """``{alpha, k_max, tau_kl, tau_h, L}`` of one run (None where the run does not say; L is None
-    when its rollouts hold several L values)."""
+    """``{alpha, k_max, tau_kl, tau_h, L, stop, seed}`` of one run (None where the run does not say; L is None
+    when its rollouts hold several L values; stop: the exit rule, with its threshold where that is not
+    the rule's default, e.g. ``latent 0.05``; ``kl`` for a run whose settings name no rule)."""
     eglr = part.info.eglr or {}
     settings = eglr.get("settings") or {}
     tau_h = eglr.get("tau_h")
@@ -76,7 +83,19 @@ def point_settings(part: RunPart, task: str) -> dict[str, object]:
         "tau_kl": settings.get("tau_kl"),
         "tau_h": tau_h,
         "L": next(iter(Ls)) if len(Ls) == 1 else None,
+        "stop": _stop_label(settings) if settings else None,
+        "seed": settings.get("seed"),
     }
+
+
+def _stop_label(settings: Mapping) -> str:
+    rule = defaults.STOP_RULES.get(settings.get("stop", defaults.DEFAULT_STOP))
+    if rule is None:
+        return str(settings.get("stop"))
+    threshold = settings.get(rule.threshold_arg)
+    if rule.name == defaults.DEFAULT_STOP or threshold is None or threshold == rule.default:
+        return rule.name
+    return f"{rule.name} {threshold:g}"
 
 
 def _default_value(key: str, values: Sequence) -> object:
@@ -94,14 +113,17 @@ def _per_doc(part: RunPart) -> dict[int, float]:
 
 
 def _vs_default(point: dict[int, float], default: dict[int, float]) -> tuple:
-    """(bootstrap (mean, low, high) of the difference, gained, lost, sign test p) over shared problems."""
+    """(bootstrap (mean, low, high) of the difference, gained, lost, sign test p, Wilcoxon p, effective n)
+    over shared problems."""
     shared = sorted(set(point) & set(default))
     if not shared:
-        return None, None, None, None
+        return (None,) * 6
     diff = [point[d] - default[d] for d in shared]
     gained = sum(point[d] > default[d] for d in shared)
     lost = sum(point[d] < default[d] for d in shared)
-    return bootstrap_intervals({"d": diff})["d"], gained, lost, sign_test_p(gained, lost)
+    wilcoxon = wilcoxon_signed_rank(diff)
+    return (bootstrap_intervals({"d": diff})["d"], gained, lost, sign_test_p(gained, lost), wilcoxon.p,
+            wilcoxon.n_effective)
 
 
 def _accuracy(part: RunPart) -> tuple[int, int, int, float, float, float]:
@@ -140,12 +162,13 @@ def ablation(parts: Sequence[RunPart], task: str) -> Ablation | None:
             continue
         compute = run_compute(part.info)
         docs, rollouts, correct, acc, low, high = _accuracy(part)
-        paired = (None,) * 4 if center_docs is None or not moved else _vs_default(_per_doc(part), center_docs)
+        paired = (None,) * 6 if center_docs is None or not moved else _vs_default(_per_doc(part), center_docs)
         for axis in moved or varying:  # the default point is a point of every axis
             found[axis].append(AblationPoint(
                 axis, s[axis], not moved, part.info.name, docs, rollouts, correct, acc, low, high,
                 compute.rho if compute else None, compute.mean_iterations if compute else None,
-                compute.flop_ratio if compute else None, *paired,
+                compute.flop_ratio if compute else None, compute.flop_ratio_with_head if compute else None,
+                *paired,
             ))
     axes = {}
     for axis, points in found.items():

@@ -3,6 +3,8 @@
 ``flop_ratio`` is the paper's per-row accounting ``(N·tokens + Σ L·k) / (N·tokens)``; when runs
 are merged, ratios are combined weighted by tokens (same model, so the same N): ``1 + Σ(r−1)·t
 / Σ t``; ρ = gated tokens / tokens; mean iterations is weighted by gated tokens.
+``flop_ratio_with_head`` adds the LM-head projections each exit rule made (eglr-method.md §4), the
+ratio to compare exit rules on; combined as ``flop_ratio``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Compute:
     flop_ratio: float | None
     batched_flop_ratio: float | None
     wall_time_s: float | None
+    flop_ratio_with_head: float | None = None  # with the LM-head projections (runs since 2026-11-26)
 
 
 def _num(stats: Mapping, key: str, kind=float):
@@ -54,6 +57,7 @@ def stats_compute(label: str, stats: Mapping) -> Compute:
         flop_ratio=_num(stats, "flop_ratio"),
         batched_flop_ratio=_num(stats, "batched_flop_ratio"),
         wall_time_s=_num(stats, "wall_time_s"),
+        flop_ratio_with_head=_num(stats, "flop_ratio_with_head"),
     )
 
 
@@ -111,7 +115,9 @@ def combine_compute(label: str, parts: Sequence[Compute]) -> Compute:
     gated = [p.gated_tokens for p in parts]
     total_tokens = _sum_of_all(tokens)
     total_gated = _sum_of_all(gated)
-    lacking = sorted({f for p in parts for f in Compute.__dataclass_fields__ if getattr(p, f) is None})
+    # a figure every part lacks (all runs older than it) is simply absent; one some parts lack is worth a warning
+    lacking = sorted({f for f in Compute.__dataclass_fields__
+                      if any(getattr(p, f) is None for p in parts) and any(getattr(p, f) is not None for p in parts)})
     if lacking:
         logger.warning("%s: %s missing from some of the merged runs (%s): left out of the merged figures, not "
                        "summed over the others.", label, ", ".join(lacking),
@@ -130,4 +136,5 @@ def combine_compute(label: str, parts: Sequence[Compute]) -> Compute:
         flop_ratio=ratio("flop_ratio"),
         batched_flop_ratio=ratio("batched_flop_ratio"),
         wall_time_s=_sum_of_all([p.wall_time_s for p in parts]),
+        flop_ratio_with_head=ratio("flop_ratio_with_head"),
     )

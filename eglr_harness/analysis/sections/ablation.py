@@ -8,8 +8,8 @@ from eglr_harness.analysis.render import ablation_plot, markdown_table, num, pct
 from eglr_harness.analysis.report import ReportContext, Section, Table, image, register_section
 
 _HEADER = ["axis", "value", "default", "run", "docs", "rollouts", "correct", "accuracy", "ci_low", "ci_high", "rho",
-           "mean_iterations", "flop_ratio", "diff_vs_default", "diff_low", "diff_high", "gained", "lost",
-           "sign_test_p"]
+           "mean_iterations", "flop_ratio", "flop_ratio_with_head", "diff_vs_default", "diff_low", "diff_high", "gained", "lost",
+           "sign_test_p", "wilcoxon_p", "n_effective"]
 
 
 def _value(v) -> str:
@@ -20,7 +20,8 @@ def _paired(p) -> str | None:
     if p.vs_default is None:
         return None
     mean, low, high = (100 * x for x in p.vs_default)
-    return f"{mean:+.1f} ({low:+.1f} … {high:+.1f}); {p.gained} / {p.lost}; p = {p.sign_p:.3g}"
+    return (f"{mean:+.1f} ({low:+.1f} … {high:+.1f}); {p.gained} / {p.lost}; p = {p.sign_p:.3g}; "
+            f"p = {p.wilcoxon_p:.3g} (n = {p.n_effective})")
 
 
 @register_section("ablation")
@@ -29,9 +30,17 @@ class AblationSection(Section):
 - Ablation: each run is a point; the default point shares, per setting, the value most runs have. A run that
   differs from it in one setting is a point of that axis. Accuracy = correct rollouts / rollouts with a 95 %
   Wilson interval over problems (one rollout per problem; a bootstrap over problems otherwise); ρ, k̄ (mean
-  iterations of a gated token) and the FLOP ratio are the run's `config.eglr.stats.total`. "vs default": the
-  difference in accuracy from the default point on the same problems (paired bootstrap, 95 %), the problems
-  gained and lost, and the exact sign test on them.
+  iterations of a gated token), the FLOP ratio (the paper's: decoder layers) and the FLOP ratio with the LM-head
+  projections the exit rule made (eglr-method.md §4; "—" for runs made before it was counted) are the run's
+  `config.eglr.stats.total`. "vs default": the difference in accuracy from the default point on the same
+  problems (paired bootstrap, 95 %), the problems gained and lost, and the exact sign test on them; then the
+  Wilcoxon signed-rank test over the per-problem accuracy differences (exact up to 200 problems, else normal
+  with tie and continuity corrections), with its effective n: the problems whose accuracy differs (problems,
+  not rollouts; a problem scored the same on both sides carries no sign). With one rollout per problem the two
+  tests count the same problems; with several rollouts per problem Wilcoxon also weighs how far each problem
+  moved. The axis `stop` compares exit rules (with their threshold where it is not the rule's default) to the
+  default point's rule; the axis `seed` repeats the default point under other seeds: a difference no larger
+  than another seed's is re-sampling, not the setting.
 """
 
     def compute(self, ctx: ReportContext):
@@ -45,8 +54,9 @@ class AblationSection(Section):
             return []
         rows = [
             [p.axis, p.value, int(p.is_default), p.run, p.docs, p.rollouts, p.correct, round(p.accuracy, 6),
-             round(p.low, 6), round(p.high, 6), p.rho, p.mean_iterations, p.flop_ratio,
-             *((round(x, 6) for x in p.vs_default) if p.vs_default else (None,) * 3), p.gained, p.lost, p.sign_p]
+             round(p.low, 6), round(p.high, 6), p.rho, p.mean_iterations, p.flop_ratio, p.flop_ratio_with_head,
+             *((round(x, 6) for x in p.vs_default) if p.vs_default else (None,) * 3), p.gained, p.lost, p.sign_p,
+             p.wilcoxon_p, p.n_effective]
             for points in result.axes.values() for p in points
         ]  # fmt: skip
         return [Table("ablation.csv", _HEADER, rows)]
@@ -75,14 +85,16 @@ class AblationSection(Section):
             rows = [
                 [_value(p.value) + (" (default)" if p.is_default else ""), f"{p.correct}/{p.rollouts}",
                  f"{pct(p.accuracy)} ({pct(p.low)}–{pct(p.high)})", num(p.rho), num(p.mean_iterations, 2),
-                 num(p.flop_ratio), _paired(p)]
+                 num(p.flop_ratio), num(p.flop_ratio_with_head), _paired(p)]
                 for p in points
             ]  # fmt: skip
             parts += [
                 f"\n### {axis}\n",
                 image(figs, f"ablation_{axis}", f"accuracy vs {axis}"),
                 markdown_table([axis, "correct", "accuracy % (95 % CI)", "ρ", "k̄", "FLOP ratio",
-                                "vs default: points (95 % CI); gained / lost; sign test p"], rows),
+                                "with LM head",
+                                "vs default: points (95 % CI); gained / lost; sign test p; "
+                                "Wilcoxon p (effective n)"], rows),
             ]
         if result.off_axis:
             parts.append(f"\nRuns that move several settings at once (not on any axis): {', '.join(result.off_axis)}.")

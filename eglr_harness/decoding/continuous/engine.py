@@ -517,9 +517,10 @@ class _Run:
             for o in outs:
                 iterations.update(o.iterations)
             stats = stats_for(config)
-            stats.num_layers = n
+            stats.num_layers, stats.head_layers = n, self.stack.parts.head_layers
             stats.add_batch(steps=self.steps_by_config[config], gated_steps=self.refining_steps_by_config[config],
                             row_steps=tokens, tokens=tokens, iterations=dict(iterations), L=config.L,
-                            pass_row_iterations=sum(k * m for k, m in iterations.items()))
+                            pass_row_iterations=sum(k * m for k, m in iterations.items()),
+                            head_per_iteration=config.stop_rule.head_per_iteration)
             stats.wall_time_s += wall_time_s * work[config] / total_work
 

@@ -8,8 +8,10 @@ by the host; padding entries name the trash slot, whose results are never read) 
   their fused state u; a refining row of a smaller L has u put back at its own layer N - L (a
   masked select: the few layers it ran before are discarded, shapes never change),
 - the final norm and unembedding, then ``settle``: the entropy gate, the iteration counters and
-  the KL exit as masks, the token (argmax, or the per-row Gumbel-max draw), the per-slot state
-  updates as scatters, and the one small read the host needs (``step_state.READ_FIELDS``).
+  the exit rule (``plan.stop``: the KL, or another of ``core.config.STOP_RULES``; the unembedding runs
+  on every row of every step whatever the rule, the shapes being fixed) as masks, the token (argmax,
+  or the per-row Gumbel-max draw), the per-slot state updates as scatters, and the one small read
+  the host needs (``step_state.READ_FIELDS``).
 
 Nothing here branches on a tensor value, reads a tensor on the host or makes a data-dependent
 shape, so ``torch.compile(decode_step, fullgraph=True)`` traces it whole (tests/engine/
@@ -36,7 +38,8 @@ from eglr_harness.decoding.continuous.kv_slots import SlotCache, SlotView, decod
 from eglr_harness.decoding.continuous.stack import call_layer
 from eglr_harness.decoding.continuous.step_state import READ_FIELDS, RowPhase, SlotState, StepInvariants
 from eglr_harness.decoding.functional import (
-    entropy_gate, entropy_of_log_probs, fuse, kl_divergence, non_finite, norm_match, refinement_done, softcap,
+    entropy_gate, entropy_of_log_probs, exit_done, exit_hit, exit_signal, fuse, hit_streak, non_finite, norm_match,
+    softcap,
 )
 from eglr_harness.decoding.processors import ban_ngram_repeats, ban_tokens, penalize_repeats
 from eglr_harness.decoding.sampling import sample_rows
@@ -75,7 +78,8 @@ def remember_tokens(plan: StepInvariants, state: SlotState, rows: torch.Tensor, 
 
 def settle(stack, plan: StepInvariants, state: SlotState, rows: torch.Tensor, num_refining: int,
            last_hidden: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
-    """Gate the rows that advanced, run the KL exit of the rows that refined, pick tokens, update the slots.
+    """Gate the rows that advanced, run the exit rule (``plan.stop``) of the rows that refined, pick tokens,
+    update the slots.
 
     rows: (G,) slots, the last ``num_refining`` of them refining; last_hidden: (G, D) h^(N) before
     the final norm; raw: (G, V) logits before any soft-cap. Returns the read: (G, len(READ_FIELDS)) fp32.
@@ -87,11 +91,15 @@ def settle(stack, plan: StepInvariants, state: SlotState, rows: torch.Tensor, nu
     entropy = entropy_of_log_probs(logp)  # (G,)
     num_adv = rows.shape[0] - num_refining
     refining = torch.arange(rows.shape[0], device=rows.device) >= num_adv  # (G,)
-    kl = kl_divergence(logp[num_adv:], state.logp_prev[rows[num_adv:]])  # (R,): the refining rows only
-    kl = torch.cat([torch.zeros(num_adv, dtype=kl.dtype, device=kl.device), kl])  # (G,)
+    ref = rows[num_adv:]  # (R,) the refining rows' slots: their previous iteration's state is in the slots
+    signal = exit_signal(plan.stop, logp=logp[num_adv:], logp_prev=state.logp_prev[ref], hidden=last_hidden[num_adv:],
+                         hidden_prev=state.h_prev[ref], hidden_prev2=state.h_prev2[ref])  # (R,)
+    kl = torch.cat([torch.zeros(num_adv, dtype=signal.dtype, device=signal.device), signal])  # (G,) the exit signal
     iterations = torch.where(refining, state.iterations[rows] + 1, 0)
     gated = entropy_gate(entropy, settings.tau_h[rows], ~refining)
-    done = refinement_done(kl, settings.tau_kl[rows], iterations, settings.k_max[rows])  # KL exit or k_max
+    hit = refining & exit_hit(plan.stop, kl, settings.stop_threshold[rows], iterations)
+    streak = hit_streak(hit, state.streak[rows])  # (G,) 0 for the advancing rows
+    done = exit_done(plan.stop, streak, iterations, settings.k_max[rows])  # the rule's exit, or k_max
     emits = (~refining & ~gated) | (refining & done)
     scores = process(plan, state, rows, decode_logits)
     token = scores.argmax(dim=-1)
@@ -103,7 +111,10 @@ def settle(stack, plan: StepInvariants, state: SlotState, rows: torch.Tensor, nu
     logprob = logp.gather(1, token[:, None])[:, 0]
     nan = non_finite(entropy, kl)
     # the slots' state: where the next iteration starts from, counters, the token to feed next
+    if plan.stop == "accel":  # the second difference reads two iterations back
+        state.h_prev2.index_copy_(0, rows, state.h_prev[rows])
     state.h_prev.index_copy_(0, rows, last_hidden.to(state.h_prev.dtype))
+    state.streak.index_copy_(0, rows, streak)
     state.logp_prev.index_copy_(0, rows, logp)
     state.iterations.index_copy_(0, rows, iterations)
     state.token.index_copy_(0, rows, torch.where(emits, token, state.token[rows]))

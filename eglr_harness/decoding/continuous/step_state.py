@@ -15,7 +15,7 @@ from enum import IntEnum
 
 import torch
 
-from eglr_harness.core.config import EglrConfig
+from eglr_harness.core.config import DEFAULT_STOP, EglrConfig
 from eglr_harness.decoding.processors import LogitsOptions, ProcessorsInUse
 
 
@@ -45,6 +45,8 @@ class StepInvariants:
     num_candidates: tokens a draw considers per row (>= every top_k; V when some top_k is 0).
     logit_softcap: the model's final-logit soft-cap, or None.
     processors: which of generate's logits processors some request uses (``processors.py``).
+    stop: the exit rule of the run's refinement (``core.config.STOP_RULES``): one per run, as the step
+        computes one rule's signal.
     """
 
     num_layers: int
@@ -54,11 +56,15 @@ class StepInvariants:
     num_candidates: int
     logit_softcap: float | None
     processors: ProcessorsInUse = ProcessorsInUse()
+    stop: str = DEFAULT_STOP
 
     @classmethod
     def of(cls, configs: list[EglrConfig], num_layers: int, vocab: int, logit_softcap: float | None,
            options: list[LogitsOptions] | None = None) -> "StepInvariants":
         spans = sorted({c.L for c in configs if c.refines})
+        rules = sorted({c.stop for c in configs if c.refines})
+        if len(rules) > 1:
+            raise ValueError(f"`stop`={rules!r} in one continuous run is not allowed; allowed: one exit rule per run.")
         sampled = [c for c in configs if c.sampled]
         if any(c.top_k == 0 for c in sampled):
             candidates = vocab
@@ -68,7 +74,8 @@ class StepInvariants:
         return cls(num_layers=num_layers, join_layer=num_layers - max(spans, default=0),
                    entry_layers=tuple(num_layers - L for L in reversed(spans)), sampled=bool(sampled),
                    num_candidates=candidates, logit_softcap=logit_softcap,
-                   processors=ProcessorsInUse.of(options or [], [c.sampled for c in configs]))
+                   processors=ProcessorsInUse.of(options or [], [c.sampled for c in configs]),
+                   stop=rules[0] if rules else DEFAULT_STOP)
 
 
 @dataclass
@@ -76,7 +83,8 @@ class SlotSettings:
     """Per-slot settings of the requests in the slots (first dimension B + 1): written when a request is
     admitted, read by the steps, never written by them (as vLLM keeps sampling metadata apart from the batch).
 
-    L, alpha, k_max, tau_kl, tau_h: the EGLR cell; temperature, top_k, top_p, sampled, seed, min_p: the draw;
+    L, alpha, k_max, stop_threshold (the exit rule's: ``tau_kl`` for stop=kl), tau_h: the EGLR cell;
+    temperature, top_k, top_p, sampled, seed, min_p: the draw;
     penalty, ngram, eos_blocked_until, suppress, begin_suppress: generate's logits processors
     (``processors.py``; suppress, begin_suppress: (B+1, V|1) banned tokens, a V axis only where the run's
     plan uses them); eos: (V,) the engine's EOS tokens.
@@ -86,7 +94,7 @@ class SlotSettings:
     alpha: torch.Tensor  # fp32
     one_minus_alpha: torch.Tensor  # fp32, 1 - alpha taken in float64 as a Python scalar would be
     k_max: torch.Tensor
-    tau_kl: torch.Tensor  # float64: compared as the Python floats of the config
+    stop_threshold: torch.Tensor  # float64: compared as the Python floats of the config
     tau_h: torch.Tensor  # float64; inf for configs that never refine
     temperature: torch.Tensor  # fp32; 1.0 (a placeholder) for greedy rows
     top_k: torch.Tensor
@@ -110,7 +118,9 @@ class SlotState:
     token: the row's newest token (fed when it advances); position: its last position with a key/value
     in the slot; iterations: refinement iterations done at the pending position; drawn: tokens emitted
     so far (the draw counter of the sampling noise); anchor, h_prev: (B+1, D) a and h^(N'k) of the
-    pending position; logp_prev: (B+1, V) fp32 log-probabilities of the last distribution computed.
+    pending position; h_prev2: (B+1, D) h^(N) one iteration before h_prev (stop=accel only); streak:
+    (B+1,) consecutive exit-rule hits of the pending position (``functional.hit_streak``); logp_prev:
+    (B+1, V) fp32 log-probabilities of the last distribution computed.
     The processors' state has a V axis only where the run's plan uses it, else 1: seen: (B+1, V|1) tokens
     of the prompt and the generation (repetition penalty); history: (B+1, C) the row's tokens by position
     (no_repeat_ngram; C: the K/V storage's columns).
@@ -122,6 +132,8 @@ class SlotState:
     drawn: torch.Tensor
     anchor: torch.Tensor
     h_prev: torch.Tensor
+    h_prev2: torch.Tensor
+    streak: torch.Tensor
     logp_prev: torch.Tensor
     seen: torch.Tensor
     history: torch.Tensor
@@ -135,7 +147,7 @@ class SlotState:
         f32, f64 = dict(dtype=torch.float32, device=device), dict(dtype=torch.float64, device=device)
         settings = SlotSettings(
             L=torch.zeros(n, **long), alpha=torch.zeros(n, **f32), one_minus_alpha=torch.ones(n, **f32),
-            k_max=torch.ones(n, **long), tau_kl=torch.zeros(n, **f64), tau_h=torch.full((n,), math.inf, **f64),
+            k_max=torch.ones(n, **long), stop_threshold=torch.zeros(n, **f64), tau_h=torch.full((n,), math.inf, **f64),
             temperature=torch.ones(n, **f32), top_k=torch.zeros(n, **long), top_p=torch.ones(n, **f32),
             sampled=torch.zeros(n, dtype=torch.bool, device=device), seed=torch.zeros(n, **long),
             penalty=torch.ones(n, **f32), ngram=torch.zeros(n, dtype=torch.bool, device=device),
@@ -148,7 +160,9 @@ class SlotState:
         return cls(
             token=torch.zeros(n, **long), position=torch.zeros(n, **long), iterations=torch.zeros(n, **long),
             drawn=torch.zeros(n, **long), anchor=torch.zeros(n, hidden, dtype=dtype, device=device),
-            h_prev=torch.zeros(n, hidden, dtype=dtype, device=device), logp_prev=torch.zeros(n, vocab, **f32),
+            h_prev=torch.zeros(n, hidden, dtype=dtype, device=device),
+            h_prev2=torch.zeros(n, hidden, dtype=dtype, device=device), streak=torch.zeros(n, **long),
+            logp_prev=torch.zeros(n, vocab, **f32),
             seen=_flags(n, vocab if processors.penalty else 1, device),
             history=torch.zeros(n, history_width if processors.ngram_size else 1, **long), settings=settings,
         )
@@ -180,7 +194,7 @@ class SlotState:
         put(settings.alpha, [c.alpha for c in configs])
         put(settings.one_minus_alpha, [1.0 - c.alpha for c in configs])
         put(settings.k_max, [c.k_max for c in configs])
-        put(settings.tau_kl, [c.tau_kl for c in configs])
+        put(settings.stop_threshold, [c.stop_threshold for c in configs])
         put(settings.tau_h, [c.tau_h if c.refines else math.inf for c in configs])
         put(settings.temperature, [c.T if c.sampled else 1.0 for c in configs])
         put(settings.top_k, [c.top_k for c in configs])

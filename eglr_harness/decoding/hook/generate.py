@@ -122,6 +122,11 @@ def eglr_generate(
     tau_kl: float | None = None,
     tau_h: float | None = None,
     seed: int | None = None,
+    stop: str | None = None,
+    tau_latent: float | None = None,
+    tau_accel: float | None = None,
+    tau_margin: float | None = None,
+    tau_entropy: float | None = None,
     seed_salt: str = "",
     eglr_stats: EglrStats | None = None,
     eglr_outcomes: list | None = None,
@@ -135,7 +140,8 @@ def eglr_generate(
     Args:
         eglr_config: the EGLR settings (eglr-method.md §2) as one :class:`EglrConfig`; its T must
             match the generation config. Or, for plain transformers use, the loose settings
-            L (default 0 = plain decoding), alpha, k_max, tau_kl, tau_h (default inf), seed; not both.
+            L (default 0 = plain decoding), alpha, k_max, tau_kl, tau_h (default inf), seed, stop (the exit
+            rule, default kl) and its threshold (tau_latent, tau_accel, tau_margin, tau_entropy); not both.
         seed_salt: sampled rows draw from generators seeded by (seed, salt, prompt tokens), unless
         eglr_row_seeds gives each row's seed.
         eglr_stats: accounting to add to (tokens, gated tokens, iterations, FLOP ratios).
@@ -146,8 +152,9 @@ def eglr_generate(
             emitted tokens are what ``generate`` decides.
     Returns what ``generate`` returns for the same options.
     """
-    config = decoding_config(eglr_config, dict(L=L, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h, seed=seed),
-                             generation_config)
+    config = decoding_config(eglr_config, dict(L=L, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h, seed=seed,
+                                                stop=stop, tau_latent=tau_latent, tau_accel=tau_accel,
+                                                tau_margin=tau_margin, tau_entropy=tau_entropy), generation_config)
     parts = find_model_parts(model)
     config.validate_for_model(parts.num_layers)
     if config.refines:
@@ -160,7 +167,7 @@ def eglr_generate(
         generation_config.disable_compile = True
     stop_strings = _stop_string_criterion(eglr_stop_strings, eglr_tokenizer)
     if eglr_stats is not None:
-        eglr_stats.num_layers = parts.num_layers
+        eglr_stats.num_layers, eglr_stats.head_layers = parts.num_layers, parts.head_layers
 
     if config.sampled:
         prompts = prompt_token_lists(input_ids, model_kwargs.get("attention_mask"))

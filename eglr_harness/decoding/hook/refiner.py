@@ -18,8 +18,10 @@ normal pass's own.
 Rows of the refinement pass are the contiguous span from the first to the last gated row: a
 slice is a view (no gather, no index tensor to keep on the right device); rows inside the span
 that are not gated are computed and discarded. The loop runs k_max iterations and freezes each
-row at its KL exit, so a decoding step reads the device once (which rows are gated); counters
-stay on the device until the end of the ``generate`` call.
+row at its exit (the rule ``config.stop``: the KL, or one of ``core.config.STOP_RULES``; the rules that
+need no distribution per iteration project the LM head once, on each row's state at its exit), so a
+decoding step reads the device once (which rows are gated); counters stay on the device until the
+end of the ``generate`` call.
 
 Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``).
 """
@@ -34,8 +36,8 @@ from transformers.cache_utils import StaticLayer, StaticSlidingWindowLayer
 from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.cache_kwarg import CACHE_KWARG
 from eglr_harness.decoding.functional import (
-    entropy_gate, entropy_of_log_probs, fuse, fusion_weights, kl_divergence, non_finite, norm_match,
-    raise_on_nan_rows, refinement_done, softcap,
+    entropy_gate, entropy_of_log_probs, exit_done, exit_hit, exit_signal, fuse, fusion_weights, hit_streak,
+    non_finite, norm_match, raise_on_nan_rows, softcap,
 )
 from eglr_harness.decoding.model_parts import ModelParts
 from eglr_harness.decoding.stats import EglrStats
@@ -208,7 +210,7 @@ class _Counters:
         counts = (iterations[:, None] == ks).sum(dim=0)  # (k_max + 1,), no data-dependent shape: no sync
         self.histogram = counts if self.histogram is None else self.histogram + counts.to(self.histogram.device)
 
-    def flush(self, stats: EglrStats | None, L: int) -> None:
+    def flush(self, stats: EglrStats | None, L: int, head_per_iteration: bool = True) -> None:
         """Check for non-finite logits and add the totals to ``stats``: the call's one read of its counters."""
         if self.tokens is None:
             return
@@ -222,7 +224,7 @@ class _Counters:
         if stats is not None:
             stats.add_batch(steps=self.steps, gated_steps=self.gated_steps, row_steps=self.row_steps, tokens=tokens,
                             iterations={k: c for k, c in enumerate(histogram) if k > 0}, L=L,
-                            pass_row_iterations=self.pass_row_iterations)
+                            pass_row_iterations=self.pass_row_iterations, head_per_iteration=head_per_iteration)
 
 
 class _SignalLog:
@@ -312,7 +314,7 @@ class EglrRefiner:
         self._wrapped_caches.clear()
         self._capture = _StepCapture()
         if exc_type is None:
-            self._counters.flush(self.stats, self.config.L)
+            self._counters.flush(self.stats, self.config.L, self.config.stop_rule.head_per_iteration)
 
     def add_tokens(self, tokens: torch.Tensor) -> None:
         """The last step's tokens (B,), which no later forward call shows (``generate``'s output)."""
@@ -411,12 +413,13 @@ class EglrRefiner:
     # ---------------------------------------------------------------- refinement
     def _refine(self, raw0: torch.Tensor, logp0: torch.Tensor, gate: torch.Tensor, lo: int, hi: int,
                 head_device: torch.device):
-        """Run k_max refinement iterations for rows lo:hi, keeping each gated row's own KL exit.
+        """Run k_max refinement iterations for rows lo:hi, keeping each gated row's own exit (``config.stop``).
 
         Rows never influence each other. raw0: (B, V) raw logits of the normal pass; logp0: (B, V)
         their fp32 log-probabilities after the soft-cap; gate: (B,) bool, true at lo and hi-1. Returns,
         for rows lo:hi, the raw logits to emit (G, V), the iterations k* (G,) (0 where not gated), the
-        KL of each row's last iteration (G,) (0 where not gated) and the emitted distribution's
+        exit signal of each row's last iteration (G,) (the KL with stop=kl; 0 where not gated) and the
+        emitted distribution's
         log-probabilities (G, V).
         """
         capture, cfg = self._capture, self.config
@@ -427,31 +430,61 @@ class EglrRefiner:
         hidden = capture.last_hidden[lo:hi].to(anchor.device)  # (G, D); devices differ with a split device_map
         calls = {i: _rows_of(call, lo, hi, batch) for i, call in capture.layer_calls.items()}
         replay = _ReplayCache(capture.attended, lo, hi)
+        rule = cfg.stop_rule
         logp_prev = logp0[lo:hi]  # (G, V)
+        hidden_prev2 = hidden  # (G, D) h^(N) of iteration k-2 (accel; its signal is ignored at k = 1)
         chosen, chosen_logp = raw0[lo:hi].clone(), logp_prev  # (G, V)
+        chosen_hidden = hidden  # (G, D) h^(N) to project once at the end (rules without a head per iteration)
         running = gate[lo:hi].clone()  # (G,) rows still refining
         iterations = torch.zeros(hi - lo, dtype=torch.long, device=raw0.device)
-        last_kl = torch.zeros(hi - lo, dtype=torch.float32, device=raw0.device)
+        streak = torch.zeros(hi - lo, dtype=torch.long, device=raw0.device)
+        last_kl = torch.zeros(hi - lo, dtype=torch.float32, device=raw0.device)  # the last exit signal
         alpha, one_minus_alpha = fusion_weights(cfg.alpha, hi - lo, anchor.device)
         self._refining = True
         try:
             for k in range(1, cfg.k_max + 1):
-                fused = fuse(anchor, norm_match(hidden.to(anchor.device), anchor), alpha, one_minus_alpha)  # (G, D)
+                hidden_prev = hidden.to(anchor.device)
+                fused = fuse(anchor, norm_match(hidden_prev, anchor), alpha, one_minus_alpha)  # (G, D)
                 hidden = self._run_top_layers(fused, calls, replay)  # (G, D)
-                normed = self.parts.final_norm(hidden[:, None, :].to(capture.norm_device or hidden.device))
-                raw = self.parts.lm_head(normed.to(head_device))[:, -1].to(raw0.device)  # (G, V)
-                logp = torch.log_softmax(softcap(self.parts.scale_logits(raw).float(), self.parts.logit_softcap), dim=-1)
-                kl = kl_divergence(logp, logp_prev)
-                chosen = torch.where(running[:, None], raw.to(chosen.dtype), chosen)
-                chosen_logp = torch.where(running[:, None], logp, chosen_logp)
+                if rule.head_per_iteration:
+                    raw, logp = self._project(hidden, head_device, raw0.device)
+                    signal = exit_signal(rule.name, logp=logp, logp_prev=logp_prev).to(raw0.device)
+                    chosen = torch.where(running[:, None], raw.to(chosen.dtype), chosen)
+                    chosen_logp = torch.where(running[:, None], logp, chosen_logp)
+                    logp_prev = logp
+                else:  # no LM head until the exit: keep each row's state at its exit
+                    signal = exit_signal(rule.name, hidden=hidden, hidden_prev=hidden_prev,
+                                         hidden_prev2=hidden_prev2.to(hidden.device)).to(raw0.device)
+                    keep = running.to(hidden.device)[:, None]
+                    chosen_hidden = torch.where(keep, hidden, chosen_hidden.to(hidden.device))
+                    hidden_prev2 = hidden_prev
                 iterations = torch.where(running, k, iterations)
-                last_kl = torch.where(running, kl, last_kl)
-                running = running & ~refinement_done(kl, cfg.tau_kl, k, cfg.k_max)  # KL early exit per row
-                logp_prev = logp
+                last_kl = torch.where(running, signal, last_kl)
+                streak = hit_streak(exit_hit(rule.name, signal, cfg.stop_threshold, k), streak)
+                running = running & ~exit_done(rule.name, streak, k, cfg.k_max)  # each row's own exit
+            if not rule.head_per_iteration:  # the one projection of the exit states (rows not gated keep raw0)
+                raw, logp = self._project(chosen_hidden, head_device, raw0.device)
+                gated = gate[lo:hi]
+                chosen = torch.where(gated[:, None], raw.to(chosen.dtype), chosen)
+                chosen_logp = torch.where(gated[:, None], logp, chosen_logp)
+                # the exit projection is the first distribution these rules see: a NaN there ends decoding
+                # as a NaN KL does (``non_finite`` reads the last signal)
+                last_kl = torch.where(gated & logp.isnan().any(dim=-1), torch.nan, last_kl)
         finally:
             replay.restore()
             self._refining = False
         return chosen, iterations, last_kl, chosen_logp
+
+    def _project(self, hidden: torch.Tensor, head_device: torch.device, out_device: torch.device):
+        """The final norm and the LM head on refined states, as the normal pass applies them.
+
+        hidden: (G, D) h^(N) -> raw logits (G, V) on ``out_device`` and their fp32 log-probabilities (G, V)
+        after the family's scale and soft-cap.
+        """
+        normed = self.parts.final_norm(hidden[:, None, :].to(self._capture.norm_device or hidden.device))
+        raw = self.parts.lm_head(normed.to(head_device))[:, -1].to(out_device)  # (G, V)
+        logp = torch.log_softmax(softcap(self.parts.scale_logits(raw).float(), self.parts.logit_softcap), dim=-1)
+        return raw, logp
 
     def _run_top_layers(self, fused: torch.Tensor, calls: dict[int, _LayerCall], replay: _ReplayCache) -> torch.Tensor:
         """Apply layers N-L+1..N to the fused state at the current position.  (G, D) -> (G, D)."""
