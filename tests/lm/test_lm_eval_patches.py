@@ -1,4 +1,4 @@
-"""Each lm-eval attribute the autoload hook rebinds (``harness/autoload.py``, ``harness/output.py``) is
+"""Each lm-eval attribute the autoload hook rebinds (``harness/lm_eval_patches.py``, ``harness/output.py``) is
 rebound because lm-eval 0.4.13 does something we must work around; these tests pin that something in
 lm-eval's own code (the original, reached through ``__wrapped__``). When one fails after an lm-eval
 upgrade, lm-eval changed what the patch relies on or works around: drop or rewrite that patch.
@@ -15,7 +15,7 @@ from lm_eval.config.evaluate_config import EvaluatorConfig
 from lm_eval.loggers import evaluation_tracker
 from lm_eval.tasks.manager import TaskManager
 
-from eglr_harness.harness import autoload
+from eglr_harness.harness import lm_eval_patches
 
 Tracker = evaluation_tracker.EvaluationTracker
 
@@ -27,10 +27,10 @@ def original(function):
 
 
 def test_every_patched_attribute_keeps_lm_evals_original():
-    patched = [TaskManager.__init__, evaluation_tracker.GeneralConfigTracker._get_model_name, Tracker.__init__,
+    patched = [TaskManager.__init__, evaluation_tracker.GeneralConfigTracker.log_experiment_args,
                Tracker.save_results_aggregated, Tracker.save_results_samples, evaluator.simple_evaluate,
                EvaluatorConfig.process_tasks]
-    assert len(patched) == len(autoload.PATCHED)  # the list in autoload's docstring is the whole list
+    assert len(patched) == len(lm_eval_patches.PATCHED)  # the list in lm_eval_patches is the whole list
     for function in patched:
         assert original(function).__module__.startswith("lm_eval.")
 
@@ -45,27 +45,40 @@ def test_task_manager_takes_include_path_and_has_no_plugin_discovery():
     assert "entry_points" not in inspect.getsource(TaskManager)  # a plugin group would make the patch redundant
 
 
-# ------------------------------------------------------------------ GeneralConfigTracker._get_model_name
+# ------------------------------------------------------------------ GeneralConfigTracker.log_experiment_args
+GGUF_ARGS = "gguf_file=x/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
 def test_run_folder_comes_from_get_model_name():
-    """The patch names a preset's or a GGUF's run folder after the model; it works only while lm-eval
-    derives the folder (``model_name_sanitized``) from this static method."""
+    """The patch names an eglr run's folder after the model; it works only while lm-eval derives the folder
+    (``model_name_sanitized``) in ``log_experiment_args`` from ``_get_model_name(model_args)``, with no hook."""
     config_tracker = evaluation_tracker.GeneralConfigTracker
-    assert isinstance(inspect.getattr_static(config_tracker, "_get_model_name"), staticmethod)
-    assert list(inspect.signature(original(config_tracker._get_model_name)).parameters) == ["model_args"]
-    assert "GeneralConfigTracker._get_model_name(model_args)" in inspect.getsource(config_tracker.log_experiment_args)
+    source = inspect.getsource(original(config_tracker.log_experiment_args))
+    assert "GeneralConfigTracker._get_model_name(model_args)" in source
+    assert "self.model_name_sanitized = sanitize_model_name(self.model_name)" in source
     tracker = config_tracker()
-    tracker.log_experiment_args(model_source="eglr-hf", model_args="gguf_file=x/SmolLM2-135M-Instruct.Q4_1.gguf",
+    tracker.log_experiment_args(model_source="eglr-hf", model_args=GGUF_ARGS,
                                 system_instruction=None, chat_template=None, fewshot_as_multiturn=False)
     assert tracker.model_name_sanitized == "SmolLM2-135M-Instruct.Q4_1"  # ours; lm-eval's would be a path
 
 
+def test_another_models_run_folder_is_lm_evals():
+    """``gguf_file`` is an argument of lm-eval's own ``hf`` model too: its run keeps lm-eval's name."""
+    config_tracker = evaluation_tracker.GeneralConfigTracker
+    tracker = config_tracker()
+    tracker.log_experiment_args(model_source="hf", model_args=f"pretrained=org/smol,{GGUF_ARGS}",
+                                system_instruction=None, chat_template=None, fewshot_as_multiturn=False)
+    assert tracker.model_name_sanitized == "org__smol"
+
+
 # ------------------------------------------------------------------ EvaluationTracker (harness/output.py)
 def test_tracker_does_not_check_its_output_path(tmp_path):
-    """The ``__init__`` patch checks ``--output_path`` for writing; lm-eval's own takes any path."""
+    """An eglr run's ``--output_path`` is checked for writing before the model loads (``process_tasks``,
+    ``simple_evaluate``); lm-eval's tracker, left as it is, takes any path."""
+    assert not hasattr(Tracker.__init__, "__wrapped__")
     blocked = tmp_path / "a_file"
     blocked.write_text("")
-    tracker = Tracker.__new__(Tracker)
-    original(Tracker.__init__)(tracker, output_path=str(blocked / "out"))  # no error: the patch is still needed
+    tracker = Tracker(output_path=str(blocked / "out"))  # no error: the check is still needed
     assert tracker.output_path == str(blocked / "out")
 
 
@@ -74,8 +87,7 @@ def test_tracker_swallows_a_failed_write(tmp_path, caplog, save):
     """The save patches write whole files or fail the run; lm-eval's own log a warning and go on."""
     blocked = tmp_path / "a_file"
     blocked.write_text("")
-    tracker = Tracker.__new__(Tracker)
-    original(Tracker.__init__)(tracker, output_path=str(blocked / "out"))
+    tracker = Tracker(output_path=str(blocked / "out"))
     tracker.general_config_tracker.model_name_sanitized = "m"
     tracker.date_id = "d"
     with caplog.at_level(logging.INFO):

