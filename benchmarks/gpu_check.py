@@ -80,14 +80,14 @@ CHECKS = ("exactness", "placement", "speed", "memory", "pool")
 DEFAULT_CHECKS = ("exactness", "placement", "speed", "memory")  # pool (issue 32): asked for by name
 SIZES = ("full", "tiny")
 # Random init gives near-uniform next-token distributions; the output embedding is scaled (as
-# tests/tiny_models.py does) so that greedy is not decided by near-ties: by the factor that gives
+# tests/helpers/tiny_models.py does) so that greedy is not decided by near-ties: by the factor that gives
 # the logits of a unit-RMS hidden state this standard deviation, whatever the width (at 4 the
 # greedy entropies of a random Qwen2.5-3B spread over 1-6.5 nats).
 DEFAULT_LOGIT_STD = 4.0
 # A threshold this close to an observed entropy (nats) or KL (relative) makes the gate or the
 # early exit a coin toss between two correct implementations (engine and naive logits differ by
 # ~1e-6 in fp32): such a case is re-run with the threshold moved into the middle of the nearest
-# wide-enough gap between observed values (see tests/engine/test_engine_vs_naive.py, TAU_KL).
+# wide-enough gap between observed values (see tests/decoding/test_engine_vs_naive.py, TAU_KL).
 ENTROPY_MARGIN = 1e-4
 KL_MARGIN = 1e-3
 MAX_ATTEMPTS = 4

@@ -2,7 +2,7 @@
 
 Each mutant is one small, plausible edit to ``eglr_harness/decoding`` (the first four are the
 edits of issue 15). For each, a temporary copy of the tree gets the edit and
-``pytest -x tests/engine tests/lm`` runs there with the running interpreter (``sys.executable``,
+``pytest -x tests/decoding tests/harness tests/run tests/commands`` runs there with the running interpreter (``sys.executable``,
 so run the script with the project's venv); a failing suite kills the mutant. A mutant whose
 anchor text is no longer found exactly once (the code moved on) is reported as stale, not run.
 Not part of CI: a killed mutant costs seconds, a surviving one a whole suite run (minutes).
@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DECODING = "eglr_harness/decoding"
-TESTS = ("tests/engine", "tests/lm")
+TESTS = ("tests/decoding", "tests/harness", "tests/run", "tests/commands")  # tests/engine and tests/lm before issue 48
 # Not copied: version control, run outputs, caches.
 IGNORED = shutil.ignore_patterns(".git", "results", "out", "__pycache__", ".pytest_cache", "*.egg-info", ".venv")
 

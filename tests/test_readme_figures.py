@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from markdown_tables import markdown_table
+from helpers.markdown_tables import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 

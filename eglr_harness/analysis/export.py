@@ -29,7 +29,7 @@ from eglr_harness.core.errors import OutputError
 from eglr_harness.core.outputs import atomic_writer
 from eglr_harness.core.run_format import completions_of, prompt_of, read_samples_file
 
-__all__ = ["COLUMNS", "export_rows", "write_rows", "main"]
+__all__ = ["COLUMNS", "export_rows", "write_rows"]
 
 logger = logging.getLogger(__name__)
 

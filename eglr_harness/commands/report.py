@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from eglr_harness.analysis.metrics.budget import DEFAULT_ORDERS, DEFAULT_SEED
 from eglr_harness.analysis.report import build_report
 
-__all__ = ["report_main", "report_parser"]
+__all__ = ["main", "parser"]
 
 
 def parser() -> argparse.ArgumentParser:

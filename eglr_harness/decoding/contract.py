@@ -1,7 +1,7 @@
 """What both engines take and give: a ``Request`` in, an ``Outcome`` (tokens and signals) out.
 
-``ContinuousEngine`` (``continuous_engine.py``: the fixed-shape step, refinement folded into the batch)
-and ``HookEngine`` (``hook_engine.py``: transformers' ``generate`` with EGLR hooks, any model,
+``ContinuousEngine`` (``continuous/engine.py``: the fixed-shape step, refinement folded into the batch)
+and ``HookEngine`` (``hook/engine.py``: transformers' ``generate`` with EGLR hooks, any model,
 any generation option) implement :class:`Engine`, so the lm-eval adapter turns its items into
 requests once and outcomes into texts once, whichever engine decodes; results files, metrics and
 reports never depend on which one did.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-import lmeval_fakes
+from helpers import lmeval_fakes
 import pytest
 
 from eglr_harness.analysis import build_report, load_grid

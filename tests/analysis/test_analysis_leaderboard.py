@@ -7,7 +7,7 @@ import csv
 import json
 from pathlib import Path
 
-import lmeval_fakes
+from helpers import lmeval_fakes
 import pytest
 from lm_eval._cli import HarnessCLI
 

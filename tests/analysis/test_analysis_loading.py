@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-import lmeval_fakes
+from helpers import lmeval_fakes
 from eglr_harness.analysis import (
     build_report,
     model_name,

@@ -7,7 +7,7 @@ import json
 import pytest
 from lm_eval.utils import hash_string
 
-import lmeval_fakes
+from helpers import lmeval_fakes
 from eglr_harness.analysis import build_report, load_grid
 from eglr_harness.analysis.metrics.accuracy import sc_solved
 from eglr_harness.analysis.metrics.selection import half_of, l_agreement, selection

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import lmeval_fakes
+from helpers import lmeval_fakes
 from eglr_harness.commands import export
 from eglr_harness.analysis.load import find_runs, read_samples
 
@@ -23,7 +23,7 @@ def _load(path: Path, tmp_path: Path):
 
 def _expected(run_dir: Path):
     """group -> (rollouts, correct) and every (prompt prefix, completion) from the samples files."""
-    groups, texts = defaultdict(lambda: [0, 0]), set()
+    groups = defaultdict(lambda: [0, 0])
     for files in find_runs(run_dir):
         for task, path in files.samples.items():
             first = None

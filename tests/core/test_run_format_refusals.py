@@ -22,7 +22,7 @@ from eglr_harness.commands import export
 from eglr_harness.commands.report import main as report_main
 from eglr_harness.commands.score import main as score_main
 
-REAL = Path(__file__).parent / "data" / "real_gsm8k_eglr_sc"
+REAL = Path(__file__).parents[1] / "analysis" / "data" / "real_gsm8k_eglr_sc"  # the analysis tests' real run
 REPO = Path(__file__).resolve().parents[2]
 COMMANDS = {
     "eglr-report": (report_main, "eglr_harness.commands.report", lambda run, out: [str(run), "--out", str(out / "r")]),

@@ -102,7 +102,7 @@ def test_engine_auto_before_it_chooses_resolves_as_the_continuous_engine(setting
 
 def test_the_plan_is_what_the_engine_takes():
     """The kwargs build an engine (eager or compiled) without error: the names match ContinuousEngine's."""
-    from tiny_models import build_tiny_model
+    from helpers.tiny_models import build_tiny_model
 
     from eglr_harness.decoding.continuous.engine import ContinuousEngine
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from tiny_models import build_tiny_model
+from helpers.tiny_models import build_tiny_model
 from torch import nn
 
 from eglr_harness.core.config import EglrConfig

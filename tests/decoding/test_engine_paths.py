@@ -7,10 +7,10 @@ import math
 
 import pytest
 import torch
-from inputs import ENGINE_PAD, ENGINE_VOCAB
-from inputs import left_pad as _left_pad
-from inputs import random_prompts as _prompts
-from tiny_models import build_tiny_model
+from helpers.inputs import ENGINE_PAD, ENGINE_VOCAB
+from helpers.inputs import left_pad as _left_pad
+from helpers.inputs import random_prompts as _prompts
+from helpers.tiny_models import build_tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from eglr_harness.core.config import EglrConfig

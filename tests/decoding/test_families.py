@@ -4,8 +4,8 @@ uncached reference (greedy and sampled rows, L in {1, N/2, N}) and transformers'
 logit-scaled families also through engine=hf; and the models the engine refuses, which engine=auto sends
 to engine=hf with one log line naming why.
 
-The checks themselves are test_continuous_engine.py's and test_engine_vs_naive.py's, run here on these
-models."""
+The checks themselves are those of test_continuous_engine.py and test_engine_vs_naive.py
+(tests/helpers/continuous_checks.py, hook_checks.py), run here on these models."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
-import test_continuous_engine as engine_checks
-import test_engine_vs_naive as hf_checks
-from inputs import random_prompts
-from tiny_models import MORE_ARCHS, build_tiny_model
+from helpers import continuous_checks as engine_checks
+from helpers import hook_checks as hf_checks
+from helpers.inputs import random_prompts
+from helpers.tiny_models import MORE_ARCHS, build_tiny_model
 
 from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.continuous.engine import ContinuousEngine
@@ -45,22 +45,22 @@ def test_every_tiny_family_is_a_supported_one(model):
 @pytest.mark.parametrize("L", [1, LAYERS // 2, LAYERS])
 @pytest.mark.parametrize("gate", ["always", "median"])
 def test_greedy_tokens_and_iterations_match_naive_reference(model, L, gate):
-    engine_checks.test_greedy_tokens_and_iterations_match_naive_reference(model, L, gate)
+    engine_checks.greedy_tokens_and_iterations_match_naive_reference(model, L, gate)
 
 
 def test_plain_decoding_equals_generate_token_for_token(model):
-    engine_checks.test_plain_decoding_equals_generate_token_for_token(model)
+    engine_checks.plain_decoding_equals_generate_token_for_token(model)
 
 
 def test_sampled_rows_of_every_L_match_naive_reference_draw_for_draw(model):
     """Sampled rows of L = 1, N/2, N share the running batch, about half their tokens gated."""
     prompts = random_prompts(5, lengths=(9, 3, 6, 4, 7, 5), vocab=VOCAB)
-    tau_h = engine_checks._median_entropy(model, prompts)
+    tau_h = engine_checks.median_entropy(model, prompts)
     spans = [(1, LAYERS // 2, LAYERS)[i % 3] for i in range(len(prompts))]
     sampling = dict(T=0.7, top_k=20, top_p=0.9)
     configs = [EglrConfig(L=L, alpha=0.2, k_max=3, tau_kl=TAU_KL, tau_h=tau_h, **sampling) for L in spans]
     seeds = [1000 + i for i in range(len(prompts))]
-    outcomes = engine_checks._run(model, prompts, configs, seeds=seeds)
+    outcomes = engine_checks.run(model, prompts, configs, seeds=seeds)
     gated = 0
     for prompt, config, seed, outcome in zip(prompts, configs, seeds, outcomes):
         kls, ks = [], []
@@ -82,7 +82,7 @@ def test_the_hf_engine_gates_on_the_scaled_logits(arch):
     its gate and KL exit read the scaled logits, as the naive reference and the continuous engine do."""
     model = build_tiny_model(arch, vocab_size=VOCAB, num_layers=LAYERS, seed=1)
     assert arch in LOGIT_SCALES
-    hf_checks.test_greedy_tokens_match_naive_reference(model, LAYERS // 2, "median")
+    hf_checks.greedy_tokens_match_naive_reference(model, LAYERS // 2, "median")
 
 
 def _longrope_phi3():

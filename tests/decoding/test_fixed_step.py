@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from legacy_fixture import FIXTURE, cases, engine_run, run_case
+from helpers.legacy_fixture import FIXTURE, cases, engine_run, run_case
 
 LEGACY = json.loads(FIXTURE.read_text())
 
@@ -20,8 +20,8 @@ def test_greedy_tokens_equal_the_engine_before_the_rework(case):
 # ---------------------------------------------------------------- compiled == eager
 
 import torch  # noqa: E402
-from inputs import random_prompts  # noqa: E402
-from tiny_models import build_tiny_model  # noqa: E402
+from helpers.inputs import random_prompts  # noqa: E402
+from helpers.tiny_models import build_tiny_model  # noqa: E402
 
 from eglr_harness.core.config import EglrConfig  # noqa: E402
 from eglr_harness.decoding.continuous.engine import ContinuousEngine  # noqa: E402

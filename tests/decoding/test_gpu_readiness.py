@@ -40,8 +40,9 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-from inputs import random_prompts
-from tiny_models import MORE_ARCHS, TINY_ARCHS, build_tiny_model
+from helpers.inputs import random_prompts
+from helpers.replay_graph import ReplayGraph
+from helpers.tiny_models import MORE_ARCHS, TINY_ARCHS, build_tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -228,7 +229,7 @@ def loop_reads(monkeypatch) -> dict:
     upload of host data that the engine's host code makes (``torch.tensor(data, device=...)``,
     ``.to(device)`` or ``.cuda()`` without ``non_blocking=True``: on CUDA a copy with
     ``non_blocking=False``, i.e. ``cudaMemcpyAsync`` + ``cudaStreamSynchronize``), as
-    ``("upload", "continuous.py:<line>")`` entries of the same lists."""
+    ``("upload", "engine.py:<line>")`` entries (the continuous engine's file) of the same lists."""
     requests = loop_requests()
     windows = {"step": [], "prefill": [], "elsewhere": []}
     current = [windows["elsewhere"]]
@@ -259,7 +260,7 @@ def loop_reads(monkeypatch) -> dict:
     def uploading(data, *args, **kwargs):
         caller = sys._getframe(1)
         if kwargs.get("device") is not None and caller.f_code.co_filename == continuous.__file__:
-            current[-1].append(("upload", f"continuous.py:{caller.f_lineno}"))
+            current[-1].append(("upload", f"engine.py:{caller.f_lineno}"))
         return make_tensor(data, *args, **kwargs)
     monkeypatch.setattr(torch, "tensor", uploading)
     def moving(name):
@@ -270,7 +271,7 @@ def loop_reads(monkeypatch) -> dict:
             to_device = name == "cuda" or "device" in kwargs or any(
                 isinstance(a, (str, torch.device, torch.Tensor)) for a in args)
             if to_device and not kwargs.get("non_blocking") and caller.f_code.co_filename == continuous.__file__:
-                current[-1].append(("upload", f"continuous.py:{caller.f_lineno}"))
+                current[-1].append(("upload", f"engine.py:{caller.f_lineno}"))
             return real(tensor, *args, **kwargs)
         return move
     for name in ("to", "cuda"):
@@ -470,27 +471,6 @@ def test_a_compilation_after_warm_up_is_counted_logged_and_decoded_eagerly(fresh
     steps = sum(1 for r in caplog.records if "decoding steps of this run" in r.getMessage())
     assert steps == 1 and f"{report['eager_steps']} of " in caplog.text and "(100 %)" in caplog.text
     assert [o.tokens for o in late] == [o.tokens for o in eager]
-
-
-class ReplayGraph:
-    """A CPU stand-in for ``step_graphs.CudaGraph`` with a CUDA graph's semantics: what the step read
-    as Python values and which tensors it used are fixed when it is recorded; a replay recomputes on
-    those tensors' current contents into the recorded output. (Recording runs the step once more, on the
-    trash slot the engine records on, which a CUDA recording would not: harmless, that slot is never read.)"""
-
-    def __init__(self, pool, stream):
-        self.step = None
-
-    def warm_up(self, step):
-        step()
-
-    def record(self, step):
-        self.step = step
-        self.out = step()
-        return self.out
-
-    def replay(self):
-        self.out.copy_(self.step())
 
 
 def capture_requests() -> list[Request]:

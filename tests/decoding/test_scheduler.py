@@ -76,7 +76,7 @@ def test_the_step_key_is_the_bucket_of_rows_and_width():
 
 def test_a_compiled_run_says_at_its_start_which_steps_it_may_record(caplog):
     import torch
-    from tiny_models import build_tiny_model
+    from helpers.tiny_models import build_tiny_model
 
     from eglr_harness.decoding.continuous.engine import ContinuousEngine
 
@@ -95,13 +95,9 @@ def test_a_compiled_run_says_at_its_start_which_steps_it_may_record(caplog):
 def test_debug_mode_refuses_to_replay_a_graph_on_moved_tensors(monkeypatch, moved, caplog):
     """vLLM's address check: with the logger at DEBUG, a replay checks that the workspace it was recorded on
     has not moved. Broken on purpose (a storage tensor replaced behind the runner's back): it must say so."""
-    import sys
-    from pathlib import Path
-
     import torch
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_gpu_readiness import ReplayGraph
-    from tiny_models import build_tiny_model
+    from helpers.replay_graph import ReplayGraph
+    from helpers.tiny_models import build_tiny_model
 
     from eglr_harness.decoding.continuous import step_graphs
     from eglr_harness.decoding.continuous.engine import ContinuousEngine

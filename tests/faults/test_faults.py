@@ -385,11 +385,8 @@ def test_a_data_row_without_the_fields_names_its_1_based_line(tmp_path):
 
 
 def _fake_run(tmp_path: Path) -> Path:
-    """A small eglr-hf run (results and samples) written by lm-eval's tracker (tests/analysis/lmeval_fakes.py)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
-    import lmeval_fakes
+    """A small eglr-hf run (results and samples) written by lm-eval's tracker (tests/helpers/lmeval_fakes.py)."""
+    from helpers import lmeval_fakes
 
     results = lmeval_fakes.write_grid_run(tmp_path / "run", list(lmeval_fakes.GRID), task="toy_eglr_lxt")
     return next(results.parent.glob("samples_*.jsonl"))

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import build_tiny_model
+from helpers.tiny_models import build_tiny_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from inputs import CONTEXTS, requests_for
+from helpers.inputs import CONTEXTS, requests_for
 
 from eglr_harness.harness.model import EglrHFLM
 

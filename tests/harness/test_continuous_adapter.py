@@ -5,7 +5,7 @@ errors that send a user back to engine=hf."""
 from __future__ import annotations
 
 import pytest
-from inputs import CONTEXTS, batch_independent, requests_for
+from helpers.inputs import CONTEXTS, batch_independent, requests_for
 from lm_eval.models.huggingface import HFLM
 from transformers import AutoTokenizer
 

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 import torch
-from inputs import CONTEXTS as BASE_CONTEXTS
+from helpers.inputs import CONTEXTS as BASE_CONTEXTS
 
 from eglr_harness.run.calibration import calibration_prompts, pooled_threshold
 

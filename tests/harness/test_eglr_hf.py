@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from inputs import CONTEXTS, batch_independent, requests_for
+from helpers.inputs import CONTEXTS, batch_independent, requests_for
 from lm_eval.models.huggingface import HFLM
 
 from eglr_harness.core.rollout import Rollout, rollout_meta

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from inputs import CONTEXTS, requests_for
+from helpers.inputs import CONTEXTS, requests_for
 
 from eglr_harness.harness import pool_runner
 from eglr_harness.harness.model import EglrHFLM

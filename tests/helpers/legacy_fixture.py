@@ -1,6 +1,6 @@
 """Greedy tokens of the continuous engine as it was before the fixed-shape step (commit 6a0a64e).
 
-``python tests/engine/legacy_fixture.py`` wrote ``data/legacy_continuous_tokens.json`` with that
+``python tests/helpers/legacy_fixture.py`` wrote ``data/legacy_continuous_tokens.json`` with that
 engine; ``test_fixed_step.py`` checks that today's engine gives the same tokens, case by case.
 The cases: every tiny family, L in {1, 2, N}, the gate always on or at the median entropy, a
 mixed-cell batch, more prompts than slots (rows join a running batch).
@@ -34,10 +34,8 @@ def cases():
 
 def run_case(arch, prompt_seed, settings, max_batch, headroom, run):
     """Tokens per prompt; ``run(model, prompts, configs, max_batch, headroom)`` decodes."""
-    import sys
-    sys.path.insert(0, str(Path(__file__).parents[1]))
-    from inputs import random_prompts
-    from tiny_models import build_tiny_model
+    from helpers.inputs import random_prompts
+    from helpers.tiny_models import build_tiny_model
 
     from eglr_harness.core.config import EglrConfig
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 TINY_ARCHS = ("llama", "qwen2", "mistral", "gemma2")
 # build_tiny_model also builds "gemma3" (a Gemma-3 text model: sliding and full layers alternate)
-# and the families of MORE_ARCHS (tests/engine/test_families.py), each with the features that set it apart
+# and the families of MORE_ARCHS (tests/decoding/test_families.py), each with the features that set it apart
 MORE_ARCHS = ("phi3", "olmo2", "olmo3", "qwen2_moe", "qwen3_moe", "mixtral", "smollm3", "granite", "granitemoe", "glm",
               "glm4", "stablelm", "starcoder2", "cohere")
 # Shorter than the test prompts plus their generations, so that Mistral's sliding-window attention

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from tiny_models import build_tiny_model
+from helpers.tiny_models import build_tiny_model
 
 VOCAB, LAYERS, EOS = 96, 4, 2
 # vLLM's CPU attention takes head sizes that are multiples of 32 (and not 8, the engine tests' size)

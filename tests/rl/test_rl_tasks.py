@@ -77,7 +77,7 @@ def test_task_prompts_are_the_chat_turns_lm_eval_renders(shared_data_dir, llama_
 def test_trainable_drops_the_gguf_mark_and_refuses_real_quantization():
     from types import SimpleNamespace
 
-    from tiny_models import build_tiny_model
+    from helpers.tiny_models import build_tiny_model
 
     from eglr_harness.rl.rollouts import trainable
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from inputs import CONTEXTS, requests_for
+from helpers.inputs import CONTEXTS, requests_for
 
 from eglr_harness.run.stores import RolloutStore
 
@@ -20,7 +20,7 @@ GREEDY = {"until": ["\n\n", "."], "max_gen_toks": 12, "do_sample": False}
 POOL = {**GREEDY, "eglr_L": "0-3", "eglr_T": 0}
 
 
-# tiny_lm's model args here (tests/lm/conftest.py). tau_h=0: every token of an L > 0 cell is gated; tau_kl=0: no KL
+# tiny_lm's model args here (tests/conftest.py). tau_h=0: every token of an L > 0 cell is gated; tau_kl=0: no KL
 # exit (float noise cannot flip one)
 LM_DEFAULTS = dict(tau_h=0.0, tau_kl=0.0)
 

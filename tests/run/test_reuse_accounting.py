@@ -1,4 +1,4 @@
-"""The accounting of rollouts reused across tau_h calibration and the pool (``accounts.py``,
+"""The accounting of rollouts reused across tau_h calibration and the pool (``run/accounting.py``,
 ``harness/decode.py``), as their docstrings promise it:
 
 - calibration (``tau_h=auto``: a greedy run on the task's first prompts) is accounted apart, in
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from inputs import CONTEXTS, requests_for
+from helpers.inputs import CONTEXTS, requests_for
 
 from eglr_harness.harness.model import EglrHFLM
 
@@ -27,7 +27,7 @@ POOL = {**GREEDY, "eglr_L": "0-1", "eglr_T": 0}  # cells L=0 (greedy) and L=1, a
 CALIB = 3  # calibration's prompts: the first 3 of the 4 documents
 
 
-# tiny_lm's model args here (tests/lm/conftest.py)
+# tiny_lm's model args here (tests/conftest.py)
 LM_DEFAULTS = dict(engine="hf", batch_size=2, tau_h="auto", calib_limit=CALIB)
 
 

@@ -34,7 +34,7 @@ def _decoded_rows(monkeypatch) -> list:
     return rows
 
 
-# tiny_lm's model args here (tests/lm/conftest.py). engine=hf: the tests count generate's rows (the store and its
+# tiny_lm's model args here (tests/conftest.py). engine=hf: the tests count generate's rows (the store and its
 # keys are the same for both engines)
 LM_DEFAULTS = dict(batch_size=3, L=2, tau_h=0.0, engine="hf")
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from markdown_tables import markdown_table
+from helpers.markdown_tables import markdown_table
 
 from eglr_harness.core.config import DEFAULT_L
 from eglr_harness.core.specs import parse_L_spec, parse_T_spec

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-import lmeval_fakes
+from helpers import lmeval_fakes
 import pytest
 
 from eglr_harness.analysis.export import export_rows

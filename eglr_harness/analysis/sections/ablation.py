@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from eglr_harness.analysis.metrics.ablation import ablation
 from eglr_harness.analysis.render import ablation_plot, markdown_table, num, pct
-from eglr_harness.analysis.report import ReportContext, Section, Table, image, register_section
+from eglr_harness.analysis.sections.section import ReportContext, Section, Table, image, register_section
 
 _HEADER = ["axis", "value", "default", "run", "docs", "rollouts", "correct", "accuracy", "ci_low", "ci_high", "rho",
            "mean_iterations", "flop_ratio", "diff_vs_default", "diff_low", "diff_high", "gained", "lost",

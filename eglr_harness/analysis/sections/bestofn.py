@@ -10,7 +10,7 @@ import re
 from eglr_harness.analysis.metrics.accuracy import POOL_TITLES
 from eglr_harness.analysis.metrics.bestofn import METHODS, RANDOM, best_of_n
 from eglr_harness.analysis.render import _figure, markdown_table, pct
-from eglr_harness.analysis.report import ReportContext, Section, Table, image, register_section
+from eglr_harness.analysis.sections.section import ReportContext, Section, Table, image, register_section
 
 _TITLES = {**POOL_TITLES, RANDOM: "random grid cells (N drawn from the whole grid)"}
 _STYLE = {"naive": ("-", "C3"), "weighted": ("-", "C0"), "majority": ("--", "C7")}

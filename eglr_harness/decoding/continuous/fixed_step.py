@@ -12,8 +12,8 @@ by the host; padding entries name the trash slot, whose results are never read) 
   updates as scatters, and the one small read the host needs (``step_state.READ_FIELDS``).
 
 Nothing here branches on a tensor value, reads a tensor on the host or makes a data-dependent
-shape, so ``torch.compile(decode_step, fullgraph=True)`` traces it whole (tests/engine/
-test_fixed_step.py), and on CUDA it can be captured as a CUDA graph per (A, R, width) bucket.
+shape, so ``torch.compile(decode_step, fullgraph=True)`` traces it whole
+(tests/decoding/test_fixed_step.py), and on CUDA it can be captured as a CUDA graph per (A, R, width) bucket.
 
 What holds for "a row's tokens depend only on its own request": the row's draws depend only on
 its seed and token index (``sampling.py``); its attention reads its own slot only (masks by slot);

@@ -1,6 +1,6 @@
 """The modules of a transformers causal LM that the continuous engine calls one by one.
 
-The continuous engine (``continuous_engine.py``) runs the model's own modules — token embeddings,
+The continuous engine (``continuous/engine.py``) runs the model's own modules — token embeddings,
 rotary embeddings, decoder layers, final norm, unembedding — in a loop of its own, so that rows
 that refine join the batch in the top L layers only. That needs the model's forward to be the plain
 one (embed, rotary angles, the layers, final norm, unembedding) up to the small declared
