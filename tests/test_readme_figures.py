@@ -38,8 +38,8 @@ def _benchmark_json(name: str) -> dict:
     return json.loads((ROOT / "benchmarks/results" / name).read_text())
 
 
-def test_benchmarks_readme_quotes_the_hf_engine_figures_of_its_json():
-    rows = _table_after(ROOT / "benchmarks/README.md", "### What the committed JSON also holds")
+def test_benchmarks_history_quotes_the_hf_engine_figures_of_its_json():
+    rows = _table_after(ROOT / "benchmarks/HISTORY.md", "### What the committed JSON also holds")
     for label, cells in rows.items():
         source, key, quoted = cells[0].strip("`"), cells[1].strip("`"), float(cells[2])
         value = _benchmark_json(source)

@@ -1,6 +1,6 @@
 """How the continuous engine runs its decoding step: eagerly, compiled once, or captured per bucket.
 
-The design, and why (issue 32; how vLLM, SGLang and PyTorch do it: ``benchmarks/README.md``):
+The design, and why (issue 32; how vLLM, SGLang and PyTorch do it: ``benchmarks/HISTORY.md``):
 
 - **What is compiled: one decoder layer, once.** ``torch.compile`` is applied to ``stack.call_layer``,
   the one function every decoder layer runs through (the layer module is an argument, so its weights
