@@ -15,6 +15,10 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 ROOT = Path(__file__).resolve().parent.parent
 DATED = {"CHANGELOG.md", "benchmarks/HISTORY.md"}
 OTHER_PACKAGES = ("lm_eval/", "transformers/", "vllm/", "torch/", "trl/")

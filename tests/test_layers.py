@@ -13,6 +13,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 PACKAGE = Path(__file__).resolve().parent.parent / "eglr_harness"
 
 # The layers, lowest first: a folder imports its own modules and those of lower layers only

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from helpers.markdown_tables import markdown_table
 
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

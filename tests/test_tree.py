@@ -10,6 +10,10 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 TESTS = Path(__file__).resolve().parent
 # packages the project's dependencies probe for or import by name
 PROBED = {"vllm", "trl", "torch", "transformers", "lm_eval", "datasets", "accelerate", "math_verify", "sympy",

@@ -16,6 +16,8 @@ from eglr_harness.leaderboard import sweep
 from eglr_harness.run.model_names import parse_model_args
 from eglr_harness.run.settings import RunSettings
 
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 TASK = "toy_eglr"
 
 

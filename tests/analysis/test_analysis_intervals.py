@@ -19,6 +19,8 @@ from eglr_harness.analysis.metrics.oracle import random_oracle_per_doc
 from eglr_harness.analysis.report import build_report, compute_report
 from eglr_harness.analysis.sections.intervals import interval_rows
 
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 
 def test_wilson_interval_by_hand():
     # 1 of 4: centre (1/4 + z²/8) / (1 + z²/4) = 0.372465, half-width 0.326886 (z = 1.959964)

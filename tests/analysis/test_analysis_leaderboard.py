@@ -19,6 +19,8 @@ from eglr_harness.leaderboard.runs import (
     LeaderboardOptions, build_command, default_output_dir, model_slug, parse_beams, parse_limit, plan_runs,
 )
 
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 MODEL_ARGS = "pretrained=/models/smol,gguf_file=SmolLM2-135M-Instruct.Q4_1.gguf"
 HF_ACC = {None: 0.5, 4: 0.75, 11: 0.25}  # num_beams -> acc the fake greedy/beam runs report
 

@@ -25,6 +25,8 @@ from eglr_harness.analysis import (
 from eglr_harness.analysis.metrics.compute import Compute
 from eglr_harness.analysis.portable import make_portable, portable
 
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 CELLS = list(lmeval_fakes.GRID)
 
 

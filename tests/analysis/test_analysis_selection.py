@@ -13,6 +13,8 @@ from eglr_harness.analysis.metrics.accuracy import sc_solved
 from eglr_harness.analysis.metrics.selection import half_of, l_agreement, selection
 from eglr_harness.analysis.load import RolloutRow
 
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 CELLS = [(1, 0.1), (2, 0.2), (3, 0.3)]  # one rollout per T: no L-agreement
 
 

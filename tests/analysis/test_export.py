@@ -12,6 +12,8 @@ from helpers import lmeval_fakes
 from eglr_harness.commands import export
 from eglr_harness.analysis.load import find_runs, read_samples
 
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 REAL_RUN = Path(__file__).resolve().parents[2] / "results" / "smollm2-135m-instruct" / "demo_level0_ablation" / "default"
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from helpers.markdown_tables import markdown_table
 
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "results" / "README.md"
 CSV = ROOT / "results" / "smollm2-135m-instruct" / "demo_level0_ablation" / "report" / "ablation.csv"

@@ -22,6 +22,8 @@ from eglr_harness.commands import export
 from eglr_harness.commands.report import main as report_main
 from eglr_harness.commands.score import main as score_main
 
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 REAL = Path(__file__).parents[1] / "analysis" / "data" / "real_gsm8k_eglr_sc"  # the analysis tests' real run
 REPO = Path(__file__).resolve().parents[2]
 COMMANDS = {

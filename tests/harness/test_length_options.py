@@ -16,6 +16,8 @@ from eglr_harness.core.errors import GenerationOptionError
 from eglr_harness.core.generation_options import check_generation_options
 from eglr_harness.harness.preflight import _check_length
 
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 # lm-eval 0.4.13's names for the limit, in its priority order (normalize_gen_kwargs' docstring)
 LENGTH_OPTIONS = ("max_gen_toks", "max_new_tokens", "max_tokens", "max_completion_tokens")
 

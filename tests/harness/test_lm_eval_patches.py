@@ -17,6 +17,8 @@ from lm_eval.tasks.manager import TaskManager
 
 from eglr_harness.harness import lm_eval_patches
 
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 Tracker = evaluation_tracker.EvaluationTracker
 
 

@@ -10,6 +10,8 @@ from eglr_harness.core.config import EglrConfig, parse_tau_h
 from eglr_harness.core.specs import parse_L_spec, parse_T_spec
 from eglr_harness.run.pool import resolve_pool, task_axes
 
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 
 @pytest.mark.parametrize("spec, expected", [
     (4, (4,)), ("4", (4,)), ("1,4,7", (1, 4, 7)), ("1|4|7", (1, 4, 7)), ("1;4", (1, 4)),

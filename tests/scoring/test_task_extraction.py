@@ -6,6 +6,8 @@ import pytest
 
 from eglr_harness.scoring.extraction import extract_answer, final_boxed, last_boxed, match_braces, narrow_answer
 
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 # (model output, mode, expected answer); None = invalid.
 CASES = [
     # Qwen2.5-Math style
