@@ -42,7 +42,8 @@ def measure() -> dict:
 
     def requests(seed, lengths, new, configs):
         prompts = random_prompts(seed, lengths=lengths, vocab=vocab)
-        return [Request(tuple(p), configs[i % len(configs)], new[i % len(new)], seed=11 + i) for i, p in enumerate(prompts)]
+        return [Request(tuple(p), configs[i % len(configs)], new[i % len(new)],
+                        seed=11 + i) for i, p in enumerate(prompts)]
 
     first = [EglrConfig(L=2, **always), EglrConfig(L=0), EglrConfig(L=2, T=0.7, top_k=20, top_p=0.9, **always),
              EglrConfig(L=1, **always), EglrConfig(L=0, T=1.0, top_k=0)]

@@ -56,7 +56,8 @@ def texts(path: Path):
 def read(name: str) -> bool:
     if name in DATED or (name.startswith("results/") and name.endswith("/report.md")):
         return False
-    return name.endswith(".md") or (name.endswith(".py") and name.startswith(("eglr_harness/", "benchmarks/", "tests/")))
+    return name.endswith(".md") or (name.endswith(".py") and name.startswith(("eglr_harness/", "benchmarks/",
+                                                                              "tests/")))
 
 
 def missing_names(files: list[str]) -> list[str]:

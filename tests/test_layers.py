@@ -116,7 +116,8 @@ def violations(imports: Mapping[str, set[str]]) -> list[str]:
         if higher:
             bad.append(f"{module} imports eglr_harness.{sorted(higher)}, a layer not below its own")
         if folder in ALLOWED and ours - ALLOWED[folder]:
-            bad.append(f"{module} imports eglr_harness.{sorted(ours - ALLOWED[folder])} (allowed: {sorted(ALLOWED[folder])})")
+            bad.append(f"{module} imports eglr_harness.{sorted(ours - ALLOWED[folder])} (allowed: "
+                       f"{sorted(ALLOWED[folder])})")
         if ours & FORBIDDEN.get(folder, set()):
             bad.append(f"{module} imports eglr_harness.{sorted(ours & FORBIDDEN[folder])}, which needs a model")
     return bad
@@ -229,7 +230,8 @@ def test_the_graph_checks_catch_a_cycle_and_a_transitive_import():
              "eglr_harness.decoding.z": set()}
     assert cycles(graph) == [["eglr_harness.harness.autoload", "eglr_harness.harness.lm_eval_patches"]]
     assert transitive_violations(graph) == [
-        "eglr_harness.analysis.x reaches eglr_harness.decoding (eglr_harness.decoding.z) through the modules it imports"]
+        "eglr_harness.analysis.x reaches eglr_harness.decoding (eglr_harness.decoding.z) through the modules it "
+        "imports"]
     assert violations({"analysis/x.py": {".run"}, "run/y.py": {".decoding"}}) == []  # each step alone is allowed
 
 
@@ -243,7 +245,8 @@ def test_the_rules_catch_a_violation():
     """Broken on purpose: lm-eval imported from the decoding package, the analysis importing an engine, the core
     reaching up to the run layer, a command importing lm-eval itself, a new folder put in no layer."""
     imports = {"decoding/x.py": {"torch", "lm_eval", ".core"}, "analysis/y.py": {".decoding", ".core"},
-               "harness/z.py": {"lm_eval", ".decoding"}, "core/w.py": {".run"}, "commands/v.py": {"lm_eval", ".harness"},
+               "harness/z.py": {"lm_eval", ".decoding"}, "core/w.py": {".run"}, "commands/v.py": {"lm_eval",
+                                                                                                  ".harness"},
                "run/u.py": {".decoding", ".core"}, "newfolder/t.py": {".core"}, "__init__.py": {".harness"}}
     assert violations(imports) == [
         "analysis/y.py imports eglr_harness.['decoding'], which needs a model",

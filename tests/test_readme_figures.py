@@ -32,7 +32,8 @@ def test_results_readme_gsm8k_pools_table_matches_the_report():
     assert rows["oracle of the pool alone"][1:] == [pools[p]["oracle_solved"] for p in columns]
     assert rows["majority vote"][1:] == [pools[p]["sc_solved"] for p in columns]
     expected = [float(pools[p]["random_oracle"]) * int(pools[p]["docs"]) for p in columns]
-    quoted = [float(re.match(r"[\d.]+", cell).group()) for cell in rows["oracle of as many random cells of these 21 (expected)"][1:]]
+    quoted = [float(re.match(r"[\d.]+", cell).group()) for cell in rows["oracle of as many random cells of these 21 "
+                                                                        "(expected)"][1:]]
     assert quoted == pytest.approx(expected, abs=0.05)
 
 

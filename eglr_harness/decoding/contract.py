@@ -38,7 +38,8 @@ class Request:
 
     def __post_init__(self) -> None:
         items = self.options.items() if isinstance(self.options, dict) else self.options
-        object.__setattr__(self, "options", tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in items)))
+        object.__setattr__(self, "options",
+                           tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in items)))
         if not self.prompt:
             raise ValueError("a Request needs a prompt of at least one token.")
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:

@@ -63,7 +63,8 @@ class EglrStats:
 
     def merge(self, other: "EglrStats") -> None:
         self.num_layers = self.num_layers or other.num_layers
-        for name in ("tokens", "gated_tokens", "refine_layer_evals", "steps", "gated_steps", "row_steps", "batched_refine_layer_evals", "wall_time_s"):
+        for name in ("tokens", "gated_tokens", "refine_layer_evals", "steps", "gated_steps", "row_steps",
+                     "batched_refine_layer_evals", "wall_time_s"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.iterations.update(other.iterations)
 
@@ -77,7 +78,8 @@ class EglrStats:
             "mean_iterations": sum(k * c for k, c in self.iterations.items()) / gated if self.gated_tokens else 0.0,
             "iteration_hist": {str(k): self.iterations[k] for k in sorted(self.iterations)},
             "flop_ratio": 1.0 + self.refine_layer_evals / (n * self.tokens) if self.tokens else 1.0,
-            "batched_flop_ratio": 1.0 + self.batched_refine_layer_evals / (n * self.row_steps) if self.row_steps else 1.0,
+            "batched_flop_ratio": (1.0 + self.batched_refine_layer_evals / (n * self.row_steps) if self.row_steps
+                                   else 1.0),
             # counts; sums of the stored rollouts' shares (floats) in a resumed run
             "steps": round(self.steps),
             "p_step_gated": round(self.gated_steps) / round(self.steps) if round(self.steps) else 0.0,

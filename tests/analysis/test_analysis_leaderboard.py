@@ -481,7 +481,8 @@ def test_committed_results_are_never_overwritten_nor_taken_for_the_users_runs(tm
     assert (committed / "leaderboard.md").read_text() == "committed numbers\n"
     assert main(argv, executor=fake) == 0  # the default folder: out/leaderboard/<model>, every run made afresh
     assert len(fake.calls) == 2
-    assert all(parse_lm_eval(a).output_path.startswith("out/leaderboard/SmolLM2-135M-Instruct.Q4_1/") for a in fake.calls)
+    assert all(parse_lm_eval(a).output_path.startswith("out/leaderboard/SmolLM2-135M-Instruct.Q4_1/")
+               for a in fake.calls)
     status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
     assert status.stdout == ""
     assert main([*argv, "--output_dir", str(committed), "--update_committed"], executor=FakeLmEval()) == 0

@@ -14,7 +14,8 @@ from eglr_harness.analysis.load import find_runs, read_samples
 
 pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
 
-REAL_RUN = Path(__file__).resolve().parents[2] / "results" / "smollm2-135m-instruct" / "demo_level0_ablation" / "default"
+REAL_RUN = (Path(__file__).resolve().parents[2] / "results" / "smollm2-135m-instruct" / "demo_level0_ablation"
+            / "default")
 
 
 def _load(path: Path, tmp_path: Path):
@@ -81,7 +82,8 @@ def test_export_committed_real_run(tmp_path):
     assert all("<|im_start|>" in r["prompt"] and r["completion"] for r in rows)
     jsonl = tmp_path / "real.jsonl"
     assert export.main([str(REAL_RUN), "--out", str(jsonl)]) == 0
-    assert [json.loads(line)["completion"] for line in jsonl.read_text().splitlines()] == [r["completion"] for r in rows]
+    assert ([json.loads(line)["completion"] for line in jsonl.read_text().splitlines()]
+            == [r["completion"] for r in rows])
 
 
 def test_bad_output_ending(tmp_path, full_run):

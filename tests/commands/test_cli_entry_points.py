@@ -30,7 +30,8 @@ def test_entry_point_runs_a_task_and_records_eglr(entry, tiny_model_dir, tmp_pat
            "EGLR_AUTOLOAD": "0", "EGLR_CACHE_DIR": str(tmp_path / "cache")}  # the wrapper loads eglr-harness itself
     done = subprocess.run(
         [*command, "--model", "eglr-hf", "--model_args", model_args, "--tasks", "eglr_demo", "--limit", "2",
-         "--batch_size", "2", "--device", "cpu", "--gen_kwargs", "max_gen_toks=4", "--output_path", str(tmp_path / "out")],
+         "--batch_size", "2", "--device", "cpu", "--gen_kwargs", "max_gen_toks=4",
+         "--output_path", str(tmp_path / "out")],
         env=env, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -28,8 +28,10 @@ REAL = Path(__file__).parents[1] / "analysis" / "data" / "real_gsm8k_eglr_sc"  #
 REPO = Path(__file__).resolve().parents[2]
 COMMANDS = {
     "eglr-report": (report_main, "eglr_harness.commands.report", lambda run, out: [str(run), "--out", str(out / "r")]),
-    "eglr-export": (export.main, "eglr_harness.commands.export", lambda run, out: [str(run), "--out", str(out / "x.jsonl")]),
-    "eglr-score": (score_main, "eglr_harness.commands.score", lambda run, out: [str(run), "--output_path", str(out / "s")]),
+    "eglr-export": (export.main, "eglr_harness.commands.export", lambda run,
+                    out: [str(run), "--out", str(out / "x.jsonl")]),
+    "eglr-score": (score_main, "eglr_harness.commands.score", lambda run,
+                   out: [str(run), "--output_path", str(out / "s")]),
 }
 
 
@@ -72,7 +74,8 @@ SAMPLE_CASES = [
     ("T_as_list", _rollout(1, "T", [1]), "`T` is [1]; allowed: a finite number >= 0", list(COMMANDS)),
     ("negative_L", _rollout(0, "L", -3), "`L` is -3; allowed: an int >= 0", list(COMMANDS)),
     ("rollout_not_a_dict", _replace_rollout, "rollout #3 is 'L=4: 18'; expected a dict", list(COMMANDS)),
-    ("engine_unknown", _rollout(0, "engine", "vllm"), "`engine` is 'vllm'; allowed: 'continuous', 'hf'", list(COMMANDS)),
+    ("engine_unknown", _rollout(0, "engine", "vllm"), "`engine` is 'vllm'; allowed: 'continuous', 'hf'",
+     list(COMMANDS)),
     ("signals_not_numbers", _rollout(0, "signals", {"mean_logprob": "high"}), "`signals` is", list(COMMANDS)),
     ("no_prompt", _bad_arguments, "has `arguments`", ["eglr-export"]),
     ("texts_fewer_than_rollouts", _one_text, "`resps`", ["eglr-export", "eglr-score"]),

@@ -57,7 +57,8 @@ def test_a_bool_from_lm_eval_says_which_value_to_write():
 
 @pytest.mark.parametrize("device", ["cpu", "mps", torch.device("cpu")])
 def test_cuda_graphs_off_cuda_are_refused(device):
-    with pytest.raises(ValueError, match=r"`compile`='reduce-overhead'.*needs a CUDA device.*'(cpu|mps)'.*auto.*none.*default"):
+    with pytest.raises(ValueError,
+                       match=r"`compile`='reduce-overhead'.*needs a CUDA device.*'(cpu|mps)'.*auto.*none.*default"):
         resolve_compile("reduce-overhead", device)
 
 

@@ -203,7 +203,8 @@ def test_stored_rollouts_add_up_to_the_batch_that_decoded_them():
     from eglr_harness.decoding.stats import EglrStats, batch_shares, rollout_accounting
 
     batch = EglrStats(num_layers=8)
-    batch.add_batch(steps=13, gated_steps=5, row_steps=40, tokens=22, iterations={1: 2, 3: 4}, L=2, pass_row_iterations=21)
+    batch.add_batch(steps=13, gated_steps=5, row_steps=40, tokens=22, iterations={1: 2, 3: 4}, L=2,
+                    pass_row_iterations=21)
     batch.wall_time_s = 1.5
     rollouts = [rollout_accounting(12, {1: 2, 3: 1}, 2), rollout_accounting(7, {3: 3}, 2), rollout_accounting(3, {}, 2)]
     resumed = EglrStats(num_layers=8)

@@ -1,4 +1,5 @@
-"""The cached, batched, hook-based engine against the naive uncached reference (eglr_harness/decoding/naive_reference.py)."""
+"""The cached, batched, hook-based engine against the naive uncached reference
+(eglr_harness/decoding/naive_reference.py)."""
 
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ def test_accounting_matches_what_ran(model):
     assert summary["flop_ratio"] == pytest.approx(expected_ratio)
     # the batched loop runs until the slowest gated row exits: at least every row's own iterations
     assert stats.batched_refine_layer_evals >= stats.refine_layer_evals
-    assert summary["batched_flop_ratio"] == pytest.approx(1 + stats.batched_refine_layer_evals / (LAYERS * stats.row_steps))
+    assert summary["batched_flop_ratio"] == pytest.approx(
+        1 + stats.batched_refine_layer_evals / (LAYERS * stats.row_steps))
 
 
 # ---------------------------------------------------------------- exits, caps and sampling

@@ -110,7 +110,8 @@ def test_refused_models_fall_back_to_hf_with_one_log_line(build, reason, caplog)
     model = build()
     with pytest.raises(ValueError, match=rf"{re.escape(reason)}.*use engine=hf"):
         ContinuousEngine(model, max_batch=2)
-    lm = SimpleNamespace(model=model, batch_size=2, device="cpu", tokenizer=SimpleNamespace(pad_token_id=0, eos_token_id=2))
+    lm = SimpleNamespace(model=model, batch_size=2, device="cpu",
+                         tokenizer=SimpleNamespace(pad_token_id=0, eos_token_id=2))
     with caplog.at_level(logging.INFO, logger="eglr_harness"):
         engines, used, compiled = build_engines(lm, "auto", "auto")
     assert used == "hf" and [type(e).__name__ for e in engines] == ["HookEngine"] and compiled.recorded == "none"

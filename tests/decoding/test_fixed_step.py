@@ -34,7 +34,8 @@ from eglr_harness.decoding.naive_reference import gumbel, naive_eglr_greedy  # n
 VOCAB, LAYERS, EOS = 96, 4, 2
 TAU_KL = 4.4e-4
 MIXED = [EglrConfig(L=2, tau_h=0.0, tau_kl=TAU_KL), EglrConfig(L=0),
-         EglrConfig(L=4, T=0.7, top_k=20, top_p=0.9, tau_h=0.0, tau_kl=TAU_KL), EglrConfig(L=1, tau_h=0.0, tau_kl=TAU_KL),
+         EglrConfig(L=4, T=0.7, top_k=20, top_p=0.9, tau_h=0.0, tau_kl=TAU_KL), EglrConfig(L=1, tau_h=0.0,
+                                                                                           tau_kl=TAU_KL),
          EglrConfig(L=0, T=1.0, top_k=0)]
 
 
@@ -64,7 +65,8 @@ def test_the_step_traces_whole_and_gives_the_eager_tokens(arch):
     requests = _requests(MIXED)
     eager = ContinuousEngine(model, max_batch=2, eos_token_ids=[EOS]).run(requests)
     torch._dynamo.reset()
-    traced = ContinuousEngine(model, max_batch=2, eos_token_ids=[EOS], compile=True, compile_backend="eager").run(requests)
+    traced = ContinuousEngine(model, max_batch=2, eos_token_ids=[EOS], compile=True,
+                              compile_backend="eager").run(requests)
     assert [o.tokens for o in traced] == [o.tokens for o in eager]
     assert [o.token_iterations for o in traced] == [o.token_iterations for o in eager]
 
@@ -181,7 +183,8 @@ def test_the_hash_noise_follows_the_spec_in_python_integers():
     seeds = [0, 1, 1333, 2**40 + 7, 2**63 - 1]
     tokens = torch.tensor([[0, 1, 95, 50_000]] * len(seeds))
     # every noise value is finite, the largest u included (its 24-bit form rounded to 1.0 in fp32: inf)
-    many = gumbel_noise(row_keys(torch.arange(64), torch.zeros(64, dtype=torch.long)), torch.arange(65_536).expand(64, -1))
+    many = gumbel_noise(row_keys(torch.arange(64), torch.zeros(64, dtype=torch.long)),
+                        torch.arange(65_536).expand(64, -1))
     assert torch.isfinite(many).all()
     from eglr_harness.decoding import sampling
     top = sampling._mix  # a hash whose bits are all ones gives the largest u

@@ -217,7 +217,8 @@ def loop_requests(new=(4, 9, 6, 3, 8, 5)) -> list[Request]:
     """Six requests for three slots (rows join late, finish at different lengths): refining greedy
     and sampled rows beside plain ones, no stop strings."""
     configs = [EglrConfig(L=2, tau_h=0.0, tau_kl=TAU_KL), EglrConfig(L=0),
-               EglrConfig(L=4, T=0.7, top_k=20, top_p=0.9, tau_h=0.0, tau_kl=TAU_KL), EglrConfig(L=1, tau_h=0.0, tau_kl=TAU_KL),
+               EglrConfig(L=4, T=0.7, top_k=20, top_p=0.9, tau_h=0.0, tau_kl=TAU_KL), EglrConfig(L=1, tau_h=0.0,
+                                                                                                 tau_kl=TAU_KL),
                EglrConfig(L=0, T=1.0, top_k=0), EglrConfig(L=2, tau_h=0.0, tau_kl=TAU_KL)]
     prompts = random_prompts(0, lengths=(9, 3, 17, 5, 7, 4), vocab=VOCAB)
     return [Request(tuple(p), c, n, seed=11 + i) for i, (p, c, n) in enumerate(zip(prompts, configs, new))]
@@ -352,7 +353,8 @@ def process_sequence() -> list[tuple[int, list[Request]]]:
     once), cross K/V widths up and down and finish; then another batch size, another pool (several L
     and T, sampled), longer prompts (prefilled in chunks) and more new tokens."""
     always = dict(tau_h=0.0, tau_kl=TAU_KL)
-    first = [EglrConfig(L=2, **always), EglrConfig(L=0), EglrConfig(L=COMPILE_LAYERS, T=0.7, top_k=20, top_p=0.9, **always),
+    first = [EglrConfig(L=2, **always), EglrConfig(L=0),
+             EglrConfig(L=COMPILE_LAYERS, T=0.7, top_k=20, top_p=0.9, **always),
              EglrConfig(L=1, **always), EglrConfig(L=0, T=1.0, top_k=0)]
     pool = [EglrConfig(L=L, T=T, top_k=20, tau_h=0.5, tau_kl=TAU_KL) for L in (1, 2) for T in (0.0, 0.6)]
     return [(2, pool_requests(0, (9, 3, 5, 2, 4), (3, 12, 6, 9, 10), first)),
@@ -398,7 +400,8 @@ def test_a_process_compiles_the_step_a_bounded_number_of_times(fresh_dynamo):
     assert compiles == sum(r["compiles"] for r in reports) >= 1  # the engines' own count agrees
     eager, _ = run_sequence(compile=False)
     assert [[o.tokens for o in run] for run in compiled] == [[o.tokens for o in run] for run in eager]
-    assert [[o.token_iterations for o in run] for run in compiled] == [[o.token_iterations for o in run] for run in eager]
+    assert ([[o.token_iterations for o in run] for run in compiled]
+            == [[o.token_iterations for o in run] for run in eager])
     assert sum(o.gated for run in eager for o in run) > 0
 
 
@@ -438,7 +441,8 @@ def test_the_real_compiler_compiles_once_and_never_after_warm_up(monkeypatch, fr
     if capture:
         assert sum(r["captures"] for r in reports) > 5
     assert [[o.tokens for o in run] for run in compiled] == [[o.tokens for o in run] for run in eager]
-    assert [[o.token_iterations for o in run] for run in compiled] == [[o.token_iterations for o in run] for run in eager]
+    assert ([[o.token_iterations for o in run] for run in compiled]
+            == [[o.token_iterations for o in run] for run in eager])
     assert sum(o.gated for run in eager for o in run) > 0
 
 
@@ -504,7 +508,8 @@ def step_keys(engine: ContinuousEngine) -> list[tuple]:
 
 
 def eager_and_capturing(monkeypatch) -> tuple:
-    """``capture_requests``, their eager outcomes, and a capturing engine over the same model whose steps' keys are recorded."""
+    """``capture_requests``, their eager outcomes, and a capturing engine over the same model whose steps' keys are
+    recorded."""
     model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=COMPILE_LAYERS, seed=1)
     requests = capture_requests()
     eager = ContinuousEngine(model, max_batch=2, eos_token_ids=[], kv_bucket=2).run(requests)
@@ -577,7 +582,8 @@ def test_a_layer_that_cannot_compile_whole_runs_eagerly_with_one_log_line(monkey
 def test_the_capture_check_sees_a_graph_replayed_at_another_width(monkeypatch, fresh_dynamo):
     """Broken on purpose: graphs keyed without the K/V width replay a recording made at another
     width. The stand-in replays what was recorded, as a CUDA graph would: the counts and the tokens say so."""
-    monkeypatch.setattr(step_graphs.StepRunner, "_key", staticmethod(lambda plan, a, r, cache: (plan, a.shape[0], r.shape[0])))
+    monkeypatch.setattr(step_graphs.StepRunner, "_key",
+                        staticmethod(lambda plan, a, r, cache: (plan, a.shape[0], r.shape[0])))
     requests, eager, engine, keys = eager_and_capturing(monkeypatch)
     broken = engine.run(requests)
     assert capture_violations(keys, engine.warmup_report())

@@ -41,7 +41,8 @@ def requests_of(lengths, configs, new=8, seed=0):
 
 
 MIXED = [EglrConfig(L=2, tau_h=0.0, tau_kl=TAU_KL), EglrConfig(L=0),
-         EglrConfig(L=4, T=0.7, top_k=20, top_p=0.9, tau_h=0.0, tau_kl=TAU_KL), EglrConfig(L=1, tau_h=0.0, tau_kl=TAU_KL)]
+         EglrConfig(L=4, T=0.7, top_k=20, top_p=0.9, tau_h=0.0, tau_kl=TAU_KL), EglrConfig(L=1, tau_h=0.0,
+                                                                                           tau_kl=TAU_KL)]
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3", "gemma2"])
@@ -90,7 +91,8 @@ def test_decoding_rows_keep_stepping_between_the_chunks_of_a_long_prompt(monkeyp
     events = []
     for name in ("prefill", "step"):
         real = getattr(continuous._Run, name)
-        monkeypatch.setattr(continuous._Run, name, lambda run, _real=real, _name=name: (events.append(_name), _real(run))[1])
+        monkeypatch.setattr(continuous._Run, name, lambda run, _real=real,
+                            _name=name: (events.append(_name), _real(run))[1])
     long, short = requests_of((60, 5), [EglrConfig(L=0)], new=30)
     outcomes = ContinuousEngine(model, max_batch=2, eos_token_ids=[], prefill_tokens=8, admit_at=1).run([long, short])
     assert events[:3] == ["prefill", "prefill", "step"]  # the long prompt's first chunk, the short prompt, a step

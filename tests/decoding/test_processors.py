@@ -134,7 +134,8 @@ def test_settings_it_does_not_apply_are_refused_by_name(model):
     ({"repetition_penalty": -1}, "`repetition_penalty`=-1 "),
     ({"no_repeat_ngram_size": -2}, "`no_repeat_ngram_size`=-2 .*allowed: an int >= 0"),
     ({"min_p": 1.5}, "`min_p`=1.5 .*allowed: a float in \\[0, 1\\]"), ({"suppress_tokens": [-3]}, "suppress_tokens"),
-    ({"typical_p": 0.0}, "`typical_p`=0.0 "), ({"num_beams": 0}, "`num_beams`=0 "), ({"frobnicate": 1}, "`frobnicate`=1 "),
+    ({"typical_p": 0.0}, "`typical_p`=0.0 "), ({"num_beams": 0}, "`num_beams`=0 "), ({"frobnicate": 1},
+                                                                                     "`frobnicate`=1 "),
 ])
 def test_an_invalid_value_is_an_error_never_a_reason_to_fall_back(model, options, message):
     """Issue 35: ``unsupported`` (what engine=auto falls back on) raises for an invalid value instead of
@@ -234,7 +235,8 @@ def test_a_penalty_that_moves_the_entropy_across_tau_h_does_not_move_the_gate(mo
     tau_h = (raw + penalised) / 2
     config = EglrConfig(L=2, tau_h=tau_h, tau_kl=TAU_KL)
     options = {"repetition_penalty": penalty}
-    got = ContinuousEngine(model, max_batch=1, eos_token_ids=[]).run([Request(tuple(prompt), config, NEW, options=options)])[0]
+    got = ContinuousEngine(model, max_batch=1,
+                           eos_token_ids=[]).run([Request(tuple(prompt), config, NEW, options=options)])[0]
     assert got.entropies[0] == pytest.approx(raw, abs=1e-5)
     assert (got.token_iterations[0] > 0) == (raw > tau_h), "the gate read the penalised distribution"
     # the log-probability recorded is the emitted token's under the raw (refined when gated) distribution

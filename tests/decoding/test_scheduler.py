@@ -1,5 +1,6 @@
 """The continuous engine's scheduler and step sizes, without a model: admission, prefill chunks,
-retirement (``decoding/continuous/scheduler.py``), the step key and the captures a run may record (``decoding/continuous/step_key.py``)."""
+retirement (``decoding/continuous/scheduler.py``), the step key and the captures a run may record
+(``decoding/continuous/step_key.py``)."""
 
 from __future__ import annotations
 

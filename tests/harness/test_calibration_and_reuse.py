@@ -60,7 +60,8 @@ def test_tau_h_auto_is_the_capped_95th_percentile_of_greedy_entropies(model_dirs
     entropies = _greedy_entropies(model_dirs[which], CONTEXTS[:calib_limit], GREEDY["max_gen_toks"])
     assert entropies.numel() == calib_limit * GREEDY["max_gen_toks"]
     quantile = float(torch.quantile(entropies, 0.95))
-    assert (quantile > 2.5) == capped, f"the 95th percentile {quantile:.3f} should {'' if capped else 'not '}exceed the cap"
+    assert (quantile > 2.5) == capped, (f"the 95th percentile {quantile:.3f} should {'' if capped else 'not '}exceed "
+                                        "the cap")
     assert tau == pytest.approx(min(quantile, 2.5), abs=1e-4)
     # another prompt set would give another threshold: the calibration used exactly the first three
     if not capped:
@@ -143,7 +144,8 @@ def test_calibration_is_accounted_apart_from_the_pool(model_dirs, tmp_path, monk
         lm.generate_until(requests_for(CONTEXTS[:4], pool, repeats=2, task="acct_task"))
     stats = lm.get_model_info()["eglr"]["stats"]
     assert set(stats["cells"]) == {"L=1,T=0.0", "L=2,T=0.0"}  # no L=0 cell from the calibration
-    assert stats["total"]["tokens"] == sum(c["tokens"] for c in stats["cells"].values()) == 4 * 2 * GREEDY["max_gen_toks"]
+    assert (stats["total"]["tokens"] == sum(c["tokens"] for c in stats["cells"].values())
+            == 4 * 2 * GREEDY["max_gen_toks"])
     calibration = stats["calibration"]["acct_task"]
     assert calibration["prompts"] == 3 and calibration["cached"] is False
     assert calibration["entropy_tokens"] == calibration["compute"]["tokens"] == 3 * GREEDY["max_gen_toks"]
@@ -151,7 +153,8 @@ def test_calibration_is_accounted_apart_from_the_pool(model_dirs, tmp_path, monk
     messages = [r.getMessage() for r in caplog.records]
     assert any("too few to trust" in m and "24 token entropies of 3 prompts" in m for m in messages)
     plan = next(m for m in messages if m.startswith("eglr-hf plan, task acct_task"))
-    assert "4 problems x 2 cells" in plan and "8 rollouts" in plan and f"at most {GREEDY['max_gen_toks']} new tokens" in plan
+    assert "4 problems x 2 cells" in plan and "8 rollouts" in plan
+    assert f"at most {GREEDY['max_gen_toks']} new tokens" in plan
     assert "greedy calibration on the first 3 prompts" in plan
     assert "eglr-hf tau_h calibration (3 greedy prompts)" in capsys.readouterr().err  # its own progress bar
 

@@ -42,7 +42,8 @@ def test_pool_rollouts_equal_the_hf_engine(tiny_lm, L):
         assert x.signals["mean_logprob"] <= 0.0 and x.signals["max_entropy"] >= x.signals["mean_entropy"] > 0.0
         assert x.signals.keys() == y.signals.keys()
         for name, value in x.signals.items():  # None: a mean over no gated token
-            assert value == (None if y.signals[name] is None else pytest.approx(y.signals[name], rel=1e-4, abs=1e-6)), name
+            assert value == (None if y.signals[name] is None else pytest.approx(y.signals[name], rel=1e-4,
+                                                                                abs=1e-6)), name
     hf_cells = hf.get_model_info()["eglr"]["stats"]["cells"]
     ours = continuous.get_model_info()["eglr"]
     assert ours["engine"] == "continuous"
@@ -151,13 +152,15 @@ def test_results_say_hf_when_every_request_went_through_generate(tiny_lm, engine
     with caplog.at_level("INFO", logger="eglr_harness"):
         got = lm.generate_until(requests_for(CONTEXTS[:2], {**GREEDY, "typical_p": 0.9}))
     info = lm.get_model_info()["eglr"]
-    assert (info["engine"], info["engines"], info["engine_requested"]) == ("hf", {"unit_task": {"L=2,T=0.0": "hf"}}, engine)
+    assert (info["engine"], info["engines"], info["engine_requested"]) == ("hf", {"unit_task": {"L=2,T=0.0": "hf"}},
+                                                                           engine)
     assert [x.engine for x in got] == ["hf", "hf"] and all(rollout_meta(x)["engine"] == "hf" for x in got)
     assert any("eglr-hf plan" in r.getMessage() and "engine hf;" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"repetition_penalty": 0}, r"`repetition_penalty`=0 \(generation_kwargs of task unit_task\) is not allowed; allowed: a float > 0"),
+    ({"repetition_penalty": 0},
+     r"`repetition_penalty`=0 \(generation_kwargs of task unit_task\) is not allowed; allowed: a float > 0"),
     ({"repetition_penalty": -1}, r"`repetition_penalty`=-1 "),
     ({"no_repeat_ngram_size": -2}, r"`no_repeat_ngram_size`=-2 .*allowed: an int >= 0"),
     ({"min_p": 1.5}, r"`min_p`=1\.5 .*allowed: a float in \[0, 1\]"),

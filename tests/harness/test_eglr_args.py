@@ -68,7 +68,8 @@ def test_pretrained_is_required_before_the_tasks_are_indexed():
 
 def test_task_options_follow_the_engine():
     args = check_run_args(PRESET + ",engine=continuous")
-    with pytest.raises(UserError, match=r"engine=continuous does not apply .*typical_p=0\.9 \(generation_kwargs of task t\)"):
+    with pytest.raises(UserError,
+                       match=r"engine=continuous does not apply .*typical_p=0\.9 \(generation_kwargs of task t\)"):
         args.check_task_options("t", {"typical_p": 0.9, "eglr_L": "1"})
     dataclasses.replace(args, engine="hf").check_task_options("t", {"typical_p": 0.9, "eglr_L": "1"})
     with pytest.raises(UserError, match=r"`typical_p`=2\.0 \(generation_kwargs of task t\) is not allowed"):

@@ -34,7 +34,9 @@ def test_L0_matches_lm_eval_hf_token_for_token(llama_dir, batch_size):
 def test_infinite_threshold_matches_plain_decoding(llama_dir):
     hf = HFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4)
     ours = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4, L=3, tau_h="inf")
-    assert [str(g) for g in ours.generate_until(requests_for(CONTEXTS, GREEDY))] == hf.generate_until(requests_for(CONTEXTS, GREEDY))
+    assert [str(g) for g in ours.generate_until(requests_for(CONTEXTS,
+                                                             GREEDY))] == hf.generate_until(requests_for(CONTEXTS,
+                                                                                                         GREEDY))
 
 
 def test_gated_decoding_differs_and_is_accounted(eglr_lm):
@@ -131,7 +133,8 @@ def test_rollout_cache_resumes_without_recomputing(llama_dir, tmp_path, monkeypa
     whole.generate_until(requests_for(CONTEXTS[:3], pool, repeats=4))
     stats, uninterrupted = (lm.get_model_info()["eglr"]["stats"] for lm in (second, whole))
     assert stats["reused_rollouts"] == uninterrupted["reused_rollouts"] == {"total": 0, "cells": {}}
-    assert batch_independent(stats, also=("batched_flop_ratio",)) == batch_independent(uninterrupted, also=("batched_flop_ratio",))
+    assert batch_independent(stats, also=("batched_flop_ratio",)) == batch_independent(uninterrupted,
+                                                                                       also=("batched_flop_ratio",))
     assert stats["total"]["gated_tokens"] > 0 and all(cell["steps"] > 0 for cell in stats["cells"].values())
 
 
@@ -142,7 +145,8 @@ def test_tau_h_auto_calibrates_once_and_caches(llama_dir, tmp_path, monkeypatch)
     tau = lm.tau_h_by_task["calib_task"]
     assert 0 < tau <= 2.5
     assert (tmp_path / "tau_h.sqlite").is_file()
-    again = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4, L=2, tau_h="auto", calib_limit=3)
+    again = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4, L=2, tau_h="auto",
+                     calib_limit=3)
     for engine in (HookEngine, ContinuousEngine):
         monkeypatch.setattr(engine, "run", lambda *a, **k: pytest.fail("calibration was not cached"))
     assert again.calibrate(requests_for(CONTEXTS, GREEDY, task="calib_task")) == {"calib_task": tau}

@@ -90,7 +90,8 @@ def test_presets_hold_only_keys_that_do_something(tmp_path):
 
 def test_cli_refuses_a_typo_before_indexing_tasks():
     result = subprocess.run(
-        [sys.executable, "-m", "lm_eval", "--model", "eglr-hf", "--model_args", "model_config=smollm2-135m-instruct,l=4",
+        [sys.executable, "-m", "lm_eval", "--model", "eglr-hf", "--model_args",
+         "model_config=smollm2-135m-instruct,l=4",
          "--tasks", "eglr_demo", "--limit", "1"],
         capture_output=True, text=True, timeout=300, env={**os.environ, "HF_DATASETS_OFFLINE": "1"},
     )
@@ -139,9 +140,11 @@ def test_a_compile_that_cannot_apply_is_refused_before_loading(no_loading, args,
     ("", "min_p=1.5", r"`min_p`=1\.5 \(--gen_kwargs\) is not allowed; allowed: a float in \[0, 1\]"),
     ("", "max_gen_toks=0", r"`max_gen_toks`=0 \(--gen_kwargs\) is not allowed; allowed: an int >= 1"),
     ("", "top_k=-3", r"`top_k`=-3 \(--gen_kwargs\) is not allowed; allowed: an int >= 0"),
-    ("", "repetiton_penalty=1.1", r"`repetiton_penalty`=1\.1 \(--gen_kwargs\) is not a generation option.*`repetition_penalty`"),
+    ("", "repetiton_penalty=1.1",
+     r"`repetiton_penalty`=1\.1 \(--gen_kwargs\) is not a generation option.*`repetition_penalty`"),
     (",engine=hf", "repetition_penalty=0", r"`repetition_penalty`=0 \(--gen_kwargs\)"),  # whatever the engine
-    (",engine=continuous", "typical_p=0.9", r"engine=continuous does not apply .*typical_p=0\.9 \(--gen_kwargs\).*engine=hf"),
+    (",engine=continuous", "typical_p=0.9",
+     r"engine=continuous does not apply .*typical_p=0\.9 \(--gen_kwargs\).*engine=hf"),
     (",engine=continuous", "num_beams=2", r"engine=continuous does not apply .*num_beams=2 \(--gen_kwargs\)"),
 ])
 def test_gen_kwargs_are_checked_before_the_model_loads(no_loading, model_args, gen_kwargs, message):
@@ -170,4 +173,5 @@ def test_cli_prints_an_invalid_gen_kwarg_as_one_line():
         capture_output=True, text=True, timeout=300, env={**os.environ, "HF_DATASETS_OFFLINE": "1"},
     )
     assert result.returncode != 0 and "Traceback" not in result.stderr
-    assert "error: `repetition_penalty`=0 (--gen_kwargs) is not allowed; allowed: a float > 0 (1.0 = off)." in result.stderr
+    assert ("error: `repetition_penalty`=0 (--gen_kwargs) is not allowed; allowed: a float > 0 (1.0 = off)."
+            in result.stderr)

@@ -32,7 +32,8 @@ def unloadable(tmp_path_factory) -> Path:
 
 def lm_eval(*args: str, env: dict | None = None, cwd: Path | None = None) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "lm_eval", *args, "--device", "cpu"], capture_output=True, text=True, timeout=600,
+    done = subprocess.run([sys.executable, "-m", "lm_eval", *args, "--device", "cpu"], capture_output=True, text=True,
+                          timeout=600,
                           cwd=cwd, env={**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", **(env or {})})
     return done, time.monotonic() - started
 
@@ -79,7 +80,8 @@ def test_a_bad_argument_is_one_line_before_the_tasks_are_indexed(unloadable, tmp
 
 
 def test_a_local_pretrained_that_does_not_exist_is_named(tmp_path):
-    done, _ = lm_eval("--model", "eglr-hf", "--model_args", f"pretrained={tmp_path / 'missing'}", "--tasks", "gsm8k_eglr",
+    done, _ = lm_eval("--model", "eglr-hf", "--model_args", f"pretrained={tmp_path / 'missing'}", "--tasks",
+                      "gsm8k_eglr",
                       "--limit", "1")
     assert_refused(done, f"`pretrained`='{tmp_path / 'missing'}' does not exist; allowed: a model folder")
     assert "Repo id" not in done.stderr and "Selected Tasks" not in done.stderr
@@ -102,7 +104,8 @@ def test_a_task_name_typo_is_one_line_with_the_close_names(unloadable):
 
 
 @pytest.mark.parametrize("model_args, gen_kwargs, message", [
-    (",L=0|1|2", None, "The pool L=[0, 1, 2] × T=[0.0] has 3 configs but task 'gsm8k_eglr' repeats each problem only 1"),
+    (",L=0|1|2", None,
+     "The pool L=[0, 1, 2] × T=[0.0] has 3 configs but task 'gsm8k_eglr' repeats each problem only 1"),
     ("", "eglr_T=0.1|0.2", "The pool L=[4] × T=[0.1, 0.2] has 2 configs but task 'gsm8k_eglr' repeats"),
     # the task's own pool (L 1..10) on a model of 4 layers
     (",tau_h=1", None, "`L`=5 exceeds the model's 4 decoder layers; allowed: 0..4"),

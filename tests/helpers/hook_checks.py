@@ -23,7 +23,8 @@ def decode(model, prompts, *, sampling=None, **eglr):
     the emitted scores when greedy, the model's (refined) logits before warping when ``sampling``
     (do_sample kwargs) is given."""
     ids, mask = left_pad(prompts)
-    mode = dict(do_sample=True, output_logits=True, **sampling) if sampling else dict(do_sample=False, output_scores=True)
+    mode = dict(do_sample=True, output_logits=True, **sampling) if sampling else dict(do_sample=False,
+                                                                                      output_scores=True)
     out = model.generate(
         ids, attention_mask=mask, max_new_tokens=MAX_NEW, pad_token_id=PAD, eos_token_id=EOS,
         custom_generate=eglr_generate, return_dict_in_generate=True, **mode, **eglr,

@@ -61,5 +61,6 @@ def engine_run(model, prompts, configs, max_batch, headroom, record):
 
 if __name__ == "__main__":
     out = {name: run_case(arch, seed, settings, mb, hr, engine_run) for name, arch, seed, settings, mb, hr in cases()}
-    FIXTURE.write_text("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(out.items())) + "\n}\n")
+    entries = ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(out.items()))
+    FIXTURE.write_text("{\n" + entries + "\n}\n")
     print(f"{len(out)} cases -> {FIXTURE}")

@@ -89,6 +89,7 @@ def test_trainable_drops_the_gguf_mark_and_refuses_real_quantization():
         return model
 
     model = trainable(marked("gguf"))  # GGUF weights are dequantised on load: floats, trainable
-    assert model.hf_quantizer is None and model.is_quantized is False and not hasattr(model.config, "quantization_config")
+    assert model.hf_quantizer is None and model.is_quantized is False and not hasattr(model.config,
+                                                                                      "quantization_config")
     with pytest.raises(ValueError, match=r"the model is quantized \(bitsandbytes\)"):
         trainable(marked("bitsandbytes"))

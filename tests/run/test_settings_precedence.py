@@ -76,7 +76,8 @@ def test_sampling_filters_come_from_model_args_then_gen_kwargs_then_preset(prese
 
 
 @pytest.mark.parametrize("name, preset_value, arg_value", [
-    ("alpha", 0.5, 0.7), ("k_max", 2, 1), ("tau_kl", 1e-3, 2e-3), ("seed", 11, 12), ("top_k", 5, 7), ("top_p", 0.9, 0.8),
+    ("alpha", 0.5, 0.7), ("k_max", 2, 1), ("tau_kl", 1e-3, 2e-3), ("seed", 11, 12), ("top_k", 5, 7), ("top_p", 0.9,
+                                                                                                      0.8),
 ])
 def test_scalar_settings_come_from_model_args_then_preset_then_default(preset, name, preset_value, arg_value):
     settings = lambda lm: lm.get_model_info()["eglr"]["settings"][name]

@@ -66,7 +66,8 @@ def test_calibration_next_to_a_store_of_greedy_rollouts(tiny_lm, tmp_path, monke
     monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path / "fresh_cache"))
     fresh = tiny_lm(rollout_cache=None, tau_h="auto", calib_limit=3).calibrate(_requests())["store_task"]
     store = str(tmp_path / "store")
-    partial = [Instance("generate_until", doc={}, arguments=(CONTEXTS[0], dict(GEN)), idx=0, metadata=("store_task", 0, 1))]
+    partial = [Instance("generate_until", doc={}, arguments=(CONTEXTS[0], dict(GEN)), idx=0,
+                        metadata=("store_task", 0, 1))]
     for name, done in (("full", _requests()), ("partial", partial)):
         monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path / f"cache_{name}"))
         tiny_lm(rollout_cache=f"{store}_{name}", L=0).generate_until(done)

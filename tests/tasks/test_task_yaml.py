@@ -34,7 +34,8 @@ def test_every_task_loads_with_local_data(loaded):
     tasks = loaded["tasks"]
     assert set(tasks) == set(ALL_TASKS)
     for name, task in tasks.items():
-        repeats = {"eglr_demo": 1, "eglr_demo_sc": 10, "eglr_demo_lxt": 121}.get(name) or VARIANTS[name.split("_eglr")[1]]
+        repeats = {"eglr_demo": 1, "eglr_demo_sc": 10,
+                   "eglr_demo_lxt": 121}.get(name) or VARIANTS[name.split("_eglr")[1]]
         assert task.config.repeats == repeats, name
         doc = task.eval_docs[0]
         prompt = task.doc_to_text(doc)

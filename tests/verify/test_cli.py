@@ -119,7 +119,8 @@ def test_verify_never_imports_lm_eval():
     import subprocess
     import sys
 
-    code = ("import sys, eglr_harness.commands.verify, eglr_harness.verify.run, eglr_harness.analysis.sections.bestofn; "
+    code = ("import sys, eglr_harness.commands.verify, eglr_harness.verify.run, "
+            "eglr_harness.analysis.sections.bestofn; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'lm_eval'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -70,7 +70,8 @@ class AblationSection(Section):
         if result is None:
             return []
         fixed = ", ".join(f"{k}={_value(v)}" for k, v in result.default.items())
-        parts = ["\n## Ablation\n", f"One setting at a time around the default point ({fixed}). Table: `ablation.csv`.\n"]
+        parts = ["\n## Ablation\n",
+                 f"One setting at a time around the default point ({fixed}). Table: `ablation.csv`.\n"]
         for axis, points in result.axes.items():
             rows = [
                 [_value(p.value) + (" (default)" if p.is_default else ""), f"{p.correct}/{p.rollouts}",

@@ -54,7 +54,8 @@ def process(plan: StepInvariants, state: SlotState, rows: torch.Tensor, scores: 
         scores = ban_ngram_repeats(scores, state.history[rows], state.position[rows] + 1, used.ngram_size,
                                    settings.ngram[rows])
     if used.eos_block:
-        scores = ban_tokens(scores, (state.drawn[rows] < settings.eos_blocked_until[rows])[:, None] & settings.eos[None])
+        scores = ban_tokens(scores,
+                            (state.drawn[rows] < settings.eos_blocked_until[rows])[:, None] & settings.eos[None])
     if used.suppress:
         scores = ban_tokens(scores, settings.suppress[rows])
     if used.begin_suppress:
@@ -64,7 +65,8 @@ def process(plan: StepInvariants, state: SlotState, rows: torch.Tensor, scores: 
 
 def remember_tokens(plan: StepInvariants, state: SlotState, rows: torch.Tensor, token: torch.Tensor,
                     emits: torch.Tensor) -> None:
-    """What the processors of later tokens read: the emitted tokens as seen, and by position.  rows, token, emits: (G,)."""
+    """What the processors of later tokens read: the emitted tokens as seen, and by position.  rows, token, emits:
+    (G,)."""
     if plan.processors.penalty:
         seen = state.seen[rows, token]
         state.seen.index_put_((rows, token), seen | emits)
@@ -142,7 +144,8 @@ def decode_step(stack, plan: StepInvariants, state: SlotState, cache: SlotCache,
     phase = torch.full((slots,), RowPhase.PREFILL, dtype=torch.long, device=advancing.device)  # idle slots
     phase = phase.index_fill(0, advancing, RowPhase.ADVANCE).index_fill(0, refining, RowPhase.REFINE)
     is_refining = phase == RowPhase.REFINE
-    query = torch.where(phase == RowPhase.ADVANCE, state.position + 1, torch.where(is_refining, state.position, 0))  # (B,)
+    # (B,)
+    query = torch.where(phase == RowPhase.ADVANCE, state.position + 1, torch.where(is_refining, state.position, 0))
     masks = {kind: SlotView.of(advancing, mask, state.anchor.dtype)
              for kind, mask in decode_masks(query, is_refining, cache.width, stack.windows).items()}
     angles_all = stack.rotary_angles(state.anchor[:, None], query[:, None])  # per kind (B, 1, d)

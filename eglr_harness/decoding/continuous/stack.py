@@ -124,7 +124,8 @@ class ModelStack:
         if unknown:
             raise ValueError(f"engine=continuous does not know the layer kinds {sorted(unknown)}; {FALLBACK}.")
         # only the kinds the model has (Gemma-3's rotary module holds angles for those alone)
-        windows = {kind: int(config.sliding_window) if kind == "sliding_attention" else None for kind in sorted(set(kinds))}
+        windows = {kind: int(config.sliding_window) if kind == "sliding_attention" else None
+                   for kind in sorted(set(kinds))}
         multiplier = FAMILIES[family].embedding_multiplier
         multiplier = getattr(config, multiplier) if multiplier else None
         return cls(model=model, parts=parts, embed_tokens=decoder.embed_tokens,

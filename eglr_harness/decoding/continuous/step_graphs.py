@@ -131,7 +131,8 @@ class CompiledLayer:
                 self.report.compile_seconds += time.perf_counter() - started
             return out
         try:
-            with torch.compiler.set_stance("fail_on_recompile"), torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            with (torch.compiler.set_stance("fail_on_recompile"),
+                  torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT)):
                 return self.compiled(layer, hidden, view, angles, positions, write)
         except RuntimeError as error:
             if not str(error).startswith(LATE_COMPILE):
