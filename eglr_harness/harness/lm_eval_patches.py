@@ -32,6 +32,11 @@ traceback holds no frame of ours) and the functions call lm-eval's original with
 - ``EvaluatorConfig.process_tasks``: the same checks before lm-eval indexes its tasks (~10 s), and the closest
   task names added to its "Tasks not found" error.
 
+What another model's run still passes through: the functions ``TaskManager.__init__``, ``log_experiment_args``
+and ``simple_evaluate`` are wrappers, so that an exception raised inside lm-eval's own code under one of them
+shows one more traceback frame (this module's) than without the project; a method read on an instance
+(``process_tasks``, the two saves) adds none.
+
 Light on purpose (the ``.pth`` imports it at interpreter start through ``autoload``): everything beyond the
 standard library is imported when a hook runs.
 """
