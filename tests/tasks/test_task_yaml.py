@@ -176,10 +176,10 @@ def test_registry_survives_import_from_the_registry_hook():
     probe = (
         "import importlib, eglr_harness.harness.autoload as a\n"
         "a.install()\n"
-        "orig = a._POST_IMPORT['lm_eval.api.registry']\n"
+        "orig = a.POST_IMPORT['lm_eval.api.registry']\n"
         "def hook(m):\n"
         "    orig(m); importlib.import_module('eglr_harness.harness.registry')\n"
-        "a._POST_IMPORT['lm_eval.api.registry'] = hook\n"
+        "a.POST_IMPORT['lm_eval.api.registry'] = hook\n"
         "import lm_eval.api.metrics\n"
         "from lm_eval.api.registry import get_aggregation, get_filter, get_metric\n"
         "assert get_aggregation('mean') is not None and get_aggregation('eglr_best_cfg_acc') is not None\n"
