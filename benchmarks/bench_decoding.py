@@ -89,7 +89,8 @@ def run_mode(mode: str, n_prompts: int, max_gen_toks: int, batch_size: int, tau_
     wall = min(walls)  # the best run; the median is in the JSON too
     median = sorted(walls)[len(walls) // 2]
     tokens = sum(len(lm.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
-    result = {"mode": mode, "wall_s": wall, "wall_s_median": median, "walls_s": walls, "tokens": tokens, "tokens_per_s": tokens / wall,
+    result = {"mode": mode, "wall_s": wall, "wall_s_median": median, "walls_s": walls, "tokens": tokens,
+              "tokens_per_s": tokens / wall,
               "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "texts": texts}
     if device.startswith("cuda"):
         result["cuda_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
@@ -156,7 +157,8 @@ def main() -> None:
     for mode in ("cL0", "cL10"):
         for other, key in (("o", "other"), ("p", "penalty")):
             if mode in results and other + mode[1:] in results:
-                summary[f"wall_ratio_{other}{mode[1:]}_vs_{mode}"] = results[other + mode[1:]]["wall_s"] / results[mode]["wall_s"]
+                summary[f"wall_ratio_{other}{mode[1:]}_vs_{mode}"] = (results[other + mode[1:]]["wall_s"]
+                                                                     / results[mode]["wall_s"])
         if mode in results and "p" + mode[1:] in results:
             summary[f"penalty_changed_text_{mode[1:]}"] = ([str(t) for t in results[mode]["texts"]] !=
                                                            [str(t) for t in results["p" + mode[1:]]["texts"]])

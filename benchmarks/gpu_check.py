@@ -80,14 +80,14 @@ CHECKS = ("exactness", "placement", "speed", "memory", "pool")
 DEFAULT_CHECKS = ("exactness", "placement", "speed", "memory")  # pool (issue 32): asked for by name
 SIZES = ("full", "tiny")
 # Random init gives near-uniform next-token distributions; the output embedding is scaled (as
-# tests/tiny_models.py does) so that greedy is not decided by near-ties: by the factor that gives
+# tests/helpers/tiny_models.py does) so that greedy is not decided by near-ties: by the factor that gives
 # the logits of a unit-RMS hidden state this standard deviation, whatever the width (at 4 the
 # greedy entropies of a random Qwen2.5-3B spread over 1-6.5 nats).
 DEFAULT_LOGIT_STD = 4.0
 # A threshold this close to an observed entropy (nats) or KL (relative) makes the gate or the
 # early exit a coin toss between two correct implementations (engine and naive logits differ by
 # ~1e-6 in fp32): such a case is re-run with the threshold moved into the middle of the nearest
-# wide-enough gap between observed values (see tests/engine/test_engine_vs_naive.py, TAU_KL).
+# wide-enough gap between observed values (see tests/decoding/test_engine_vs_naive.py, TAU_KL).
 ENTROPY_MARGIN = 1e-4
 KL_MARGIN = 1e-3
 MAX_ATTEMPTS = 4
@@ -275,7 +275,8 @@ def decode_continuous(model, prompts, new_tokens: int, *, eglr: dict, stats=None
     from eglr_harness.core.config import EglrConfig
     from eglr_harness.decoding.contract import Request
 
-    config = EglrConfig(**{"tau_h": math.inf, **{k: v for k, v in eglr.items() if k not in ("engine", "engine_options")}})
+    config = EglrConfig(**{"tau_h": math.inf,
+                           **{k: v for k, v in eglr.items() if k not in ("engine", "engine_options")}})
     engine = engine_of(model, len(prompts), eglr, eos_token_id)
     outcomes = engine.run([Request(tuple(p), config, new_tokens) for p in prompts],
                           stats_for=None if stats is None else (lambda _config: stats))
@@ -354,7 +355,8 @@ def calibrate_tau_h(entropies: torch.Tensor) -> float:
 
 # ------------------------------------------------------------------------------------- exactness
 def naive_reference():
-    """``naive_eglr_greedy`` of eglr_harness/decoding/naive_reference.py (asked for here, so that a test can swap it)."""
+    """``naive_eglr_greedy`` of eglr_harness/decoding/naive_reference.py (asked for here, so that a test can swap
+    it)."""
     from eglr_harness.decoding.naive_reference import naive_eglr_greedy
 
     return naive_eglr_greedy
@@ -409,7 +411,8 @@ def compare_with_naive(model, prompts, *, L: int, tau_h: float, tau_kl: float, n
         kl_gap = min((abs(kl - tau_kl) / tau_kl for kl in kls), default=math.inf)  # relative
         if (h_gap > ENTROPY_MARGIN and kl_gap > KL_MARGIN) or attempt == MAX_ATTEMPTS:
             break
-        logger.info("L=%d: a value lies on a threshold (entropy gap %.1e nats, KL gap %.1e); moving it", L, h_gap, kl_gap)
+        logger.info("L=%d: a value lies on a threshold (entropy gap %.1e nats, KL gap %.1e); moving it", L, h_gap,
+                    kl_gap)
         moved = (move_off(tau_h, entropies.tolist(), lambda v, t: abs(v - t) > ENTROPY_MARGIN)
                  if h_gap <= ENTROPY_MARGIN else tau_h,
                  move_off(tau_kl, kls, lambda v, t: abs(v - t) / t > KL_MARGIN) if kl_gap <= KL_MARGIN else tau_kl)
@@ -422,7 +425,8 @@ def compare_with_naive(model, prompts, *, L: int, tau_h: float, tau_kl: float, n
         for step, ref_step in enumerate(ref_logits[r]):
             if step >= len(got) or got[step] != ref[step]:
                 top2 = ref_step.topk(2).values
-                first_divergence = first_divergence or {"row": r, "step": step, "ref_top2_gap": float(top2[0] - top2[1])}
+                first_divergence = first_divergence or {"row": r, "step": step,
+                                                        "ref_top2_gap": float(top2[0] - top2[1])}
                 break
             max_diff = max(max_diff, float((scores[r, step] - ref_step.to(scores.device)).abs().max()))
             top2 = ref_step.topk(2).values
@@ -466,7 +470,8 @@ def check_exactness(name: str, args, device: str) -> dict:
     attns = [a for a in args.attn if a in FAMILIES[name].attn]
     if not attns:
         raise ValueError(f"--attn={','.join(args.attn)}: {name} supports only {', '.join(FAMILIES[name].attn)}")
-    model = build_model(config, dtype=torch.float32, attn=attns[0], device=device, logit_std=args.logit_std, seed=args.seed)
+    model = build_model(config, dtype=torch.float32, attn=attns[0], device=device, logit_std=args.logit_std,
+                        seed=args.seed)
     tau_h = calibrate_tau_h(greedy_entropies(model, prompts, args.exact_new_tokens, device=device))
     result: dict = {"layers": n, "spans": spans, "tau_h_p95": tau_h, "prompt_lengths": list(map(len, prompts)),
                     "new_tokens": args.exact_new_tokens, "fp32": {},
@@ -571,7 +576,8 @@ def check_placement(name: str, args, device: str) -> dict:
     tau_h = calibrate_tau_h(greedy_entropies(model, prompts, args.exact_new_tokens, device=device))
     modes = {"L0": dict(L=0), f"L{n // 2}": dict(L=n // 2, tau_h=tau_h, **PAPER),
              f"L{n // 2}_always": dict(L=n // 2, tau_h=0.0, **PAPER)}
-    single = {mode: decode(model, prompts, args.exact_new_tokens, device=device, eglr=eglr)[0] for mode, eglr in modes.items()}
+    single = {mode: decode(model, prompts, args.exact_new_tokens, device=device,
+                           eglr=eglr)[0] for mode, eglr in modes.items()}
     cuda = device.startswith("cuda")
     first, second = (0, "cpu") if cuda else ("cpu", "disk")
     model.to("cpu")
@@ -704,7 +710,8 @@ def check_speed_and_memory(name: str, args, device: str, checks: set[str], resul
     span = min(args.speed_L, n)
     supported = (*FAMILIES[name].attn, "flash_attention_2")  # FA2 runs bf16, which is what speed uses
     attn = args.speed_attn if args.speed_attn in supported else FAMILIES[name].attn[0]
-    model = build_model(config, dtype=torch.bfloat16, attn=attn, device=device, logit_std=args.logit_std, seed=args.seed)
+    model = build_model(config, dtype=torch.bfloat16, attn=attn, device=device, logit_std=args.logit_std,
+                        seed=args.seed)
     batches = args.batches
     prompts = random_prompts([args.prompt_len] * max(batches), config.vocab_size, args.seed + 2)
     calib = prompts[: min(16, len(prompts))]
@@ -740,7 +747,8 @@ def check_speed_and_memory(name: str, args, device: str, checks: set[str], resul
                 result["running"] = f"batch {batch}, {mode}"
                 runs[mode] = profiles[mode] = dict(STARTED)
                 started = time.perf_counter()
-                runs[mode], tokens[mode] = timed_decode(model, rows, args.new_tokens, device=device, mode=mode, eglr=eglr,
+                runs[mode], tokens[mode] = timed_decode(model, rows, args.new_tokens, device=device, mode=mode,
+                                                        eglr=eglr,
                                                         repeats=args.repeats)
                 profiles[mode] = profile_decode(model, rows, args.profile_tokens, device=device, mode=mode, eglr=eglr)
                 took[mode] = time.perf_counter() - started
@@ -853,7 +861,8 @@ def speed_figures(runs: dict, span: int, n: int, profiles: dict | None = None, t
 
 GOALS = (  # issue 29: (name, figure or profile key, mode, target, comparison)
     # the same prompts and tokens: the wall ratio is the ratio of ms per decoding step
-    ("captured_L0_ms_per_step_vs_generate_static", "wall_ratio_L0_vs_generate_static[continuous,compiled]", None, 1.0, "<="),
+    ("captured_L0_ms_per_step_vs_generate_static", "wall_ratio_L0_vs_generate_static[continuous,compiled]", None, 1.0,
+     "<="),
     ("captured_L_vs_L0", "wall_ratio_L_vs_L0[continuous,compiled]", None, 1.10, "<="),
     ("gpu_busy[cL0c]", "gpu_busy", "cL0c", 0.85, ">="),
     ("gpu_busy[cLc]", "gpu_busy", "cLc", 0.85, ">="),
@@ -956,7 +965,8 @@ def pool_modes(spans: list[int], captured: dict, only: list[str]) -> dict:
     """Mode -> (kind, spans, engine options) or the reason it is skipped."""
     compiled = captured.get("skipped") or {"compile": True, "compile_mode": captured["compile"],
                                            "compile_backend": captured["compile_backend"]}
-    settings = {"generate_static": ("generate", None, {"static": True}), "generate": ("generate", None, {"static": False}),
+    settings = {"generate_static": ("generate", None, {"static": True}),
+                "generate": ("generate", None, {"static": False}),
                 "cL0": ("continuous", [0], {}), "cpool": ("continuous", spans, {}),
                 "cL0c": compiled if isinstance(compiled, str) else ("continuous", [0], compiled),
                 "cpoolc": compiled if isinstance(compiled, str) else ("continuous", spans, compiled)}
@@ -1035,7 +1045,8 @@ def check_pool(name: str, args, device: str, result: dict | None = None, budget:
                            "mean": sum(map(len, prompts)) / len(prompts)},
         "new_tokens": {"min": min(limits), "max": max(limits), "mean": sum(limits) / len(limits)},
         "row_ends": ROW_ENDS, "captured": captured,
-        "modes": {mode: {"skipped": spec} if isinstance(spec, str) else dict(NOT_REACHED) for mode, spec in modes.items()},
+        "modes": {mode: {"skipped": spec} if isinstance(spec,
+                                                        str) else dict(NOT_REACHED) for mode, spec in modes.items()},
     })
     rows_of: dict[str, list] = {}
     for mode, spec in modes.items():
@@ -1182,7 +1193,8 @@ def apply_size_defaults(args, defaults: dict) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", default="full", choices=SIZES, help="full = the checkpoints' shapes; tiny = CPU seconds")
+    parser.add_argument("--size", default="full", choices=SIZES,
+                        help="full = the checkpoints' shapes; tiny = CPU seconds")
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     parser.add_argument("--families", default=",".join(DEFAULT_FAMILIES), help=f"comma list of {', '.join(FAMILIES)}")
     parser.add_argument("--checks", default=",".join(DEFAULT_CHECKS), help=f"comma list of {', '.join(CHECKS)} "
@@ -1238,7 +1250,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     try:
         args.batches = [int(b) for b in str(args.batches).split(",")]
     except ValueError:
-        raise ValueError(f"--batches={args.batches!r}: expected comma-separated positive integers, e.g. 1,16,64") from None
+        raise ValueError(f"--batches={args.batches!r}: expected comma-separated positive integers, e.g. "
+                         "1,16,64") from None
     for flag in ("exact_layers", "exact_new_tokens", "new_tokens", "prompt_len", "calib_tokens", "speed_L", "repeats",
                  "mem_batch", "mem_new_tokens", "profile_tokens"):
         if getattr(args, flag) < 1:
@@ -1393,7 +1406,8 @@ def summarise(report: dict) -> dict:
                 line[f"b{batch}"]["captured"] = captured
         pool = entry.get("pool")
         if pool is not None:
-            line["pool"] = {mode: run.get("tokens_per_s", run.get("skipped")) for mode, run in pool.get("modes", {}).items()}
+            line["pool"] = {mode: run.get("tokens_per_s", run.get("skipped")) for mode, run in pool.get("modes",
+                                                                                                        {}).items()}
             for key in ("skipped", "interrupted", "error"):
                 if key in pool:
                     line["pool"][key] = pool[key]

@@ -77,7 +77,8 @@ QWEN25_CHAT_TEMPLATE = (
     "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
     "{%- endif %}"
     "{%- for message in messages %}"
-    "{%- if (message.role == 'user') or (message.role == 'system' and not loop.first) or (message.role == 'assistant') %}"
+    "{%- if (message.role == 'user') or (message.role == 'system' and not loop.first) "
+    "or (message.role == 'assistant') %}"
     "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
     "{%- endif %}"
     "{%- endfor %}"
@@ -381,7 +382,8 @@ def probe(out_path: str, argv: list[str]) -> None:
             peak = torch.cuda.max_memory_allocated() / 2**20
             rec["peak_gpu_mib_decoding"] = peak
             rec["peak_gpu_mib"] = max(peak, rec["peak_gpu_mib"] or 0.0)
-            rec["peak_gpu_reserved_mib"] = max(torch.cuda.max_memory_reserved() / 2**20, rec["peak_gpu_reserved_mib"] or 0.0)
+            rec["peak_gpu_reserved_mib"] = max(torch.cuda.max_memory_reserved() / 2**20,
+                                               rec["peak_gpu_reserved_mib"] or 0.0)
 
     class PlanLines(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
@@ -564,7 +566,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tau_h", default=None, help="eglr-hf's tau_h: a number, or auto (the paper's capped "
                         "calibration inside eglr-hf); default: the checkpoint's own uncapped p95")
     parser.add_argument("--hf_model_args", default="", help="extra --model_args of the hf run, e.g. max_length=4096")
-    parser.add_argument("--eglr_model_args", default="", help="extra --model_args of the eglr-hf runs, e.g. compile=none")
+    parser.add_argument("--eglr_model_args", default="",
+                        help="extra --model_args of the eglr-hf runs, e.g. compile=none")
     parser.add_argument("--data_dir", default=None, help="benchmark data folder (default: EGLR_DATA_DIR, else "
                         "../shared/data beside the checkout)")
     parser.add_argument("--checkpoint_dir", default=None, help="where the checkpoint is built (default: a folder "
@@ -646,7 +649,8 @@ def main(argv: list[str] | None = None) -> dict:
             continue
         logger.info("%s: %s", run, report["commands"][run])
         report["runs"][run] = run_one(run, argv, work_dir=args.work_dir, env=env, timeout=left)
-        logger.info("%s: %s", run, {k: report["runs"][run].get(k) for k in ("returncode", "generate_s", "tokens_per_s")})
+        logger.info("%s: %s", run,
+                    {k: report["runs"][run].get(k) for k in ("returncode", "generate_s", "tokens_per_s")})
         save()
     save()
     print(json.dumps(report["summary"], indent=1, default=str))

@@ -2,7 +2,8 @@
 
 Each mutant is one small, plausible edit to ``eglr_harness/decoding`` (the first four are the
 edits of issue 15). For each, a temporary copy of the tree gets the edit and
-``pytest -x tests/engine tests/lm`` runs there with the running interpreter (``sys.executable``,
+``pytest -x tests/decoding tests/harness tests/run tests/commands`` runs there with the running interpreter
+(``sys.executable``,
 so run the script with the project's venv); a failing suite kills the mutant. A mutant whose
 anchor text is no longer found exactly once (the code moved on) is reported as stale, not run.
 Not part of CI: a killed mutant costs seconds, a surviving one a whole suite run (minutes).
@@ -26,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DECODING = "eglr_harness/decoding"
-TESTS = ("tests/engine", "tests/lm")
+TESTS = ("tests/decoding", "tests/harness", "tests/run", "tests/commands")  # tests/engine and tests/lm before issue 48
 # Not copied: version control, run outputs, caches.
 IGNORED = shutil.ignore_patterns(".git", "results", "out", "__pycache__", ".pytest_cache", "*.egg-info", ".venv")
 
@@ -50,7 +51,8 @@ MUTANTS = (
            "refiner = EglrRefiner(model, parts, __import__('dataclasses').replace(config, tau_h=math.inf) "
            "if config.sampled else config, stats=",
            "sampled rollouts (T > 0) never refined (tau_h forced to infinity when sampling)"),
-    Mutant("sampler_uniform", "sampling.py", "return (scores.float() + gumbel_noise(row_keys(seeds, counters), ids)).argmax(dim=-1)",
+    Mutant("sampler_uniform", "sampling.py",
+           "return (scores.float() + gumbel_noise(row_keys(seeds, counters), ids)).argmax(dim=-1)",
            "return gumbel_noise(row_keys(seeds, counters), ids).argmax(dim=-1)", "seeded sampler draws uniformly, ignoring the scores"),
     # the maths (functional.py)
     Mutant("entropy_sign", "functional.py", "return -(logp.exp() * logp).sum(dim=-1)",
@@ -69,7 +71,8 @@ MUTANTS = (
            "kept = (alpha[:, None] * anchor.float()).to(dtype)", "fusion weights swapped (shared rule: both engines)"),
     Mutant("kl_unweighted", "functional.py", "return (logp_new.exp() * (logp_new - logp_old)).sum(dim=-1)",
            "return (logp_new - logp_old).abs().mean(dim=-1)", "KL replaced by a mean absolute log-ratio"),
-    Mutant("softcap_off", "functional.py", "    if not cap:\n        return logits", "    if True:\n        return logits",
+    Mutant("softcap_off", "functional.py", "    if not cap:\n        return logits",
+           "    if True:\n        return logits",
            "Gemma-2 final-logit soft-cap skipped"),
     # the refinement loop (k_max iterations, rows frozen at their KL exit)
     Mutant("kl_against_p0", "refiner.py", "                logp_prev = logp\n", "",
@@ -80,9 +83,11 @@ MUTANTS = (
     Mutant("exited_rows_keep_going", "refiner.py",
            "chosen = torch.where(running[:, None], raw.to(chosen.dtype), chosen)", "chosen = raw.to(chosen.dtype)",
            "KL-exit freeze not applied: rows past their exit take the last iteration's logits"),
-    Mutant("exited_rows_resume", "refiner.py", "running = running & ~refinement_done(", "running = gate[lo:hi] & ~refinement_done(",
+    Mutant("exited_rows_resume", "refiner.py", "running = running & ~refinement_done(",
+           "running = gate[lo:hi] & ~refinement_done(",
            "a row that exited resumes refining when a later KL rises above tau_kl"),
-    Mutant("ungated_span_rows_refined", "refiner.py", "running = gate[lo:hi].clone()", "running = torch.ones_like(gate[lo:hi])",
+    Mutant("ungated_span_rows_refined", "refiner.py", "running = gate[lo:hi].clone()",
+           "running = torch.ones_like(gate[lo:hi])",
            "rows inside the span from the first to the last gated row are refined even if not gated"),
     Mutant("span_drops_last_row", "refiner.py", "lo, hi = gated[0], gated[-1] + 1", "lo, hi = gated[0], gated[-1]",
            "the last gated row of the batch is left out of the refinement pass"),
@@ -140,7 +145,8 @@ MUTANTS = (
            "self.finished = finished", "a stopped row counts as running again once its text no longer ends with the stop string"),
     Mutant("stop_string_reads_prompt", "generate.py", "self.stop_strings(input_ids[:, self.prompt_len:], scores)",
            "self.stop_strings(input_ids, scores)", "a stop string straddling prompt and output stops the row"),
-    Mutant("finished_rows_recorded", "refiner.py", "n = int(sum(a))  # a finished row stays finished: its first n steps",
+    Mutant("finished_rows_recorded", "refiner.py",
+           "n = int(sum(a))  # a finished row stays finished: its first n steps",
            "n = len(a)", "finished rows' steps recorded as the row's tokens and signals (tau_h calibration too)"),
     Mutant("ungated_span_rows_counted", "refiner.py", "iterations={k: c for k, c in enumerate(histogram) if k > 0}",
            "iterations={k: c for k, c in enumerate(histogram) if k >= 0}",
@@ -160,7 +166,8 @@ MUTANTS = (
            "_mix((counters * 0 + 0x632BE5AB) & _MASK32)", "the noise does not depend on the token index"),
     Mutant("seed_ignores_prompt", "sampling.py", "{','.join(map(str, prompt_tokens))}", "",
            "every row of a cell draws with the same seed"),
-    Mutant("seed_includes_padding", "sampling.py", "return [row[mask.bool()].tolist() for row, mask in zip(input_ids, attention_mask)]",
+    Mutant("seed_includes_padding", "sampling.py",
+           "return [row[mask.bool()].tolist() for row, mask in zip(input_ids, attention_mask)]",
            "return input_ids.tolist()", "a row's seed depends on its left padding, so on its batch"),
     Mutant("seed_ignores_salt", "generate.py", "row_seed(config.seed, seed_salt, p)", "row_seed(config.seed, '', p)",
            "cells and cycles share their draws"),
@@ -194,9 +201,11 @@ MUTANTS = (
            "takes = (entry == layer - 1)[:, None]", "anchor read one layer too high"),
     Mutant("cont_kl_swapped", "fixed_step.py", "kl_divergence(logp[num_adv:], state.logp_prev[rows[num_adv:]])",
            "kl_divergence(state.logp_prev[rows[num_adv:]], logp[num_adv:])", "KL exit computed as KL(p_{k-1} || p_k)"),
-    Mutant("cont_one_short", "fixed_step.py", "refinement_done(kl, settings.tau_kl[rows], iterations, settings.k_max[rows])",
+    Mutant("cont_one_short", "fixed_step.py",
+           "refinement_done(kl, settings.tau_kl[rows], iterations, settings.k_max[rows])",
            "refinement_done(kl, settings.tau_kl[rows], iterations + 1, settings.k_max[rows])", "refinement stops one iteration early"),
-    Mutant("cont_one_long", "fixed_step.py", "refinement_done(kl, settings.tau_kl[rows], iterations, settings.k_max[rows])",
+    Mutant("cont_one_long", "fixed_step.py",
+           "refinement_done(kl, settings.tau_kl[rows], iterations, settings.k_max[rows])",
            "refinement_done(kl, settings.tau_kl[rows], iterations, settings.k_max[rows] + 1)", "refinement runs one iteration past k_max"),
     Mutant("cont_h_not_carried", "fixed_step.py",
            "state.h_prev.index_copy_(0, rows, last_hidden.to(state.h_prev.dtype))", "None",
@@ -212,11 +221,13 @@ MUTANTS = (
            "the window ending at the prefix bans its successor"),
     Mutant("eos_block_one_short", "fixed_step.py", "(state.drawn[rows] < settings.eos_blocked_until[rows])",
            "(state.drawn[rows] + 1 < settings.eos_blocked_until[rows])", "min_new_tokens one short"),
-    Mutant("begin_suppress_always", "fixed_step.py", "settings.begin_suppress[rows] & (state.drawn[rows] == 0)[:, None]",
+    Mutant("begin_suppress_always", "fixed_step.py",
+           "settings.begin_suppress[rows] & (state.drawn[rows] == 0)[:, None]",
            "settings.begin_suppress[rows]", "begin_suppress_tokens banned at every token"),
     Mutant("min_p_of_rank2", "sampling.py", "below = probs < min_p[:, None] * probs[:, :1]",
            "below = probs < min_p[:, None] * probs[:, 1:2]", "min_p scaled by the second-best token"),
-    Mutant("processors_on_raw_gate", "fixed_step.py", "    scores = process(plan, state, rows, decode_logits)\n    token = scores.argmax(dim=-1)",
+    Mutant("processors_on_raw_gate", "fixed_step.py",
+           "    scores = process(plan, state, rows, decode_logits)\n    token = scores.argmax(dim=-1)",
            "    scores = decode_logits\n    token = scores.argmax(dim=-1)", "processors skipped for greedy rows"),
     # issue 35: errors the engine suite let through before
     Mutant("gate_reads_penalised_logits", "fixed_step.py", "    logp = torch.log_softmax(final, dim=-1)\n",
@@ -241,7 +252,8 @@ MUTANTS = (
            "save_anchors(self.state.anchor, done_slots, hidden[picked, last], entry, index)",
            "save_anchors(self.state.anchor, done_slots, hidden[picked, 0], entry, index)",
            "the first token's anchor taken at prompt position 0"),
-    Mutant("cont_nan_unchecked", "continuous_engine.py", "raise_on_nan_rows([slot for slot, values in zip(slots, read) if values[_F[\"nan\"]]],",
+    Mutant("cont_nan_unchecked", "continuous_engine.py",
+           "raise_on_nan_rows([slot for slot, values in zip(slots, read) if values[_F[\"nan\"]]],",
            "raise_on_nan_rows([],", "non-finite logits decoded silently"),
 )
 

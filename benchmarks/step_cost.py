@@ -7,7 +7,7 @@ the commit before a change), each in its own process:
   over one process's runs with ``compile=True`` traced by dynamo without code generation (backend
   ``eager``): three engines (batch 2, 3, 1), each run twice, rows that join, refine, cross K/V widths
   up and down; a pool of several L and T; longer prompts (the sequence of
-  ``tests/engine/test_gpu_readiness.py``).
+  ``tests/decoding/test_gpu_readiness.py``).
 - ``ops_per_step``: aten ops that are not views, dispatched per eager decoding step (a proxy for the
   kernels a step launches), at L=0 and at L=4 with every token gated, on a tiny 8-layer Llama.
 
@@ -42,7 +42,8 @@ def measure() -> dict:
 
     def requests(seed, lengths, new, configs):
         prompts = random_prompts(seed, lengths=lengths, vocab=vocab)
-        return [Request(tuple(p), configs[i % len(configs)], new[i % len(new)], seed=11 + i) for i, p in enumerate(prompts)]
+        return [Request(tuple(p), configs[i % len(configs)], new[i % len(new)],
+                        seed=11 + i) for i, p in enumerate(prompts)]
 
     first = [EglrConfig(L=2, **always), EglrConfig(L=0), EglrConfig(L=2, T=0.7, top_k=20, top_p=0.9, **always),
              EglrConfig(L=1, **always), EglrConfig(L=0, T=1.0, top_k=0)]

@@ -108,7 +108,8 @@ def main(argv=None) -> None:
 
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     eos = model.generation_config.eos_token_id
-    continuous = ContinuousEngine(model, max_batch=len(prompts), eos_token_ids=[eos] if isinstance(eos, int) else list(eos),
+    continuous = ContinuousEngine(model, max_batch=len(prompts),
+                                  eos_token_ids=[eos] if isinstance(eos, int) else list(eos),
                                   tokenizer=tokenizer)
     wall, c0 = _timed(lambda: continuous.run(requests(0, float("inf"))), args.repeats)
     record("cL0", wall, [o.tokens for o in c0], equal_to_vL0=sum(a.tokens == b.tokens for a, b in zip(c0, v0)))

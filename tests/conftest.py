@@ -1,4 +1,4 @@
-"""Shared fixtures: the local benchmark data, the real SmolLM2 GGUF, tiny random models."""
+"""Shared fixtures: the local benchmark data, the real SmolLM2 GGUF, tiny random models, eglr-hf over one."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from tiny_models import build_tiny_model
+from helpers.tiny_models import build_tiny_model
 
 from eglr_harness.data.loading import DATA_DIR_ENV
 
@@ -97,3 +97,20 @@ def tiny_model_dir(tmp_path_factory, smollm2_tokenizer_dir):
 def llama_dir(tiny_model_dir) -> str:
     """The tiny random Llama (4 layers, SmolLM2's tokenizer) as a HF folder: what ``pretrained=`` takes."""
     return str(tiny_model_dir("llama"))
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(llama_dir, request):
+    """Factory: ``make(**model_args)`` -> eglr-hf on the CPU in float32 over the tiny Llama (``llama_dir``).
+
+    A test module's ``LM_DEFAULTS`` (a dict of model args, if it has one) come first, the call's own model args
+    over them; ``pretrained=`` picks another model folder.
+    """
+    from eglr_harness.harness.model import EglrHFLM
+
+    defaults = getattr(request.module, "LM_DEFAULTS", {})
+
+    def make(**model_args):
+        return EglrHFLM(**{"pretrained": llama_dir, "device": "cpu", "dtype": "float32", **defaults, **model_args})
+
+    return make

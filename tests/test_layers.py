@@ -1,5 +1,7 @@
 """The package's import rules, read from the source: lm-eval is imported by ``eglr_harness/harness/`` alone (the
-boundary with lm-eval), and each folder imports only its own layer's modules and lower layers (``LAYERS``).
+boundary with lm-eval), each folder imports only its own layer's modules and lower layers (``LAYERS``), no module
+reaches what its folder may not import through another module (``ALLOWED``, ``FORBIDDEN``, followed
+transitively), and no module imports itself through others (a cycle).
 
 Every ``import`` statement counts, also one inside a function (a lazy import is still a dependency).
 """
@@ -10,6 +12,10 @@ import ast
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
 
 PACKAGE = Path(__file__).resolve().parent.parent / "eglr_harness"
 
@@ -110,10 +116,123 @@ def violations(imports: Mapping[str, set[str]]) -> list[str]:
         if higher:
             bad.append(f"{module} imports eglr_harness.{sorted(higher)}, a layer not below its own")
         if folder in ALLOWED and ours - ALLOWED[folder]:
-            bad.append(f"{module} imports eglr_harness.{sorted(ours - ALLOWED[folder])} (allowed: {sorted(ALLOWED[folder])})")
+            bad.append(f"{module} imports eglr_harness.{sorted(ours - ALLOWED[folder])} (allowed: "
+                       f"{sorted(ALLOWED[folder])})")
         if ours & FORBIDDEN.get(folder, set()):
             bad.append(f"{module} imports eglr_harness.{sorted(ours & FORBIDDEN[folder])}, which needs a model")
     return bad
+
+
+def module_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Dotted module name -> the modules of the package it imports (``from a.b import c`` is ``a.b.c`` where
+    ``c`` is a module, else ``a.b``; a package is its ``__init__``)."""
+    paths = {}
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                    base = ".".join(here[:len(here) - node.level + 1])
+                    module = f"{base}.{node.module}" if node.module else base
+                else:
+                    module = node.module or ""
+                targets.update(f"{module}.{a.name}" if f"{module}.{a.name}" in paths else module for a in node.names)
+        resolved = set()
+        for target in targets:
+            while "." in target and target not in paths:
+                target = target.rsplit(".", 1)[0]
+            if target in paths and target != name:
+                resolved.add(target)
+        graph[name] = resolved
+    return graph
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``graph``: each group of modules that reach each other (Tarjan's components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in sorted(graph.get(module, ())):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = []
+            while not group or group[-1] != module:
+                group.append(stack.pop())
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
+def folder_of(module: str) -> str:
+    """``eglr_harness.decoding.hook.engine`` -> ``decoding``; the package itself -> ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def transitive_violations(graph: Mapping[str, set[str]]) -> list[str]:
+    """The modules that reach, through other modules, a folder their own folder may not import (``ALLOWED``,
+    ``FORBIDDEN``): the direct rules pass module by module, and a chain of allowed steps can still end there."""
+    bad = []
+    for module in sorted(graph):
+        folder = folder_of(module)
+        reached, pending = set(), list(graph[module])
+        while pending:
+            other = pending.pop()
+            if other not in reached:
+                reached.add(other)
+                pending += graph.get(other, ())
+        folders = {folder_of(m) for m in reached} - {folder}
+        allowed = ALLOWED.get(folder)
+        beyond = sorted(folders - allowed) if allowed is not None else []
+        forbidden = sorted(folders & FORBIDDEN.get(folder, set()))
+        for other in sorted(set(beyond) | set(forbidden)):
+            chain = sorted(m for m in reached if folder_of(m) == other)[0]
+            bad.append(f"{module} reaches eglr_harness.{other} ({chain}) through the modules it imports")
+    return bad
+
+
+def test_no_import_cycle():
+    graph = module_graph()
+    assert "eglr_harness.harness.lm_eval_patches" in graph["eglr_harness.harness.autoload"]
+    assert cycles(graph) == []
+
+
+def test_no_module_reaches_a_forbidden_folder_through_others():
+    assert transitive_violations(module_graph()) == []
+
+
+def test_the_graph_checks_catch_a_cycle_and_a_transitive_import():
+    """Broken on purpose: the autoload and the patches importing each other (what issue 48 removed), and the
+    analysis reaching an engine through the run layer, each step of which the direct rules allow."""
+    graph = {"eglr_harness.harness.autoload": {"eglr_harness.harness.lm_eval_patches"},
+             "eglr_harness.harness.lm_eval_patches": {"eglr_harness.harness.autoload"},
+             "eglr_harness.analysis.x": {"eglr_harness.run.y"}, "eglr_harness.run.y": {"eglr_harness.decoding.z"},
+             "eglr_harness.decoding.z": set()}
+    assert cycles(graph) == [["eglr_harness.harness.autoload", "eglr_harness.harness.lm_eval_patches"]]
+    assert transitive_violations(graph) == [
+        "eglr_harness.analysis.x reaches eglr_harness.decoding (eglr_harness.decoding.z) through the modules it "
+        "imports"]
+    assert violations({"analysis/x.py": {".run"}, "run/y.py": {".decoding"}}) == []  # each step alone is allowed
 
 
 def test_the_import_rules_hold():
@@ -126,7 +245,8 @@ def test_the_rules_catch_a_violation():
     """Broken on purpose: lm-eval imported from the decoding package, the analysis importing an engine, the core
     reaching up to the run layer, a command importing lm-eval itself, a new folder put in no layer."""
     imports = {"decoding/x.py": {"torch", "lm_eval", ".core"}, "analysis/y.py": {".decoding", ".core"},
-               "harness/z.py": {"lm_eval", ".decoding"}, "core/w.py": {".run"}, "commands/v.py": {"lm_eval", ".harness"},
+               "harness/z.py": {"lm_eval", ".decoding"}, "core/w.py": {".run"}, "commands/v.py": {"lm_eval",
+                                                                                                  ".harness"},
                "run/u.py": {".decoding", ".core"}, "newfolder/t.py": {".core"}, "__init__.py": {".harness"}}
     assert violations(imports) == [
         "analysis/y.py imports eglr_harness.['decoding'], which needs a model",

@@ -12,7 +12,9 @@ import re
 from pathlib import Path
 
 import pytest
-from markdown_tables import markdown_table
+from helpers.markdown_tables import markdown_table
+
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +32,8 @@ def test_results_readme_gsm8k_pools_table_matches_the_report():
     assert rows["oracle of the pool alone"][1:] == [pools[p]["oracle_solved"] for p in columns]
     assert rows["majority vote"][1:] == [pools[p]["sc_solved"] for p in columns]
     expected = [float(pools[p]["random_oracle"]) * int(pools[p]["docs"]) for p in columns]
-    quoted = [float(re.match(r"[\d.]+", cell).group()) for cell in rows["oracle of as many random cells of these 21 (expected)"][1:]]
+    quoted = [float(re.match(r"[\d.]+", cell).group()) for cell in rows["oracle of as many random cells of these 21 "
+                                                                        "(expected)"][1:]]
     assert quoted == pytest.approx(expected, abs=0.05)
 
 
@@ -38,8 +41,8 @@ def _benchmark_json(name: str) -> dict:
     return json.loads((ROOT / "benchmarks/results" / name).read_text())
 
 
-def test_benchmarks_readme_quotes_the_hf_engine_figures_of_its_json():
-    rows = _table_after(ROOT / "benchmarks/README.md", "### What the committed JSON also holds")
+def test_benchmarks_history_quotes_the_hf_engine_figures_of_its_json():
+    rows = _table_after(ROOT / "benchmarks/HISTORY.md", "### What the committed JSON also holds")
     for label, cells in rows.items():
         source, key, quoted = cells[0].strip("`"), cells[1].strip("`"), float(cells[2])
         value = _benchmark_json(source)

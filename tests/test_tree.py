@@ -1,4 +1,4 @@
-"""The test tree's folders do not shadow packages: pytest puts tests/ on sys.path (tests/conftest.py), so a
+"""The test tree's folders do not shadow packages: pytest puts tests/ on sys.path (pyproject's pythonpath), so a
 folder ``tests/<name>`` imports as a namespace package ``<name>``, and a library that probes for an optional
 package of that name (TRL for vLLM, transformers for flash_attn, ...) believes it installed and fails.
 
@@ -9,6 +9,10 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
 
 TESTS = Path(__file__).resolve().parent
 # packages the project's dependencies probe for or import by name
@@ -23,12 +27,12 @@ def shadowing(folders) -> list[str]:
 
 def test_no_test_folder_is_named_like_a_probed_package():
     folders = [p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))]
-    assert "engine" in folders and shadowing(folders) == []
+    assert "decoding" in folders and shadowing(folders) == []
 
 
 def test_the_check_names_a_shadowing_folder():
     """Broken on purpose: the vLLM tests in a folder named ``vllm`` (what broke TRL's import once)."""
-    assert shadowing(["engine", "vllm", "lm"]) == ["vllm"]
+    assert shadowing(["decoding", "vllm", "harness"]) == ["vllm"]
 
 
 def requirement_names(requirements: list[str]) -> set[str]:

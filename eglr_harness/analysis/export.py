@@ -11,7 +11,8 @@ other settings from ``config.eglr`` (``alpha``, ``k_max``, ``tau_kl``, ``tau_h``
 (:mod:`eglr_harness.core.signals` dict, null when not recorded), ``cluster``, ``task``, ``doc_id``,
 ``doc_hash``, ``model`` and ``run`` (the results file, relative), and ``verifier_scores`` (null unless the run
 is a copy scored by ``eglr-verify``: verifier spec -> step scores and last/min/prod). Reads only lm-eval's files,
-checked as eglr-report checks them (:mod:`eglr_harness.core.run_format`): a value the contract does not allow is refused.
+checked as eglr-report checks them (:mod:`eglr_harness.core.run_format`): a value the contract does not allow is
+refused.
 
     eglr-export out/demo --out pool.parquet
     python -c "import datasets; print(datasets.load_dataset('parquet', data_files='pool.parquet'))"
@@ -29,7 +30,7 @@ from eglr_harness.core.jsonl import dumps
 from eglr_harness.core.outputs import atomic_writer
 from eglr_harness.core.run_format import completions_of, prompt_of, read_samples_file
 
-__all__ = ["COLUMNS", "export_rows", "write_rows", "main"]
+__all__ = ["COLUMNS", "export_rows", "write_rows"]
 
 logger = logging.getLogger(__name__)
 

@@ -54,7 +54,8 @@ def _main(argv: list[str] | None = None) -> int:
                "elsewhere: run eglr-hf with model_config=model_configs/<name>.yaml). Comments are kept. A value from "
                f"fewer than {MIN_TRUSTED_TOKENS} token entropies is printed, not written, unless --allow_few_tokens.")
     parser.add_argument("--model_config", required=True, help="preset name in model_configs/ or a YAML path")
-    parser.add_argument("--tasks", required=True, help="comma-separated lm-eval task names (e.g. gsm8k_eglr,math500_eglr)")
+    parser.add_argument("--tasks", required=True,
+                        help="comma-separated lm-eval task names (e.g. gsm8k_eglr,math500_eglr)")
     parser.add_argument("--model_args", default="", help="extra eglr-hf model args, key=value,key2=value2")
     parser.add_argument("--calib_limit", type=int, default=DEFAULT_CALIB_LIMIT, help="prompts per task (default 64)")
     parser.add_argument("--gen_kwargs", default=None, help="e.g. max_gen_toks=256")

@@ -63,7 +63,8 @@ def parse_group(text: str) -> tuple[str, dict]:
 def _main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="eglr-grpo", description=__doc__.split("\n")[0])
     parser.add_argument("--model_args", required=True, help="as eglr-hf takes them: model_config=... or pretrained=...")
-    parser.add_argument("--task", required=True, help="an eglr task: its prompts, gold answers, stop strings, tau_h key")
+    parser.add_argument("--task", required=True,
+                        help="an eglr task: its prompts, gold answers, stop strings, tau_h key")
     parser.add_argument("--limit", type=int, default=4, help="problems (the task's first)")
     parser.add_argument("--doc_ids", default=None, help="problems by index instead (e.g. 1,3,4,22)")
     parser.add_argument("--group", action="append", required=True, help="NAME:L=...,T=...[,tau_h=...] (repeatable)")
@@ -141,7 +142,8 @@ def _checked(args, task_problems) -> tuple[dict, dict[str, EglrRollout], list[di
 def _write_summary(args, argv, groups: list[dict], problems: list[dict], unfinished: str | None) -> None:
     versions = {p: importlib.metadata.version(p) for p in ("torch", "transformers", "trl", "lm_eval")}
     settings = {"model_args": args.model_args, "task": args.task,
-                "problems": f"{len(problems)} (doc_id {', '.join(str(p['doc_id']) for p in problems)})", "steps": args.steps,
+                "problems": f"{len(problems)} (doc_id {', '.join(str(p['doc_id']) for p in problems)})",
+                "steps": args.steps,
                 "prompts per step": args.prompts_per_step, "max new tokens": args.max_completion_length,
                 "learning rate": args.learning_rate, "seed": args.seed, "beta": 0.0, "versions": versions,
                 "machine": f"{platform.machine()}, {'CUDA' if _cuda() else 'CPU'}",
@@ -160,7 +162,8 @@ def _problems(args, task_problems) -> list[dict]:
     try:
         wanted = [int(i) for i in args.doc_ids.split(",")]
     except ValueError:
-        raise ValueError(f"`--doc_ids`={args.doc_ids!r} is not allowed; allowed: problem indices, e.g. 1,3,4,22.") from None
+        raise ValueError(f"`--doc_ids`={args.doc_ids!r} is not allowed; allowed: problem indices, e.g. "
+                         "1,3,4,22.") from None
     problems = task_problems(args.task, limit=max(wanted) + 1)
     if max(wanted) >= len(problems) or min(wanted) < 0:
         raise ValueError(f"`--doc_ids`={args.doc_ids!r}: task {args.task!r} has problems 0..{len(problems) - 1}.")

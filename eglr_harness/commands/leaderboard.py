@@ -1,4 +1,5 @@
-"""``eglr-leaderboard``: EGLR against greedy and beam search through the stock lm_eval CLI, resumable, as Markdown + CSV tables."""
+"""``eglr-leaderboard``: EGLR against greedy and beam search through the stock lm_eval CLI, resumable, as Markdown + CSV
+tables."""
 
 from __future__ import annotations
 

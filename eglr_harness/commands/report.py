@@ -11,7 +11,7 @@ from eglr_harness.analysis.metrics.budget import DEFAULT_ORDERS, DEFAULT_SEED
 from eglr_harness.analysis.report import build_report
 from eglr_harness.core.interrupt import run_interruptible
 
-__all__ = ["report_main", "report_parser"]
+__all__ = ["main", "parser"]
 
 
 def parser() -> argparse.ArgumentParser:

@@ -32,10 +32,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--task", "-t", default=None, help="only this task's samples (default: every task)")
     p.add_argument("--limit", type=int, default=None, help="score the first N documents of each samples file")
     p.add_argument("--doc_ids", default=None,
-                   help="score only these documents, comma-separated lm-eval doc_ids (with --limit: the first N of them)")
+                   help="score only these documents, comma-separated lm-eval doc_ids "
+                        "(with --limit: the first N of them)")
     p.add_argument("--batch_size", type=int, default=8, help="inputs per forward (default 8)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    p.add_argument("--dtype", default="auto", help="auto (bfloat16 on cuda, float32 on cpu), float32, bfloat16, float16")
+    p.add_argument("--dtype", default="auto",
+                   help="auto (bfloat16 on cuda, float32 on cpu), float32, bfloat16, float16")
     p.add_argument("--model_args", default=None,
                    help="self-verifiers: the model's loading args (default: the runs' own, e.g. model_config=...)")
     p.add_argument("--trust_remote_code", action="store_true",
@@ -70,7 +72,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         from eglr_harness.verify.run import verify_runs  # noqa: PLC0415 -- after the checks: it imports more
 
         record = verify_runs(
-            args.run_dirs, specs, args.out, task=args.task, limit=args.limit, doc_ids=doc_ids, batch_size=args.batch_size,
+            args.run_dirs, specs, args.out, task=args.task, limit=args.limit, doc_ids=doc_ids,
+            batch_size=args.batch_size,
             device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
             model_args=parse_model_args(args.model_args) if args.model_args else None,
             system_prompt=args.system_prompt, argv=argv,

@@ -172,7 +172,8 @@ def parse_tau_h(value) -> float | str:
         try:
             value = float(text)
         except ValueError:
-            raise ValueError(f"`tau_h`={value!r} is not allowed; allowed: a float >= 0 nats, 'inf', or 'auto'.") from None
+            raise ValueError(f"`tau_h`={value!r} is not allowed; allowed: a float >= 0 nats, 'inf', or "
+                             "'auto'.") from None
     if value is None:
         return math.inf
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:

@@ -151,7 +151,8 @@ def generation_config_options(generation_config) -> dict:
     if generation_config is None:
         return {}
     names = [n for n in RULES if n not in SAMPLING_OPTIONS and n not in LM_EVAL_OPTIONS] + list(_NOT_APPLIED)
-    return {n: getattr(generation_config, n) for n in dict.fromkeys(names) if getattr(generation_config, n, None) is not None}
+    return {n: getattr(generation_config, n) for n in dict.fromkeys(names) if getattr(generation_config, n,
+                                                                                      None) is not None}
 
 
 def continuous_refusals(options: Mapping, generation_config=None) -> list[str]:
@@ -168,7 +169,8 @@ def continuous_refusals(options: Mapping, generation_config=None) -> list[str]:
 
 
 def refuse_for_continuous(refused: list[str], source: str) -> None:
-    """``GenerationOptionError`` naming ``refused`` (``continuous_refusals``) when ``engine=continuous`` was asked for."""
+    """``GenerationOptionError`` naming ``refused`` (``continuous_refusals``) when ``engine=continuous`` was asked
+    for."""
     if refused:
         raise GenerationOptionError(
             f"engine=continuous does not apply the generation setting(s) {', '.join(refused)} ({source}); it applies "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # eglr_harness/ (this file is eglr_harness/core/resources.py)
@@ -38,4 +39,17 @@ def task_names() -> dict[str, Path]:
     for path in sorted(tasks_dir().rglob("*.yaml")):
         for name in declared.findall(path.read_text(encoding="utf-8")):
             names[name] = path
+    return names
+
+
+def names_of_tasks(tasks) -> list[str]:
+    """The names of ``tasks`` as lm-eval takes them: a name, a task config or a Task object, or a list of them."""
+    names = []
+    for task in tasks if isinstance(tasks, (list, tuple)) else [tasks]:
+        if isinstance(task, str):
+            names.append(task)
+        elif isinstance(task, Mapping) and isinstance(task.get("task"), str):
+            names.append(task["task"])
+        elif isinstance(getattr(getattr(task, "config", None), "task", None), str):
+            names.append(task.config.task)
     return names

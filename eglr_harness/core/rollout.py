@@ -39,7 +39,8 @@ class Rollout(str):
         return meta
 
 
-def _rebuild(text: str, L: int, T: float, cycle: int, signals: dict | None = None, engine: str | None = None) -> Rollout:
+def _rebuild(text: str, L: int, T: float, cycle: int, signals: dict | None = None,
+             engine: str | None = None) -> Rollout:
     return Rollout(text, L=L, T=T, cycle=cycle, signals=signals, engine=engine)
 
 

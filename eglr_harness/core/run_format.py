@@ -161,7 +161,8 @@ def _rollout_items(sample: dict) -> list | None:
     return items
 
 
-def read_samples_file(path: str | Path, filter_name: str | None = None, *, require_rollouts: bool = True) -> SamplesFile:
+def read_samples_file(path: str | Path, filter_name: str | None = None, *,
+                      require_rollouts: bool = True) -> SamplesFile:
     """Read and check one ``samples_<task>_<date>.jsonl``: every line of the chosen filter has an int
     ``doc_id`` >= 0 seen once, and (when ``require_rollouts``, or when present) a ``rollouts`` list of
     rollouts that pass :func:`check_rollout`. Raises :class:`FileFormatError` naming ``file:line``."""

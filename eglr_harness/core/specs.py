@@ -70,7 +70,8 @@ def parse_L_spec(spec, *, name: str = "L") -> tuple[int, ...]:
         raise ValueError(f"`{name}`={spec!r}: expected an int, '1,4,7' or '1-10'.")
     for v in values:
         if v < 0:
-            raise ValueError(f"`{name}`={spec!r}: layer span {v} is negative; allowed: 0..N (N = the model's layer count).")
+            raise ValueError(f"`{name}`={spec!r}: layer span {v} is negative; allowed: 0..N (N = the model's layer "
+                             "count).")
     return _dedupe(values)
 
 

@@ -1,7 +1,7 @@
 """What both engines take and give: a ``Request`` in, an ``Outcome`` (tokens and signals) out.
 
-``ContinuousEngine`` (``continuous_engine.py``: the fixed-shape step, refinement folded into the batch)
-and ``HookEngine`` (``hook_engine.py``: transformers' ``generate`` with EGLR hooks, any model,
+``ContinuousEngine`` (``continuous/engine.py``: the fixed-shape step, refinement folded into the batch)
+and ``HookEngine`` (``hook/engine.py``: transformers' ``generate`` with EGLR hooks, any model,
 any generation option) implement :class:`Engine`, so the lm-eval adapter turns its items into
 requests once and outcomes into texts once, whichever engine decodes; results files, metrics and
 reports never depend on which one did.
@@ -38,7 +38,8 @@ class Request:
 
     def __post_init__(self) -> None:
         items = self.options.items() if isinstance(self.options, dict) else self.options
-        object.__setattr__(self, "options", tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in items)))
+        object.__setattr__(self, "options",
+                           tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in items)))
         if not self.prompt:
             raise ValueError("a Request needs a prompt of at least one token.")
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:

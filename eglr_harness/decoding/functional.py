@@ -4,7 +4,8 @@ The hook engine (``refiner.py``) and the continuous engine (``fixed_step.py``) g
 (each exit rule of ``core.config.STOP_RULES``: its signal, its hit, the two-hit streak) and check with
 these functions, so a change of the rule changes both (and their tests).
 
-Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``). Entropies and KL are computed in fp32 whatever the model dtype.
+Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``). Entropies and KL are computed in fp32
+whatever the model dtype.
 """
 
 from __future__ import annotations

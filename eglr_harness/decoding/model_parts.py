@@ -3,7 +3,8 @@
 EGLR uses four things and nothing architecture-specific beyond them: the ordered list of
 decoder layers, the final norm (``LN_f``), the unembedding (``get_output_embeddings``) and what
 the model's forward does to the unembedding's output before ``generate`` reads it: a constant
-logit scale of some families (``LOGIT_SCALES``) and the optional final-logit soft-cap. Rotary angles, masks and cache handling are reused from the
+logit scale of some families (``LOGIT_SCALES``) and the optional final-logit soft-cap. Rotary angles, masks and cache
+handling are reused from the
 model's own forward pass (see ``refiner.py``), so any family whose layers follow the usual
 transformers calling convention works (Llama, Qwen2, Mistral, Gemma/Gemma2, SmolLM2, ...).
 """
@@ -83,13 +84,16 @@ def find_model_parts(model: nn.Module) -> ModelParts:
 
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     if decoder is None or decoder is model:
-        decoder = next((getattr(model, a) for a in _DECODER_ATTRS if isinstance(getattr(model, a, None), nn.Module)), None)
+        decoder = next((getattr(model, a) for a in _DECODER_ATTRS if isinstance(getattr(model, a, None), nn.Module)),
+                       None)
     if decoder is None:
         raise ValueError(
-            f"EGLR could not find the decoder of {name}: expected get_decoder() or one of the attributes {_DECODER_ATTRS}."
+            f"EGLR could not find the decoder of {name}: expected get_decoder() or one of the attributes "
+            f"{_DECODER_ATTRS}."
         )
 
-    layers = next((getattr(decoder, a) for a in _LAYER_ATTRS if isinstance(getattr(decoder, a, None), nn.ModuleList)), None)
+    layers = next((getattr(decoder, a) for a in _LAYER_ATTRS if isinstance(getattr(decoder, a, None), nn.ModuleList)),
+                  None)
     if layers is None:
         raise ValueError(
             f"EGLR could not find the decoder layers of {name}: expected an nn.ModuleList named one of {_LAYER_ATTRS} "
@@ -97,7 +101,8 @@ def find_model_parts(model: nn.Module) -> ModelParts:
         )
     num_layers = getattr(config, "num_hidden_layers", None) or len(layers)
 
-    final_norm = next((getattr(decoder, a) for a in _NORM_ATTRS if isinstance(getattr(decoder, a, None), nn.Module)), None)
+    final_norm = next((getattr(decoder, a) for a in _NORM_ATTRS if isinstance(getattr(decoder, a, None), nn.Module)),
+                      None)
     if final_norm is None:
         raise ValueError(
             f"EGLR could not find the final norm of {name}: expected one of {_NORM_ATTRS} on {type(decoder).__name__}."

@@ -89,7 +89,8 @@ class EglrStats:
             "mean_iterations": sum(k * c for k, c in self.iterations.items()) / gated if self.gated_tokens else 0.0,
             "iteration_hist": {str(k): self.iterations[k] for k in sorted(self.iterations)},
             "flop_ratio": 1.0 + self.refine_layer_evals / (n * self.tokens) if self.tokens else 1.0,
-            "batched_flop_ratio": 1.0 + self.batched_refine_layer_evals / (n * self.row_steps) if self.row_steps else 1.0,
+            "batched_flop_ratio": (1.0 + self.batched_refine_layer_evals / (n * self.row_steps) if self.row_steps
+                                   else 1.0),
             "head_layers": round(self.head_layers, 4),
             "head_projections": self.head_projections,
             "flop_ratio_with_head": 1.0 + (self.refine_layer_evals + self.head_layers * self.head_projections)

@@ -11,7 +11,8 @@ from eglr_harness.harness.model import EglrHFLM
 
 
 def calibrate_tasks(model_config: str, model_args: str, tasks: list[str], *, calib_limit: int | float,
-                    batch_size, gen_kwargs: str | None, apply_chat_template: bool) -> Iterator[tuple[str, float, int | None]]:
+                    batch_size, gen_kwargs: str | None,
+                    apply_chat_template: bool) -> Iterator[tuple[str, float, int | None]]:
     """Yield ``(task, tau_h, token entropies it came from or None)`` per task, decoding each task's first
     ``calib_limit`` problems once (``model_args``: more eglr-hf model args, as ``--model_args`` gives them)."""
     extra = lm_eval.utils.simple_parse_args_string(model_args)

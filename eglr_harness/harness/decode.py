@@ -52,7 +52,8 @@ class TextCodec:
         until = handle_stop_sequences(kwargs.pop("until", None), eos=self.eos_text)
         max_gen_toks = kwargs.pop("max_gen_toks")
         if self.max_length - max_gen_toks <= 0:
-            raise ValueError(f"max_gen_toks={max_gen_toks} leaves no room for the context in max_length={self.max_length}.")
+            raise ValueError(f"max_gen_toks={max_gen_toks} leaves no room for the context in "
+                             f"max_length={self.max_length}.")
         prompt = self.encode(context, self.max_length - max_gen_toks)
         return Request(prompt, spec.config, max_gen_toks, seed=spec.seed(prompt),
                        stop_strings=tuple(s for s in until if s), options=_options(kwargs)), until
@@ -212,7 +213,8 @@ class RolloutDecoder:
 
                 def finished(j, outcome, share=share, name=self.names[choice], clock=clock):
                     key, i = missing[share[j]]
-                    record = self._record(outcome, untils[share[j]], name, requests[share[j]].config, calibration, clock)
+                    record = self._record(outcome, untils[share[j]], name, requests[share[j]].config, calibration,
+                                          clock)
                     found[key], fresh[i] = record, outcome
                     self._store_finished(key, record)
                     bar.update(1)

@@ -49,7 +49,8 @@ from eglr_harness.run.settings import RunSettings
 __all__ = ["EglrArgs", "check_eglr_model_args", "declared_limits", "parse_args_string"]
 
 # what HFLM takes by name, and what it forwards to from_pretrained
-_PASSTHROUGH_ARGS = (*inspect.signature(HFLM.__init__).parameters, *inspect.signature(PreTrainedModel.from_pretrained).parameters)
+_PASSTHROUGH_ARGS = (*inspect.signature(HFLM.__init__).parameters,
+                     *inspect.signature(PreTrainedModel.from_pretrained).parameters)
 NO_PRESET = {"model_args": {}, "eglr": {}, "tau_h": {}, "name": None}
 # RunSettings' own arguments among EGLR_ARGS
 SETTINGS_ARGS = ("L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "calib_limit", "stop",
@@ -110,8 +111,8 @@ class EglrArgs:
                               written=parse_model_args(gen_kwargs) if isinstance(gen_kwargs, str) else None)
             check_length(options, "--gen_kwargs", max_length)
             if engine == "continuous":
-                refuse_for_continuous(continuous_refusals({k: v for k, v in options.items() if k not in TASK_POOL_KEYS}),
-                                      "--gen_kwargs")
+                refuse_for_continuous(
+                    continuous_refusals({k: v for k, v in options.items() if k not in TASK_POOL_KEYS}), "--gen_kwargs")
         return cls(preset, hf_args, settings, engine, compile_setting, own.get("rollout_cache") or None, layers,
                    max_length, options)
 
@@ -124,7 +125,8 @@ class EglrArgs:
             preset = _preset(own.get("model_config"))
             vllm_args = _merged(preset, load_args, own.get("pretrained"))
             if "pretrained" not in vllm_args:
-                raise ValueError("eglr-vllm needs `pretrained` (a folder of safetensors or a hub id) or `model_config`.")
+                raise ValueError("eglr-vllm needs `pretrained` (a folder of safetensors or a hub id) or "
+                                 "`model_config`.")
             if "gguf_file" in vllm_args:
                 raise ValueError("`gguf_file` is not allowed with eglr-vllm; allowed: a folder of fp32/bf16 "
                                  "safetensors (docs/vllm.md converts a GGUF).")

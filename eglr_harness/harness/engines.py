@@ -35,7 +35,8 @@ def build_engines(lm, engine: str, compile_setting: str) -> tuple[list[Engine], 
     what the ``compile`` setting resolved to (``decoding/compile_setting.py``; refusals are raised,
     never taken for a reason to fall back)."""
     hook = HookEngine(lm.model, batch_size=_hook_batch_size(lm), pad_token_id=lm.tokenizer.pad_token_id,
-                      tokenizer=lm.tokenizer, device=lm.device, autocast_dtype=getattr(lm, "mixed_precision_dtype", None))
+                      tokenizer=lm.tokenizer, device=lm.device, autocast_dtype=getattr(lm, "mixed_precision_dtype",
+                                                                                       None))
     if engine == "hf":
         return [hook], "hf", resolve_compile(compile_setting, lm.device, "hf")
     plan = resolve_compile(compile_setting, lm.device, engine)
@@ -117,7 +118,8 @@ def log_plan(runner, jobs, keys: list[str], specs) -> None:
             tau = f"tau_h = {runner.tau_h_by_task.get(task, runner.settings.tau_h_setting(task))} (model arg or preset)"
         else:
             how = "cached" if source.get("cached") else "decoded above"
-            tau = f"tau_h = {source['tau_h']:.4f} from a greedy calibration on the first {source['prompts']} prompts ({how})"
+            tau = (f"tau_h = {source['tau_h']:.4f} from a greedy calibration on the first {source['prompts']} prompts "
+                   f"({how})")
         logger.info("eglr-hf plan, task %s: %s, %d distinct (deterministic cells once), %d stored, %d to decode, "
                     "at most %d new tokens each, batch %s, engine %s; %s",
                     task, pool_size_text(len({jobs[i].doc_id for i in mine}), [c.label for c in cells], len(mine)),

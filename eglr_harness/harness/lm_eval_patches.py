@@ -1,90 +1,220 @@
-"""The lm-eval 0.4.13 behaviours an ``eglr-hf`` run changes, each for a reason lm-eval gives no hook for.
+"""What the project adds to lm-eval 0.4.13, applied by the autoload hook (``harness/autoload.py``) when lm-eval
+imports the module it concerns (:data:`POST_IMPORT`).
 
-The autoload hook (``harness/autoload.py``) applies them when lm-eval imports the patched module. Each
-keeps lm-eval's original as ``__wrapped__``; ``tests/lm/test_lm_eval_patches.py`` pins in that original
-what the patch relies on or works around, so that an lm-eval upgrade that makes one needless fails a test.
+A run whose model and tasks are not the project's behaves byte for byte as without the project: the same files,
+file names, messages and exit codes (``tests/harness/test_lm_eval_untouched.py`` runs lm-eval's ``dummy`` model
+both ways through the ``lm_eval`` console script).
 
-- ``GeneralConfigTracker._get_model_name``: runs through a preset or a GGUF are named after the model
+Through lm-eval's own registries (adding names, rebinding nothing):
+
+- the models ``eglr-hf`` and ``eglr-vllm``, as lazy ``module:Class`` placeholders (:func:`register_models`);
+- our filters, metrics and aggregations, so that task YAMLs can name them (``harness/registry.py``).
+
+Rebound, because lm-eval 0.4.13 gives no hook for them (no plugin discovery of tasks, no hook around saving or
+before the model loads). Each keeps lm-eval's original as ``__wrapped__``; ``tests/harness/test_lm_eval_patches.py``
+pins in that original what the patch relies on or works around, so that an lm-eval upgrade that makes one
+needless fails a test. All but the first act only on a run of :data:`OUR_MODELS` or of our tasks; for any other
+the methods are lm-eval's own (:class:`_ForOurRuns` picks them when they are read, so that another model's
+traceback holds no frame of ours) and the functions call lm-eval's original with the same arguments:
+
+- ``TaskManager.__init__``: our task folder first in every manager's ``include_path``, so that a run can name our
+  tasks without ``--include_path`` (what the ``lm_eval.tasks`` plugins of a newer lm-eval would do). It adds names
+  only: a run that names none of them reads, logs and writes what it did before;
+- ``GeneralConfigTracker.log_experiment_args``: runs through a preset or a GGUF are named after the model
   (``model_names.run_folder_name``), not after a random id or a path of the machine;
-- ``EvaluationTracker.__init__``, ``.save_results_aggregated``, ``.save_results_samples``
-  (``harness/output.py``): ``--output_path`` checked before the model loads, the results and samples
-  files written whole or the run fails (lm-eval logs a failed write and exits 0);
-- ``simple_evaluate``: an ``eglr-hf`` run checked before the model loads (``harness/preflight.py``), for
-  Python callers too (lm-eval loads the model before it builds the tasks);
-- ``EvaluatorConfig.process_tasks``: the same checks before lm-eval indexes its tasks (~10 s), and the
-  closest task names added to its "Tasks not found" error.
+- ``EvaluationTracker.save_results_aggregated``, ``.save_results_samples`` (``harness/output.py``): the results and
+  samples files written whole or the run fails (lm-eval logs a failed write and exits 0); for these three a
+  run of another model on our tasks (the leaderboard's ``hf`` baselines) is an eglr run too: ``simple_evaluate``
+  marks its tracker;
+- ``simple_evaluate``: a run checked before the model loads (``harness/preflight.py``: its arguments,
+  ``--output_path`` for writing, the tasks' pools and local data), for Python callers too (lm-eval loads the model
+  before it builds the tasks); a run of another model on our tasks gets the local data check;
+- ``EvaluatorConfig.process_tasks``: the same checks before lm-eval indexes its tasks (~10 s), and the closest
+  task names added to its "Tasks not found" error.
 
-Light on purpose: everything beyond the standard library is imported when a patch runs.
+What another model's run still passes through: the functions ``TaskManager.__init__``, ``log_experiment_args``
+and ``simple_evaluate`` are wrappers, so that an exception raised inside lm-eval's own code under one of them
+shows one more traceback frame (this module's) than without the project; a method read on an instance
+(``process_tasks``, the two saves) adds none.
+
+Light on purpose (the ``.pth`` imports it at interpreter start through ``autoload``): everything beyond the
+standard library is imported when a hook runs.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 
-from eglr_harness.harness.autoload import MODEL_NAME  # the registered name, defined once
+MODEL_NAME = "eglr-hf"
+MODEL_TARGET = "eglr_harness.harness.model:EglrHFLM"
+# EGLR inside vLLM (docs/vllm.md): a placeholder too; vLLM is imported only when a run names it
+VLLM_MODEL_NAME = "eglr-vllm"
+VLLM_MODEL_TARGET = "eglr_harness.harness.vllm_model:EglrVLLM"
+OUR_MODELS = (MODEL_NAME, VLLM_MODEL_NAME)
+_OUR_MODEL_CLASSES = ("EglrHFLM", "EglrVLLM")
+_TASK_MANAGERS: dict = {}
 
 
+def register_models(registry_module) -> None:
+    """``eglr-hf`` and ``eglr-vllm`` in lm-eval's model registry, and our filters, metrics and aggregations."""
+    # lm-eval 0.4.13 registers its own models (hf, vllm, ...) only while the registry is empty,
+    # so they must be in before ours. lm_eval.models is light: a name -> "module:Class" table.
+    importlib.import_module("lm_eval.models")
+    registry = registry_module.model_registry
+    for name, target in ((MODEL_NAME, MODEL_TARGET), (VLLM_MODEL_NAME, VLLM_MODEL_TARGET)):
+        if name not in registry:
+            registry.register(name, target=target)
+    importlib.import_module("eglr_harness.harness.registry")
+
+
+def _is_ours(model) -> bool:
+    """Whether ``model`` (a registered name or an LM object) is one of the project's models."""
+    return model in OUR_MODELS if isinstance(model, str) else type(model).__name__ in _OUR_MODEL_CLASSES
+
+
+class _ForOurRuns:
+    """A method that is lm-eval's own for every run but the project's: the choice is made when the attribute is
+    read (``is_ours(instance)``), so that another model's call, and its traceback, never passes through the
+    project's code. Read on the class, it is itself, with lm-eval's original as ``__wrapped__``."""
+
+    def __init__(self, original, ours, is_ours):
+        functools.update_wrapper(self, original)  # __name__, __doc__ ..., and __wrapped__ = original
+        self._ours = ours
+        self._is_ours = is_ours
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        method = self._ours if self._is_ours(instance) else self.__wrapped__
+        return method.__get__(instance, owner)
+
+
+def _names_our_tasks(tasks) -> bool:
+    from eglr_harness.core.resources import names_of_tasks, task_names
+
+    return not set(names_of_tasks(tasks)).isdisjoint(task_names())
+
+
+# ------------------------------------------------------------------ TaskManager.__init__
+def index_our_tasks(manager_module) -> None:
+    """lm-eval 0.4.13 discovers no task plugins: our folder goes first in every manager's ``include_path``."""
+    task_manager_cls = manager_module.TaskManager
+    if getattr(task_manager_cls, "_eglr_patched", False):
+        return
+    original_init = task_manager_cls.__init__
+
+    @functools.wraps(original_init)
+    def __init__(self, *args, include_path=None, **kwargs):
+        from eglr_harness.core.resources import tasks_dir
+
+        paths = [] if include_path is None else (
+            list(include_path) if isinstance(include_path, (list, tuple)) else [include_path]
+        )
+        ours = str(tasks_dir())
+        if ours not in {str(p) for p in paths}:
+            paths.insert(0, ours)  # user paths come later, so they can override ours
+        original_init(self, *args, include_path=paths, **kwargs)
+        _TASK_MANAGERS["last"] = self  # for the close names of a task that is not found
+
+    task_manager_cls.__init__ = __init__
+    task_manager_cls._eglr_patched = True
+
+
+def _last_task_manager():
+    """The ``TaskManager`` lm-eval made last (for the close names of a task that is not found), or None."""
+    return _TASK_MANAGERS.get("last")
+
+
+# ------------------------------------------------------------------ the tracker
 def patch_run_names(tracker_module) -> None:
-    """lm-eval names a run folder by ``_get_model_name(model_args)``: a GGUF run would be named after its path."""
+    """lm-eval names a run folder after ``_get_model_name(model_args)``: an eglr run through a GGUF would be named
+    after its path, one through a preset after a random id."""
     tracker_cls = tracker_module.GeneralConfigTracker
     if getattr(tracker_cls, "_eglr_patched", False):
         return
-    original = tracker_cls._get_model_name
+    original = tracker_cls.log_experiment_args
 
     @functools.wraps(original)
-    def _get_model_name(model_args):
+    def log_experiment_args(self, model_source, model_args, *args, **kwargs):
+        original(self, model_source, model_args, *args, **kwargs)
+        if not _an_eglr_run(self):
+            return
         from eglr_harness.run.model_names import parse_model_args, run_folder_name
 
-        args = parse_model_args(model_args) if isinstance(model_args, (str, dict)) else {}
-        if args.get("model_config") or args.get("gguf_file"):
-            name = run_folder_name(args)
-            if name:
-                return name
-        return original(model_args)
+        parsed = parse_model_args(model_args) if isinstance(model_args, (str, dict)) else {}
+        name = run_folder_name(parsed) if parsed.get("model_config") or parsed.get("gguf_file") else None
+        if name:
+            self.model_name = name
+            self.model_name_sanitized = tracker_module.sanitize_model_name(name)
 
-    tracker_cls._get_model_name = staticmethod(_get_model_name)
+    tracker_cls.log_experiment_args = log_experiment_args
     tracker_cls._eglr_patched = True
 
 
 def patch_tracker(tracker_module) -> None:
-    """Runs named after the model; ``--output_path`` checked before the model loads, results and
-    samples written whole or failing the run (``harness/output.py``)."""
-    from eglr_harness.harness.output import patch_tracker as patch_outputs
+    """eglr runs named after the model; their results and samples written whole or failing the run
+    (``harness/output.py``)."""
+    from eglr_harness.harness import output
 
     patch_run_names(tracker_module)
-    patch_outputs(tracker_module)
+    tracker_cls = tracker_module.EvaluationTracker
+    if getattr(tracker_cls, "_eglr_patched", False):
+        return
+    for name, save in (("save_results_aggregated", output.save_results_aggregated),
+                       ("save_results_samples", output.save_results_samples)):
+        original = getattr(tracker_cls, name)
+        setattr(tracker_cls, name, _ForOurRuns(original, output.whole_or_failing(original, save),
+                                               lambda tracker: _an_eglr_run(tracker.general_config_tracker)))
+    tracker_cls._eglr_patched = True
 
 
+def _an_eglr_run(config_tracker) -> bool:
+    """Whether a ``GeneralConfigTracker`` logs a run of our models, or one ``simple_evaluate`` found to name our
+    tasks (``hf`` on ``gsm8k_eglr``: the leaderboard's baselines)."""
+    return getattr(config_tracker, "model_source", None) in OUR_MODELS or getattr(config_tracker, "_eglr_tasks", False)
+
+
+# ------------------------------------------------------------------ simple_evaluate
 def patch_fail_fast(evaluator_module) -> None:
-    """lm-eval's ``simple_evaluate`` loads the model before it reads a task: check an eglr-hf run first
-    (its arguments, ``--use_cache``, the tasks' pools and local data files), for Python callers too."""
+    """lm-eval's ``simple_evaluate`` loads the model before it reads a task: check an eglr run first
+    (its arguments, ``--use_cache``, ``--output_path``, the tasks' pools and local data files), for Python
+    callers too."""
     original = evaluator_module.simple_evaluate
     if getattr(original, "_eglr_patched", False):
         return
 
     @functools.wraps(original)
     def simple_evaluate(*args, **kwargs):
+        model = kwargs.get("model", args[0] if args else None)
+        tasks = kwargs.get("tasks")
+        ours = _is_ours(model)
+        if not ours and not _names_our_tasks(tasks):
+            return original(*args, **kwargs)
         from eglr_harness.data.loading import check_local_data
-        from eglr_harness.harness.output import install_user_error_hook
+        from eglr_harness.harness.output import check_output_path, install_user_error_hook
         from eglr_harness.harness.preflight import check_run_args, check_run_tasks
 
-        model = kwargs.get("model", args[0] if args else None)
-        ours = model == MODEL_NAME or type(model).__name__ == "EglrHFLM"
         install_user_error_hook()
-        tasks, metadata = kwargs.get("tasks"), kwargs.get("metadata")
+        hf_run = model == MODEL_NAME or type(model).__name__ == "EglrHFLM"
+        tracker = kwargs.get("evaluation_tracker")
+        if tracker is not None:  # its folder named and its files saved as an eglr run's
+            tracker.general_config_tracker._eglr_tasks = True
+        if ours:
+            check_output_path(getattr(tracker, "output_path", None))
+        metadata = kwargs.get("metadata")
         tasks = tasks if isinstance(tasks, (list, tuple)) else [tasks]
         data_dir = metadata.get("eglr_data_dir") if isinstance(metadata, dict) else None  # as the tasks read it
-        if ours:  # everything that can be known before the model loads (harness/preflight.py)
+        if hf_run:  # everything that can be known before the model loads (harness/preflight.py)
             model_args = kwargs.get("model_args") if model == MODEL_NAME else None
-            tracker = kwargs.get("evaluation_tracker")
             eglr_args = check_run_args(model_args, gen_kwargs=kwargs.get("gen_kwargs"), limit=kwargs.get("limit"),
                                        use_cache=kwargs.get("use_cache"), passed=_passed_to_model(kwargs.get))
             check_run_tasks(eglr_args, tasks, log_samples=kwargs.get("log_samples"),
                             output_path=getattr(tracker, "output_path", None), data_dir=data_dir)
         else:
             check_local_data(tasks, data_dir)  # before the model loads
-        if ours and kwargs.get("gen_kwargs"):  # lm-eval warns about do_sample whenever --gen_kwargs is given
+        if hf_run and kwargs.get("gen_kwargs"):  # lm-eval warns about do_sample whenever --gen_kwargs is given
             logging.getLogger("lm_eval.eglr_hf").info(
                 "eglr-hf: lm-eval's warning \"Ensure 'do_sample=True' for non-greedy decoding\" does not apply: "
                 "eglr-hf sets do_sample per cell of the pool (cells with T > 0 draw from their own seeded streams).")
@@ -99,10 +229,10 @@ def _passed_to_model(get) -> dict:
     return {name: get(name) for name in ("device", "batch_size", "max_batch_size")}
 
 
-def patch_task_lookup(config_module, last_task_manager) -> None:
-    """eglr-hf's model args (and its ``rollout_cache`` folder) checked before lm-eval indexes its tasks;
-    lm-eval's "Tasks not found: x" with the closest task names (``aime_eglr_sc`` -> ``aime24_eglr_sc``).
-    last_task_manager(): the TaskManager lm-eval made last (the autoload's task indexing keeps it), or None."""
+# ------------------------------------------------------------------ EvaluatorConfig.process_tasks
+def patch_task_lookup(config_module) -> None:
+    """An eglr run's model args, ``--output_path`` (and ``rollout_cache`` folder) checked before lm-eval indexes
+    its tasks; lm-eval's "Tasks not found: x" with the closest task names (``aime_eglr_sc`` -> ``aime24_eglr_sc``)."""
     config_cls = config_module.EvaluatorConfig
     if getattr(config_cls, "_eglr_patched", False):
         return
@@ -110,10 +240,14 @@ def patch_task_lookup(config_module, last_task_manager) -> None:
 
     @functools.wraps(original)
     def process_tasks(self, *args, **kwargs):
-        ours = getattr(self, "model", None) == MODEL_NAME
-        if ours:  # before lm-eval indexes every task (~10 s): the run's own arguments (harness/preflight.py)
-            from eglr_harness.harness.preflight import check_run_args
+        model = getattr(self, "model", None)
+        from eglr_harness.harness.output import check_output_path, install_user_error_hook
+        from eglr_harness.harness.preflight import check_run_args, check_run_tasks
 
+        install_user_error_hook()
+        check_output_path(getattr(self, "output_path", None))  # as lm-eval's CLI makes the tracker, before the rest
+        eglr_args = None
+        if model == MODEL_NAME:  # before lm-eval indexes every task (~10 s): the run's own arguments
             eglr_args = check_run_args(getattr(self, "model_args", None), gen_kwargs=getattr(self, "gen_kwargs", None),
                                        limit=getattr(self, "limit", None), use_cache=getattr(self, "use_cache", None),
                                        passed=_passed_to_model(lambda name: getattr(self, name, None)))
@@ -121,23 +255,41 @@ def patch_task_lookup(config_module, last_task_manager) -> None:
             manager = original(self, *args, **kwargs)
         except ValueError as err:
             message = str(err)
-            if not message.startswith("Tasks not found: ") or last_task_manager() is None:
+            if not message.startswith("Tasks not found: ") or _last_task_manager() is None:
                 raise
             from eglr_harness.core.errors import RunArgError
             from eglr_harness.core.model_args import close_task_names
 
             missing = message.removeprefix("Tasks not found: ").split(", ")
             hints = [f"{name} -> did you mean {', '.join(close)}?"
-                     for name, close in close_task_names(missing, last_task_manager().all_tasks).items() if close]
+                     for name, close in close_task_names(missing, _last_task_manager().all_tasks).items() if close]
             raise RunArgError("; ".join([f"`--tasks`: {message}", *hints])) from None
-        if ours:  # the tasks are known now; the model is not loaded yet
-            from eglr_harness.harness.preflight import check_run_tasks
-
+        if model == MODEL_NAME:  # the tasks are known now; the model is not loaded yet
             metadata = getattr(self, "metadata", None)
             check_run_tasks(eglr_args, self.tasks, log_samples=getattr(self, "log_samples", False),
                             output_path=getattr(self, "output_path", None),
                             data_dir=metadata.get("eglr_data_dir") if isinstance(metadata, dict) else None)
         return manager
 
-    config_cls.process_tasks = process_tasks
+    config_cls.process_tasks = _ForOurRuns(original, process_tasks, lambda config: _is_ours(config.model))
     config_cls._eglr_patched = True
+
+
+# The lm-eval attributes the hooks rebind, each kept as ``__wrapped__`` (why: the module docstring).
+PATCHED = (
+    "lm_eval.tasks.manager.TaskManager.__init__",  # task indexing: our task folder in every include_path
+    "lm_eval.loggers.evaluation_tracker.GeneralConfigTracker.log_experiment_args",  # run folder named after the model
+    "lm_eval.loggers.evaluation_tracker.EvaluationTracker.save_results_aggregated",  # written whole or failing
+    "lm_eval.loggers.evaluation_tracker.EvaluationTracker.save_results_samples",  # written whole or failing
+    "lm_eval.evaluator.simple_evaluate",  # an eglr run checked before the model loads
+    "lm_eval.config.evaluate_config.EvaluatorConfig.process_tasks",  # the same before task indexing; close names
+)
+
+# lm-eval module -> what runs right after lm-eval imports it (harness/autoload.py)
+POST_IMPORT = {
+    "lm_eval.api.registry": register_models,
+    "lm_eval.tasks.manager": index_our_tasks,
+    "lm_eval.loggers.evaluation_tracker": patch_tracker,
+    "lm_eval.evaluator": patch_fail_fast,
+    "lm_eval.config.evaluate_config": patch_task_lookup,
+}

@@ -51,12 +51,16 @@ class EglrHFLM(HFLM):
         parts = find_model_parts(self.model)
         num_layers = parts.num_layers
         self.args.check_loaded(num_layers, self.model.generation_config)
-        fingerprint = loaded_model_fingerprint(self.model, self.args.load_args, settings=self.args.settings.base.as_dict(),
-                                               max_length=self.max_length, add_bos_token=getattr(self, "add_bos_token", None))
+        fingerprint = loaded_model_fingerprint(self.model, self.args.load_args,
+                                               settings=self.args.settings.base.as_dict(),
+                                               max_length=self.max_length, add_bos_token=getattr(self, "add_bos_token",
+                                                                                                 None))
         with model_arg_errors():
-            self.engines, self.engine_used, self.compile_choice = build_engines(self, self.args.engine, self.args.compile)
+            self.engines, self.engine_used, self.compile_choice = build_engines(self, self.args.engine,
+                                                                                self.args.compile)
         store = RolloutStore(self.args.rollout_cache, rank=self.rank) if self.args.rollout_cache else None
-        self.decoder = RolloutDecoder(_codec(self), self.engines, fingerprint, store, strict=self.args.engine == "continuous",
+        self.decoder = RolloutDecoder(_codec(self), self.engines, fingerprint, store,
+                                      strict=self.args.engine == "continuous",
                                       show_progress=self.rank == 0, names=[engine_name(e) for e in self.engines])
         self.runner = PoolRunner(self.args, self.decoder, num_layers=num_layers, gather=process_gather(self.world_size),
                                  rank=self.rank, model_name=_model_name(self.args.load_args),
@@ -111,7 +115,8 @@ def _codec(lm: EglrHFLM) -> TextCodec:
         ids, mask = lm.tok_batch_encode([context], left_truncate_len=max_ctx_len, truncation=lm.truncation)
         return tuple(ids[0][mask[0].bool()].tolist())
 
-    return TextCodec(encode=encode, decode=lm.tok_decode, eos_text=lm.tok_decode(lm.eot_token_id, skip_special_tokens=False),
+    return TextCodec(encode=encode, decode=lm.tok_decode,
+                     eos_text=lm.tok_decode(lm.eot_token_id, skip_special_tokens=False),
                      think_end_token=lm.think_end_token, max_length=lm.max_length, default_max_gen_toks=lm.max_gen_toks)
 
 

@@ -2,13 +2,13 @@
 
 lm-eval 0.4.13's ``EvaluationTracker`` writes ``results_<date>.json`` and the samples JSONL inside a
 ``try/except Exception`` that only logs: on a read-only or full disk the run exits 0 and a samples
-file can be cut mid-line. :func:`patch_tracker` (applied by the autoload hook when lm-eval imports
-the tracker) changes three things of the tracker, for every model:
+file can be cut mid-line. For a run of the project's models (``harness/lm_eval_patches.py``; every other
+run is saved by lm-eval's own code):
 
-- ``--output_path`` is checked for writing (a probe file, flushed) when the tracker is made, which
-  lm-eval's CLI does before it indexes tasks or loads a model;
-- the results and samples files are written whole or not at all (a temporary file beside them,
-  then a rename), with the same names and content as lm-eval's;
+- ``--output_path`` is checked for writing (a probe file, flushed) by :func:`check_output_path` before
+  lm-eval indexes tasks or loads a model;
+- the results and samples files are written whole or not at all by :func:`whole_or_failing` (a temporary
+  file beside them, then a rename), with the same names and content as lm-eval's;
 - a file that cannot be written raises :class:`~eglr_harness.core.errors.OutputError` naming the path
   and the OS error, which the CLI prints as one line and exits non-zero.
 
@@ -29,7 +29,7 @@ from eglr_harness.core.interrupt import print_interrupted, sigterm_as_interrupt
 from eglr_harness.core.jsonl import dumps
 from eglr_harness.core.outputs import atomic_write_text, check_writable
 
-__all__ = ["install_user_error_hook", "patch_tracker"]
+__all__ = ["check_output_path", "install_user_error_hook", "whole_or_failing"]
 
 logger = logging.getLogger(__name__)
 
@@ -108,39 +108,25 @@ def _make_folder(folder: Path) -> None:
                           "give a writable --output_path.") from None
 
 
-def patch_tracker(tracker_module) -> None:
-    """Make ``tracker_module.EvaluationTracker`` check ``--output_path`` up front and save or fail."""
-    cls = tracker_module.EvaluationTracker
-    if getattr(cls, "_eglr_output_patched", False):
-        return
-    original_init = cls.__init__
-    original_aggregated = cls.save_results_aggregated
-    original_samples = cls.save_results_samples
+def check_output_path(output_path) -> None:
+    """``--output_path`` checked for writing (a probe file, flushed) before the model loads: the folder, or the
+    folder of a path that names a ``.json`` file. None or empty: nothing to check."""
+    if output_path:
+        path = Path(output_path)
+        check_writable(path.parent if path.suffix == ".json" else path, "--output_path")
 
-    @functools.wraps(original_init)
-    def __init__(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        if self.output_path:
-            path = Path(self.output_path)
-            check_writable(path.parent if path.suffix == ".json" else path, "--output_path")
 
-    @functools.wraps(original_aggregated)
-    def aggregated(self, results: dict, samples: dict | None = None) -> None:
+def whole_or_failing(original, save):
+    """A tracker method that saves with ``save`` (this module's, atomic and failing) in place of lm-eval's
+    ``original``, which it keeps for a run without ``--output_path`` or one that pushes to the hub."""
+
+    @functools.wraps(original)
+    def method(self, *args, **kwargs):
         if not self.output_path or _pushes(self):
-            return original_aggregated(self, results=results, samples=samples)
-        save_results_aggregated(self, results, samples)
+            return original(self, *args, **kwargs)
+        save(self, *args, **kwargs)
 
-    @functools.wraps(original_samples)
-    def per_task(self, task_name: str, samples: list[dict]) -> None:
-        if not self.output_path or _pushes(self):
-            return original_samples(self, task_name=task_name, samples=samples)
-        save_results_samples(self, task_name, samples)
-
-    cls.__init__ = __init__
-    cls.save_results_aggregated = aggregated
-    cls.save_results_samples = per_task
-    cls._eglr_output_patched = True
-    install_user_error_hook()
+    return method
 
 
 def install_user_error_hook() -> None:

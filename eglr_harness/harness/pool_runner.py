@@ -72,7 +72,8 @@ class PoolRunner:
         """Said once: loglikelihood requests are the plain model's."""
         if not self._warned_loglikelihood:
             self._warned_loglikelihood = True
-            logger.warning("eglr-hf: loglikelihood requests are scored by the plain model; EGLR changes generation only.")
+            logger.warning("eglr-hf: loglikelihood requests are scored by the plain model; EGLR changes generation "
+                           "only.")
 
     def calibrate(self, requests, disable_tqdm: bool = False) -> dict[str, float]:
         """tau_h of every task of ``requests`` (calibrated or looked up), without decoding their rollouts."""
@@ -104,7 +105,8 @@ class PoolRunner:
         }
 
     def engines_said(self) -> str | None:
-        """The engine(s) that decoded every rank's rollouts so far (``continuous``, ``hf``, ``mixed``), None for none."""
+        """The engine(s) that decoded every rank's rollouts so far (``continuous``, ``hf``, ``mixed``), None for
+        none."""
         return engines_said(n for part in self.gathered_engines for names in part.values() for n in names)
 
     def engines_by_task(self) -> dict:

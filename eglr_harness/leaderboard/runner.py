@@ -45,9 +45,6 @@ __all__ = [
     "package_versions",
     "LeaderboardOutcome",
     "run_leaderboard",
-    "leaderboard_parser",
-    "options_from_args",
-    "main",
 ]
 
 logger = logging.getLogger(__name__)

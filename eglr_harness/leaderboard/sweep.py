@@ -45,7 +45,7 @@ from eglr_harness.leaderboard.runs import (
     setting_value,
 )
 
-__all__ = ["AXES", "SweepPoint", "parse_axis", "axis_default", "plan_sweep", "sweep_parser", "main"]
+__all__ = ["AXES", "SweepPoint", "parse_axis", "axis_default", "plan_sweep"]
 
 logger = logging.getLogger(__name__)
 

@@ -79,16 +79,19 @@ def summary_markdown(groups: list[dict], command: str, settings: dict) -> str:
         lines.append(f"| {i + 1} | " + " | ".join(cells) + " |")
     for g in groups:
         lines += ["", f"## {g['name']}: L×T = {', '.join(g['cells'])} (tau_h {g['tau_h']}, {g['wall_s']} s)", "",
-                  "| cell | rollouts | mean reward | mean tokens | mean gated tokens | ended by EOS |", "|---|---|---|---|---|---|"]
+                  "| cell | rollouts | mean reward | mean tokens | mean gated tokens | ended by EOS |",
+                  "|---|---|---|---|---|---|"]
         by_cell = defaultdict(list)
         for row in g["rows"]:
             by_cell[Cell.of(row["L"], row["T"])].append(row)
         for cell in sorted(by_cell):
             rs = by_cell[cell]
             lines.append(f"| {cell.label} | {len(rs)} | {sum(r['reward'] for r in rs) / len(rs):.3f} | "
-                         f"{sum(r['tokens'] for r in rs) / len(rs):.1f} | {sum(r['gated'] for r in rs) / len(rs):.1f} | "
+                         f"{sum(r['tokens'] for r in rs) / len(rs):.1f} | "
+                         f"{sum(r['gated'] for r in rs) / len(rs):.1f} | "
                          f"{sum(r['finish'] == 'eos' for r in rs)}/{len(rs)} |")
-        lines += ["", "| step | loss | grad norm | reward | reward std | groups with zero std |", "|---|---|---|---|---|---|"]
+        lines += ["", "| step | loss | grad norm | reward | reward std | groups with zero std |",
+                  "|---|---|---|---|---|---|"]
         for s in g["steps"]:
             lines.append(f"| {s['step']} | {s['loss']:.4g} | {s['grad_norm']:.4g} | {s['reward']:.3f} | "
                          f"{s['reward_std']:.3f} | {s['frac_reward_zero_std']:.2f} |")

@@ -123,7 +123,8 @@ class EglrRollout:
         self.compile = check_compile_setting(compile)
         self.batch_size = as_int("batch_size", batch_size, "an int >= 1 (rows decoded together)")
         if self.batch_size < 1:
-            raise ValueError(f"`batch_size`={batch_size!r} is not allowed; allowed: an int >= 1 (rows decoded together).")
+            raise ValueError(f"`batch_size`={batch_size!r} is not allowed; allowed: an int >= 1 (rows decoded "
+                             "together).")
         self.progress = progress
         self.eglr_args = {k: v for k, v in dict(L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h,
                                                 top_k=top_k, top_p=top_p, seed=seed).items() if v is not None}
@@ -252,7 +253,8 @@ def _check_groups(prompts: Sequence, offset: int, group: int) -> None:
         first = j - (offset + j) % group
         if first >= 0 and prompts[j] != prompts[first]:
             raise ValueError(
-                f"rows {offset + first} and {offset + j} of the generation batch are one GRPO group but hold different prompts; "
+                f"rows {offset + first} and {offset + j} of the generation batch are one GRPO group but hold different "
+                "prompts; "
                 "EGLR rollouts need TRL's RepeatSampler layout (each prompt num_generations times in a row).")
 
 
@@ -294,7 +296,8 @@ def trainable(model):
     if "gguf" not in method or not all(p.is_floating_point() for p in model.parameters()):
         raise ValueError(f"the model is quantized ({method or type(quantizer).__name__}); GRPO needs float weights "
                          "(load it unquantized, or attach a PEFT adapter and pass peft_config to the trainer).")
-    model.hf_quantizer, model.is_quantized, model.quantization_method = None, False, None  # as from_pretrained sets them
+    # as from_pretrained sets them
+    model.hf_quantizer, model.is_quantized, model.quantization_method = None, False, None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     return model

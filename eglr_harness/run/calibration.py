@@ -51,7 +51,8 @@ class Calibration:
                            MIN_TRUSTED_TOKENS)
 
 
-def calibrated_threshold(entropies: torch.Tensor, quantile: float = CALIBRATION_QUANTILE, cap: float = TAU_H_CAP) -> float:
+def calibrated_threshold(entropies: torch.Tensor, quantile: float = CALIBRATION_QUANTILE,
+                         cap: float = TAU_H_CAP) -> float:
     """min(quantile of per-token entropies, cap).  entropies: (n_tokens,) nats."""
     if entropies.numel() == 0:
         raise ValueError("tau_h calibration saw no generated tokens; raise max_gen_toks or calib_limit.")

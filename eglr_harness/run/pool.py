@@ -117,7 +117,9 @@ def resolve_pool(
 
 def _shown(axis: tuple) -> str:
     """An axis as a message shows it: the values, or the first and last few of a long one."""
-    return str(list(axis)) if len(axis) <= 12 else f"[{', '.join(map(str, axis[:3]))}, ..., {axis[-1]}] ({len(axis)} values)"
+    if len(axis) <= 12:
+        return str(list(axis))
+    return f"[{', '.join(map(str, axis[:3]))}, ..., {axis[-1]}] ({len(axis)} values)"
 
 
 @dataclass(frozen=True)

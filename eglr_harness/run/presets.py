@@ -41,7 +41,8 @@ def resolve_pretrained(value):
         package = value[len("pkg://"):]
         spec = importlib.util.find_spec(package)
         if spec is None or spec.origin is None:
-            raise ValueError(f"`pretrained`={value!r}: the package {package!r} is not installed (pip install it first).")
+            raise ValueError(f"`pretrained`={value!r}: the package {package!r} is not installed (pip install it "
+                             "first).")
         return str(Path(spec.origin).parent)
     return value
 
@@ -55,7 +56,8 @@ def load_preset(name_or_path: str) -> dict:
                          "--apply_chat_template for chat models.")
     unknown = set(data) - {"name", "description", "model_args", "eglr", "tau_h", "notes"}
     if unknown:
-        raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: model_args, eglr, tau_h, description, notes.")
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: model_args, eglr, tau_h, description, "
+                         "notes.")
     eglr = dict(data.get("eglr") or {})
     if bad := set(eglr) - _EGLR_KEYS:
         raise ValueError(f"{path}: unknown eglr keys {sorted(bad)}; allowed: {sorted(_EGLR_KEYS)}.")

@@ -147,7 +147,8 @@ class RunSettings:
             L=0, alpha=as_float("alpha", first(alpha, pe.get("alpha"), defaults.DEFAULT_ALPHA), "a float in [0, 1]"),
             k_max=as_int("k_max", first(k_max, pe.get("k_max"), defaults.DEFAULT_K_MAX), "an int >= 1"),
             tau_kl=as_float("tau_kl", first(tau_kl, pe.get("tau_kl"), defaults.DEFAULT_TAU_KL), "a float >= 0"),
-            top_k=as_int("top_k", first(top_k, pe.get("top_k"), defaults.DEFAULT_TOP_K), "an int >= 0 (0 disables top-k)"),
+            top_k=as_int("top_k", first(top_k, pe.get("top_k"), defaults.DEFAULT_TOP_K),
+                         "an int >= 0 (0 disables top-k)"),
             top_p=as_float("top_p", first(top_p, pe.get("top_p"), defaults.DEFAULT_TOP_P), "a float in (0, 1]"),
             seed=as_int("seed", first(seed, pe.get("seed"), defaults.DEFAULT_SEED), "an int"),
             stop=defaults.check_stop(first(stop, pe.get("stop"), defaults.DEFAULT_STOP)), **thresholds,
@@ -171,7 +172,8 @@ class RunSettings:
         None (not known yet) checks nothing. ``ValueError`` naming the value as written."""
         if num_layers is None:
             return
-        for name, given, values in (("L", self.L_given, self.user_L or ()), ("preset L", self.default_L, (self.default_L,))):
+        for name, given, values in (("L", self.L_given, self.user_L or ()),
+                                    ("preset L", self.default_L, (self.default_L,))):
             too_big = [v for v in values if v > num_layers]
             if too_big:
                 span = "" if values == (given,) else f": layer span {max(too_big)}"

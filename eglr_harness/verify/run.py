@@ -91,7 +91,8 @@ def plan_copies(run_paths: Sequence[str | Path], out: Path, task: str | None = N
     refuse_writing_into([p for c in copies for p in (c.results_out, *c.samples.values())], run_paths, "`--out`")
     if not copies:
         raise ValueError(f"no samples files{'' if task is None else f' of task {task!r}'} under "
-                         f"{[str(p) for p in run_paths]}; pass folders given to lm_eval --output_path with --log_samples.")
+                         f"{[str(p) for p in run_paths]}; pass folders given to lm_eval --output_path with "
+                         "--log_samples.")
     return copies
 
 
@@ -226,7 +227,8 @@ def verify_runs(
             record["verifiers"][spec.key] = {
                 "model": scorer.name, "rollouts": len(wanted), "texts_scored": len(order), "texts_from_store": reused,
                 "seconds": round(time.monotonic() - started, 1)}
-            logger.info("%s: %d rollouts, %d texts scored, %d from the store", spec.key, len(wanted), len(order), reused)
+            logger.info("%s: %d rollouts, %d texts scored, %d from the store", spec.key, len(wanted), len(order),
+                        reused)
             del scorer
     finally:
         store.close()

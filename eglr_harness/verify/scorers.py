@@ -138,7 +138,6 @@ def _torch_dtype(dtype: str, device: str):
 def load_scorer(spec: VerifierSpec, *, device: str = "cpu", dtype: str = "auto", trust_remote_code: bool = False,
                 model_args: Mapping | None = None, system_prompt: str | None = None) -> Scorer:
     """Load the verifier of ``spec`` (``model_args``: the runs' own model, for ``self:``)."""
-    import torch
     import transformers as tf
 
     torch_dtype = _torch_dtype(dtype, device)

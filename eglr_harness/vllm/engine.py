@@ -82,7 +82,8 @@ def _outcome(completion, signals: list[tuple[float, int, float]]) -> Outcome:
                            "in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0).")
     signals = signals[len(signals) - len(tokens):]  # a chunked prefill's earlier chunks sampled nothing
     logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs or [], tokens)]
-    finish = "length" if completion.finish_reason == "length" else "stop" if completion.stop_reason is not None else "eos"
+    finish = ("length" if completion.finish_reason == "length"
+              else "stop" if completion.stop_reason is not None else "eos")
     iterations = Counter(k for _, k, _ in signals if k > 0)
     return Outcome(tokens=tokens, finish=finish, gated=sum(iterations.values()), iterations=iterations,
                    entropies=[e for e, _, _ in signals], logprobs=logprobs,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import lmeval_fakes
+from helpers import lmeval_fakes
 
 
 @pytest.fixture

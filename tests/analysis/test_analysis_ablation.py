@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-import lmeval_fakes
+from helpers import lmeval_fakes
 import pytest
 
 from eglr_harness.analysis import build_report, load_grid
@@ -15,6 +15,8 @@ from eglr_harness.commands import sweep as sweep_command
 from eglr_harness.leaderboard import sweep
 from eglr_harness.run.model_names import parse_model_args
 from eglr_harness.run.settings import RunSettings
+
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
 
 TASK = "toy_eglr"
 

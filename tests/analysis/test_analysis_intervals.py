@@ -19,6 +19,8 @@ from eglr_harness.analysis.metrics.oracle import random_oracle_per_doc
 from eglr_harness.analysis.report import build_report, compute_report
 from eglr_harness.analysis.sections.intervals import interval_rows
 
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
 
 def test_wilson_interval_by_hand():
     # 1 of 4: centre (1/4 + z²/8) / (1 + z²/4) = 0.372465, half-width 0.326886 (z = 1.959964)
@@ -82,7 +84,8 @@ def test_interval_rows_on_the_toy_grid(full_run):
         "oracle L×T pool (B=9)": 4, "corner T-only (pool + greedy)": 3, "corner L-only (pool + greedy)": 2,
         "corner joint (pool + greedy)": 4,
     }  # fmt: skip
-    assert (rows["greedy (L=0, T=0)"].low, rows["greedy (L=0, T=0)"].high) == pytest.approx((0.045580, 0.699350), abs=1e-5)
+    assert (rows["greedy (L=0, T=0)"].low, rows["greedy (L=0, T=0)"].high) == pytest.approx((0.045580, 0.699350),
+                                                                                            abs=1e-5)
     diffs = {q: (r.estimate, r.only_a, r.only_b, r.sign_p) for q, r in rows.items() if r.only_a is not None}
     assert diffs == {
         "oracle: L pool − T pool (equal budget)": (-1, 0, 1, 1.0),  # T alone solves d1
@@ -117,7 +120,8 @@ def test_intervals_section_in_the_report(full_run, tmp_path):
     assert "oracle: L pool − T pool (equal budget),paired bootstrap,-1,4,-0.25,-0.75,0.0,0,1,1.0" in lines
     md = (out / "report.md").read_text()
     assert "## Confidence intervals" in md
-    assert "| oracle: L pool − T pool (equal budget) | -1 | -25.0 | [-75.0, 0.0] | paired bootstrap | 0 / 1 | 1.000 |" in md
+    assert ("| oracle: L pool − T pool (equal budget) | -1 | -25.0 | [-75.0, 0.0] | paired bootstrap | 0 / 1 | 1.000 |"
+            in md)
 
 
 # ---------------------------------------------------------------- Wilcoxon signed-rank

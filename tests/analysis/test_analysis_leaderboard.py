@@ -7,7 +7,7 @@ import csv
 import json
 from pathlib import Path
 
-import lmeval_fakes
+from helpers import lmeval_fakes
 import pytest
 from lm_eval._cli import HarnessCLI
 
@@ -18,6 +18,8 @@ from eglr_harness.leaderboard.runner import RECORD_NAME, run_leaderboard
 from eglr_harness.leaderboard.runs import (
     LeaderboardOptions, build_command, default_output_dir, model_slug, parse_beams, parse_limit, plan_runs,
 )
+
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
 
 MODEL_ARGS = "pretrained=/models/smol,gguf_file=SmolLM2-135M-Instruct.Q4_1.gguf"
 HF_ACC = {None: 0.5, 4: 0.75, 11: 0.25}  # num_beams -> acc the fake greedy/beam runs report
@@ -480,7 +482,8 @@ def test_committed_results_are_never_overwritten_nor_taken_for_the_users_runs(tm
     assert (committed / "leaderboard.md").read_text() == "committed numbers\n"
     assert main(argv, executor=fake) == 0  # the default folder: out/leaderboard/<model>, every run made afresh
     assert len(fake.calls) == 2
-    assert all(parse_lm_eval(a).output_path.startswith("out/leaderboard/SmolLM2-135M-Instruct.Q4_1/") for a in fake.calls)
+    assert all(parse_lm_eval(a).output_path.startswith("out/leaderboard/SmolLM2-135M-Instruct.Q4_1/")
+               for a in fake.calls)
     status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
     assert status.stdout == ""
     assert main([*argv, "--output_dir", str(committed), "--update_committed"], executor=FakeLmEval()) == 0

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-import lmeval_fakes
+from helpers import lmeval_fakes
 from eglr_harness.analysis import (
     build_report,
     model_name,
@@ -24,6 +24,8 @@ from eglr_harness.analysis import (
 )
 from eglr_harness.analysis.metrics.compute import Compute
 from eglr_harness.analysis.portable import make_portable, portable
+
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
 
 CELLS = list(lmeval_fakes.GRID)
 
@@ -265,7 +267,8 @@ def test_make_portable_rewrites_run_files_in_lmevals_layout(tmp_path):
     args = "pretrained=/machine/smol,gguf_file=q.gguf"
     written = lmeval_fakes.write_grid_run(tmp_path / "run", CELLS[:1], model_args=args)
     # eglr-harness names new runs after the model; a run made before that carries lm-eval's path name.
-    assert written.parent.name == json.loads(written.read_text())["model_name_sanitized"] == "q"  # folder name: no .gguf ending
+    # folder name: no .gguf ending
+    assert written.parent.name == json.loads(written.read_text())["model_name_sanitized"] == "q"
     legacy = written.parent.rename(written.parent.with_name("__machine__smol")) / written.name
     data = json.loads(legacy.read_text())
     data.update(model_name="/machine/smol", model_name_sanitized="__machine__smol")

@@ -25,7 +25,11 @@ from eglr_harness.analysis import (
 from eglr_harness.analysis.load import RolloutRow
 from eglr_harness.core.votes import majority
 
-A, B, C, D, E, F, G, H, I = (0, 0.0), (0, 0.5), (0, 1.0), (1, 0.0), (1, 0.5), (1, 1.0), (2, 0.0), (2, 0.5), (2, 1.0)
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
+# the cells A..I of the 3x3 grid, row by row (I is a cell's name, not an ambiguous l/I/1)
+A, B, C, D, E, F, G, H, I = (  # noqa: E741
+    (0, 0.0), (0, 0.5), (0, 1.0), (1, 0.0), (1, 0.5), (1, 1.0), (2, 0.0), (2, 0.5), (2, 1.0))
 
 
 @pytest.fixture

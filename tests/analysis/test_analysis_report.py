@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-import lmeval_fakes
+from helpers import lmeval_fakes
 from eglr_harness.analysis import build_report
 from eglr_harness.commands.report import main as report_main
 

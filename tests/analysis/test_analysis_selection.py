@@ -7,11 +7,13 @@ import json
 import pytest
 from lm_eval.utils import hash_string
 
-import lmeval_fakes
+from helpers import lmeval_fakes
 from eglr_harness.analysis import build_report, load_grid
 from eglr_harness.analysis.metrics.accuracy import sc_solved
 from eglr_harness.analysis.metrics.selection import half_of, l_agreement, selection
 from eglr_harness.analysis.load import RolloutRow
+
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
 
 CELLS = [(1, 0.1), (2, 0.2), (3, 0.3)]  # one rollout per T: no L-agreement
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import csv
 
-import lmeval_fakes
+from helpers import lmeval_fakes
 import pytest
 
 from eglr_harness.analysis import budget_curve, build_report, load_grid

@@ -8,11 +8,14 @@ from pathlib import Path
 
 import pytest
 
-import lmeval_fakes
+from helpers import lmeval_fakes
 from eglr_harness.commands import export
 from eglr_harness.analysis.load import find_runs, read_samples
 
-REAL_RUN = Path(__file__).resolve().parents[2] / "results" / "smollm2-135m-instruct" / "demo_level0_ablation" / "default"
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
+
+REAL_RUN = (Path(__file__).resolve().parents[2] / "results" / "smollm2-135m-instruct" / "demo_level0_ablation"
+            / "default")
 
 
 def _load(path: Path, tmp_path: Path):
@@ -23,7 +26,7 @@ def _load(path: Path, tmp_path: Path):
 
 def _expected(run_dir: Path):
     """group -> (rollouts, correct) and every (prompt prefix, completion) from the samples files."""
-    groups, texts = defaultdict(lambda: [0, 0]), set()
+    groups = defaultdict(lambda: [0, 0])
     for files in find_runs(run_dir):
         for task, path in files.samples.items():
             first = None
@@ -79,7 +82,8 @@ def test_export_committed_real_run(tmp_path):
     assert all("<|im_start|>" in r["prompt"] and r["completion"] for r in rows)
     jsonl = tmp_path / "real.jsonl"
     assert export.main([str(REAL_RUN), "--out", str(jsonl)]) == 0
-    assert [json.loads(line)["completion"] for line in jsonl.read_text().splitlines()] == [r["completion"] for r in rows]
+    assert ([json.loads(line)["completion"] for line in jsonl.read_text().splitlines()]
+            == [r["completion"] for r in rows])
 
 
 def test_bad_output_ending(tmp_path, full_run):

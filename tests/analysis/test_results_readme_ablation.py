@@ -7,7 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
-from markdown_tables import markdown_table
+from helpers.markdown_tables import markdown_table
+
+pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "results" / "README.md"

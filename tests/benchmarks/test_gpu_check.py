@@ -100,7 +100,8 @@ def test_placement_speed_and_memory_fields(report, family):
         assert all(goal["met"] is None for goal in figures["goals"].values())  # GPU figures only
     assert speed["memory"]["skipped"].startswith("no cuda")
     assert speed["captured"] == {"requested": "auto", "skipped": "compile=auto runs the step eager on cpu"}
-    assert entry["budget"] == {"budget_s": None, "spent_s": pytest.approx(entry["budget"]["spent_s"]), "exhausted": False}
+    assert entry["budget"] == {"budget_s": None, "spent_s": pytest.approx(entry["budget"]["spent_s"]),
+                               "exhausted": False}
 
 
 def test_exactness_reports_false_when_the_reference_disagrees(gpu_check, monkeypatch):
@@ -145,7 +146,8 @@ def test_the_captured_modes_run_compiled_on_a_cpu(gpu_check, tmp_path):
     assert figures["runs"]["cL0c"]["compiles"] == figures["runs"]["cL0c"]["dynamo_graphs_warmup"]
     assert figures["runs"]["cL4c"]["compiles"] <= 2
     captured_line = report["summary"]["llama-3.1-8b"]["b2"]["captured"]
-    assert set(captured_line) == {"cL0c", "cL4c"} and captured_line["cL0c"]["warmup_s"] == figures["runs"]["cL0c"]["warmup_s"]
+    assert set(captured_line) == {"cL0c",
+                                  "cL4c"} and captured_line["cL0c"]["warmup_s"] == figures["runs"]["cL0c"]["warmup_s"]
     assert figures["wall_ratio_L_vs_L0[continuous,compiled]"] > 0
     goals = figures["goals"]
     assert set(goals) == {"captured_L0_ms_per_step_vs_generate_static", "captured_L_vs_L0", "gpu_busy[cL0c]",
@@ -211,7 +213,8 @@ def test_captured_warmup_reads_the_engines_report(gpu_check):
     out = gpu_check.captured_warmup(Reporting(), 10, 13, 13)
     assert out["warmup_report"] == {"compiles": 3, "captures": 7, "compile_seconds": 41.5, "capture_seconds": 2.25,
                                     "late_compiles": 0}
-    assert (out["warmup_compile_s"], out["warmup_capture_s"], out["compiles"], out["captures"], out["late_compiles"]) == (
+    assert (out["warmup_compile_s"], out["warmup_capture_s"], out["compiles"], out["captures"],
+            out["late_compiles"]) == (
         41.5, 2.25, 3, 7, 0)
     assert (out["dynamo_graphs_warmup"], out["dynamo_graphs_late"]) == (3, 0)
     bare = gpu_check.captured_warmup(object(), None, None, None)
@@ -264,7 +267,8 @@ def test_the_pool_modes_default_to_the_issues_four(gpu_check):
     assert args.pool_modes == ["generate_static", "cL0c", "cpoolc", "generate"]
     assert args.pool_prompt_lens == (6, 20) and args.pool_new_tokens == (3, 10)
     full = gpu_check.parse_args(["--device", "cpu", "--checks", "pool"])
-    assert (full.pool_prompts, full.pool_prompt_lens, full.pool_new_tokens, full.pool_batch) == (256, (64, 1024), (64, 512), 64)
+    assert (full.pool_prompts, full.pool_prompt_lens, full.pool_new_tokens, full.pool_batch) == (256, (64, 1024),
+                                                                                                 (64, 512), 64)
     assert "pool" not in gpu_check.parse_args(["--device", "cpu"]).checks  # asked for by name only
 
 

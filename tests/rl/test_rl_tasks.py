@@ -77,7 +77,7 @@ def test_task_prompts_are_the_chat_turns_lm_eval_renders(shared_data_dir, llama_
 def test_trainable_drops_the_gguf_mark_and_refuses_real_quantization():
     from types import SimpleNamespace
 
-    from tiny_models import build_tiny_model
+    from helpers.tiny_models import build_tiny_model
 
     from eglr_harness.rl.rollouts import trainable
 
@@ -89,6 +89,7 @@ def test_trainable_drops_the_gguf_mark_and_refuses_real_quantization():
         return model
 
     model = trainable(marked("gguf"))  # GGUF weights are dequantised on load: floats, trainable
-    assert model.hf_quantizer is None and model.is_quantized is False and not hasattr(model.config, "quantization_config")
+    assert model.hf_quantizer is None and model.is_quantized is False and not hasattr(model.config,
+                                                                                      "quantization_config")
     with pytest.raises(ValueError, match=r"the model is quantized \(bitsandbytes\)"):
         trainable(marked("bitsandbytes"))

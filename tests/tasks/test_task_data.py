@@ -149,7 +149,8 @@ def test_demo_levels_extend_and_default_is_unchanged():
     assert generate_problems(9, levels="1,3")[:4] == generate_problems(4, levels="1,3")
     assert generate_problems(20, levels=None) == generate_problems(20) == generate_problems(20, levels="1-5")
     assert [p["metadata"]["level"] for p in generate_problems(5, levels="5|2")] == ["2", "5", "2", "5", "2"]
-    assert generate_problems(4, levels="2-3") == generate_problems(4, levels=[3, 2]) == generate_problems(4, levels="2;3")
+    assert generate_problems(4, levels="2-3") == generate_problems(4, levels=[3, 2]) == generate_problems(4,
+                                                                                                          levels="2;3")
     assert load_problems("demo", demo_n=2, demo_levels="3")[1]["id"] == "demo-1333-0007"
 
 
@@ -162,7 +163,8 @@ def test_demo_level_0_is_opt_in_and_never_repeats_before_its_132_problems():
     ]
     assert all(p["metadata"]["level"] == "0" for p in zero)
     mixed = generate_problems(4, levels="0,1")
-    assert [p["id"] for p in mixed] == ["demo-1333-level0-0000", "demo-1333-0000", "demo-1333-level0-0001", "demo-1333-0005"]
+    assert [p["id"] for p in mixed] == ["demo-1333-level0-0000", "demo-1333-0000", "demo-1333-level0-0001",
+                                        "demo-1333-0005"]
     assert all(p["metadata"]["level"] != "0" for p in generate_problems(500))  # never in the default set
     many = generate_problems(140, levels=0, seed=5)
     texts = [p["problem"] for p in many]
@@ -175,7 +177,8 @@ def test_demo_level_0_is_opt_in_and_never_repeats_before_its_132_problems():
             assert a == b and 2 <= int(a) <= 45 and p["answer"] == str(2 * int(a))
 
 
-@pytest.mark.parametrize("levels, bad", [(-1, "level -1"), ("-1", "'-1'"), (6, "level 6"), ("1,7", "level 7"), ("a", "'a'"),
+@pytest.mark.parametrize("levels, bad",
+                         [(-1, "level -1"), ("-1", "'-1'"), (6, "level 6"), ("1,7", "level 7"), ("a", "'a'"),
                                          ("3-1", "'3-1'"), ([], "names no level"), ("", "names no level"),
                                          (True, "True"), (1.5, "1.5"), (["1"], "'1'")])
 def test_demo_levels_are_validated(levels, bad):

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from markdown_tables import markdown_table
+from helpers.markdown_tables import markdown_table
 
 from eglr_harness.core.config import DEFAULT_L
 from eglr_harness.core.specs import parse_L_spec, parse_T_spec
@@ -34,7 +34,8 @@ def test_every_task_loads_with_local_data(loaded):
     tasks = loaded["tasks"]
     assert set(tasks) == set(ALL_TASKS)
     for name, task in tasks.items():
-        repeats = {"eglr_demo": 1, "eglr_demo_sc": 10, "eglr_demo_lxt": 121}.get(name) or VARIANTS[name.split("_eglr")[1]]
+        repeats = {"eglr_demo": 1, "eglr_demo_sc": 10,
+                   "eglr_demo_lxt": 121}.get(name) or VARIANTS[name.split("_eglr")[1]]
         assert task.config.repeats == repeats, name
         doc = task.eval_docs[0]
         prompt = task.doc_to_text(doc)
@@ -175,10 +176,10 @@ def test_registry_survives_import_from_the_registry_hook():
     probe = (
         "import importlib, eglr_harness.harness.autoload as a\n"
         "a.install()\n"
-        "orig = a._POST_IMPORT['lm_eval.api.registry']\n"
+        "orig = a.POST_IMPORT['lm_eval.api.registry']\n"
         "def hook(m):\n"
         "    orig(m); importlib.import_module('eglr_harness.harness.registry')\n"
-        "a._POST_IMPORT['lm_eval.api.registry'] = hook\n"
+        "a.POST_IMPORT['lm_eval.api.registry'] = hook\n"
         "import lm_eval.api.metrics\n"
         "from lm_eval.api.registry import get_aggregation, get_filter, get_metric\n"
         "assert get_aggregation('mean') is not None and get_aggregation('eglr_best_cfg_acc') is not None\n"

@@ -3,12 +3,9 @@ local folders with SmolLM2's tokenizer (plus the format's tag token), and fake r
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "analysis"))  # lmeval_fakes
 
 
 def tiny_config(cls, vocab: int, **extra):

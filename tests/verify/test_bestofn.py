@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 
-import lmeval_fakes
+from helpers import lmeval_fakes
 import pytest
 
 from eglr_harness.analysis.load import load_grid

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-import lmeval_fakes
+from helpers import lmeval_fakes
 import pytest
 
 from eglr_harness.analysis.export import export_rows
@@ -123,7 +123,8 @@ def test_verify_never_imports_lm_eval():
     import subprocess
     import sys
 
-    code = ("import sys, eglr_harness.commands.verify, eglr_harness.verify.run, eglr_harness.analysis.sections.bestofn; "
+    code = ("import sys, eglr_harness.commands.verify, eglr_harness.verify.run, "
+            "eglr_harness.analysis.sections.bestofn; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'lm_eval'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

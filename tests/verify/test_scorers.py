@@ -33,7 +33,8 @@ def test_qwen_prm_reads_the_positive_label_at_extra_0(tiny_verifier):
     got = _score(f"qwen-prm:{folder}", _items(SOLUTION, OTHER))
     tok = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForTokenClassification.from_pretrained(folder).eval()
-    messages = [{"role": "system", "content": "Please reason step by step, and put your final answer within \\boxed{}."},
+    messages = [{"role": "system",
+                 "content": "Please reason step by step, and put your final answer within \\boxed{}."},
                 {"role": "user", "content": QUESTION},
                 {"role": "assistant", "content": "<extra_0>".join(STEPS) + "<extra_0>"}]
     ids = torch.tensor([tok.encode(tok.apply_chat_template(messages, tokenize=False))])

@@ -128,7 +128,8 @@ def _decoding_settings(part: RunPart, task: str) -> dict:
     """The EGLR settings a run decoded with (``config.eglr``: alpha, k_max, tau_kl, top_k, top_p and the
     task's tau_h), which make two runs' rollouts of one cell different rollouts."""
     eglr = part.info.eglr or {}
-    decoded = {k: v for k, v in (eglr.get("settings") or {}).items() if k in ("alpha", "k_max", "tau_kl", "top_k", "top_p")}
+    decoded = {k: v for k, v in (eglr.get("settings") or {}).items() if k in ("alpha", "k_max", "tau_kl", "top_k",
+                                                                              "top_p")}
     tau_h = eglr.get("tau_h")
     if isinstance(tau_h, dict) and task in tau_h:
         decoded["tau_h"] = tau_h[task]
@@ -189,7 +190,8 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
         logger.warning("%s: %s", task, notes[-1])
     if duplicates and other_settings:
         # an ablation (eglr-sweep): the same cells decoded with other settings are other rollouts, not repeats
-        differ = ", ".join(f"{name} {' vs '.join(map(str, sorted(values, key=str)))}" for name, values in other_settings.items())
+        differ = ", ".join(f"{name} {' vs '.join(map(str, sorted(values, key=str)))}"
+                           for name, values in other_settings.items())
         notes.append(
             f"{duplicates} rollouts share a (doc, L, T, cycle) with an earlier run decoded with other EGLR settings "
             f"({differ}); the L x T grid keeps the earlier run's, the ablation section compares the runs."

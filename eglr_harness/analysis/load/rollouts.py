@@ -104,7 +104,8 @@ def rollouts_of_sample(sample: dict, *, where: str = "sample") -> list[RolloutRo
 
 
 def read_task_samples(path: Path, filter_name: str | None = None) -> TaskSamples:
-    """Read one task's samples file, every line and rollout checked (:func:`eglr_harness.core.run_format.read_samples_file`).
+    """Read one task's samples file, every line and rollout checked
+    (:func:`eglr_harness.core.run_format.read_samples_file`).
 
     lm-eval writes one line per (document, filter). ``filter_name`` picks the filter; by default
     the first filter in the file is used (logged when the file has several).

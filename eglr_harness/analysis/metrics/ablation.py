@@ -175,5 +175,6 @@ def ablation(parts: Sequence[RunPart], task: str) -> Ablation | None:
         by_value: dict = {}
         for p in points:  # one point per value: the first run given wins
             by_value.setdefault(p.value, p)
-        axes[axis] = tuple(sorted(by_value.values(), key=lambda p: (p.value is None, p.value if p.value is not None else 0)))
+        axes[axis] = tuple(sorted(by_value.values(),
+                                  key=lambda p: (p.value is None, p.value if p.value is not None else 0)))
     return Ablation(axes, default, tuple(off_axis))

@@ -56,7 +56,8 @@ def bootstrap_intervals(
         raise ValueError(f"`n_resamples`={n_resamples!r} is not allowed; allowed: a positive int.")
     lengths = {name: len(v) for name, v in values.items()}
     if len(set(lengths.values())) > 1 or 0 in lengths.values():
-        raise ValueError(f"per-problem values of unequal or zero length {lengths}; allowed: one value per problem each.")
+        raise ValueError(f"per-problem values of unequal or zero length {lengths}; allowed: one value per problem "
+                         "each.")
     if not values:
         return {}
     n = next(iter(lengths.values()))

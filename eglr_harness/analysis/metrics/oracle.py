@@ -70,7 +70,8 @@ def corner_cells(grid: Grid) -> dict[Cell, str]:
     return names
 
 
-def random_oracle_per_doc(solved: Mapping[Cell, frozenset[int]], cells: Sequence[Cell], budget: int) -> dict[int, float]:
+def random_oracle_per_doc(solved: Mapping[Cell, frozenset[int]], cells: Sequence[Cell],
+                          budget: int) -> dict[int, float]:
     """doc -> probability that ``budget`` cells drawn uniformly without replacement from ``cells`` solve it.
 
     Exact: a document solved by ``s`` of the ``n`` cells is missed with probability

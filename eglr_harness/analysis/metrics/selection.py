@@ -188,7 +188,8 @@ def selection(
         aggs.append(Aggregator(f"DeepConf top-{DEEPCONF_ETA:.0%} vote",
                                per_doc(lambda r, f: deepconf(r, f, DEEPCONF_ETA))))
     singles = {n: per_doc(lambda rows, f, n=n: _best_by(rows, f, n)) for n in names}
-    aggs += [Aggregator(f"best by {n}", s, "higher" if HIGHER_IS_BETTER[n] > 0 else "lower") for n, s in singles.items()]
+    aggs += [Aggregator(f"best by {n}", s,
+                        "higher" if HIGHER_IS_BETTER[n] > 0 else "lower") for n, s in singles.items()]
     if names:
         # best single signal, chosen on the other half
         chosen_solved, chosen = [], {}

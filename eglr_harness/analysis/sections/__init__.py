@@ -1,5 +1,5 @@
 """The report's sections, one module each (registered with
-:func:`~eglr_harness.analysis.report.register_section`). The import order below is the order of
+:func:`~eglr_harness.analysis.sections.section.register_section`). The import order below is the order of
 the report; a new analysis is a new module here plus its line below."""
 
 from eglr_harness.analysis.sections import runs  # noqa: F401  Runs, Grid coverage

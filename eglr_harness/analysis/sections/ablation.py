@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from eglr_harness.analysis.metrics.ablation import ablation
 from eglr_harness.analysis.render import ablation_plot, markdown_table, num, pct
-from eglr_harness.analysis.report import ReportContext, Section, Table, image, register_section
+from eglr_harness.analysis.sections.section import ReportContext, Section, Table, image, register_section
 
 _HEADER = ["axis", "value", "default", "run", "docs", "rollouts", "correct", "accuracy", "ci_low", "ci_high", "rho",
            "mean_iterations", "flop_ratio", "flop_ratio_with_head", "diff_vs_default", "diff_low", "diff_high", "gained", "lost",
@@ -80,7 +80,8 @@ class AblationSection(Section):
         if result is None:
             return []
         fixed = ", ".join(f"{k}={_value(v)}" for k, v in result.default.items())
-        parts = ["\n## Ablation\n", f"One setting at a time around the default point ({fixed}). Table: `ablation.csv`.\n"]
+        parts = ["\n## Ablation\n",
+                 f"One setting at a time around the default point ({fixed}). Table: `ablation.csv`.\n"]
         for axis, points in result.axes.items():
             rows = [
                 [_value(p.value) + (" (default)" if p.is_default else ""), f"{p.correct}/{p.rollouts}",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from eglr_harness.analysis.render import lxt_heatmap, markdown_table, pct, t_label
-from eglr_harness.analysis.report import ReportContext, Section, Table, image, register_section
+from eglr_harness.analysis.sections.section import ReportContext, Section, Table, image, register_section
 
 
 @register_section("accuracy")

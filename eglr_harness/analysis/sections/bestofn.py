@@ -11,7 +11,7 @@ import re
 from eglr_harness.analysis.metrics.accuracy import POOL_TITLES
 from eglr_harness.analysis.metrics.bestofn import METHODS, RANDOM, best_of_n
 from eglr_harness.analysis.render import _figure, markdown_table, pct, save_png
-from eglr_harness.analysis.report import ReportContext, Section, Table, image, register_section
+from eglr_harness.analysis.sections.section import ReportContext, Section, Table, image, register_section
 
 _TITLES = {**POOL_TITLES, RANDOM: "random grid cells (N drawn from the whole grid)"}
 _STYLE = {"naive": ("-", "C3"), "weighted": ("-", "C0"), "majority": ("--", "C7")}
@@ -94,7 +94,8 @@ class BestOfNSection(Section):
                     for n in sorted({p.n for p in pts if p.pool == pool}):
                         cell = {p.method: p for p in pts if p.pool == pool and p.n == n}
                         rows.append([_TITLES.get(pool, pool), n, *(
-                            None if m not in cell else f"{pct(cell[m].accuracy)} [{pct(cell[m].low)}, {pct(cell[m].high)}]"
+                            None if m not in cell
+                            else f"{pct(cell[m].accuracy)} [{pct(cell[m].low)}, {pct(cell[m].high)}]"
                             for m in METHODS)])  # fmt: skip
                 parts += [f"\n### {spec} · {how} · model {model or '—'} · {docs} problems\n",
                           markdown_table(["pool", "N", *METHODS], rows), "",
@@ -119,4 +120,4 @@ class BestOfNSection(Section):
   the first N of {ctx.n_orders} seeded random orders of the pool (seed {ctx.seed}), averaged; "random grid cells" draws N
   from the whole grid (the equal-budget yardstick). Intervals: paired bootstrap over the problems whose every rollout
   is scored; full-budget tests in pool order, with the exact sign test where both sides are 0/1 per problem.
-"""
+"""  # noqa: E501 -- the report's text, written as it reads

@@ -5,7 +5,7 @@ from __future__ import annotations
 from eglr_harness.analysis.metrics.accuracy import POOL_TITLES, POOLS, pool_cells
 from eglr_harness.analysis.metrics.budget import budget_curve, random_order_curve
 from eglr_harness.analysis.render import budget_plot, markdown_table, pct
-from eglr_harness.analysis.report import ReportContext, Section, Table, image, register_section
+from eglr_harness.analysis.sections.section import ReportContext, Section, Table, image, register_section
 
 
 @register_section("budget")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from eglr_harness.analysis.metrics.compute import Compute, cell_compute, combine_compute, reused_rollouts, run_compute
 from eglr_harness.analysis.render import markdown_table, num
-from eglr_harness.analysis.report import ReportContext, Section, Table, register_section
+from eglr_harness.analysis.sections.section import ReportContext, Section, Table, register_section
 
 _HEADER = ["run_or_cell", "tokens", "gated_tokens", "rho", "mean_iterations", "flop_ratio", "batched_flop_ratio"]
 _HEADER += ["wall_time_s"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from eglr_harness.analysis.metrics.disagreement import disagreement_slices, exclusive_counts, marginal_over_greedy
 from eglr_harness.analysis.render import heatmap, markdown_table, num
-from eglr_harness.analysis.report import ReportContext, Section, Table, image, register_section
+from eglr_harness.analysis.sections.section import ReportContext, Section, Table, image, register_section
 
 
 @register_section("disagreement")

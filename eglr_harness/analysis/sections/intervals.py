@@ -12,7 +12,7 @@ from eglr_harness.analysis.metrics.intervals import N_RESAMPLES, bootstrap_inter
 from eglr_harness.analysis.load import GREEDY
 from eglr_harness.analysis.metrics.oracle import random_oracle_per_doc
 from eglr_harness.analysis.render import markdown_table, num, pct
-from eglr_harness.analysis.report import ReportContext, Section, Table, register_section
+from eglr_harness.analysis.sections.section import ReportContext, Section, Table, register_section
 
 __all__ = ["IntervalRow", "interval_rows", "Intervals"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from eglr_harness.analysis.metrics.oracle import corner_cells, cumulative_oracle, oracle_corners
 from eglr_harness.analysis.render import lxt_heatmap, markdown_table, pct
-from eglr_harness.analysis.report import ReportContext, Section, Table, image, register_section
+from eglr_harness.analysis.sections.section import ReportContext, Section, Table, image, register_section
 
 
 @register_section("cumulative_oracle")

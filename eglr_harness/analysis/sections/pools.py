@@ -12,7 +12,7 @@ from eglr_harness.analysis.metrics.accuracy import (
 )
 from eglr_harness.analysis.metrics.oracle import expected_random_oracle
 from eglr_harness.analysis.render import markdown_table, pct
-from eglr_harness.analysis.report import ReportContext, Section, Table, register_section
+from eglr_harness.analysis.sections.section import ReportContext, Section, Table, register_section
 from eglr_harness.core.cell import Cell
 
 __all__ = ["PoolSummary", "summarize_pool", "Pools"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from eglr_harness.analysis.load import GREEDY
 from eglr_harness.analysis.render import markdown_table, t_label
-from eglr_harness.analysis.report import ReportContext, Section, Table, register_section
+from eglr_harness.analysis.sections.section import ReportContext, Section, Table, register_section
 
 
 @register_section("runs")

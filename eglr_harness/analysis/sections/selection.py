@@ -8,7 +8,7 @@ from eglr_harness.analysis.metrics.accuracy import POOL_TITLES, POOLS, pool_cell
 from eglr_harness.analysis.metrics.intervals import sign_test_p
 from eglr_harness.analysis.metrics.selection import selection
 from eglr_harness.analysis.render import markdown_table, pct
-from eglr_harness.analysis.report import ReportContext, Section, Table, register_section
+from eglr_harness.analysis.sections.section import ReportContext, Section, Table, register_section
 from eglr_harness.core.signals import RECORDED_SIGNALS
 
 _HEADER = ["pool", "aggregator", "solved", "docs", "accuracy", "gap_recovered", "diff_vs_majority", "diff_low",

@@ -200,9 +200,10 @@ class ContinuousEngine:
         report = self.runner.report
         steps, eager = report.steps - before.steps, report.eager_steps - before.eager_steps
         if steps and eager > EAGER_STEP_SHARE * steps:
-            logger.warning("continuous engine: %d of %d decoding steps of this run (%.0f %%) ran decoder layers eagerly "
-                           "after warm-up, for want of a compilation (%d late compilations refused; the first is logged "
-                           "above with dynamo's reason): this run was not the compiled run it was asked to be; please "
+            logger.warning("continuous engine: %d of %d decoding steps of this run (%.0f %%) ran decoder layers "
+                           "eagerly after warm-up, for want of a compilation (%d late compilations refused; the first "
+                           "is logged above with dynamo's reason): this run was not the compiled run it was asked to "
+                           "be; please "
                            "report it.", eager, steps, 100 * eager / steps, report.late_compiles - before.late_compiles)
 
     def warmup_report(self) -> dict:
@@ -241,7 +242,8 @@ class ContinuousEngine:
         return length_bucket(max(len(r.prompt) + r.max_new_tokens for r in requests) + 3, self.kv_bucket)
 
     def workspace_for(self, num_slots: int, capacity: int) -> Workspace:
-        """The engine's workspace if it fits, else a new one (the old one, and the graphs recorded on it, dropped first)."""
+        """The engine's workspace if it fits, else a new one (the old one, and the graphs recorded on it, dropped
+        first)."""
         if self.workspace is not None and self.workspace.fits(num_slots, capacity):
             return self.workspace
         self.workspace = None
@@ -257,7 +259,8 @@ class ContinuousEngine:
 
     def stop_criterion(self, stop_strings: tuple[str, ...]) -> StopStringCriteria:
         if stop_strings not in self._stop_criteria:
-            self._stop_criteria[stop_strings] = StopStringCriteria(tokenizer=self.tokenizer, stop_strings=list(stop_strings))
+            self._stop_criteria[stop_strings] = StopStringCriteria(tokenizer=self.tokenizer,
+                                                                   stop_strings=list(stop_strings))
         return self._stop_criteria[stop_strings]
 
 
@@ -265,7 +268,8 @@ def free_memory(device: torch.device) -> int:
     """Free bytes on ``device``: CUDA's own figure plus what its caching allocator holds unused, else
     the host's available memory."""
     if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return (torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device)
+                - torch.cuda.memory_allocated(device))
     try:
         with open("/proc/meminfo") as meminfo:
             for line in meminfo:
@@ -300,7 +304,8 @@ def bytes_per_row(stack: ModelStack, capacity: int) -> int:
     MLP's widest tensors)."""
     vocab, hidden, heads, kv_heads, head_dim, intermediate, size = _shapes(stack)
     kv = 2 * stack.num_layers * kv_heads * head_dim * (capacity + SPARE_COLUMNS) * size
-    state = vocab * 4 + vocab * 3 + 2 * hidden * size + capacity * 8  # logp_prev, seen/suppress flags, anchor, h_prev, history
+    # logp_prev, seen/suppress flags, anchor, h_prev, history
+    state = vocab * 4 + vocab * 3 + 2 * hidden * size + capacity * 8
     step = vocab * 4 * 8 + 3 * intermediate * size  # logits, log-probs, noise, ...
     return kv + state + step
 
@@ -345,7 +350,8 @@ class _Run:
         workspace = engine.workspace_for(self.num_slots, capacity)
         self.cache, self.state = workspace.cache, workspace.state
         self.trash = workspace.num_slots  # padding rows of a step write to this slot
-        self.sizes = StepSizes.of(self.num_slots, max_batch, engine.kv_bucket, engine.capacity_for(requests), engine.compile)
+        self.sizes = StepSizes.of(self.num_slots, max_batch, engine.kv_bucket, engine.capacity_for(requests),
+                                  engine.compile)
         if engine.compile:
             logger.info("continuous engine: %d slots, %s", self.num_slots, self.sizes.describe())
         self.steps_by_config: Counter = Counter()
@@ -398,7 +404,8 @@ class _Run:
                  for kind, mask in prefill_masks(starts_t, chunk, cache.span, self.stack.windows).items()}
         hidden = self.stack.embed(ids)  # (G, Q, D)
         angles = self.stack.rotary_angles(hidden, positions)
-        done = [g for g, (row, start, take) in enumerate(zip(rows, starts, takes)) if start + take == len(row.request.prompt)]
+        done = [g for g, (row, start,
+                          take) in enumerate(zip(rows, starts, takes)) if start + take == len(row.request.prompt)]
         picked = torch.tensor(done, dtype=torch.long, device=self.device)
         last = takes_t[picked] - 1
         done_slots = slots_t[picked]

@@ -14,8 +14,8 @@ by the host; padding entries name the trash slot, whose results are never read) 
   the host needs (``step_state.READ_FIELDS``).
 
 Nothing here branches on a tensor value, reads a tensor on the host or makes a data-dependent
-shape, so ``torch.compile(decode_step, fullgraph=True)`` traces it whole (tests/engine/
-test_fixed_step.py), and on CUDA it can be captured as a CUDA graph per (A, R, width) bucket.
+shape, so ``torch.compile(decode_step, fullgraph=True)`` traces it whole
+(tests/decoding/test_fixed_step.py), and on CUDA it can be captured as a CUDA graph per (A, R, width) bucket.
 
 What holds for "a row's tokens depend only on its own request": the row's draws depend only on
 its seed and token index (``sampling.py``); its attention reads its own slot only (masks by slot);
@@ -57,7 +57,8 @@ def process(plan: StepInvariants, state: SlotState, rows: torch.Tensor, scores: 
         scores = ban_ngram_repeats(scores, state.history[rows], state.position[rows] + 1, used.ngram_size,
                                    settings.ngram[rows])
     if used.eos_block:
-        scores = ban_tokens(scores, (state.drawn[rows] < settings.eos_blocked_until[rows])[:, None] & settings.eos[None])
+        scores = ban_tokens(scores,
+                            (state.drawn[rows] < settings.eos_blocked_until[rows])[:, None] & settings.eos[None])
     if used.suppress:
         scores = ban_tokens(scores, settings.suppress[rows])
     if used.begin_suppress:
@@ -67,7 +68,8 @@ def process(plan: StepInvariants, state: SlotState, rows: torch.Tensor, scores: 
 
 def remember_tokens(plan: StepInvariants, state: SlotState, rows: torch.Tensor, token: torch.Tensor,
                     emits: torch.Tensor) -> None:
-    """What the processors of later tokens read: the emitted tokens as seen, and by position.  rows, token, emits: (G,)."""
+    """What the processors of later tokens read: the emitted tokens as seen, and by position.  rows, token, emits:
+    (G,)."""
     if plan.processors.penalty:
         seen = state.seen[rows, token]
         state.seen.index_put_((rows, token), seen | emits)
@@ -153,7 +155,8 @@ def decode_step(stack, plan: StepInvariants, state: SlotState, cache: SlotCache,
     phase = torch.full((slots,), RowPhase.PREFILL, dtype=torch.long, device=advancing.device)  # idle slots
     phase = phase.index_fill(0, advancing, RowPhase.ADVANCE).index_fill(0, refining, RowPhase.REFINE)
     is_refining = phase == RowPhase.REFINE
-    query = torch.where(phase == RowPhase.ADVANCE, state.position + 1, torch.where(is_refining, state.position, 0))  # (B,)
+    # (B,)
+    query = torch.where(phase == RowPhase.ADVANCE, state.position + 1, torch.where(is_refining, state.position, 0))
     masks = {kind: SlotView.of(advancing, mask, state.anchor.dtype)
              for kind, mask in decode_masks(query, is_refining, cache.width, stack.windows).items()}
     angles_all = stack.rotary_angles(state.anchor[:, None], query[:, None])  # per kind (B, 1, d)

@@ -66,7 +66,8 @@ class LayerWrite:
     columns: torch.Tensor
 
     def update(self, key_states, value_states, *args, **kwargs):
-        """key_states, value_states: (G, Hkv, 1, d). Returns the whole storage: the attention reads its first W columns."""
+        """key_states, value_states: (G, Hkv, 1, d). Returns the whole storage: the attention reads its first W
+        columns."""
         self.keys[self.rows, :, self.columns] = key_states[:, :, 0]
         self.values[self.rows, :, self.columns] = value_states[:, :, 0]
         return self.keys, self.values
@@ -84,7 +85,8 @@ class SlotCache:
 
     Storage per layer: (B, Hkv, C + SPARE_COLUMNS, d) for B slots (the engine's slots plus one trash
     slot that padding rows of a fixed-shape step write to) and C columns (``capacity``, a length
-    bucket; the spare column is never used), allocated at the first prefill write of each layer. ``width`` (W <= C) is the number of columns
+    bucket; the spare column is never used), allocated at the first prefill write of each layer. ``width`` (W <= C) is
+    the number of columns
     the next decoding step's attention reads; the engine sets it between steps.
 
     In a prefill, the cache itself is the layers' cache: ``rows``, ``columns`` (G, Q) name where each
@@ -154,7 +156,8 @@ def decode_masks(positions: torch.Tensor, refining: torch.Tensor, width: int, wi
     return masks
 
 
-def prefill_masks(starts: torch.Tensor, chunk: int, span: int, windows: dict[str, int | None]) -> dict[str, torch.Tensor]:
+def prefill_masks(starts: torch.Tensor, chunk: int, span: int,
+                  windows: dict[str, int | None]) -> dict[str, torch.Tensor]:
     """One (G, 1, Q, S) bool mask per layer kind for a prefill chunk: row g's queries are positions
     starts[g] + 0..Q-1 and its keys the slot columns 0..S-1 (column 1 + p holds position p; the
     scratch column is never seen). A query sees the positions up to its own (and within a window).

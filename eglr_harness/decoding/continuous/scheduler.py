@@ -1,5 +1,5 @@
 """Which request runs in which slot of the continuous engine, and when: admission, prefill chunks,
-retirement. Host bookkeeping only, no model and no tensor (tests/engine/test_scheduler.py runs it alone);
+retirement. Host bookkeeping only, no model and no tensor (tests/decoding/test_scheduler.py runs it alone);
 the engine's model runner (``continuous_engine._Run``) does the forwards it asks for.
 
 The policy, as vLLM's and SGLang's schedulers have one:

@@ -1,6 +1,6 @@
 """The modules of a transformers causal LM that the continuous engine calls one by one.
 
-The continuous engine (``continuous_engine.py``) runs the model's own modules — token embeddings,
+The continuous engine (``continuous/engine.py``) runs the model's own modules — token embeddings,
 rotary embeddings, decoder layers, final norm, unembedding — in a loop of its own, so that rows
 that refine join the batch in the top L layers only. That needs the model's forward to be the plain
 one (embed, rotary angles, the layers, final norm, unembedding) up to the small declared
@@ -124,7 +124,8 @@ class ModelStack:
         if unknown:
             raise ValueError(f"engine=continuous does not know the layer kinds {sorted(unknown)}; {FALLBACK}.")
         # only the kinds the model has (Gemma-3's rotary module holds angles for those alone)
-        windows = {kind: int(config.sliding_window) if kind == "sliding_attention" else None for kind in sorted(set(kinds))}
+        windows = {kind: int(config.sliding_window) if kind == "sliding_attention" else None
+                   for kind in sorted(set(kinds))}
         multiplier = FAMILIES[family].embedding_multiplier
         multiplier = getattr(config, multiplier) if multiplier else None
         return cls(model=model, parts=parts, embed_tokens=decoder.embed_tokens,

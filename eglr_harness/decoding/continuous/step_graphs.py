@@ -1,6 +1,6 @@
 """How the continuous engine runs its decoding step: eagerly, compiled once, or captured per bucket.
 
-The design, and why (issue 32; how vLLM, SGLang and PyTorch do it: ``benchmarks/README.md``):
+The design, and why (issue 32; how vLLM, SGLang and PyTorch do it: ``benchmarks/HISTORY.md``):
 
 - **What is compiled: one decoder layer, once.** ``torch.compile`` is applied to ``stack.call_layer``,
   the one function every decoder layer runs through (the layer module is an argument, so its weights
@@ -131,7 +131,8 @@ class CompiledLayer:
                 self.report.compile_seconds += time.perf_counter() - started
             return out
         try:
-            with torch.compiler.set_stance("fail_on_recompile"), torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            with (torch.compiler.set_stance("fail_on_recompile"),
+                  torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT)):
                 return self.compiled(layer, hidden, view, angles, positions, write)
         except RuntimeError as error:
             if not str(error).startswith(LATE_COMPILE):

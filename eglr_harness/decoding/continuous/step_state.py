@@ -216,7 +216,8 @@ class SlotState:
                     tensor[slot, [t for t in ids if t < tensor.shape[1]]] = True
         if self.history.shape[1] > 1:
             for slot, prompt in zip(slots, prompts):
-                self.history[slot, :len(prompt)] = torch.tensor(prompt[:self.history.shape[1]], device=self.history.device)
+                self.history[slot, :len(prompt)] = torch.tensor(prompt[:self.history.shape[1]],
+                                                                device=self.history.device)
 
 
 def _flags(rows: int, width: int, device) -> torch.Tensor:

@@ -4,7 +4,7 @@ The replay (``refiner.py``) re-runs the top L layers at position t against the k
 normal pass attended to, with the slot of position t overwritten. That is exact when the layer's
 attention is a plain function of (query, keys, values, 4-D mask) and when EGLR knows which slot of
 the returned keys holds position t. Both hold for the settings below, and each of them is tested
-against the naive reference (tests/engine/test_engine_paths.py). Every other setting is refused
+against the naive reference (tests/decoding/test_engine_paths.py). Every other setting is refused
 before generation, naming it, rather than decoded silently wrong.
 """
 

@@ -35,7 +35,8 @@ class HookEngine:
 
     def __init__(self, model, *, batch_size, pad_token_id: int | None, tokenizer=None, device=None,
                  autocast_dtype=None):
-        if not callable(batch_size) and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        if not callable(batch_size) and (isinstance(batch_size, bool) or not isinstance(batch_size,
+                                                                                        int) or batch_size < 1):
             raise ValueError(f"`batch_size`={batch_size!r} is not allowed; allowed: an int >= 1.")
         self.model, self._batch_size, self.pad, self.tokenizer = model, batch_size, pad_token_id, tokenizer
         self.device = torch.device(device if device is not None else model.device)

@@ -161,7 +161,8 @@ def _rows_of(call: _LayerCall, lo: int, hi: int, batch: int) -> _LayerCall:
     """Rows lo:hi of a captured layer call: every tensor whose first axis is the batch (views)."""
 
     def pick(name, value):
-        if isinstance(value, torch.Tensor) and name not in _NO_BATCH_AXIS and value.dim() > 0 and value.shape[0] == batch:
+        if isinstance(value,
+                      torch.Tensor) and name not in _NO_BATCH_AXIS and value.dim() > 0 and value.shape[0] == batch:
             return value[lo:hi]
         if isinstance(value, tuple) and all(isinstance(v, torch.Tensor) for v in value):
             return tuple(pick(name, v) for v in value)
@@ -302,7 +303,8 @@ class EglrRefiner:
         if self._top:
             self._handles.append(self.parts.final_norm.register_forward_pre_hook(self._on_final_norm))
             for i in self._top:
-                self._handles.append(self.parts.layers[i].register_forward_pre_hook(self._layer_hook(i), with_kwargs=True))
+                self._handles.append(self.parts.layers[i].register_forward_pre_hook(self._layer_hook(i),
+                                                                                    with_kwargs=True))
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
@@ -324,7 +326,8 @@ class EglrRefiner:
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         self._capture = _StepCapture()
         if input_ids is None:
-            raise ValueError("EGLR needs input_ids in each forward call (inputs_embeds-only generation is not supported).")
+            raise ValueError("EGLR needs input_ids in each forward call (inputs_embeds-only generation is not "
+                             "supported).")
         self.signals.add_tokens(input_ids[:, -1])  # the token the previous step emitted
         finished = self.finished_rows()
         if finished is None:

@@ -1,0 +1,121 @@
+"""The continuous engine's scheduler and step sizes, without a model: admission, prefill chunks,
+retirement (``decoding/continuous/scheduler.py``), the step key and the captures a run may record
+(``decoding/continuous/step_key.py``)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from eglr_harness.core.config import EglrConfig
+from eglr_harness.decoding.continuous.scheduler import Scheduler
+from eglr_harness.decoding.continuous.step_key import StepKey, StepSizes, length_bucket, row_buckets
+from eglr_harness.decoding.continuous.step_state import RowPhase
+from eglr_harness.decoding.contract import Outcome, Request
+
+
+def scheduler(lengths, *, num_slots=3, max_advancing=2, admit_at=1, prefill_tokens=8) -> Scheduler:
+    requests = [Request(tuple(range(3, 3 + n)), EglrConfig(L=0), 4) for n in lengths]
+    return Scheduler(requests, [Outcome() for _ in requests], num_slots=num_slots, max_advancing=max_advancing,
+                     admit_at=admit_at, prefill_tokens=prefill_tokens)
+
+
+def test_admission_takes_the_longest_prompts_first_and_never_beyond_the_advancing_rows():
+    s = scheduler((2, 9, 4, 6))
+    assert s.admit() == [0, 1]  # max_advancing 2 of 3 slots: the third is refining headroom
+    assert [s.rows[i].request.prompt.__len__() for i in (0, 1)] == [9, 6]
+    assert s.rows[2] is None and list(s.prefilling) == [0, 1] and s.admit() == []
+    s.rows[0].phase = RowPhase.REFINE  # a refining row frees an advancing place, not a slot
+    assert s.admit() == [2] and len(s.rows[2].request.prompt) == 4
+    assert s.admit() == []  # no slot free
+    row = s.retire(1)
+    assert len(row.request.prompt) == 6 and s.rows[1] is None
+    assert s.admit() == [1] and len(s.rows[1].request.prompt) == 2 and not s.waiting
+
+
+def test_admission_waits_for_admit_at_rows_unless_the_batch_is_empty():
+    s = scheduler((5,) * 8, num_slots=4, max_advancing=4, admit_at=3)
+    assert s.admit() == [0, 1, 2, 3]
+    for slot in (0, 1):
+        s.retire(slot)
+    assert s.admit() == []  # two could go in, three are wanted, and the batch is not empty
+    s.retire(2)
+    assert s.admit() == [0, 1, 2] and len(s.waiting) == 1
+    s.retire(0)
+    assert s.admit() == [0]  # one request waits: min(admit_at, waiting) = 1
+    s = scheduler((5,), num_slots=2, max_advancing=2, admit_at=3)
+    assert s.admit() == [0]  # an empty batch admits what there is
+
+
+def test_prefill_chunks_pack_first_chunks_and_put_a_long_prompt_at_the_back_of_the_line():
+    s = scheduler((20, 3, 2), num_slots=3, max_advancing=3, prefill_tokens=8)
+    assert s.admit() == [0, 1, 2]
+    slots, chunk = s.next_chunk()
+    assert (slots, chunk) == ([0], 8)  # the long prompt's first chunk fills the budget alone
+    assert s.prefilled(slots, [8]) == [] and list(s.prefilling) == [1, 2, 0]  # not done: back of the line
+    slots, chunk = s.next_chunk()
+    assert (slots, chunk) == ([1, 2], 3)  # two first chunks of 3 positions: 6 <= 8 tokens
+    assert s.prefilled(slots, [3, 2]) == [1, 2] and [s.rows[i].phase for i in (1, 2)] == [RowPhase.ADVANCE] * 2
+    assert s.decoding() and s.slots_in(RowPhase.ADVANCE) == [1, 2]
+    assert s.next_chunk() == ([0], 8)  # further into its prompt: alone
+    assert s.prefilled([0], [8]) == [] and s.next_chunk() == ([0], 4)
+    assert s.prefilled([0], [4]) == [0] and not s.prefilling and s.rows[0].prompt_left == 0
+
+
+def test_the_step_key_is_the_bucket_of_rows_and_width():
+    sizes = StepSizes.of(num_slots=6, max_advancing=4, kv_bucket=4, capacity=24, bucketed=True)
+    assert sizes.advancing == (2, 4, 6) and sizes.refining == (2, 4, 6)
+    assert sizes.key(3, 0, 5) == StepKey(4, 0, 6)
+    assert sizes.key(0, 1, 4) == StepKey(2, 2, 4)  # a step runs one advancing row at least (the trash slot)
+    assert sizes.key(5, 5, 17) == StepKey(6, 6, 24)
+    eager = StepSizes.of(num_slots=6, max_advancing=4, kv_bucket=4, capacity=24, bucketed=False)
+    assert eager.key(3, 1, 5) == StepKey(3, 1, 6) and eager.key(0, 2, 5) == StepKey(1, 2, 6)
+    assert sizes.widths() == [4, 6, 8, 12, 16, 24] == sorted({length_bucket(n, 4) for n in range(1, 25)})
+    assert row_buckets(1) == [2] and row_buckets(9, 3) == [2, 3, 4, 8, 9]
+
+
+def test_a_compiled_run_says_at_its_start_which_steps_it_may_record(caplog):
+    import torch
+    from helpers.tiny_models import build_tiny_model
+
+    from eglr_harness.decoding.continuous.engine import ContinuousEngine
+
+    model = build_tiny_model("llama", vocab_size=64, num_layers=2, seed=1)
+    requests = [Request((5, 6, 7), EglrConfig(L=1, tau_h=0.0), 3), Request((8, 9), EglrConfig(L=0), 3)]
+    torch._dynamo.reset()
+    with caplog.at_level(logging.INFO, logger="eglr_harness.decoding.continuous.engine"):
+        ContinuousEngine(model, max_batch=2, kv_bucket=4, compile=True, compile_backend="eager").run(requests)
+    torch._dynamo.reset()
+    said = [r.getMessage() for r in caplog.records if "step keys" in r.getMessage()]
+    assert said == ["continuous engine: 2 slots, advancing rows [2], refining rows [0, 2], K/V widths 4, 6, 8, 12 "
+                    "(up to 8 step keys, each recorded when first met)"]
+
+
+@pytest.mark.parametrize("moved", [False, True])
+def test_debug_mode_refuses_to_replay_a_graph_on_moved_tensors(monkeypatch, moved, caplog):
+    """vLLM's address check: with the logger at DEBUG, a replay checks that the workspace it was recorded on
+    has not moved. Broken on purpose (a storage tensor replaced behind the runner's back): it must say so."""
+    import torch
+    from helpers.replay_graph import ReplayGraph
+    from helpers.tiny_models import build_tiny_model
+
+    from eglr_harness.decoding.continuous import step_graphs
+    from eglr_harness.decoding.continuous.engine import ContinuousEngine
+
+    monkeypatch.setattr(step_graphs, "CudaGraph", ReplayGraph)
+    model = build_tiny_model("llama", vocab_size=64, num_layers=2, seed=1)
+    requests = [Request((5, 6, 7), EglrConfig(L=1, tau_h=0.0), 6), Request((8, 9), EglrConfig(L=0), 6)]
+    engine = ContinuousEngine(model, max_batch=2, kv_bucket=4, compile=True, compile_backend="eager")
+    engine.runner.capture = True
+    torch._dynamo.reset()
+    caplog.set_level(logging.DEBUG, logger="eglr_harness.decoding.continuous.step_graphs")
+    engine.run(requests)
+    if moved:
+        keys = engine.workspace.cache.keys
+        keys[0] = keys[0].clone()
+        with pytest.raises(RuntimeError, match=r"tensors that moved .*cache\.keys\[0\]"):
+            engine.run(requests)
+    else:
+        engine.run(requests)  # the same workspace: every replay passes the check
+    torch._dynamo.reset()

@@ -1,0 +1,116 @@
+"""``EglrArgs`` (harness/eglr_args.py): one frozen argument object, checked before the weights load, that the
+CLI's preflight and the model build alike, so that a mistake reads the same whichever meets it first."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+from lm_eval.models.huggingface import HFLM
+
+from eglr_harness.core.errors import ModelArgError, UserError
+from eglr_harness.harness.eglr_args import EglrArgs
+from eglr_harness.harness.model import EglrHFLM
+from eglr_harness.harness.preflight import check_run_args
+
+PRESET = "model_config=smollm2-135m-instruct"
+
+
+@pytest.fixture
+def weights_never_load(monkeypatch):
+    def loaded(*args, **kwargs):
+        raise AssertionError("HFLM.__init__ ran: the model would have been loaded")
+
+    monkeypatch.setattr(HFLM, "__init__", loaded)
+
+
+def test_built_from_the_preset_and_the_model_args_and_frozen():
+    args = check_run_args(PRESET + ",L=1-3,engine=hf,max_length=512", gen_kwargs="max_gen_toks=16")
+    assert args.load_args["max_length"] == 512 and "L" not in args.load_args and "engine" not in args.load_args
+    assert args.load_args["gguf_file"].endswith(".gguf")  # the preset's model args under the given ones
+    assert (args.engine, args.compile, args.declared_layers) == ("hf", "auto", 30)
+    assert args.settings.user_L == (1, 2, 3) and args.gen_kwargs == {"max_gen_toks": 16}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        args.engine = "continuous"
+
+
+@pytest.mark.parametrize("extra, message", [
+    (",l=4", r"unknown eglr-hf model arg `l`\. Did you mean `L`\?"),
+    (",engine=fast", r"`engine`='fast' is not allowed; allowed: auto, continuous, hf"),
+    (",compile=fast", r"`compile`='fast' is not allowed"),
+    (",compile=default,engine=hf", r"`compile`='default' applies to engine=continuous only"),
+    (",L=99", r"`L`=99 exceeds the model's 30 decoder layers; allowed: 0\.\.30"),
+    (",alpha=abc", r"`alpha`='abc' is not allowed; allowed: a float in \[0, 1\]"),
+    (",calib_limit=0", r"`calib_limit`=0 is not allowed; allowed: an int >= 1"),
+])
+def test_the_cli_and_the_model_refuse_alike_before_loading(weights_never_load, extra, message):
+    """One check, two callers: lm-eval's CLI (preflight, before the tasks are indexed) and the constructor."""
+    from lm_eval.utils import simple_parse_args_string
+
+    with pytest.raises(ModelArgError, match=message) as from_cli:
+        check_run_args(PRESET + extra)
+    with pytest.raises(ModelArgError, match=message) as from_model:
+        EglrHFLM(**simple_parse_args_string(PRESET + extra))
+    assert str(from_cli.value) == str(from_model.value)
+
+
+@pytest.mark.parametrize("name, message", [("engine", r"`engine`=None is not allowed"),
+                                           ("calib_limit", r"`calib_limit`=None is not allowed")])
+def test_a_setting_with_a_default_given_as_none_is_refused_not_defaulted(weights_never_load, name, message):
+    with pytest.raises(ModelArgError, match=message):
+        EglrHFLM(model_config="smollm2-135m-instruct", **{name: None})
+
+
+def test_pretrained_is_required_before_the_tasks_are_indexed():
+    with pytest.raises(ModelArgError, match=r"eglr-hf needs `pretrained` \(a hub id or folder\) or `model_config`"):
+        check_run_args("L=1")
+
+
+def test_task_options_follow_the_engine():
+    args = check_run_args(PRESET + ",engine=continuous")
+    with pytest.raises(UserError,
+                       match=r"engine=continuous does not apply .*typical_p=0\.9 \(generation_kwargs of task t\)"):
+        args.check_task_options("t", {"typical_p": 0.9, "eglr_L": "1"})
+    dataclasses.replace(args, engine="hf").check_task_options("t", {"typical_p": 0.9, "eglr_L": "1"})
+    with pytest.raises(UserError, match=r"`typical_p`=2\.0 \(generation_kwargs of task t\) is not allowed"):
+        dataclasses.replace(args, engine="vllm").check_task_options("t", {"typical_p": 2.0})
+
+
+@pytest.mark.parametrize("load_args, message", [
+    ({"gguf_file": "m.gguf"}, r"`gguf_file` is not allowed with eglr-vllm; allowed: a folder of fp32/bf16 safetensors"),
+    ({"data_parallel_size": 2}, r"`data_parallel_size`=2 is not allowed with eglr-vllm; allowed: 1"),
+    ({}, r"eglr-vllm needs `pretrained`"),
+])
+def test_eglr_vllm_refusals(load_args, message):
+    own = {"pretrained": "some/model"} if load_args else {}
+    with pytest.raises(ModelArgError, match=message):
+        EglrArgs.for_vllm(own, load_args)
+
+
+def test_eglr_vllm_takes_the_layers_from_the_config(tiny_model_dir):
+    folder = str(tiny_model_dir("llama", 4))
+    args = EglrArgs.for_vllm({"pretrained": folder, "L": 2}, {"dtype": "float32"})
+    assert (args.engine, args.compile, args.declared_layers, args.load_args["dtype"]) == ("vllm", "none", 4, "float32")
+    with pytest.raises(ModelArgError, match=r"`L`=5 exceeds the model's 4 decoder layers"):
+        EglrArgs.for_vllm({"pretrained": folder, "L": 5}, {})
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"dtype": "float7"}, "`dtype`='float7' is not allowed; allowed: auto, float32"),
+    ({"torch_dtype": 3}, "`torch_dtype`=3 is not allowed"),
+    ({"max_length": -5.0}, "`max_length`=-5.0 is not allowed; allowed: an int >= 2"),
+    ({"max_length": "abc"}, "`max_length`='abc' is not allowed"),
+    ({"batch_size": "-3"}, "`batch_size`='-3' is not allowed; allowed: an int >= 1 or auto, auto:N"),
+    ({"max_batch_size": 0}, "`max_batch_size`=0 is not allowed"),
+])
+def test_loading_values_are_checked_before_the_load(args, message):
+    """Issue 47: dtype=float7 failed after 180 s; max_length=-5 said "allowed: 1..-6", max_length=abc passed."""
+    from eglr_harness.core.errors import ModelArgError
+    from eglr_harness.core.model_args import check_model_args
+
+    with pytest.raises(ModelArgError, match=re.escape(message)):
+        check_model_args({"pretrained": "x", **args}, ["pretrained", "dtype", "max_length", "batch_size",
+                                                       "max_batch_size"])
+    check_model_args({"pretrained": "x", "dtype": "bfloat16", "max_length": 2048, "batch_size": "auto:4"},
+                     ["pretrained", "dtype", "max_length", "batch_size"])  # the allowed side

@@ -1,0 +1,100 @@
+"""Issue 38 (9): the figures of a run resumed from the rollout store, and what the store refuses to reuse.
+
+A rollout is stored as soon as it finishes, carrying its own part of the batch figures (``steps``,
+``p_step_gated``, ...); its engine run replaces that by its share of the run's figures when it ends. A
+run killed in between, then rerun into the same ``rollout_cache``, counts every rollout: run one row
+at a time (``batch_size=1``, where a row's own figures are its batch's), it reports exactly what an
+uninterrupted run does. A stored row without a checksum is decoded again, never trusted.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from helpers.inputs import CONTEXTS, requests_for
+
+from eglr_harness.run.stores import RolloutStore
+
+GREEDY = {"until": ["\n\n", "."], "max_gen_toks": 12, "do_sample": False}
+POOL = {**GREEDY, "eglr_L": "0-3", "eglr_T": 0}
+
+
+# tiny_lm's model args here (tests/conftest.py). tau_h=0: every token of an L > 0 cell is gated; tau_kl=0: no KL
+# exit (float noise cannot flip one)
+LM_DEFAULTS = dict(tau_h=0.0, tau_kl=0.0)
+
+
+def _killed_after(monkeypatch, n: int):
+    """Make the rollout store's n-th ``put`` (a finished rollout) end the run, as a kill would after it."""
+    original, stored = RolloutStore.put, []
+
+    def put(self, key, record):
+        original(self, key, record)
+        stored.append(key)
+        if len(stored) == n:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(RolloutStore, "put", put)
+    return lambda: monkeypatch.setattr(RolloutStore, "put", original)
+
+
+def _figures(lm) -> dict:
+    """``config.eglr.stats`` total and cells without the wall time (a clock, not a count)."""
+    stats = lm.get_model_info()["eglr"]["stats"]
+    return {part: {k: v for k, v in figures.items() if k != "wall_time_s"}
+            for part, figures in [("total", stats["total"]), *stats["cells"].items()]}
+
+
+@pytest.mark.parametrize("engine", ["continuous", "hf"])
+def test_a_run_killed_midway_and_resumed_reports_the_uninterrupted_runs_steps(tiny_lm, tmp_path, monkeypatch, engine):
+    requests = requests_for(CONTEXTS[:3], POOL, repeats=4)  # 3 documents x 4 cells, one row at a time
+    whole = tiny_lm(engine=engine, batch_size=1, rollout_cache=str(tmp_path / "whole"))
+    expected = whole.generate_until(requests)
+
+    restore = _killed_after(monkeypatch, 5)
+    with pytest.raises(KeyboardInterrupt):
+        tiny_lm(engine=engine, batch_size=1, rollout_cache=str(tmp_path / "resumed")).generate_until(requests)
+    restore()
+    resumed = tiny_lm(engine=engine, batch_size=1, rollout_cache=str(tmp_path / "resumed"))
+    got = resumed.generate_until(requests)
+
+    assert [str(x) for x in got] == [str(x) for x in expected]
+    ours, theirs = _figures(resumed), _figures(whole)
+    assert theirs["total"]["steps"] > theirs["total"]["tokens"] / 2 and 0 < theirs["total"]["p_step_gated"] < 1
+    # today: the 5 rollouts stored before the kill bring no steps (steps and p_step_gated of their cells drop)
+    assert ours == theirs
+    assert resumed.get_model_info()["eglr"]["stats"]["reused_rollouts"]["total"] == 0
+
+
+def test_a_second_process_reading_rollouts_still_running_counts_their_steps(tiny_lm, tmp_path, monkeypatch):
+    """A rollout another process stored while its engine run goes on (so without its run's shares yet)."""
+    requests = requests_for(CONTEXTS[:3], POOL, repeats=4)
+    whole = tiny_lm(engine="continuous", batch_size=1)
+    whole.generate_until(requests)
+
+    restore = _killed_after(monkeypatch, 12)  # every rollout stored, the run's shares never written
+    with pytest.raises(KeyboardInterrupt):
+        tiny_lm(engine="continuous", batch_size=1, rollout_cache=str(tmp_path)).generate_until(requests)
+    restore()
+    reader = tiny_lm(engine="continuous", batch_size=1, rollout_cache=str(tmp_path))
+    reader.generate_until(requests)
+    assert _figures(reader) == _figures(whole)
+
+
+def test_a_stored_row_without_checksum_is_decoded_again(tiny_lm, tmp_path):
+    requests = requests_for(CONTEXTS[:2], GREEDY)
+    first = tiny_lm(engine="hf", batch_size=2, L=0, rollout_cache=str(tmp_path))
+    decoded = [str(x) for x in first.generate_until(requests)]
+    db = sqlite3.connect(tmp_path / "rollouts_rank0.sqlite")
+    rows = db.execute("SELECT key, value FROM rollouts_v2").fetchall()
+    assert len(rows) == 2
+    for key, value in rows:  # a forged text with no checksum (as a file from before checksums would hold)
+        db.execute("UPDATE rollouts_v2 SET value = ?, checksum = NULL WHERE key = ?",
+                   (value.replace('"text": "', '"text": "The answer is 42. '), key))
+    db.commit()
+    db.close()
+    again = tiny_lm(engine="hf", batch_size=2, L=0, rollout_cache=str(tmp_path))
+    got = [str(x) for x in again.generate_until(requests)]
+    assert got == decoded and not any("42" in text for text in got)  # today: the forged texts come back
+    assert again.get_model_info()["eglr"]["stats"]["total"]["tokens"] > 0  # decoded, not reused
