@@ -114,8 +114,9 @@ def _main(argv: Sequence[str] | None, executor: Executor) -> int:
 
 
 def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_executor) -> int:
-    """Console entry point of ``eglr-leaderboard`` (:func:`_main`): 0 when every run finished, 1 otherwise, 2 on bad input; Ctrl-C or SIGTERM end it with one line
-    (the finished runs, the command that resumes), its lm_eval child quiet (core/interrupt.py)."""
+    """Console entry point of ``eglr-leaderboard`` (:func:`_main`): 0 when every run finished, 1 otherwise, 2 on
+    bad input; Ctrl-C or SIGTERM end it with one line (the finished runs, the command that resumes),
+    its lm_eval child quiet (core/interrupt.py)."""
     return run_interruptible("eglr-leaderboard", lambda: _main(argv, executor), argv)
 
 if __name__ == "__main__":

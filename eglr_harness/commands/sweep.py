@@ -98,8 +98,9 @@ def _main(argv: Sequence[str] | None, executor: Executor) -> int:
 
 
 def main(argv: Sequence[str] | None = None, executor: Executor = subprocess_executor) -> int:
-    """Console entry point of ``eglr-sweep`` (:func:`_main`): 0 when every point finished, 1 otherwise, 2 on bad input; Ctrl-C or SIGTERM end it with one line
-    (the finished runs, the command that resumes), its lm_eval child quiet (core/interrupt.py)."""
+    """Console entry point of ``eglr-sweep`` (:func:`_main`): 0 when every point finished, 1 otherwise, 2 on bad
+    input; Ctrl-C or SIGTERM end it with one line (the finished runs, the command that resumes),
+    its lm_eval child quiet (core/interrupt.py)."""
     return run_interruptible("eglr-sweep", lambda: _main(argv, executor), argv)
 
 if __name__ == "__main__":

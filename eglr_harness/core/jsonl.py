@@ -52,7 +52,8 @@ def iter_jsonl(path: str | Path, what: str = "one JSON object per line") -> Iter
                 try:
                     json.dumps(row, ensure_ascii=False).encode("utf-8")
                 except UnicodeEncodeError as err:
-                    raise FileFormatError(f"{path}:{number}: a string holds a lone surrogate ({err.object[err.start]!r}, "
+                    lone = err.object[err.start]
+                    raise FileFormatError(f"{path}:{number}: a string holds a lone surrogate ({lone!r}, "
                                           f"a \\uD800-\\uDFFF escape without its pair), which is not text; expected "
                                           f"{what}, in UTF-8 text.") from None
             yield number, row

@@ -69,7 +69,8 @@ def _umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_writer(path: str | Path, mode: str = "w", encoding: str | None = "utf-8", newline: str | None = None) -> Iterator:
+def atomic_writer(path: str | Path, mode: str = "w", encoding: str | None = "utf-8",
+                  newline: str | None = None) -> Iterator:
     """A file handle whose content replaces ``path`` only when the block ends without error.
 
     It writes ``.<name>.tmp-<random>`` beside ``path``, flushes it to disk and renames it over

@@ -77,7 +77,8 @@ def test_exit_rules_are_an_axis_with_paired_wilcoxon_beside_the_sign_test(tmp_pa
     assert set(result.axes) == {"stop"} and result.default["stop"] == "kl"
     point = next(p for p in result.axes["stop"] if not p.is_default)
     assert point.value == "latent 0.05"
-    assert point.flop_ratio_with_head == 1.25 and result.axes["stop"][0].flop_ratio_with_head is None    # differences 0.5, 0, 0.5, -0.25, 0.25, 0.5: five problems moved (effective n 5), four up, one down
+    assert point.flop_ratio_with_head == 1.25 and result.axes["stop"][0].flop_ratio_with_head is None
+    # differences 0.5, 0, 0.5, -0.25, 0.25, 0.5: five problems moved (effective n 5), four up, one down
     diffs = [(latent[d] - kl[d]) / 4 for d in sorted(kl)]
     assert (point.gained, point.lost, point.n_effective) == (4, 1, 5)
     assert point.sign_p == pytest.approx(sign_test_p(4, 1))

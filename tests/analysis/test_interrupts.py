@@ -88,7 +88,7 @@ def test_an_interrupted_leaderboard_counts_its_finished_runs_and_gives_the_resum
 def test_the_stock_lm_eval_cli_says_how_many_rollouts_were_stored(tmp_path):
     """lm_eval (and eglr-eval) with rollout_cache=: the rollouts stored before Ctrl-C, through the same hook
     that prints its one-line errors; a rerun of the same command takes them from the store."""
-    done = _python(f"""
+    done = _python("""
         import os, signal, sys
         from eglr_harness.harness.output import install_user_error_hook
         from eglr_harness.run.stores import RolloutStore
@@ -97,9 +97,9 @@ def test_the_stock_lm_eval_cli_says_how_many_rollouts_were_stored(tmp_path):
         install_user_error_hook()
         sys.argv = ["lm_eval", "--model", "eglr-hf", "--model_args", "model_config=x,rollout_cache=cache"]
         store = RolloutStore("cache")
-        record = {{"text": "42", "signals": None, "engine": "hf",
-                   "accounting": {{"tokens": 1, "iterations": {{}}, "L": 0}}}}
-        store.put_many({{"a": record, "b": record}})
+        record = {"text": "42", "signals": None, "engine": "hf",
+                   "accounting": {"tokens": 1, "iterations": {}, "L": 0}}
+        store.put_many({"a": record, "b": record})
         store.put("a", record)  # rewritten with its batch's shares: still one rollout
         os.kill(os.getpid(), signal.SIGINT)
         raise AssertionError("the signal did not stop the command")

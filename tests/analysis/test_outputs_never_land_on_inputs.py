@@ -50,7 +50,8 @@ def test_export_onto_the_runs_own_samples_is_refused(tmp_path):
     (samples,) = run.rglob("samples_*.jsonl")
     before = _digest(run)
     message = _one_line_refusal(_console("eglr-export", str(run), "--out", str(samples)), "eglr-export")
-    assert f"`--out`={str(samples)!r} lies inside the input {str(run)!r}" in message.replace("--out=", "`--out`="), message
+    expected = f"`--out`={str(samples)!r} lies inside the input {str(run)!r}"
+    assert expected in message.replace("--out=", "`--out`="), message
     assert _digest(run) == before
 
 

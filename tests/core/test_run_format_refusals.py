@@ -231,7 +231,8 @@ ALLOWED_KINDS = {
 HOSTILE = [(field, kind) for field, allowed in ALLOWED_KINDS.items() for kind in KINDS if kind not in allowed]
 # allowed by type, refused by the file's own arithmetic (193 gated tokens): CONSISTENCY_CASES
 # (and doc_id 0 on line 2 is doc 0 twice)
-INCONSISTENT = {("total.tokens", "zero"), ("total.gated_tokens", "zero"), ("cell.tokens", "zero"), ("line.doc_id", "zero")}
+INCONSISTENT = {("total.tokens", "zero"), ("total.gated_tokens", "zero"), ("cell.tokens", "zero"),
+                ("line.doc_id", "zero")}
 CALIBRATION = {"tau_h": 1.0, "prompts": 4, "entropy_tokens": 96, "cached": False, "compute": None}
 
 
@@ -273,7 +274,8 @@ def test_every_field_refuses_every_kind_of_bad_value(tmp_path, capsys, field, ki
     command = list(COMMANDS)[HOSTILE.index((field, kind)) % len(COMMANDS)]
     run, samples, results = _copy(tmp_path)
     where, named = _hostile_edit(run, samples, results, field, KINDS[kind])
-    if kind == "dict" and field in ("calibration.compute", "undeclared_figure"):  # a dict of figures is refused at its bad key: `...compute.x`
+    # a dict of figures is refused at its bad key: `...compute.x`
+    if kind == "dict" and field in ("calibration.compute", "undeclared_figure"):
         named = named.replace("` is", ".x` is")
     message = _refused(command, run, tmp_path, capsys)
     assert message.startswith(f"{command}: error: {where}:"), message
@@ -306,7 +308,8 @@ CONSISTENCY_CASES = [
     ("rho_not_gated_over_tokens", lambda s: s["total"].update(rho=0.32),
      "`config.eglr.stats.total.rho` is 0.32; allowed: gated_tokens / tokens = 193/320"),
     ("hist_not_summing_to_gated", lambda s: s["cells"]["L=4,T=0.0"]["iteration_hist"].update({"3": 19}),
-     "`config.eglr.stats.cells.L=4,T=0.0.iteration_hist` is {'3': 19}; allowed: counts that sum to `gated_tokens` (20)"),
+     "`config.eglr.stats.cells.L=4,T=0.0.iteration_hist` is {'3': 19}; "
+     "allowed: counts that sum to `gated_tokens` (20)"),
     ("hist_key_not_an_int", lambda s: s["cells"]["L=4,T=0.0"].update(iteration_hist={"x": 20}),
      "`config.eglr.stats.cells.L=4,T=0.0.iteration_hist` is {'x': 20}; allowed: a dict 'k'"),
     ("mean_not_the_hist_mean", lambda s: s["cells"]["L=4,T=0.0"].update(mean_iterations=2.5),

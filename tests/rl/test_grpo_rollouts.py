@@ -287,7 +287,8 @@ def test_grpo_run_checks_every_group_before_training(digit_model_dir, shared_dat
         raise AssertionError("a group trained before the run was checked")
 
     monkeypatch.setattr(grpo_run, "run_group", trained)
-    monkeypatch.setattr(grpo_run, "_policy", lambda *a, **k: pytest.fail("the policy loaded before the run was checked"))
+    monkeypatch.setattr(grpo_run, "_policy",
+                        lambda *a, **k: pytest.fail("the policy loaded before the run was checked"))
     out = tmp_path / "grpo"
     with pytest.raises(SystemExit) as info:
         grpo_run.main(_grpo_argv(digit_model_dir, out, *groups, extra=extra))

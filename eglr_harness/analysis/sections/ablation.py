@@ -8,8 +8,8 @@ from eglr_harness.analysis.render import ablation_plot, markdown_table, num, pct
 from eglr_harness.analysis.sections.section import ReportContext, Section, Table, image, register_section
 
 _HEADER = ["axis", "value", "default", "run", "docs", "rollouts", "correct", "accuracy", "ci_low", "ci_high", "rho",
-           "mean_iterations", "flop_ratio", "flop_ratio_with_head", "diff_vs_default", "diff_low", "diff_high", "gained", "lost",
-           "sign_test_p", "wilcoxon_p", "n_effective"]
+           "mean_iterations", "flop_ratio", "flop_ratio_with_head", "diff_vs_default", "diff_low", "diff_high",
+           "gained", "lost", "sign_test_p", "wilcoxon_p", "n_effective"]
 
 
 def _value(v) -> str:
