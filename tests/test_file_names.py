@@ -21,7 +21,7 @@ pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
 
 ROOT = Path(__file__).resolve().parent.parent
 DATED = {"CHANGELOG.md", "benchmarks/HISTORY.md"}
-OTHER_PACKAGES = ("lm_eval/", "transformers/", "vllm/", "torch/", "trl/")
+OTHER_PACKAGES = ("lm_eval/", "transformers/", "vllm/", "torch/", "trl/", "recpre/")  # recpre: Huginn's
 # a file name: path segments, a name, a .py or .md ending; not inside a pattern (<date>, *, {a,b})
 FILE_NAME = re.compile(r"(?<![\w<*{$/.-])((?:[\w.-]+/)*[\w-]+\.(?:py|md))(?![\w/-])")
 

@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 import torch
-from inputs import random_prompts
-from tiny_models import build_tiny_model
+from helpers.inputs import random_prompts
+from helpers.tiny_models import build_tiny_model
 
 from eglr_harness.core.config import STOP_RULES, EglrConfig
 from eglr_harness.decoding import functional as fn
