@@ -21,8 +21,11 @@ import torch  # noqa: E402
 from engines import EOS, FAMILIES, LAYERS, close_engine, generate, make_engine, save_tiny_model  # noqa: E402
 from inputs import random_prompts  # noqa: E402
 
+from eglr_harness.core.config import EglrConfig  # noqa: E402
+from eglr_harness.decoding.contract import Request  # noqa: E402
 from eglr_harness.decoding.functional import entropy  # noqa: E402
 from eglr_harness.decoding.naive_reference import naive_eglr_greedy  # noqa: E402
+from eglr_harness.vllm.engine import VllmEngine  # noqa: E402
 
 MAX_NEW = 10
 TAU_KL = 3e-4  # as tests/engine/test_engine_vs_naive.py: every observed KL stays > 0.1 % away from it
@@ -125,8 +128,67 @@ def test_sampled_cells_reproducible_from_their_seed(tmp_path):
                 generate(llm, prompts[:1], [bad])
             assert "\n" not in str(refused.value)
         assert generate(llm, prompts[:1], [None]) == generate(llm, prompts[:1], [dict(L=0)])
+        # eglr-vllm's engine (a cell's rows as lm_eval sends them): each row's seed reaches SamplingParams.seed
+        cell = EglrConfig(T=0.8, top_k=0, **refining)  # top_k 0: as draw(), which sets no top-k
+        seeded = VllmEngine(llm).run([Request(tuple(p), cell, MAX_NEW, seed=s) for p, s in zip(prompts, [11, 12, 13, 14])])
     finally:
         close_engine(llm)
     assert first == again, "a sampled cell did not reproduce from its seeds"
     assert first != other_seeds, "other seeds drew the same tokens: the seeds are not used"
     assert first != plain, "refinement did not change the sampled tokens: the test could not see it"
+    assert [o.tokens for o in seeded] == first, "eglr-vllm's engine did not draw with each row's seed"
+
+
+def _decode_with_signals(folder, architecture, requests, **options):
+    """eglr-vllm's engine over a fresh ``LLM`` (``options``: more of its arguments): (each request's Outcome,
+    vLLM's count of preemptions)."""
+    llm = make_engine(folder, eglr=True, architecture=architecture, disable_log_stats=False, **options)
+    try:
+        outcomes = VllmEngine(llm).run(requests)
+        preemptions = sum(m.value for m in llm.get_metrics() if m.name == "vllm:num_preemptions")
+        return outcomes, preemptions
+    finally:
+        close_engine(llm)
+
+
+def _assert_same_outcomes(got, expected, what: str) -> None:
+    for i, (a, b) in enumerate(zip(got, expected, strict=True)):
+        assert a.tokens == b.tokens, f"{what}: request {i} tokens {a.tokens} != {b.tokens}"
+        assert a.token_iterations == b.token_iterations, f"{what}: request {i} k* differ"
+        assert a.entropies == pytest.approx(b.entropies, rel=1e-4, abs=1e-5), f"{what}: request {i} entropies differ"
+        assert a.final_kls == pytest.approx(b.final_kls, rel=1e-3, abs=1e-7), f"{what}: request {i} KLs differ"
+        assert a.logprobs == pytest.approx(b.logprobs, rel=1e-4, abs=1e-5), f"{what}: request {i} logprobs differ"
+
+
+def _signal_requests():
+    prompts = random_prompts()
+    refining = EglrConfig(L=LAYERS // 2, tau_h=0.0, alpha=0.2, k_max=3, tau_kl=TAU_KL)
+    plain = EglrConfig(L=0, tau_h=math.inf)
+    return [Request(tuple(p), config, MAX_NEW) for config in (refining, plain) for p in prompts]
+
+
+def test_signals_come_back_from_worker_processes_under_preemption(tmp_path):
+    """V1 multiprocessing as vLLM defaults it (the workers in another process): every token's signals come back,
+    and a K/V cache so small that vLLM preempts and recomputes requests changes no token and no signal."""
+    model = save_tiny_model("llama", tmp_path)
+    requests = _signal_requests()
+    roomy, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests)
+    # 4 blocks of 16 tokens (one is vLLM's null block) for 8 requests of up to 19 tokens: 3 start, each needs a
+    # second block
+    tight, preemptions = _decode_with_signals(tmp_path, model.config.architectures[0], requests,
+                                              num_gpu_blocks_override=4, block_size=16, max_model_len=32)
+    assert preemptions > 0, "vLLM preempted nothing: the test could not see a preemption"
+    assert all(len(o.entropies) == len(o.tokens) > 0 for o in roomy)
+    assert any(k > 0 for o in roomy for k in o.token_iterations), "nothing refined: the comparison could not fail"
+    _assert_same_outcomes(tight, roomy, "a tight K/V cache")
+
+
+def test_tensor_parallel_2_equals_1(tmp_path):
+    """tensor_parallel_size=2 (two worker processes, each half of every layer): the same tokens, k* and signals
+    as one worker, so the same accounting (it is counted from them)."""
+    model = save_tiny_model("llama", tmp_path)
+    requests = _signal_requests()
+    one, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests)
+    two, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests, tensor_parallel_size=2)
+    assert any(k > 0 for o in one for k in o.token_iterations), "nothing refined: the comparison could not fail"
+    _assert_same_outcomes(two, one, "tensor_parallel_size=2")
