@@ -74,7 +74,7 @@ def test_unsupported_architecture_refused_before_the_engine(tmp_path):
     starts: the folder's weights file is not one, so an engine that started would end in its load's traceback."""
     from transformers import Gemma2Config
 
-    Gemma2Config(num_hidden_layers=4, hidden_size=64, intermediate_size=128, num_attention_heads=2,
+    Gemma2Config(architectures=["Gemma2ForCausalLM"], num_hidden_layers=4, hidden_size=64, intermediate_size=128, num_attention_heads=2,
                  num_key_value_heads=1, head_dim=32, vocab_size=96).save_pretrained(tmp_path)
     (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
     command = [sys.executable, "-m", "lm_eval", "--model", "eglr-vllm", "--model_args",
