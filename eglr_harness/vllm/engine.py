@@ -80,8 +80,8 @@ def _outcome(completion, signals: list[tuple[float, int, float]]) -> Outcome:
     """An ``Outcome`` from vLLM's completion and the worker's per-row record of it."""
     tokens = list(completion.token_ids)
     if len(signals) != len(tokens):
-        raise RuntimeError(f"eglr-vllm: {len(signals)} signal records for {len(tokens)} tokens: the engine was not "
-                           "built with eglr_harness.vllm.engine_args (its logits processor and worker extension).")
+        raise RuntimeError(f"eglr-vllm: {len(signals)} signal records for {len(tokens)} tokens (one per token expected; "
+                           "none: the engine was not built with eglr_harness.vllm.engine_args).")
     logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs or [], tokens)]
     finish = "length" if completion.finish_reason == "length" else "stop" if completion.stop_reason is not None else "eos"
     iterations = Counter(k for _, k, _ in signals if k > 0)

@@ -171,14 +171,17 @@ def _signal_requests(max_new: int = MAX_NEW):
 
 def test_signals_come_back_from_worker_processes_under_preemption(tmp_path):
     """V1 multiprocessing as vLLM defaults it (the workers in another process): every token's signals come back,
-    and a K/V cache so small that vLLM preempts and recomputes requests changes no token and no signal."""
+    and a K/V cache so small that vLLM preempts and recomputes requests, with prefills in chunks, changes no token
+    and no signal."""
     model = save_tiny_model("llama", tmp_path)
     requests = _signal_requests(max_new=30)
     roomy, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests, max_model_len=64)
     # 4 blocks of 32 tokens (vLLM's CPU attention takes multiples of 32; one block is vLLM's null block) for 8
-    # requests of up to 39 tokens: 3 start, and each that passes 32 tokens needs a second block
+    # requests of up to 39 tokens: 3 start, and each that passes 32 tokens needs a second block; 16 tokens a step,
+    # so prompts and recomputations are prefilled in chunks (whose earlier chunks sample tokens vLLM discards)
     tight, preemptions = _decode_with_signals(tmp_path, model.config.architectures[0], requests,
-                                              num_gpu_blocks_override=4, block_size=32, max_model_len=64)
+                                              num_gpu_blocks_override=4, block_size=32, max_model_len=64,
+                                              max_num_batched_tokens=16)
     assert preemptions > 0, "vLLM preempted nothing: the test could not see a preemption"
     assert all(len(o.entropies) == len(o.tokens) > 0 for o in roomy)
     assert any(k > 0 for o in roomy for k in o.token_iterations), "nothing refined: the comparison could not fail"
