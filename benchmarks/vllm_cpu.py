@@ -7,7 +7,9 @@ eglr-vllm's engine (``VllmEngine``: the EGLR architecture, settings and signals 
 L=10; `cL0`, `cL10` = the continuous engine (``ContinuousEngine``, eager) over the transformers model of
 the same folder. tau_h of the L10 modes: ``--tau_h``, else the 95th percentile of vL0's entropies capped
 at 2.5 nats (eglr-method.md §3). Each mode decodes all prompts in one call, ``--repeats`` times; the best
-wall counts. Needs vLLM (docs/vllm.md) and a safetensors folder (eglr_harness.vllm.convert_gguf).
+wall counts. vLLM runs its engine core and workers as it defaults them (V1 multiprocessing);
+``--tensor_parallel_size`` sets its workers for stock and EGLR alike. Needs vLLM (docs/vllm.md) and a
+safetensors folder (eglr_harness.vllm.convert_gguf).
 
     VLLM_CPU_KVCACHE_SPACE=1 OMP_NUM_THREADS=1 python benchmarks/vllm_cpu.py --model DIR --prompts 16 \\
         --max_gen_toks 64 --out benchmarks/results/vllm_cpu_smollm2.json
@@ -50,9 +52,9 @@ def main(argv=None) -> None:
     parser.add_argument("--max_gen_toks", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--tau_h", type=float, default=None)
+    parser.add_argument("--tensor_parallel_size", type=int, default=1)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -62,14 +64,15 @@ def main(argv=None) -> None:
     from eglr_harness.core.config import TAU_H_CAP, EglrConfig
     from eglr_harness.decoding.continuous.engine import ContinuousEngine
     from eglr_harness.decoding.contract import Request
-    from eglr_harness.vllm import engine_overrides
+    from eglr_harness.vllm import engine_args as eglr_engine_args
     from eglr_harness.vllm.distribution import vllm_version
     from eglr_harness.vllm.engine import VllmEngine
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     prompts = _prompts(args.prompts, tokenizer)
     architecture = AutoConfig.from_pretrained(args.model).architectures[0]
-    engine_args = dict(model=args.model, dtype="float32", enforce_eager=True, max_model_len=2048, seed=0)
+    engine_args = dict(model=args.model, dtype="float32", enforce_eager=True, max_model_len=2048, seed=0,
+                       tensor_parallel_size=args.tensor_parallel_size)
     modes: dict[str, dict] = {}
 
     def record(mode, wall, token_lists, **extra):
@@ -86,7 +89,7 @@ def main(argv=None) -> None:
     stock.llm_engine.engine_core.shutdown()
     del stock
 
-    eglr_llm = LLM(**engine_args, hf_overrides=engine_overrides(architecture))
+    eglr_llm = LLM(**engine_args, **eglr_engine_args(architecture))
     engine = VllmEngine(eglr_llm)
     wall, outs = _timed(lambda: eglr_llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
                                                   use_tqdm=False), args.repeats)
@@ -126,7 +129,8 @@ def main(argv=None) -> None:
         "paper_bound_per_row": round(1 + modes["vL10"]["rho"] * 3 * 10 / model.config.num_hidden_layers, 3),
     }
     result = {"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "prompts": len(prompts),
-              "max_gen_toks": args.max_gen_toks, "repeats": args.repeats, "summary": summary, "modes": modes,
+              "max_gen_toks": args.max_gen_toks, "repeats": args.repeats, "tensor_parallel_size": args.tensor_parallel_size,
+              "summary": summary, "modes": modes,
               "versions": {"vllm": vllm_version(), "torch": torch.__version__,
                            "transformers": __import__("transformers").__version__},
               "threads": os.environ.get("OMP_NUM_THREADS")}

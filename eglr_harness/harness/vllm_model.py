@@ -8,9 +8,9 @@ its EGLR one (``hf_overrides``). On top of it the model args of ``settings.RunSe
 (``vllm/engine.py``) and the text codec (the tokenizer vLLM loaded) differ, so runs of both models
 are read by eglr-report, eglr-leaderboard and eglr-export alike.
 
-The engine runs in lm-eval's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the per-token signals
-come from the worker's record). Not taken: ``data_parallel_size`` > 1 (lm-eval runs it through Ray
-workers, which would keep the signals), ``pipeline_parallel_size`` > 1.
+vLLM runs its engine core and workers as it defaults them (V1 multiprocessing, ``tensor_parallel_size``
+workers): the per-token signals come back through vLLM's RPC (``vllm/worker.py``). Not taken:
+``data_parallel_size`` > 1 (lm-eval runs it through Ray engines of its own, not wired), ``pipeline_parallel_size`` > 1.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class EglrVLLM(VLLM):
                  top_k=None, top_p=None, seed=None, model_config=None, calib_limit=DEFAULT_CALIB_LIMIT,
                  rollout_cache=None, **kwargs):
         _follow_lm_eval_logging()
-        from eglr_harness.vllm import engine_overrides
+        from eglr_harness.vllm import engine_args
         from eglr_harness.vllm.engine import VllmEngine
 
         self.args = EglrArgs.for_vllm(dict(  # every check before the weights load
@@ -65,9 +65,8 @@ class EglrVLLM(VLLM):
         vllm_args = dict(self.args.load_args)
         with model_arg_errors():
             trust = bool(vllm_args.get("trust_remote_code", False))
-            vllm_args["hf_overrides"] = engine_overrides(_architecture(vllm_args["pretrained"], trust))
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the signals are read in this process
-        vllm_args.setdefault("enforce_eager", True)
+            vllm_args.update(engine_args(_architecture(vllm_args["pretrained"], trust)))
+        vllm_args.setdefault("enforce_eager", True)  # the refinement is data-dependent: never captured (docs/vllm.md)
         super().__init__(**vllm_args)
         fingerprint = _fingerprint(vllm_args, self.args.settings.base.as_dict(), self.max_length, self.add_bos_token)
         self.engines = [VllmEngine(self.model)]

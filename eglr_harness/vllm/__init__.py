@@ -16,6 +16,9 @@ ARCHITECTURES = {
     "LlamaForCausalLM": ("EglrLlamaForCausalLM", "eglr_harness.vllm.models:EglrLlamaForCausalLM"),
     "Qwen2ForCausalLM": ("EglrQwen2ForCausalLM", "eglr_harness.vllm.models:EglrQwen2ForCausalLM"),
     "MistralForCausalLM": ("EglrMistralForCausalLM", "eglr_harness.vllm.models:EglrMistralForCausalLM"),
+    "Qwen3ForCausalLM": ("EglrQwen3ForCausalLM", "eglr_harness.vllm.models:EglrQwen3ForCausalLM"),
+    # Gemma-3's text models (1B; the larger checkpoints are Gemma3ForConditionalGeneration, image and text)
+    "Gemma3ForCausalLM": ("EglrGemma3ForCausalLM", "eglr_harness.vllm.models:EglrGemma3ForCausalLM"),
 }
 
 
@@ -26,6 +29,17 @@ def register() -> None:
     for eglr_arch, target in ARCHITECTURES.values():
         if eglr_arch not in ModelRegistry.get_supported_archs():
             ModelRegistry.register_model(eglr_arch, target)
+
+
+def engine_args(architecture: str) -> dict:
+    """``LLM`` keyword arguments that serve a checkpoint of ``architecture`` with EGLR and hand its per-token
+    signals back from vLLM's workers (``worker.py``), in whatever processes vLLM runs them.
+
+    One-line ValueError for a family the plugin does not cover.
+    """
+    from eglr_harness.vllm.worker import WORKER_EXTENSION
+
+    return {"hf_overrides": engine_overrides(architecture), "worker_extension_cls": WORKER_EXTENSION}
 
 
 def engine_overrides(architecture: str) -> dict:

@@ -3,8 +3,9 @@
 Every request goes to vLLM in one ``generate`` call (vLLM batches and schedules them); the EGLR
 settings of each travel in its ``SamplingParams.extra_args`` (``row_settings.py``), temperature,
 top-k, top-p and the row seed in vLLM's own parameters. Per token, the entropy, k* and last KL come
-from the worker's record (a tag per request; the engine must run in this process), the emitted
-token's log-probability from vLLM's own ``logprobs=0`` (raw: the refined logits, temperature 1).
+from the workers' record (a tag per request), taken through vLLM's RPC in whatever process the workers
+run (``worker.py``), the emitted token's log-probability from vLLM's own ``logprobs=0`` (raw: the
+refined logits, temperature 1).
 
 Accounting: vLLM decides the batch of each step, which this side never sees; each rollout's figures
 are its own (rows = its tokens, the refinement cost = its gated tokens' iterations x L), as the
@@ -20,13 +21,13 @@ from collections.abc import Callable, Sequence
 from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.contract import Outcome, Request
 from eglr_harness.decoding.stats import EglrStats
-from eglr_harness.vllm.row_settings import EXTRA_ARGS_KEY, take_signals
+from eglr_harness.vllm.row_settings import EXTRA_ARGS_KEY
 
 _TAGS = itertools.count()
 
 
 class VllmEngine:
-    """Decodes requests with ``llm`` (a ``vllm.LLM`` over an EGLR architecture, in this process)."""
+    """Decodes requests with ``llm`` (a ``vllm.LLM`` over an EGLR architecture, built with ``engine_args``)."""
 
     def __init__(self, llm):
         self.llm = llm
@@ -63,9 +64,10 @@ class VllmEngine:
         tags = [f"eglr-{next(_TAGS)}" for _ in requests]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(r.prompt)) for r in requests],
                                     [self.sampling_params(r, t) for r, t in zip(requests, tags)], use_tqdm=False)
+        records = self.llm.collective_rpc("eglr_take_signals", args=(tags,))[0]  # rank 0's; every rank forgets its own
         outcomes = []
         for i, (request, tag, output) in enumerate(zip(requests, tags, outputs)):
-            outcome = _outcome(output.outputs[0], take_signals(tag))
+            outcome = _outcome(output.outputs[0], records[tag])
             if stats_for is not None:
                 _account(stats_for(request.config), outcome, request.config.L)
             outcomes.append(outcome)
@@ -77,10 +79,9 @@ class VllmEngine:
 def _outcome(completion, signals: list[tuple[float, int, float]]) -> Outcome:
     """An ``Outcome`` from vLLM's completion and the worker's per-row record of it."""
     tokens = list(completion.token_ids)
-    if len(signals) < len(tokens):
-        raise RuntimeError(f"eglr-vllm: {len(signals)} signal records for {len(tokens)} tokens: the engine must run "
-                           "in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0).")
-    signals = signals[len(signals) - len(tokens):]  # a chunked prefill's earlier chunks sampled nothing
+    if len(signals) != len(tokens):
+        raise RuntimeError(f"eglr-vllm: {len(signals)} signal records for {len(tokens)} tokens (one per token expected; "
+                           "none: the engine was not built with eglr_harness.vllm.engine_args).")
     logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs or [], tokens)]
     finish = ("length" if completion.finish_reason == "length"
               else "stop" if completion.stop_reason is not None else "eos")

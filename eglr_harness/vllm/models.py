@@ -1,5 +1,7 @@
 """EGLR (eglr-method.md §2) inside vLLM's forward, for the families whose decoder layers take
-``(positions, hidden_states, residual)``: Llama, Qwen2, Mistral.
+``(positions, hidden_states, residual)`` and end in a norm of ``(hidden_states, residual)``: Llama, Qwen2,
+Mistral, Qwen3 and Gemma-3 (text; its embedding scale is in ``embed_input_ids``, its soft-cap in
+``compute_logits``, both vLLM's own).
 
 One forward pass of the engine covers every scheduled token of every request in the batch. The
 EGLR forward runs the stock layers one by one (the same calls as stock vLLM), keeping the input
@@ -31,9 +33,11 @@ from __future__ import annotations
 
 import torch
 from vllm.forward_context import get_forward_context
+from vllm.model_executor.models.gemma3 import Gemma3ForCausalLM
 from vllm.model_executor.models.llama import LlamaForCausalLM
 from vllm.model_executor.models.mistral import MistralForCausalLM
 from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
+from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
 
 from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.functional import (
@@ -191,4 +195,12 @@ class EglrQwen2ForCausalLM(EglrForCausalLMMixin, Qwen2ForCausalLM):
 
 
 class EglrMistralForCausalLM(EglrForCausalLMMixin, MistralForCausalLM):
+    pass
+
+
+class EglrQwen3ForCausalLM(EglrForCausalLMMixin, Qwen3ForCausalLM):
+    pass
+
+
+class EglrGemma3ForCausalLM(EglrForCausalLMMixin, Gemma3ForCausalLM):
     pass

@@ -11,10 +11,12 @@ setting is refused with a one-line error before it reaches the engine.
 The request's temperature, top-k, top-p and seed stay vLLM's own sampling parameters: EGLR only
 changes the logits they are applied to (eglr-method.md §2, step 4).
 
-Signals. A request whose settings carry a ``tag`` (a str) has, per sampled token, its normal pass's
-entropy, its refinement iterations k* and its last KL recorded under that tag (``take_signals``).
-This side channel is an object of the worker process: the caller sees it only when the engine runs
-in its own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as ``eglr-vllm`` runs it).
+Signals. A request whose settings carry a ``tag`` (a str) has, per generated token, its normal pass's
+entropy, its refinement iterations k* and its last KL recorded under that tag, keyed by the token's
+position in the request's output (the length of vLLM's live output list when the step runs: a chunked
+prefill's earlier chunks and a preempted request's recomputation write the position again, and the
+last write, the step whose token vLLM keeps, stays). The record lives in the worker's process: the
+caller takes it through vLLM's RPC (``worker.py``) and ``take_signals`` removes it.
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ class EglrRowSettings(LogitsProcessor):
     def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
         self._rows: dict[int, EglrConfig] = {}
         self._tags: dict[int, str] = {}
-        self.signals: dict[str, list[tuple[float, int, float]]] = {}  # tag -> per sampled row
+        self._outputs: dict[int, list[int]] = {}  # row -> the request's live output token ids (vLLM's list)
+        self.signals: dict[str, dict[int, tuple[float, int, float]]] = {}  # tag -> {output position: signals}
         _TRACKERS[id(vllm_config)] = self
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
@@ -90,15 +93,17 @@ class EglrRowSettings(LogitsProcessor):
         for index in batch_update.removed:  # vLLM's order: removed, added, moved
             self._rows.pop(index, None)
             self._tags.pop(index, None)
-        for index, params, _prompt, _output in batch_update.added:
+            self._outputs.pop(index, None)
+        for index, params, _prompt, output in batch_update.added:
             self._rows[index] = request_config(params.extra_args)
+            self._outputs[index] = output
             tag = request_tag(params.extra_args)
             if tag is None:
                 self._tags.pop(index, None)
             else:
                 self._tags[index] = tag
         for a, b, direction in batch_update.moved:
-            for table in (self._rows, self._tags):
+            for table in (self._rows, self._tags, self._outputs):
                 moved_a = table.pop(a, None)
                 if direction == MoveDirectionality.SWAP:
                     moved_b = table.pop(b, None)
@@ -116,10 +121,12 @@ class EglrRowSettings(LogitsProcessor):
         return any(row < num_rows for row in self._tags)
 
     def record(self, entropies: list[float], iterations: list[int], kls: list[float]) -> None:
-        """One step's signals of batch rows 0..R-1 (each list R long); kept for the tagged rows."""
+        """One step's signals of batch rows 0..R-1 (each list R long); kept for the tagged rows, at the position
+        of the token the step samples for each."""
         for row, tag in self._tags.items():
             if row < len(entropies):
-                self.signals.setdefault(tag, []).append((entropies[row], iterations[row], kls[row]))
+                position = len(self._outputs.get(row) or ())
+                self.signals.setdefault(tag, {})[position] = (entropies[row], iterations[row], kls[row])
 
 
 def request_tag(extra_args: dict | None) -> str | None:
@@ -130,11 +137,11 @@ def request_tag(extra_args: dict | None) -> str | None:
 
 def take_signals(tag: str) -> list[tuple[float, int, float]]:
     """The signals recorded under ``tag`` by this process's engines, removed from the record: one
-    (entropy, k*, last KL) per sampled row of the request, oldest first (a prefill split over steps
-    adds a row per chunk: the last ``len(tokens)`` entries are the tokens')."""
+    (entropy, k*, last KL) per generated token of the request, in order."""
     for tracker in _TRACKERS.values():
         if tag in tracker.signals:
-            return tracker.signals.pop(tag)
+            by_position = tracker.signals.pop(tag)
+            return [by_position[position] for position in sorted(by_position)]
     return []
 
 

@@ -9,6 +9,5 @@ from __future__ import annotations
 
 import os
 
-# before vLLM is imported: the engine in this process (model and tests share it), a small K/V cache
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+# before vLLM is imported: a small K/V cache (V1 multiprocessing stays as vLLM defaults it: on)
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

@@ -22,8 +22,11 @@ import torch  # noqa: E402
 from helpers.vllm_engines import EOS, FAMILIES, LAYERS, close_engine, generate, make_engine, save_tiny_model  # noqa: E402
 from helpers.inputs import random_prompts  # noqa: E402
 
+from eglr_harness.core.config import EglrConfig  # noqa: E402
+from eglr_harness.decoding.contract import Request  # noqa: E402
 from eglr_harness.decoding.functional import entropy  # noqa: E402
 from eglr_harness.decoding.naive_reference import naive_eglr_greedy  # noqa: E402
+from eglr_harness.vllm.engine import VllmEngine  # noqa: E402
 
 MAX_NEW = 10
 TAU_KL = 3e-4  # as tests/decoding/test_engine_vs_naive.py: every observed KL stays > 0.1 % away from it
@@ -127,8 +130,79 @@ def test_sampled_cells_reproducible_from_their_seed(tmp_path):
                 generate(llm, prompts[:1], [bad])
             assert "\n" not in str(refused.value)
         assert generate(llm, prompts[:1], [None]) == generate(llm, prompts[:1], [dict(L=0)])
+        # eglr-vllm's engine (a cell's rows as lm_eval sends them): each row's seed reaches SamplingParams.seed
+        cell = EglrConfig(T=0.8, top_k=0, **refining)  # top_k 0: as draw(), which sets no top-k
+        seeded = VllmEngine(llm).run([Request(tuple(p), cell, MAX_NEW, seed=s) for p, s in zip(prompts, [11, 12, 13, 14])])
     finally:
         close_engine(llm)
     assert first == again, "a sampled cell did not reproduce from its seeds"
     assert first != other_seeds, "other seeds drew the same tokens: the seeds are not used"
     assert first != plain, "refinement did not change the sampled tokens: the test could not see it"
+    assert [o.tokens for o in seeded] == first, "eglr-vllm's engine did not draw with each row's seed"
+
+
+def _decode_with_signals(folder, architecture, requests, **options):
+    """eglr-vllm's engine over a fresh ``LLM`` (``options``: more of its arguments): (each request's Outcome,
+    vLLM's count of preemptions)."""
+    llm = make_engine(folder, eglr=True, architecture=architecture, disable_log_stats=False, **options)
+    try:
+        outcomes = VllmEngine(llm).run(requests)
+        preemptions = sum(m.value for m in llm.get_metrics() if m.name == "vllm:num_preemptions")
+        return outcomes, preemptions
+    finally:
+        close_engine(llm)
+
+
+def _assert_same_outcomes(got, expected, what: str) -> None:
+    for i, (a, b) in enumerate(zip(got, expected, strict=True)):
+        assert a.tokens == b.tokens, f"{what}: request {i} tokens {a.tokens} != {b.tokens}"
+        assert a.token_iterations == b.token_iterations, f"{what}: request {i} k* differ"
+        assert a.entropies == pytest.approx(b.entropies, rel=1e-4, abs=1e-5), f"{what}: request {i} entropies differ"
+        # a KL of two near-equal distributions (~1e-4 here) keeps fp32's absolute noise (~1e-7) of the sums it
+        # differences: tensor parallel's other reduction order moved them by up to 3.1e-7, the tokens and k* not at all
+        assert a.final_kls == pytest.approx(b.final_kls, rel=1e-3, abs=1e-6), f"{what}: request {i} KLs differ"
+        assert a.logprobs == pytest.approx(b.logprobs, rel=1e-4, abs=1e-5), f"{what}: request {i} logprobs differ"
+
+
+def _signal_requests(max_new: int = MAX_NEW):
+    prompts = random_prompts()
+    refining = EglrConfig(L=LAYERS // 2, tau_h=0.0, alpha=0.2, k_max=3, tau_kl=TAU_KL)
+    plain = EglrConfig(L=0, tau_h=math.inf)
+    return [Request(tuple(p), config, max_new) for config in (refining, plain) for p in prompts]
+
+
+def test_signals_come_back_from_worker_processes_under_preemption(tmp_path):
+    """V1 multiprocessing as vLLM defaults it (the workers in another process): every token's signals come back,
+    and a K/V cache so small that vLLM preempts and recomputes requests, with prefills in chunks, changes no token
+    and no signal."""
+    model = save_tiny_model("llama", tmp_path)
+    requests = _signal_requests(max_new=30)
+    roomy, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests, max_model_len=64)
+    # 4 blocks of 32 tokens (vLLM's CPU attention takes multiples of 32; one block is vLLM's null block) for 8
+    # requests of up to 39 tokens: 3 start, and each that passes 32 tokens needs a second block; 16 tokens a step,
+    # so prompts and recomputations are prefilled in chunks (whose earlier chunks sample tokens vLLM discards)
+    tight, preemptions = _decode_with_signals(tmp_path, model.config.architectures[0], requests,
+                                              num_gpu_blocks_override=4, block_size=32, max_model_len=64,
+                                              max_num_batched_tokens=16)
+    assert preemptions > 0, "vLLM preempted nothing: the test could not see a preemption"
+    assert all(len(o.entropies) == len(o.tokens) > 0 for o in roomy)
+    assert any(k > 0 for o in roomy for k in o.token_iterations), "nothing refined: the comparison could not fail"
+    _assert_same_outcomes(tight, roomy, "a tight K/V cache")
+
+
+def test_tensor_parallel_2_equals_1(tmp_path, monkeypatch):
+    """tensor_parallel_size=2 (two worker processes, each half of every layer): the same tokens, k* and signals
+    as one worker, so the same accounting (it is counted from them)."""
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip(f"tensor_parallel_size=2 on vLLM's CPU build binds each worker to a CPU of its own; {len(cpus)} here")
+    model = save_tiny_model("llama", tmp_path)
+    requests = _signal_requests()
+    one, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests)
+    # vLLM's automatic binding wants a NUMA node per worker; one core each by hand (vLLM's own variable)
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", f"{cpus[0]}|{cpus[1]}")
+    two, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests, tensor_parallel_size=2)
+    assert any(k > 0 for o in one for k in o.token_iterations), "nothing refined: the comparison could not fail"
+    _assert_same_outcomes(two, one, "tensor_parallel_size=2")

@@ -69,3 +69,21 @@ def test_eglr_vllm_texts_equal_eglr_hf(tiny_chat_model, tmp_path):
     for name in ("tokens", "gated_tokens", "iteration_hist", "flop_ratio"):
         assert v_stats[name] == hf_stats[name], name
     assert v_stats["gated_tokens"] > 0, "nothing was refined: the comparison could not fail"
+
+
+def test_unsupported_architecture_refused_before_the_engine(tmp_path):
+    """A family the plugin does not cover is refused in one line naming it and the allowed ones, before vLLM
+    starts: the folder's weights file is not one, so an engine that started would end in its load's traceback."""
+    from transformers import Gemma2Config
+
+    Gemma2Config(architectures=["Gemma2ForCausalLM"], num_hidden_layers=4, hidden_size=64, intermediate_size=128, num_attention_heads=2,
+                 num_key_value_heads=1, head_dim=32, vocab_size=96).save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
+    command = [sys.executable, "-m", "lm_eval", "--model", "eglr-vllm", "--model_args",
+               f"pretrained={tmp_path},dtype=float32,L=2,tau_h=0.0", "--tasks", "eglr_demo", "--limit", "1"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(errors) == 1, done.stderr[-3000:]
+    assert "architecture 'Gemma2ForCausalLM' is not supported; allowed: Gemma3ForCausalLM, LlamaForCausalLM" in errors[0]

@@ -9,25 +9,47 @@ from helpers.tiny_models import build_tiny_model
 VOCAB, LAYERS, EOS = 96, 4, 2
 # vLLM's CPU attention takes head sizes that are multiples of 32 (and not 8, the engine tests' size)
 TINY_SHAPE = dict(vocab_size=VOCAB, num_layers=LAYERS, seed=1, hidden_size=128, intermediate_size=256)
-FAMILIES = ("llama", "qwen2", "mistral")
+FAMILIES = ("llama", "qwen2", "mistral", "qwen3", "gemma3")
+# what a family needs beside TINY_SHAPE: heads of 32 (vLLM's CPU attention) where the family sets its own
+# head size; Gemma-3 keeps its alternating sliding (window 4, shorter than the prompts) and full layers
+FAMILY_SHAPE = {"gemma3": dict(head_dim=32, query_pre_attn_scalar=32), "qwen3": dict(head_dim=32)}
+
+
+def _build(arch: str):
+    if arch == "qwen3":  # tests/tiny_models.py has no dense Qwen3: its shape here (QK norm per head, no biases)
+        import torch
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+
+        config = Qwen3Config(vocab_size=VOCAB, hidden_size=TINY_SHAPE["hidden_size"],
+                             intermediate_size=TINY_SHAPE["intermediate_size"], num_hidden_layers=LAYERS,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0,
+                             bos_token_id=1, eos_token_id=EOS, tie_word_embeddings=False, **FAMILY_SHAPE["qwen3"])
+        config._attn_implementation = "sdpa"
+        torch.manual_seed(TINY_SHAPE["seed"])
+        model = Qwen3ForCausalLM(config).eval()
+        with torch.no_grad():
+            model.get_output_embeddings().weight.mul_(4.0)  # build_tiny_model's default sharpening
+        return model
+    return build_tiny_model(arch, **TINY_SHAPE, **FAMILY_SHAPE.get(arch, {}))
 
 
 def save_tiny_model(arch: str, folder):
     """Build the family's tiny model, save it (fp32 safetensors) into ``folder``; returns the HF model."""
-    model = build_tiny_model(arch, **TINY_SHAPE)
+    model = _build(arch)
     model.save_pretrained(folder, safe_serialization=True)
     return model
 
 
-def make_engine(folder, *, eglr: bool, architecture: str | None = None):
-    """A vLLM engine (in this process, fp32, eager) over ``folder``; EGLR's architecture when ``eglr``."""
+def make_engine(folder, *, eglr: bool, architecture: str | None = None, **options):
+    """A vLLM engine (fp32, eager; its engine core and workers in processes of their own, as vLLM defaults them)
+    over ``folder``; EGLR's architecture and worker extension when ``eglr``. ``options``: more ``LLM`` arguments."""
     from vllm import LLM
 
-    from eglr_harness.vllm import engine_overrides
+    from eglr_harness.vllm import engine_args
 
-    overrides = engine_overrides(architecture) if eglr else None
-    return LLM(model=str(folder), dtype="float32", enforce_eager=True, skip_tokenizer_init=True, max_model_len=128,
-               seed=0, hf_overrides=overrides)
+    eglr_args = engine_args(architecture) if eglr else {}
+    return LLM(**{**dict(model=str(folder), dtype="float32", enforce_eager=True, skip_tokenizer_init=True,
+                         max_model_len=128, seed=0), **eglr_args, **options})
 
 
 def close_engine(llm) -> None:
