@@ -129,7 +129,8 @@ def main(argv=None) -> None:
         "paper_bound_per_row": round(1 + modes["vL10"]["rho"] * 3 * 10 / model.config.num_hidden_layers, 3),
     }
     result = {"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "prompts": len(prompts),
-              "max_gen_toks": args.max_gen_toks, "repeats": args.repeats, "tensor_parallel_size": args.tensor_parallel_size,
+              "max_gen_toks": args.max_gen_toks, "repeats": args.repeats,
+              "tensor_parallel_size": args.tensor_parallel_size,
               "summary": summary, "modes": modes,
               "versions": {"vllm": vllm_version(), "torch": torch.__version__,
                            "transformers": __import__("transformers").__version__},

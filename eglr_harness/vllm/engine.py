@@ -80,8 +80,9 @@ def _outcome(completion, signals: list[tuple[float, int, float]]) -> Outcome:
     """An ``Outcome`` from vLLM's completion and the worker's per-row record of it."""
     tokens = list(completion.token_ids)
     if len(signals) != len(tokens):
-        raise RuntimeError(f"eglr-vllm: {len(signals)} signal records for {len(tokens)} tokens (one per token expected; "
-                           "none: the engine was not built with eglr_harness.vllm.engine_args).")
+        raise RuntimeError(f"eglr-vllm: {len(signals)} signal records for {len(tokens)} tokens "
+                           "(one per token expected; none: the engine was not built with "
+                           "eglr_harness.vllm.engine_args).")
     logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs or [], tokens)]
     finish = ("length" if completion.finish_reason == "length"
               else "stop" if completion.stop_reason is not None else "eos")

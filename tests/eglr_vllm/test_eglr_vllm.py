@@ -132,7 +132,8 @@ def test_sampled_cells_reproducible_from_their_seed(tmp_path):
         assert generate(llm, prompts[:1], [None]) == generate(llm, prompts[:1], [dict(L=0)])
         # eglr-vllm's engine (a cell's rows as lm_eval sends them): each row's seed reaches SamplingParams.seed
         cell = EglrConfig(T=0.8, top_k=0, **refining)  # top_k 0: as draw(), which sets no top-k
-        seeded = VllmEngine(llm).run([Request(tuple(p), cell, MAX_NEW, seed=s) for p, s in zip(prompts, [11, 12, 13, 14])])
+        seeded = VllmEngine(llm).run([Request(tuple(p), cell, MAX_NEW, seed=s)
+                                      for p, s in zip(prompts, [11, 12, 13, 14])])
     finally:
         close_engine(llm)
     assert first == again, "a sampled cell did not reproduce from its seeds"
@@ -197,7 +198,8 @@ def test_tensor_parallel_2_equals_1(tmp_path, monkeypatch):
 
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
-        pytest.skip(f"tensor_parallel_size=2 on vLLM's CPU build binds each worker to a CPU of its own; {len(cpus)} here")
+        pytest.skip("tensor_parallel_size=2 on vLLM's CPU build binds each worker to a CPU of its own; "
+                    f"{len(cpus)} here")
     model = save_tiny_model("llama", tmp_path)
     requests = _signal_requests()
     one, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests)
