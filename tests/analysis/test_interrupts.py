@@ -24,8 +24,10 @@ HERE = Path(__file__).parent
 
 
 def _python(code: str, *, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    # HERE.parent: tests/, where tests/helpers is found (pyproject's pythonpath, which a child does not read)
+    path = os.pathsep.join([str(HERE), str(HERE.parent)])
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
-                          cwd=cwd, env={**os.environ, "PYTHONPATH": str(HERE), **(env or {})})
+                          cwd=cwd, env={**os.environ, "PYTHONPATH": path, **(env or {})})
 
 
 def _lines(done: subprocess.CompletedProcess) -> list[str]:
