@@ -67,6 +67,30 @@ def check_stop(value) -> str:
     return value.strip().lower()
 
 
+def has_gate(L: int) -> bool:
+    """The one statement of "L = 0 means no gate": a span of 0 layers is plain decoding, whatever tau_h says,
+    and needs no tau_h."""
+    return L > 0
+
+
+def check_layer_span(values, num_layers: int | None, *, name: str = "L", given=None) -> None:
+    """The layer-count rule, stated once: a layer span L re-applies at most the model's N decoder layers.
+
+    values: the spans asked for (an L axis, or one L); num_layers: N (None: not known yet, nothing checked);
+    name, given: the argument and its value as written, for the message (default: the one value).
+    ``ValueError`` naming the value and the range allowed.
+    """
+    if num_layers is None:
+        return
+    values = tuple(values)
+    too_big = [v for v in values if v > num_layers]
+    if too_big:
+        given = values[0] if given is None else given
+        span = "" if values == (given,) else f": layer span {max(too_big)}"
+        raise ValueError(f"`{name}`={given!r}{span} exceeds the model's {num_layers} decoder layers; "
+                         f"allowed: 0..{num_layers}.")
+
+
 @dataclass(frozen=True)
 class EglrConfig:
     """EGLR hyper-parameters for one decoding configuration.
@@ -106,7 +130,7 @@ class EglrConfig:
         _check_real("alpha", self.alpha, allowed="[0, 1]", ok=lambda v: 0.0 <= v <= 1.0)
         _check_int("k_max", self.k_max, lo=1, allowed="an int >= 1")
         _check_real("tau_kl", self.tau_kl, allowed="tau_kl >= 0", ok=lambda v: v >= 0)
-        _check_real("tau_h", self.tau_h, allowed="tau_h >= 0 nats, inf, or 'auto'", ok=lambda v: v >= 0)
+        check_tau_h(self.tau_h)
         _check_int("top_k", self.top_k, lo=0, allowed="an int >= 0 (0 disables top-k)")
         _check_real("top_p", self.top_p, allowed="(0, 1]", ok=lambda v: 0.0 < v <= 1.0)
         _check_int("seed", self.seed, lo=None, allowed="an int")
@@ -126,18 +150,26 @@ class EglrConfig:
 
     @property
     def refines(self) -> bool:
-        """Whether this config can ever run a refinement pass."""
-        return self.L > 0 and self.tau_h != math.inf
+        """Whether this config can ever run a refinement pass: a gate whose threshold some entropy can pass."""
+        return self.gate_tau_h != math.inf
 
     @property
     def sampled(self) -> bool:
         return self.T > 0
 
+    @property
+    def gated(self) -> bool:
+        """Whether the entropy gate is part of this config at all (``has_gate``: L = 0 is plain decoding)."""
+        return has_gate(self.L)
+
+    @property
+    def gate_tau_h(self) -> float:
+        """The effective tau_h: the gate's threshold, ``inf`` where there is no gate (L = 0)."""
+        return self.tau_h if self.gated else math.inf
+
     def validate_for_model(self, num_layers: int) -> None:
-        if self.L > num_layers:
-            raise ValueError(
-                f"`L`={self.L} exceeds the model's {num_layers} decoder layers; allowed: 0..{num_layers}."
-            )
+        """The layer-count rule (``check_layer_span``) for this config's L."""
+        check_layer_span((self.L,), num_layers)
 
     def as_dict(self) -> dict:
         """The fields, with the exit rule's only where it is not the paper's: a ``kl`` config keys, prints
@@ -161,8 +193,18 @@ def _check_real(name: str, value, *, allowed: str, ok) -> None:
         raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {allowed}.")
 
 
+TAU_H_ALLOWED = "a float >= 0 nats, 'inf', or 'auto'"
+
+
+def check_tau_h(value) -> float:
+    """The one check of a concrete tau_h (nats): a real >= 0, ``inf`` allowed; one line naming the value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
+        raise ValueError(f"`tau_h`={value!r} is not allowed; allowed: {TAU_H_ALLOWED}.")
+    return float(value)
+
+
 def parse_tau_h(value) -> float | str:
-    """``'auto'`` stays a marker (calibrated per task later); anything else becomes a float."""
+    """``'auto'`` stays a marker (calibrated per task later); anything else becomes a float (``check_tau_h``)."""
     if isinstance(value, str):
         text = value.strip().lower()
         if text == "auto":
@@ -172,10 +214,7 @@ def parse_tau_h(value) -> float | str:
         try:
             value = float(text)
         except ValueError:
-            raise ValueError(f"`tau_h`={value!r} is not allowed; allowed: a float >= 0 nats, 'inf', or "
-                             "'auto'.") from None
+            raise ValueError(f"`tau_h`={value!r} is not allowed; allowed: {TAU_H_ALLOWED}.") from None
     if value is None:
         return math.inf
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
-        raise ValueError(f"`tau_h`={value!r} is not allowed; allowed: a float >= 0 nats, 'inf', or 'auto'.")
-    return float(value)
+    return check_tau_h(value)

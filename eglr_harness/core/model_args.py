@@ -19,9 +19,20 @@ from collections.abc import Iterable, Mapping
 from eglr_harness.core.config import STOP_THRESHOLD_ARGS
 from eglr_harness.core.errors import ModelArgError
 
-# eglr-hf's own model args (harness/model.py checks that its signature says the same).
+# eglr's own model args, the one list of their names: both models' constructors take these (and
+# ``pretrained``) apart from what lm-eval's model gets (``harness/eglr_args.EglrArgs.split``), and
+# ``run/settings.RunSettings.from_args`` takes the settings among them. A new model arg is one entry here
+# (and its reading where it is used).
 EGLR_ARGS = ("L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "model_config",
              "calib_limit", "rollout_cache", "engine", "compile", "stop", *STOP_THRESHOLD_ARGS)
+# eglr-hf's engine choice: eglr-vllm has one engine, and takes neither
+HF_ONLY_ARGS = ("engine", "compile")
+# read by the model itself, not by the settings
+MODEL_ARGS_NOT_SETTINGS = ("model_config", "rollout_cache", *HF_ONLY_ARGS)
+# RunSettings' arguments (``RunSettings.from_args``): the settings of a run's cells and its calibration
+SETTINGS_ARGS = tuple(name for name in EGLR_ARGS if name not in MODEL_ARGS_NOT_SETTINGS)
+# eglr-vllm's own model args
+VLLM_ARGS = tuple(name for name in EGLR_ARGS if name not in HF_ONLY_ARGS)
 
 # Keyword arguments that transformers' from_pretrained reads itself (besides its named parameters)
 # and the bitsandbytes options lm-eval's HFLM reads from them.

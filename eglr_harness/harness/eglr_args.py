@@ -11,7 +11,8 @@ unknown model arg (own, preset's)          ``core/model_args.check_model_args`` 
 ``pretrained`` given, path exists          ``core/model_args.check_pretrained_path``      ``EglrArgs.for_hf``
 ``engine``, ``compile`` (and the device)   ``engines.check_engine``, ``compile_setting``  ``EglrArgs.for_hf``
 L, T, alpha, ..., calib_limit, the preset  ``run/settings.RunSettings.from_args``         ``EglrArgs.for_*``
-L against the config's layers              ``RunSettings.check_layers``                   before and after
+L against the config's layers              ``core/config.check_layer_span``               before and after
+a task's pool against the layers           ``core/config.check_layer_span``               pool resolution
 ``rollout_cache`` writable                 ``run/stores.check_rollout_cache``             ``EglrArgs.for_*``
 ``--gen_kwargs`` values, pool keys, length ``core/generation_options``, ``pool.task_axes``  ``EglrArgs.for_hf``
 the model's ``generation_config``          ``core/generation_options``                    ``check_loaded``
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from lm_eval.models.huggingface import HFLM
 from transformers import PreTrainedModel
 
-from eglr_harness.core.config import DEFAULT_STOP, STOP_THRESHOLD_ARGS
+from eglr_harness.core.config import DEFAULT_STOP
 from eglr_harness.core.errors import GenerationOptionError, model_arg_errors
 from eglr_harness.core.generation_options import (
     LENGTH_OPTIONS,
@@ -42,7 +43,7 @@ from eglr_harness.core.generation_options import (
     generation_config_options,
     refuse_for_continuous,
 )
-from eglr_harness.core.model_args import EGLR_ARGS, check_model_args, check_pretrained_path
+from eglr_harness.core.model_args import EGLR_ARGS, SETTINGS_ARGS, VLLM_ARGS, check_model_args, check_pretrained_path
 from eglr_harness.run.pool import TASK_POOL_KEYS, task_axes
 from eglr_harness.run.settings import RunSettings
 
@@ -52,9 +53,6 @@ __all__ = ["EglrArgs", "check_eglr_model_args", "declared_limits", "parse_args_s
 _PASSTHROUGH_ARGS = (*inspect.signature(HFLM.__init__).parameters,
                      *inspect.signature(PreTrainedModel.from_pretrained).parameters)
 NO_PRESET = {"model_args": {}, "eglr": {}, "tau_h": {}, "name": None}
-# RunSettings' own arguments among EGLR_ARGS
-SETTINGS_ARGS = ("L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "calib_limit", "stop",
-                 *STOP_THRESHOLD_ARGS)
 # HFLM's max_length when neither the model arg, the model's config nor its tokenizer says one
 _HFLM_CONFIG_LENGTHS = ("n_positions", "max_position_embeddings", "n_ctx")
 
@@ -162,10 +160,21 @@ class EglrArgs:
                 refuse_for_continuous(continuous_refusals(options, generation_config), source)
 
     @classmethod
-    def split(cls, model_args: Mapping) -> tuple[dict, dict]:
-        """Model args as lm-eval hands them (one dict) -> ``(own, load_args)`` as the constructors take them."""
-        own = {k: v for k, v in model_args.items() if k in EGLR_ARGS or k == "pretrained"}
+    def split(cls, model_args: Mapping, own_names=EGLR_ARGS) -> tuple[dict, dict]:
+        """Model args as lm-eval hands them (one dict) -> ``(own, load_args)``: eglr's own (``own_names``:
+        eglr-hf's ``EGLR_ARGS``, eglr-vllm's ``VLLM_ARGS``) and ``pretrained``, and the rest, for lm-eval's model."""
+        own = {k: v for k, v in model_args.items() if k in own_names or k == "pretrained"}
         return own, {k: v for k, v in model_args.items() if k not in own}
+
+    @classmethod
+    def of_hf_model(cls, model_args: Mapping) -> EglrArgs:
+        """eglr-hf's constructor arguments, split and checked (``for_hf``)."""
+        return cls.for_hf(*cls.split(model_args))
+
+    @classmethod
+    def of_vllm_model(cls, model_args: Mapping) -> EglrArgs:
+        """eglr-vllm's constructor arguments, split and checked (``for_vllm``)."""
+        return cls.for_vllm(*cls.split(model_args, VLLM_ARGS))
 
 
 def check_eglr_model_args(args: Mapping) -> None:

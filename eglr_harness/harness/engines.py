@@ -1,4 +1,4 @@
-"""Which engine decodes an ``eglr-hf`` run (``engine=auto|continuous|hf``), and the plan line it logs.
+"""Which engine decodes an ``eglr-hf`` run (``engine=auto|continuous|hf``), and what a run records of them.
 
 ``auto`` takes the continuous engine wherever it can drive the model and the hook engine
 (``generate`` with EGLR hooks) for the rest: the whole model (another family, a split device_map)
@@ -10,7 +10,6 @@ The plan line, ``config.eglr`` and the samples say which engine decoded each tas
 from __future__ import annotations
 
 import logging
-from collections import Counter
 
 from eglr_harness.decoding.compile_setting import CompileChoice, resolve_compile
 from eglr_harness.decoding.continuous.engine import ContinuousEngine
@@ -95,35 +94,6 @@ def _eos_ids(lm) -> list[int]:
     if eos is None:
         eos = lm.tokenizer.eos_token_id
     return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-
-
-def log_plan(runner, jobs, keys: list[str], specs) -> None:
-    """Say once, before the first token, what this call will decode and with which engine (per request:
-    ``engine=auto`` hands requests with options the continuous engine does not apply to ``hf``): a long
-    run should not look hung. runner: the model's ``PoolRunner`` (its decoder, accounts, tau_h, settings,
-    max_gen_toks and batch_size)."""
-    for task in sorted({j.task for j in jobs}, key=str):
-        mine = [i for i, j in enumerate(jobs) if j.task == task]
-        cells = sorted({jobs[i].cell for i in mine})
-        distinct, stored = runner.decoder.stored([keys[i] for i in mine])
-        to_decode = {keys[i]: i for i in mine if runner.decoder.lookup(keys[i]) is None}
-        routed = Counter(runner.decoder.engine_of(specs[i]) for i in to_decode.values())
-        engine = ", ".join(f"{name} for {n}" for name, n in sorted(routed.items())) if len(routed) > 1 \
-            else next(iter(routed), "none (all stored)")
-        max_tokens = max(int(jobs[i].gen_kwargs.get("max_gen_toks", runner.max_gen_toks)) for i in mine)
-        source = runner.accounts.calibration_source.get(task)
-        if not any(c.L > 0 for c in cells):
-            tau = "tau_h not needed (L=0 only)"
-        elif source is None:
-            tau = f"tau_h = {runner.tau_h_by_task.get(task, runner.settings.tau_h_setting(task))} (model arg or preset)"
-        else:
-            how = "cached" if source.get("cached") else "decoded above"
-            tau = (f"tau_h = {source['tau_h']:.4f} from a greedy calibration on the first {source['prompts']} prompts "
-                   f"({how})")
-        logger.info("eglr-hf plan, task %s: %s, %d distinct (deterministic cells once), %d stored, %d to decode, "
-                    "at most %d new tokens each, batch %s, engine %s; %s",
-                    task, pool_size_text(len({jobs[i].doc_id for i in mine}), [c.label for c in cells], len(mine)),
-                    distinct, stored, distinct - stored, max_tokens, runner.batch_size, engine, tau)
 
 
 def pool_size_text(problems: int, cells: list[str], rollouts: int) -> str:

@@ -20,13 +20,11 @@ from lm_eval.models.huggingface import HFLM
 from eglr_harness.core.distributed import process_gather
 from eglr_harness.core.errors import RunArgError, model_arg_errors
 from eglr_harness.core.model_args import USE_CACHE_REFUSAL
-from eglr_harness.decoding.compile_setting import DEFAULT_COMPILE
 from eglr_harness.decoding.model_parts import find_model_parts
 from eglr_harness.harness.decode import RolloutDecoder, TextCodec
 from eglr_harness.harness.eglr_args import EglrArgs
-from eglr_harness.harness.engines import DEFAULT_ENGINE, build_engines, engine_info, engine_name
+from eglr_harness.harness.engines import build_engines, engine_info, engine_name
 from eglr_harness.harness.pool_runner import PoolRunner
-from eglr_harness.run.calibration import DEFAULT_CALIB_LIMIT
 from eglr_harness.run.model_names import loaded_name, model_name
 from eglr_harness.run.stores import RolloutStore, loaded_model_fingerprint
 
@@ -37,16 +35,10 @@ logger = logging.getLogger(__name__)
 class EglrHFLM(HFLM):
     """Hugging Face causal LM decoded with Entropy-Gated Latent Recursion."""
 
-    def __init__(self, pretrained=None, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
-                 top_k=None, top_p=None, seed=None, model_config=None, calib_limit=DEFAULT_CALIB_LIMIT,
-                 rollout_cache=None, engine=DEFAULT_ENGINE, compile=DEFAULT_COMPILE, stop=None, tau_latent=None,
-                 tau_accel=None, tau_margin=None, tau_entropy=None, **kwargs):
+    def __init__(self, pretrained=None, **kwargs):
+        """pretrained and ``kwargs``: eglr's model args (``core/model_args.EGLR_ARGS``), HFLM's, from_pretrained's."""
         _follow_lm_eval_logging()
-        self.args = EglrArgs.for_hf(dict(  # every check before the weights load
-            pretrained=pretrained, L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h, top_k=top_k,
-            top_p=top_p, seed=seed, model_config=model_config, calib_limit=calib_limit, rollout_cache=rollout_cache,
-            engine=engine, compile=compile, stop=stop, tau_latent=tau_latent, tau_accel=tau_accel,
-            tau_margin=tau_margin, tau_entropy=tau_entropy), kwargs)
+        self.args = EglrArgs.of_hf_model({"pretrained": pretrained, **kwargs})  # every check before the weights load
         super().__init__(**self.args.load_args)
         parts = find_model_parts(self.model)
         num_layers = parts.num_layers

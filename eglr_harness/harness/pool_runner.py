@@ -10,15 +10,22 @@ that decoded each (task, cell) land in the results JSON under ``config.eglr`` (:
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 from eglr_harness.core.cell import Cell
-from eglr_harness.core.config import STOP_THRESHOLD_ARGS
+from eglr_harness.core.config import STOP_THRESHOLD_ARGS, has_gate
 from eglr_harness.core.rollout import Rollout
 from eglr_harness.harness.decode import RolloutDecoder
 from eglr_harness.harness.eglr_args import EglrArgs
-from eglr_harness.harness.engines import engines_said, log_plan
+from eglr_harness.harness.engines import engines_said, pool_size_text
 from eglr_harness.run.accounting import RunAccounts
-from eglr_harness.run.calibration import calibrate, first_reported
+from eglr_harness.run.calibration import (
+    cached_calibration,
+    calibration_prompts,
+    first_reported,
+    new_calibration,
+    own_prompts,
+)
 from eglr_harness.run.pool import Job, ResolvedPool, assign_jobs, frozen
 from eglr_harness.run.stores import TauHCache, content_key
 
@@ -57,7 +64,7 @@ class PoolRunner:
         items = [(j.context, self.settings.rollout(j.gen_kwargs, j.cell, j.cycle, self.tau_h_by_task.get(j.task)))
                  for j in jobs]
         keys = [self.decoder.key(*item) for item in items]
-        log_plan(self, jobs, keys, [spec for _, spec in items])
+        self.log_plan(jobs, keys, [spec for _, spec in items])
         done = self.decoder.decode(items, stats_for=lambda config: self.accounts.stats_for(Cell(config.L, config.T)),
                                    desc="eglr-hf generation", disable_tqdm=disable_tqdm, keys=keys)
         self.accounts.reused.update(spec.cell for spec in done.reused)
@@ -123,6 +130,37 @@ class PoolRunner:
                 table.setdefault(str(task), {})[cell.label] = said
         return table
 
+    # ------------------------------------------------------------------ the plan line
+    def log_plan(self, jobs: list[Job], keys: list[str], specs) -> None:
+        """Say once, before the first token, what this call will decode and with which engine (per request:
+        ``engine=auto`` hands requests with options the continuous engine does not apply to ``hf``): a long
+        run should not look hung."""
+        for task in sorted({j.task for j in jobs}, key=str):
+            mine = [i for i, j in enumerate(jobs) if j.task == task]
+            cells = sorted({jobs[i].cell for i in mine})
+            distinct, stored = self.decoder.stored([keys[i] for i in mine])
+            to_decode = {keys[i]: i for i in mine if self.decoder.lookup(keys[i]) is None}
+            routed = Counter(self.decoder.engine_of(specs[i]) for i in to_decode.values())
+            engine = ", ".join(f"{name} for {n}" for name, n in sorted(routed.items())) if len(routed) > 1 \
+                else next(iter(routed), "none (all stored)")
+            max_tokens = max(int(jobs[i].gen_kwargs.get("max_gen_toks", self.max_gen_toks)) for i in mine)
+            logger.info("eglr-hf plan, task %s: %s, %d distinct (deterministic cells once), %d stored, %d to decode, "
+                        "at most %d new tokens each, batch %s, engine %s; %s",
+                        task, pool_size_text(len({jobs[i].doc_id for i in mine}), [c.label for c in cells], len(mine)),
+                        distinct, stored, distinct - stored, max_tokens, self.batch_size, engine,
+                        self.tau_h_said(task, cells))
+
+    def tau_h_said(self, task, cells) -> str:
+        """The plan line's tau_h part: where the task's tau_h came from."""
+        source = self.accounts.calibration_source.get(task)
+        if not any(has_gate(c.L) for c in cells):
+            return "tau_h not needed (L=0 only)"
+        if source is None:
+            return f"tau_h = {self.tau_h_by_task.get(task, self.settings.tau_h_setting(task))} (model arg or preset)"
+        how = "cached" if source.get("cached") else "decoded above"
+        return (f"tau_h = {source['tau_h']:.4f} from a greedy calibration on the first {source['prompts']} prompts "
+                f"({how})")
+
     # ------------------------------------------------------------------ pools and cells
     def jobs(self, requests) -> list[Job]:
         return assign_jobs(((r.task_name, r.doc_id, r.idx, *r.args, r.repeats) for r in requests), self.pool)
@@ -140,7 +178,7 @@ class PoolRunner:
     # ------------------------------------------------------------------ tau_h
     def ensure_tau_h_of(self, jobs: list[Job], disable_tqdm: bool, every_task: bool) -> None:
         """Every rank calibrates the same tasks in the same order (the steps are collective)."""
-        local_tasks = {j.task for j in jobs if every_task or j.cell.L > 0}
+        local_tasks = {j.task for j in jobs if every_task or has_gate(j.cell.L)}
         for task in sorted({t for part in self.gather(sorted(local_tasks, key=str)) for t in part}, key=str):
             self.ensure_tau_h(task, [j for j in jobs if j.task == task], disable_tqdm)
 
@@ -152,13 +190,16 @@ class PoolRunner:
             return
         task_gen_kwargs = first_reported(jobs[0].gen_kwargs if jobs else None, self.gather) or {}
         greedy = self.settings.rollout(task_gen_kwargs, Cell(0, 0.0), 0, None)
-        result = calibrate(
-            sorted({(j.doc_id, j.context) for j in jobs}), limit=self.settings.calib_limit, gather=self.gather,
-            key_of=lambda prompts: content_key("tau_h", self.decoder.fingerprint, prompts, greedy.key_fields()),
-            cache=TauHCache(),
-            decode_entropies=lambda prompts: self.greedy_entropies(task, prompts, greedy, disable_tqdm),
-            writer=self.rank == 0, label=f"eglr-hf task {task} ({self.model_name})",
-        )
+        label, cache, local = f"eglr-hf task {task} ({self.model_name})", TauHCache(), sorted({(j.doc_id, j.context)
+                                                                                              for j in jobs})
+        chosen = calibration_prompts(local, self.settings.calib_limit, self.gather)
+        key = content_key("tau_h", self.decoder.fingerprint, [context for _doc, context in chosen],
+                          greedy.key_fields())
+        result = cached_calibration(cache, key, self.gather, label)
+        if result is None:
+            entropies = self.greedy_entropies(task, own_prompts(chosen, local, label), greedy, disable_tqdm)
+            result = new_calibration(entropies, len(chosen), cache=cache, key=key, gather=self.gather,
+                                     writer=self.rank == 0, label=label)
         self.tau_h_by_task[task] = result.tau_h
         self.accounts.calibration_source[task] = result.as_dict()
 

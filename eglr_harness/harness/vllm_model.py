@@ -31,7 +31,6 @@ from eglr_harness.harness.decode import RolloutDecoder, TextCodec
 from eglr_harness.harness.eglr_args import EglrArgs
 from eglr_harness.harness.model import _follow_lm_eval_logging
 from eglr_harness.harness.pool_runner import PoolRunner
-from eglr_harness.run.calibration import DEFAULT_CALIB_LIMIT
 from eglr_harness.run.model_names import model_name
 from eglr_harness.run.stores import RolloutStore, model_fingerprint, weights_fingerprint
 
@@ -51,17 +50,13 @@ def _architecture(pretrained: str, trust_remote_code: bool) -> str:
 class EglrVLLM(VLLM):
     """A vLLM-served causal LM decoded with Entropy-Gated Latent Recursion."""
 
-    def __init__(self, pretrained=None, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
-                 top_k=None, top_p=None, seed=None, model_config=None, calib_limit=DEFAULT_CALIB_LIMIT,
-                 rollout_cache=None, **kwargs):
+    def __init__(self, pretrained=None, **kwargs):
+        """pretrained and ``kwargs``: eglr's model args (``core/model_args.VLLM_ARGS``) and lm-eval VLLM's."""
         _follow_lm_eval_logging()
         from eglr_harness.vllm import engine_args
         from eglr_harness.vllm.engine import VllmEngine
 
-        self.args = EglrArgs.for_vllm(dict(  # every check before the weights load
-            pretrained=pretrained, L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h, top_k=top_k,
-            top_p=top_p, seed=seed, model_config=model_config, calib_limit=calib_limit, rollout_cache=rollout_cache),
-            kwargs)
+        self.args = EglrArgs.of_vllm_model({"pretrained": pretrained, **kwargs})  # every check before the load
         vllm_args = dict(self.args.load_args)
         with model_arg_errors():
             trust = bool(vllm_args.get("trust_remote_code", False))

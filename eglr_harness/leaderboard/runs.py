@@ -150,11 +150,10 @@ def setting_value(text: str):
 def check_setting(name: str, value) -> None:
     """``ValueError`` naming ``name`` when eglr-hf would refuse ``value``: eglr-hf's own rule
     (:meth:`~eglr_harness.run.settings.RunSettings.from_args`), so that the two never disagree."""
-    import inspect  # noqa: PLC0415
-
+    from eglr_harness.core.model_args import SETTINGS_ARGS  # noqa: PLC0415
     from eglr_harness.run.settings import RunSettings  # noqa: PLC0415
 
-    if name in inspect.signature(RunSettings.from_args).parameters and name != "preset":
+    if name in SETTINGS_ARGS:
         RunSettings.from_args({}, **{name: setting_value(value) if isinstance(value, str) else value})
 
 

@@ -6,13 +6,18 @@ of processes: under data parallel every rank proposes its own first documents, t
 the global first ones, each rank decodes those it owns, and the entropies of all ranks are
 pooled. Every cross-rank step takes the gather as an argument (:data:`Gather`), so the same code
 runs in one process (``distributed.local_gather``) and under ``torch.distributed``.
+
+A task's calibration is four steps, which the caller (``harness/pool_runner.py``) takes in order on every
+rank, decoding in between itself: ``calibration_prompts`` (which prompts), ``cached_calibration`` (a cache
+hit ends it), ``own_prompts`` (the ones this rank decodes greedily), ``new_calibration`` (the threshold
+from everyone's entropies, written to the cache).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -94,35 +99,40 @@ def first_reported(local_value, gather: Gather = local_gather):
     return next((value for value in gather(local_value) if value is not None), None)
 
 
-def calibrate(local: Sequence[tuple[int, str]], *, limit: int, key_of: Callable[[list[str]], str], cache,
-              decode_entropies: Callable[[list[str]], list[float]], gather: Gather = local_gather,
-              writer: bool = True, label: str = "") -> Calibration:
-    """The calibrated tau_h of one task and its source, the same on every rank (a collective step: call it on all).
+def cached_calibration(cache, key: str, gather: Gather = local_gather, label: str = "") -> Calibration | None:
+    """The calibration the tau_h cache holds under ``key`` (any rank's hit: all ranks agree), or None.
 
-    Args:
-        local: this rank's ``(doc_id, context)`` pairs of the task (may be empty).
-        key_of: the cache key of the chosen prompts (model and generation settings folded in).
-        cache: ``get(key) -> record or None`` / ``put(key, record)`` (``stores.TauHCache``).
-        decode_entropies: greedy-decodes the given prompts and returns their per-token entropies.
-        writer: whether this rank writes the cache (one rank is enough).
+    The first step of a task's calibration; a collective step (call it on every rank). cache:
+    ``get(key) -> record or None`` (``stores.TauHCache``); key: the cache key of the chosen prompts, with the
+    model and the greedy settings folded in.
     """
-    chosen = calibration_prompts(local, limit, gather)
-    key = key_of([context for _doc, context in chosen])
     hit = first_reported(cache.get(key), gather)
-    if hit is not None:
-        result = Calibration(hit["tau_h"], hit["prompts"], hit.get("tokens"), cached=True)
-        logger.info("%s: tau_h = %.4f nats (cached calibration of %d prompts, %s token entropies)", label,
-                    result.tau_h, result.prompts, result.entropy_tokens if result.entropy_tokens is not None else "?")
-        result.warn_if_few(label)
-        return result
+    if hit is None:
+        return None
+    result = Calibration(hit["tau_h"], hit["prompts"], hit.get("tokens"), cached=True)
+    logger.info("%s: tau_h = %.4f nats (cached calibration of %d prompts, %s token entropies)", label,
+                result.tau_h, result.prompts, result.entropy_tokens if result.entropy_tokens is not None else "?")
+    result.warn_if_few(label)
+    return result
+
+
+def own_prompts(chosen: Sequence[tuple[int, str]], local: Sequence[tuple[int, str]], label: str = "") -> list[str]:
+    """The contexts among ``chosen`` (``calibration_prompts``) that this rank decodes: those of its own documents."""
     mine = set(local)
     own = [context for doc, context in chosen if (doc, context) in mine]
     logger.info("%s: calibrating tau_h on a greedy run of %d prompts (%d here)", label, len(chosen), len(own))
-    tau, tokens = pooled_threshold(decode_entropies(own), gather)
+    return own
+
+
+def new_calibration(local_entropies: Sequence[float], prompts: int, *, cache, key: str, gather: Gather = local_gather,
+                    writer: bool = True, label: str = "") -> Calibration:
+    """The calibrated tau_h from this rank's greedy entropies of its ``own_prompts`` (pooled across ranks: a
+    collective step), written to the cache under ``key`` by the ``writer`` rank. prompts: how many were chosen."""
+    tau, tokens = pooled_threshold(local_entropies, gather)
     if writer:
-        cache.put(key, {"tau_h": tau, "label": label, "prompts": len(chosen), "tokens": tokens})
+        cache.put(key, {"tau_h": tau, "label": label, "prompts": prompts, "tokens": tokens})
     logger.info("%s: tau_h = %.4f nats (95th percentile of %d token entropies of %d prompts, cap %.1f)", label, tau,
-                tokens, len(chosen), TAU_H_CAP)
-    result = Calibration(tau, len(chosen), tokens, cached=False)
+                tokens, prompts, TAU_H_CAP)
+    result = Calibration(tau, prompts, tokens, cached=False)
     result.warn_if_few(label)
     return result

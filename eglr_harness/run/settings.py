@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from eglr_harness.core import config as defaults
 from eglr_harness.core.benchmark_names import benchmark_of
 from eglr_harness.core.cell import Cell
-from eglr_harness.core.config import EglrConfig, parse_tau_h
+from eglr_harness.core.config import EglrConfig, check_layer_span, has_gate, parse_tau_h
+from eglr_harness.core.model_args import SETTINGS_ARGS
 from eglr_harness.core.specs import parse_L_spec, parse_T_spec
 from eglr_harness.decoding.sampling import row_seed
 from eglr_harness.run.calibration import DEFAULT_CALIB_LIMIT
@@ -98,7 +99,7 @@ class RolloutSpec:
             gk.update(do_sample=False, temperature=0.0)
             gk.pop("top_k", None), gk.pop("top_p", None)
         gk.update(eglr_L=c.L, eglr_T=c.T)
-        if c.L > 0:
+        if c.gated:
             gk["eglr_tau_h"] = c.tau_h
         return gk
 
@@ -129,16 +130,22 @@ class RunSettings:
     L_given: object = None  # the L model arg as written, for messages
 
     @classmethod
-    def from_args(cls, preset: dict, *, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
-                  top_k=None, top_p=None, seed=None, stop=None, tau_latent=None, tau_accel=None, tau_margin=None,
-                  tau_entropy=None, calib_limit=DEFAULT_CALIB_LIMIT) -> "RunSettings":
-        """stop: the exit rule; tau_latent, ...: the other rules' thresholds (``core.config.STOP_RULES``)."""
+    def from_args(cls, preset: dict, **given) -> "RunSettings":
+        """The settings from the model args ``given`` (any of ``core.model_args.SETTINGS_ARGS``; None or absent:
+        not given) over ``preset``'s. stop: the exit rule; tau_latent, ...: the other rules' thresholds
+        (``core.config.STOP_RULES``); calib_limit: ``DEFAULT_CALIB_LIMIT`` when absent."""
+        unknown = [name for name in given if name not in SETTINGS_ARGS]
+        if unknown:
+            raise TypeError(f"RunSettings.from_args() got unexpected keyword arguments {unknown}; "
+                            f"allowed: {', '.join(SETTINGS_ARGS)}.")
+        L, T, alpha, k_max, tau_kl, tau_h, top_k, top_p, seed, stop = (given.get(name) for name in (
+            "L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "stop"))
+        calib_limit = given.get("calib_limit", DEFAULT_CALIB_LIMIT)  # None given is refused below
         pe = preset.get("eglr", {})
         alpha, k_max, tau_kl, tau_h, stop = (one_value(n, v) for n, v in (
             ("alpha", alpha), ("k_max", k_max), ("tau_kl", tau_kl), ("tau_h", tau_h), ("stop", stop)))
-        given = dict(tau_latent=tau_latent, tau_accel=tau_accel, tau_margin=tau_margin, tau_entropy=tau_entropy)
         thresholds = {rule.threshold_arg: as_float(rule.threshold_arg, one_value(rule.threshold_arg, first(
-            given[rule.threshold_arg], pe.get(rule.threshold_arg), rule.default)), rule.allowed)
+            given.get(rule.threshold_arg), pe.get(rule.threshold_arg), rule.default)), rule.allowed)
             for rule in defaults.STOP_RULES.values() if rule.threshold_arg in defaults.STOP_THRESHOLD_ARGS}
         calib_limit = as_int("calib_limit", calib_limit, "an int >= 1")
         if calib_limit < 1:
@@ -168,23 +175,17 @@ class RunSettings:
         )
 
     def check_layers(self, num_layers: int | None) -> None:
-        """The pinned L axis (and the preset's default L) against the model's decoder layer count N;
-        None (not known yet) checks nothing. ``ValueError`` naming the value as written."""
-        if num_layers is None:
-            return
-        for name, given, values in (("L", self.L_given, self.user_L or ()),
-                                    ("preset L", self.default_L, (self.default_L,))):
-            too_big = [v for v in values if v > num_layers]
-            if too_big:
-                span = "" if values == (given,) else f": layer span {max(too_big)}"
-                raise ValueError(f"`{name}`={given!r}{span} exceeds the model's {num_layers} decoder layers; "
-                                 f"allowed: 0..{num_layers}.")
+        """The pinned L axis (and the preset's default L) against the model's decoder layer count N, where
+        it is known before the pools (``core.config.check_layer_span``; None: not known yet, nothing checked)."""
+        check_layer_span(self.user_L or (), num_layers, name="L", given=self.L_given)
+        check_layer_span((self.default_L,), num_layers, name="preset L")
 
     @staticmethod
-    def check_cells(cells, num_layers: int) -> None:
-        """A task's pool against the model's layer count (the task, not the user, chose these L)."""
+    def check_cells(cells, num_layers: int | None) -> None:
+        """A task's pool against the model's layer count (the task, not the user, chose these L): the
+        layer-count rule at pool resolution, which every cell decoded passes (the engines assert it)."""
         for cell in cells:
-            EglrConfig(L=cell.L).validate_for_model(num_layers)
+            check_layer_span((cell.L,), num_layers)
 
     def pool_plan(self, task: str | None, gen_kwargs: dict, repeats: int) -> ResolvedPool:
         """The pool of a request (``pool.resolve_pool`` with this run's pinned axes and defaults)."""
@@ -213,5 +214,5 @@ class RunSettings:
         top_k, top_p = (int(self.sampling_value("top_k", kwargs)), float(self.sampling_value("top_p", kwargs))) \
             if cell.sampled else (b.top_k, b.top_p)
         config = dataclasses.replace(b, L=cell.L, T=cell.T, top_k=top_k, top_p=top_p,
-                                     tau_h=math.inf if cell.L == 0 or tau_h is None else float(tau_h))
+                                     tau_h=float(tau_h) if has_gate(cell.L) and tau_h is not None else math.inf)
         return RolloutSpec(config, cycle if cell.sampled else 0, tuple(sorted(kwargs.items(), key=lambda kv: kv[0])))

@@ -109,7 +109,7 @@ def test_unsupported_models_and_bad_requests_are_refused():
     with pytest.raises(ValueError, match="max_batch"):
         ContinuousEngine(model, max_batch=0)
     engine = ContinuousEngine(model, max_batch=2)
-    with pytest.raises(ValueError, match="`L`=5 exceeds the model's 4"):
+    with pytest.raises(AssertionError, match="L=5 > 4 layers"):  # an invariant: the pool checked it
         engine.run([Request((5, 6), EglrConfig(L=5), 4)])
     with pytest.raises(ValueError, match="needs its row `seed`"):
         Request((5, 6), EglrConfig(L=1, T=0.5), 4)

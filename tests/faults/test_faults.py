@@ -416,15 +416,14 @@ def test_score_and_report_refuse_broken_samples_with_file_and_line(tmp_path, cap
 
 
 def test_a_nan_in_the_tau_h_cache_is_calibrated_again(tmp_path):
-    from eglr_harness.run.calibration import calibrate
+    from eglr_harness.run.calibration import cached_calibration, new_calibration
 
     cache = TauHCache(tmp_path / "tau_h.sqlite")
     key = "calibration key"
     _stored_tau_h(cache.path, key, math.nan)
-    decoded = []
-    result = calibrate([(0, "prompt")], limit=1, key_of=lambda prompts: key, cache=cache,
-                       decode_entropies=lambda prompts: decoded.append(prompts) or [0.5, 1.0, 3.0])
-    assert decoded and math.isfinite(result.tau_h) and not result.cached  # today: NaN, nothing ever gated
+    assert cached_calibration(cache, key) is None  # so the caller decodes afresh; today: NaN, nothing ever gated
+    result = new_calibration([0.5, 1.0, 3.0], 1, cache=cache, key=key)
+    assert math.isfinite(result.tau_h) and not result.cached
     assert cache.get(key)["tau_h"] == result.tau_h
 
 

@@ -177,7 +177,8 @@ class ContinuousEngine:
         """
         options = []
         for request in requests:
-            request.config.validate_for_model(self.stack.num_layers)
+            # the layer-count rule is checked where the cells are resolved (RunSettings.check_cells)
+            assert request.config.L <= self.stack.num_layers, f"L={request.config.L} > {self.stack.num_layers} layers"
             if request.stop_strings and self.tokenizer is None:
                 raise ValueError("requests with stop strings need the engine's `tokenizer`.")
             options.append(self.logits_options(request))

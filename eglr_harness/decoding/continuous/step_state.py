@@ -195,7 +195,7 @@ class SlotState:
         put(settings.one_minus_alpha, [1.0 - c.alpha for c in configs])
         put(settings.k_max, [c.k_max for c in configs])
         put(settings.stop_threshold, [c.stop_threshold for c in configs])
-        put(settings.tau_h, [c.tau_h if c.refines else math.inf for c in configs])
+        put(settings.tau_h, [c.gate_tau_h for c in configs])
         put(settings.temperature, [c.T if c.sampled else 1.0 for c in configs])
         put(settings.top_k, [c.top_k for c in configs])
         put(settings.top_p, [c.top_p for c in configs])

@@ -282,7 +282,8 @@ class EglrRefiner:
 
     def __init__(self, model, parts: ModelParts, config: EglrConfig, *, stats: EglrStats | None = None,
                  finished_rows=None, record_signals: bool = False):
-        config.validate_for_model(parts.num_layers)
+        # the layer-count rule is checked where the cells are resolved (RunSettings.check_cells, eglr_generate)
+        assert config.L <= parts.num_layers, f"L={config.L} > {parts.num_layers} layers"
         self.model, self.parts, self.config, self.stats = model, parts, config, stats
         self.finished_rows = finished_rows or (lambda: None)
         self.record_signals = record_signals
@@ -396,7 +397,7 @@ class EglrRefiner:
         iterations = torch.zeros(raw.shape[0], dtype=torch.long, device=raw.device)
         kls = torch.zeros_like(entropies)
         if self._top:
-            gate = entropy_gate(entropies, self.config.tau_h, active)
+            gate = entropy_gate(entropies, self.config.gate_tau_h, active)
             gated = [row for row, on in enumerate(gate.tolist()) if on]  # the step's one read from the device
             if gated:
                 lo, hi = gated[0], gated[-1] + 1
