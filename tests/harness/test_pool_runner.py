@@ -19,7 +19,7 @@ def test_a_task_is_calibrated_once_per_run(tiny_model_dir, tmp_path, monkeypatch
                   tau_h="auto", calib_limit=2)
     lm.generate_until(requests_for(CONTEXTS[:2], GREEDY, task="once"))
     tau, source = lm.tau_h_by_task["once"], dict(lm.accounts.calibration_source["once"])
-    monkeypatch.setattr(pool_runner, "calibrate", lambda *a, **k: pytest.fail("calibrated twice in one run"))
+    monkeypatch.setattr(pool_runner, "calibration_prompts", lambda *a, **k: pytest.fail("calibrated twice in one run"))
     lm.generate_until(requests_for(CONTEXTS[2:4], GREEDY, task="once"))
     assert lm.tau_h_by_task["once"] == tau and lm.accounts.calibration_source["once"] == source
     assert lm.get_model_info()["eglr"]["tau_h"] == {"once": tau}
