@@ -23,7 +23,7 @@ from tqdm import tqdm
 from eglr_harness.core.generation_options import SAMPLING_OPTIONS
 from eglr_harness.core.signals import rollout_signals
 from eglr_harness.decoding.contract import Engine, Outcome, Request
-from eglr_harness.decoding.stats import EglrStats, batch_shares, rollout_accounting
+from eglr_harness.run.accounting import EngineRunAccounts, restored_accounting, rollout_accounts
 from eglr_harness.run.settings import RolloutSpec
 from eglr_harness.run.stores import content_key
 
@@ -77,30 +77,6 @@ class TextCodec:
                                           think_end_token=think if isinstance(think, str) else None)
 
 
-def row_shares(accounting: dict, engine: str | None, k_max: int) -> dict:
-    """A rollout's own part of the batch figures (``BATCH_FIELDS`` of ``decoding/stats.py``): the steps
-    its row took part in and the refinement it ran, counted as its engine counts a row (from
-    ``rollout_accounting``; ``wall_time_s`` is left to the caller).
-
-    What a rollout carries into the rollout store as soon as it finishes, until its engine run ends and
-    replaces it with its share of the run's figures (``batch_shares``): a run killed in between, or a
-    second process reading the store meanwhile, then counts every rollout it reuses. The continuous
-    engine steps a row once per emitted token after the prompt's pass and once per refinement
-    iteration, and its refining passes hold the refining rows only; ``generate`` (engine=hf) steps a
-    row once per token and refines the gated rows of a step ``k_max`` times. For a run of one row at a
-    time (``batch_size=1``) these are the batch figures exactly; with more rows a step is shared, so
-    they count the steps a row took part in as if it had run alone.
-    """
-    tokens, L = accounting["tokens"], accounting["L"]
-    iterations = {int(k): int(n) for k, n in accounting["iterations"].items()}
-    gated, passes = sum(iterations.values()), sum(k * n for k, n in iterations.items())
-    if engine == "continuous":
-        return {"steps": max(tokens - 1, 0) + passes, "gated_steps": passes, "row_steps": tokens,
-                "batched_refine_layer_evals": L * passes, "wall_time_s": 0.0}
-    return {"steps": tokens, "gated_steps": gated, "row_steps": tokens,
-            "batched_refine_layer_evals": L * k_max * gated, "wall_time_s": 0.0}
-
-
 def outcome_signals(outcome: Outcome) -> dict:
     """The rollout's signals (``eglr_harness.core.signals``) from an engine's per-token values."""
     return rollout_signals(outcome.entropies, outcome.logprobs, outcome.token_iterations, outcome.final_kls)
@@ -117,27 +93,17 @@ class Decoded:
     reused: list[RolloutSpec] = field(default_factory=list)
 
 
-class RolloutDecoder:
-    """Decodes (context, spec) items with reuse: this run's memory, then the store, then an engine.
+class RolloutMemory:
+    """Finished rollouts, found again: this run's memory first, then the rollout store (``run/stores.py``).
 
-    engines: the engines in order of preference (continuous first under auto); a request goes to the
-    first that supports it (``Engine.unsupported``); ``strict``: the first always (engine=continuous
-    then refuses what it cannot do, naming engine=hf). names: the engines' names (``continuous``,
-    ``hf``), recorded with each rollout it decodes (``record["engine"]``).
+    A record is ``{"text", "signals", "engine", "accounting"}``, as the rollout store keeps it; ``decoded``:
+    the keys this run decoded, or counted as decoded (restored from the store with their accounting).
     """
 
-    def __init__(self, codec: TextCodec, engines: list[Engine], fingerprint: dict, store=None, *,
-                 strict: bool = False, show_progress: bool = True, names: list[str] | None = None):
-        self.codec, self.engines, self.fingerprint, self.store = codec, engines, fingerprint, store
-        self.names = names or [type(e).__name__ for e in engines]
-        self.strict, self.show_progress = strict, show_progress
-        self.memo: dict[str, dict] = {}  # key -> {"text", "signals", "engine", "accounting"} (as in the rollout store)
-        self._decoded: set[str] = set()  # keys this run decoded, or counted as decoded (from the store)
-        self._config_of: dict[str, object] = {}  # key -> its EglrConfig (which batch figures it shares)
-        self._said: set[str] = set()
-
-    def key(self, context: str, spec: RolloutSpec) -> str:
-        return content_key(self.fingerprint, context, spec.key_fields())
+    def __init__(self, store=None):
+        self.store = store
+        self.memo: dict[str, dict] = {}  # key -> its record
+        self.decoded: set[str] = set()
 
     def lookup(self, key: str) -> dict | None:
         record = self.memo.get(key)
@@ -147,20 +113,103 @@ class RolloutDecoder:
                 self.memo[key] = record
         return record
 
-    def forget(self) -> None:
-        """Drop this run's rollouts (the store keeps its own)."""
-        self.memo.clear()
-        self._decoded.clear()
-
     def stored(self, keys: list[str]) -> tuple[int, int]:
         """(distinct rollouts among ``keys``, how many of them are finished already)."""
         distinct = set(keys)
         return len(distinct), sum(self.lookup(k) is not None for k in distinct)
 
+    def keep(self, key: str, record: dict) -> None:
+        """Keep a finished rollout: in this run's memory, as decoded by this run, and in the rollout store."""
+        self.memo[key] = record
+        self.decoded.add(key)
+        if self.store is not None:
+            self.store.put(key, record)
+
+    def keep_many(self, records: dict[str, dict]) -> None:
+        """Store records kept already again (their accounting updated)."""
+        if self.store is not None and records:
+            self.store.put_many(records)
+
+    def forget(self) -> None:
+        """Drop this run's rollouts (the store keeps its own)."""
+        self.memo.clear()
+        self.decoded.clear()
+
+
+class EngineRouter:
+    """Which engine decodes a request: the first of ``engines`` (in order of preference, continuous first
+    under auto) that supports it (``Engine.unsupported``), or the first always when ``strict``
+    (engine=continuous then refuses what it cannot do, naming engine=hf). Each new reason to pass an
+    engine by is logged once."""
+
+    def __init__(self, engines: list[Engine], names: list[str], codec: TextCodec, *, strict: bool):
+        self.engines, self.names, self.codec, self.strict = engines, names, codec, strict
+        self._said: set[str] = set()
+
+    def engine_of(self, spec: RolloutSpec) -> str:
+        """The name of the engine that decodes ``spec``'s requests (the choice depends on their options only)."""
+        probe = Request((0,), spec.config, 1, seed=0 if spec.config.sampled else None, options=self.codec.options(spec))
+        return self.names[self.choice(probe, log=False)]
+
+    def choice(self, request: Request, log: bool = True) -> int:
+        """The index of the engine that decodes ``request``."""
+        if self.strict:
+            return 0
+        for choice, engine in enumerate(self.engines):
+            reason = engine.unsupported(request)
+            if reason is None:
+                return choice
+            if log and reason not in self._said:
+                self._said.add(reason)
+                logger.info("eglr-hf: such requests decode with engine=%s: %s", self.names[choice + 1], reason)
+        return len(self.engines) - 1
+
+    def route(self, requests) -> list[tuple[int, list[int]]]:
+        """Which engine (index) decodes which request (indices), in the engines' order."""
+        shares: dict[int, list[int]] = {}
+        for j, request in enumerate(requests):
+            shares.setdefault(self.choice(request), []).append(j)
+        return sorted(shares.items())
+
+
+class RolloutDecoder:
+    """Decodes (context, spec) items with reuse: this run's memory, then the store, then an engine.
+
+    Its parts: ``memory`` (``RolloutMemory``: store and reuse), ``router`` (``EngineRouter``: which engine
+    decodes a request) and the accounting of ``run/accounting.py`` (each rollout's figures, an engine
+    run's shared out). engines: in order of preference; ``strict``: the first always; names: the engines'
+    names (``continuous``, ``hf``), recorded with each rollout it decodes (``record["engine"]``).
+    """
+
+    def __init__(self, codec: TextCodec, engines: list[Engine], fingerprint: dict, store=None, *,
+                 strict: bool = False, show_progress: bool = True, names: list[str] | None = None):
+        self.codec, self.engines, self.fingerprint = codec, engines, fingerprint
+        self.names = names or [type(e).__name__ for e in engines]
+        self.show_progress = show_progress
+        self.memory = RolloutMemory(store)
+        self.router = EngineRouter(engines, self.names, codec, strict=strict)
+        self._config_of: dict[str, object] = {}  # key -> its EglrConfig (which batch figures it shares)
+
+    def key(self, context: str, spec: RolloutSpec) -> str:
+        return content_key(self.fingerprint, context, spec.key_fields())
+
+    def lookup(self, key: str) -> dict | None:
+        return self.memory.lookup(key)
+
+    def stored(self, keys: list[str]) -> tuple[int, int]:
+        return self.memory.stored(keys)
+
+    def engine_of(self, spec: RolloutSpec) -> str:
+        return self.router.engine_of(spec)
+
+    def forget(self) -> None:
+        """Drop this run's rollouts (the store keeps its own)."""
+        self.memory.forget()
+
     def decode(self, items: list[tuple[str, RolloutSpec]], *, stats_for, desc: str, disable_tqdm: bool = False,
                reuse: bool = True, keys: list[str] | None = None, calibration: bool = False) -> Decoded:
         """Every item's rollout; identical items (deterministic cells across cycles) decode once: found finished
-        (``_find_finished``), else decoded (``_decode_missing``) and stored as each finishes (``_store_finished``).
+        (``_find_finished``), else decoded (``_decode_missing``) and kept as each finishes.
         stats_for(config): the accounting a config's fresh rollouts add to; keys: the items' keys when
         the caller has them already; calibration: the items are tau_h calibration's greedy prompts, whose
         compute is accounted apart: their rollouts are stored marked so (``accounting["calibration"]``)
@@ -183,17 +232,14 @@ class RolloutDecoder:
         decoded (a resumed run reports what an uninterrupted one does): its accounting is added to
         ``stats_for`` here; this run's own rollouts, stored ones without accounting and ones calibration
         decoded (their compute is calibration's, as in the run that decoded them) count as reused."""
-        found = {key: self.lookup(key) if reuse else None for key in first}
-        restored = [key for key in first if found[key] is not None and key not in self._decoded
+        found = {key: self.memory.lookup(key) if reuse else None for key in first}
+        restored = [key for key in first if found[key] is not None and key not in self.memory.decoded
                     and found[key].get("accounting") is not None and stats_for is not None
                     and not found[key]["accounting"].get("calibration")]
         for key in restored:
             record, config = found[key], items[first[key]][1].config
-            accounting = record["accounting"]
-            if accounting.get("shares") is None:  # stored before rollouts carried their own shares from the start
-                accounting = {**accounting, "shares": row_shares(accounting, record.get("engine"), config.k_max)}
-            stats_for(config).add_rollout(accounting)
-            self._decoded.add(key)
+            stats_for(config).add_rollout(restored_accounting(record, config.k_max))
+            self.memory.decoded.add(key)
         reused = [items[i][1] for key, i in first.items() if found[key] is not None and key not in restored]
         if reused or restored:
             logger.info("eglr-hf: %d of %d rollouts reused from earlier work (%d of them from the rollout store "
@@ -201,14 +247,14 @@ class RolloutDecoder:
         return found, reused
 
     def _decode_missing(self, missing: list[tuple[str, int]], items, found: dict, *, stats_for, desc: str,
-                      disable_tqdm: bool, calibration: bool) -> dict[int, Outcome]:
-        """Decode the ``missing`` items ((key, index)), each through its engine (``_route``); each finished
-        rollout's record goes into ``found`` and is stored at once. Returns ``{index: its Outcome}``."""
+                        disable_tqdm: bool, calibration: bool) -> dict[int, Outcome]:
+        """Decode the ``missing`` items ((key, index)), each through its engine (``router``); each finished
+        rollout's record goes into ``found`` and is kept at once. Returns ``{index: its Outcome}``."""
         fresh: dict[int, Outcome] = {}
         requests, untils = zip(*(self.codec.request(*items[i]) for _, i in missing)) if missing else ((), ())
         bar = tqdm(total=len(missing), desc=desc, disable=disable_tqdm or not self.show_progress)
         try:
-            for choice, share in self._route(requests):
+            for choice, share in self.router.route(requests):
                 clock = [time.perf_counter()]  # when the engine run started, then when its last rollout finished
 
                 def finished(j, outcome, share=share, name=self.names[choice], clock=clock):
@@ -216,7 +262,7 @@ class RolloutDecoder:
                     record = self._record(outcome, untils[share[j]], name, requests[share[j]].config, calibration,
                                           clock)
                     found[key], fresh[i] = record, outcome
-                    self._store_finished(key, record)
+                    self.memory.keep(key, record)
                     bar.update(1)
                 batches = self._run([requests[j] for j in share], self.engines[choice], stats_for, finished)
                 self._keep_shares(batches, [missing[j][0] for j in share], found)
@@ -226,82 +272,24 @@ class RolloutDecoder:
 
     def _record(self, outcome: Outcome, until: list[str], engine: str, config, calibration: bool, clock: list) -> dict:
         """A finished rollout as this run and the store keep it: ``{"text", "signals", "engine", "accounting"}``
-        (its own figures until its engine run ends (``row_shares``), the time since the previous rollout
-        finished; ``clock[0]``: when that was, moved on to now)."""
-        accounting = rollout_accounting(len(outcome.tokens), outcome.iterations, config.L,
-                                        config.stop_rule.head_per_iteration)
-        if calibration:
-            accounting["calibration"] = True
+        (``run/accounting.rollout_accounts``: the time since the previous rollout finished; ``clock[0]``: when
+        that was, moved on to now)."""
         now = time.perf_counter()
-        accounting["shares"] = {**row_shares(accounting, engine, config.k_max), "wall_time_s": now - clock[0]}
+        accounting = rollout_accounts(outcome.tokens, outcome.iterations, config, engine, calibration=calibration,
+                                      wall_time_s=now - clock[0])
         clock[0] = now
         return {"text": self.codec.text(outcome.tokens, until), "signals": outcome_signals(outcome), "engine": engine,
                 "accounting": accounting}
 
-    def _store_finished(self, key: str, record: dict) -> None:
-        """Keep a finished rollout: in this run's memory, as decoded by this run, and in the rollout store."""
-        self.memo[key] = record
-        self._decoded.add(key)
-        if self.store is not None:
-            self.store.put(key, record)
-
     @staticmethod
-    def _run(requests: list[Request], engine: Engine, stats_for, on_finish) -> dict:
-        """``engine.run`` with each config's figures gathered apart first (``{config: EglrStats}``), then
-        added to ``stats_for(config)``: the run's batch figures are shared out among its rollouts."""
-        batches: dict = {}
-
-        def run_stats(config):
-            if config not in batches:
-                batches[config] = EglrStats(num_layers=stats_for(config).num_layers,
-                                            head_layers=stats_for(config).head_layers)
-            return batches[config]
-
-        engine.run(requests, stats_for=run_stats if stats_for is not None else None, on_finish=on_finish)
-        for config, part in batches.items():
-            stats_for(config).merge(part)
+    def _run(requests: list[Request], engine: Engine, stats_for, on_finish) -> EngineRunAccounts:
+        """``engine.run`` with each config's figures gathered apart (``EngineRunAccounts``), then added to
+        ``stats_for(config)``."""
+        batches = EngineRunAccounts(stats_for)
+        engine.run(requests, stats_for=batches.stats_for if stats_for is not None else None, on_finish=on_finish)
+        batches.merge()
         return batches
 
-    def _keep_shares(self, batches: dict, keys: list[str], found: dict) -> None:
+    def _keep_shares(self, batches: EngineRunAccounts, keys: list[str], found: dict) -> None:
         """Store each rollout of a finished engine run with its share of its config's batch figures."""
-        by_config: dict = {}
-        for key in dict.fromkeys(keys):
-            record = found.get(key)
-            if record is not None and "accounting" in record:
-                by_config.setdefault(self._config_of.get(key), []).append(key)
-        updated = {}
-        for config, members in by_config.items():
-            if config not in batches:
-                continue
-            shares = batch_shares(batches[config], [found[k]["accounting"] for k in members])
-            for key, share in zip(members, shares):
-                found[key]["accounting"]["shares"] = share
-                updated[key] = found[key]
-        if self.store is not None and updated:
-            self.store.put_many(updated)
-
-    def engine_of(self, spec: RolloutSpec) -> str:
-        """The name of the engine that decodes ``spec``'s requests (the choice depends on their options only)."""
-        probe = Request((0,), spec.config, 1, seed=0 if spec.config.sampled else None, options=self.codec.options(spec))
-        return self.names[self._choice(probe, log=False)]
-
-    def _choice(self, request: Request, log: bool = True) -> int:
-        """The index of the first engine that decodes ``request`` (the first, when strict); each new reason
-        to pass an engine by is logged once."""
-        if self.strict:
-            return 0
-        for choice, engine in enumerate(self.engines):
-            reason = engine.unsupported(request)
-            if reason is None:
-                return choice
-            if log and reason not in self._said:
-                self._said.add(reason)
-                logger.info("eglr-hf: such requests decode with engine=%s: %s", self.names[choice + 1], reason)
-        return len(self.engines) - 1
-
-    def _route(self, requests) -> list[tuple[int, list[int]]]:
-        """Which engine (index) decodes which request (indices), in the engines' order."""
-        shares: dict[int, list[int]] = {}
-        for j, request in enumerate(requests):
-            shares.setdefault(self._choice(request), []).append(j)
-        return sorted(shares.items())
+        self.memory.keep_many(batches.share_out(keys, found, self._config_of))

@@ -1,4 +1,4 @@
-"""Which engine decodes an ``eglr-hf`` run (``engine=auto|continuous|hf``), and what a run records of them.
+"""Which engine decodes an ``eglr-hf`` run (``engine=auto|continuous|hf``), and how a run names them.
 
 ``auto`` takes the continuous engine wherever it can drive the model and the hook engine
 (``generate`` with EGLR hooks) for the rest: the whole model (another family, a split device_map)
@@ -59,24 +59,6 @@ def engines_said(names) -> str | None:
     """One name for the engines that decoded something (``continuous``, ``hf``, or ``mixed``), None for none."""
     names = set(names) - {None}
     return next(iter(names)) if len(names) == 1 else "mixed" if names else None
-
-
-def engine_info(runner, engines: list[Engine], requested: str, used: str, compile_choice: CompileChoice) -> dict:
-    """eglr-hf's engine entries of ``config.eglr``: the engine(s) that decoded the rollouts (mixed: some
-    cells or rollouts each), per task and cell; what the continuous engine's step ran as and what compiling
-    and capturing cost it (late compilations included: should be 0)."""
-    engine = runner.engines_said() or used  # nothing decoded yet: the engine preferred
-    continuous = [e for e in engines if engine_name(e) == "continuous"]
-    return {
-        "engine": engine,
-        "engines": runner.engines_by_task(),
-        "engine_requested": requested,
-        # what the continuous engine's step ran as; none when every rollout went through generate
-        "compile": "none" if engine == "hf" else compile_choice.recorded,
-        "compile_requested": compile_choice.requested,
-        # the continuous engine's warmup_report() (this rank's), None when it is not among the engines
-        "compile_report": continuous[0].warmup_report() if continuous else None,
-    }
 
 
 def _hook_batch_size(lm):

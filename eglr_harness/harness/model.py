@@ -23,7 +23,7 @@ from eglr_harness.core.model_args import USE_CACHE_REFUSAL
 from eglr_harness.decoding.model_parts import find_model_parts
 from eglr_harness.harness.decode import RolloutDecoder, TextCodec
 from eglr_harness.harness.eglr_args import EglrArgs
-from eglr_harness.harness.engines import build_engines, engine_info, engine_name
+from eglr_harness.harness.engines import build_engines, engine_name
 from eglr_harness.harness.pool_runner import PoolRunner
 from eglr_harness.run.model_names import loaded_name, model_name
 from eglr_harness.run.stores import RolloutStore, loaded_model_fingerprint
@@ -82,7 +82,7 @@ class EglrHFLM(HFLM):
         return self.runner.generate(requests, disable_tqdm)
 
     def get_model_info(self) -> dict:
-        fields = engine_info(self.runner, self.engines, self.args.engine, self.engine_used, self.compile_choice)
+        fields = self.runner.engine_info(self.engines, self.args.engine, self.engine_used, self.compile_choice)
         return {**super().get_model_info(), "eglr": self.runner.eglr_info(fields)}
 
     # ------------------------------------------------------------------ eglr-calibrate, benchmarks

@@ -17,7 +17,9 @@ from eglr_harness.core.config import STOP_THRESHOLD_ARGS, has_gate
 from eglr_harness.core.rollout import Rollout
 from eglr_harness.harness.decode import RolloutDecoder
 from eglr_harness.harness.eglr_args import EglrArgs
-from eglr_harness.harness.engines import engines_said, pool_size_text
+from eglr_harness.decoding.compile_setting import CompileChoice
+from eglr_harness.decoding.contract import Engine
+from eglr_harness.harness.engines import engine_name, engines_said, pool_size_text
 from eglr_harness.run.accounting import RunAccounts
 from eglr_harness.run.calibration import (
     cached_calibration,
@@ -109,6 +111,23 @@ class PoolRunner:
                          **{k: v for k, v in s.as_dict().items() if k == "stop" or k in STOP_THRESHOLD_ARGS}},
             "tau_h": dict(self.tau_h_by_task),
             "stats": (self.gathered_accounts or self.accounts).summary(),
+        }
+
+    def engine_info(self, engines: list[Engine], requested: str, used: str, compile_choice: CompileChoice) -> dict:
+        """eglr-hf's engine entries of ``config.eglr``: the engine(s) that decoded the rollouts (mixed: some
+        cells or rollouts each), per task and cell; what the continuous engine's step ran as and what compiling
+        and capturing cost it (late compilations included: should be 0)."""
+        engine = self.engines_said() or used  # nothing decoded yet: the engine preferred
+        continuous = [e for e in engines if engine_name(e) == "continuous"]
+        return {
+            "engine": engine,
+            "engines": self.engines_by_task(),
+            "engine_requested": requested,
+            # what the continuous engine's step ran as; none when every rollout went through generate
+            "compile": "none" if engine == "hf" else compile_choice.recorded,
+            "compile_requested": compile_choice.requested,
+            # the continuous engine's warmup_report() (this rank's), None when it is not among the engines
+            "compile_report": continuous[0].warmup_report() if continuous else None,
         }
 
     def engines_said(self) -> str | None:

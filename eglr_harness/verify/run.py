@@ -35,7 +35,8 @@ from eglr_harness.verify.scorers import Item, Scorer, check_weights, load_scorer
 from eglr_harness.verify.spec import VerifierSpec
 from eglr_harness.verify.store import ScoreStore, score_key
 
-__all__ = ["SCORES_FIELD", "RunCopy", "plan_copies", "question_of", "verify_runs"]
+__all__ = ["SCORES_FIELD", "RunCopy", "VerifyPlan", "plan_copies", "plan_verification", "question_of", "score_rollouts",
+           "verify_runs", "write_copies"]
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +132,144 @@ def _record(scorer: Scorer, steps: list[float]) -> dict:
     return {"steps": steps, **{how: aggregate(steps, how) for how in AGGREGATIONS}, "model": scorer.name}
 
 
+@dataclass
+class VerifyPlan:
+    """What a verification reads and writes, settled before any verifier loads: the runs and their copies,
+    the samples lines to score into (keyed by copy and source file), the documents chosen, and the
+    settings every verifier loads with."""
+
+    out: Path
+    copies: list[RunCopy]
+    lines_of: dict[tuple[int, Path], list[dict]]
+    limit: int | None
+    doc_ids: Sequence[int] | None
+    device: str
+    dtype: str
+    trust_remote_code: bool
+    own_args: dict | None
+    system_prompt: str | None
+
+    def wanted(self) -> list[tuple[tuple, Item]]:
+        """Each rollout of the chosen documents, keyed ``(copy, source, line index, rollout index)``."""
+        wanted: list[tuple[tuple, Item]] = []
+        for c in self.copies:
+            for src in c.samples:
+                lines = self.lines_of[(id(c), src)]
+                chosen = _chosen_docs(lines, self.limit, self.doc_ids)
+                for li, sample in enumerate(lines):
+                    items = _items(sample) if sample.get("doc_id") in chosen else None
+                    wanted += [((id(c), src, li, ri), item) for ri, item in enumerate(items or [])]
+        return wanted
+
+
+def plan_verification(run_paths: Sequence[str | Path], specs: Sequence[VerifierSpec], out: str | Path, *,
+                      task: str | None = None, limit: int | None = None, doc_ids: Sequence[int] | None = None,
+                      batch_size: int = 8, device: str | None = None, dtype: str = "auto",
+                      trust_remote_code: bool = False, model_args: Mapping | None = None,
+                      system_prompt: str | None = None) -> VerifyPlan:
+    """Every check before a verifier loads (the values, the copies' places, the weights, each samples
+    file's lines: FILE:LINE on a bad one, as eglr-report and eglr-export say it), and the plan."""
+    if limit is not None and limit < 1:
+        raise ValueError(f"`--limit`={limit!r} is not allowed; allowed: an int >= 1 (documents per samples file).")
+    if batch_size < 1:
+        raise ValueError(f"`--batch_size`={batch_size!r} is not allowed; allowed: an int >= 1.")
+    out = Path(out)
+    copies = plan_copies(run_paths, out, task)
+    for spec in specs:
+        check_weights(spec, trust_remote_code)
+    own_args = None
+    if any(s.is_self for s in specs):
+        runs_args = [parse_model_args((read_results(c.files.results).get("config") or {}).get("model_args"))
+                     for c in copies]
+        own_args = self_model_args([{**a, **(model_args or {})} for a in runs_args])
+    if device is None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    for c in copies:
+        for src in c.samples:
+            read_samples_file(src, require_rollouts=False)
+    lines_of = {(id(c), src): _read_lines(c, src) for c in copies for src in c.samples}
+    return VerifyPlan(out, copies, lines_of, limit, doc_ids, device, dtype, trust_remote_code, own_args,
+                      system_prompt)
+
+
+def score_rollouts(plan: VerifyPlan, spec: VerifierSpec, store: ScoreStore, *, batch_size: int,
+                   progress: bool) -> dict:
+    """Score the plan's rollouts with one verifier: the store's scores reused, the rest scored in batches
+    (stored per batch: a killed run resumes from there) and written into ``plan.lines_of``. Returns what
+    ``eglr_verify.json`` records of the verifier."""
+    from tqdm.auto import tqdm
+
+    started = time.monotonic()
+    wanted = plan.wanted()
+    stored: dict[str, list[float]] = {}
+    scorer = load_scorer(spec, device=plan.device, dtype=plan.dtype, trust_remote_code=plan.trust_remote_code,
+                         model_args=plan.own_args, system_prompt=plan.system_prompt)
+
+    def key_of(item: Item) -> str:
+        return score_key(spec.key, scorer.fingerprint, scorer.dtype, item.question,
+                         item.prompt if spec.key == "self:certainty" else "", item.solution)
+
+    todo: dict[str, Item] = {}
+    for _, item in wanted:
+        key = key_of(item)
+        if key in stored or key in todo:
+            continue
+        value = store.get(key)
+        if value is None:
+            todo[key] = item
+        else:
+            stored[key] = value["steps"]
+    reused = len(stored)
+    encoded = {k: scorer.encode(it) for k, it in todo.items()}
+    order = sorted(encoded, key=lambda k: len(encoded[k].input_ids))  # less padding per batch
+    bar = tqdm(total=len(order), desc=f"eglr-verify {spec.key}", unit="rollout", disable=not progress)
+    for start in range(0, len(order), batch_size):
+        keys = order[start : start + batch_size]
+        scores = scorer.score([encoded[k] for k in keys])
+        batch = {k: {"steps": s} for k, s in zip(keys, scores)}
+        store.put_many(batch)  # per batch: a killed run resumes from here
+        stored.update({k: v["steps"] for k, v in batch.items()})
+        bar.update(len(keys))
+    bar.close()
+    for (cid, src, li, ri), item in wanted:
+        rollout = plan.lines_of[(cid, src)][li]["rollouts"][ri]
+        rollout.setdefault(SCORES_FIELD, {})[spec.key] = _record(scorer, stored[key_of(item)])
+    logger.info("%s: %d rollouts, %d texts scored, %d from the store", spec.key, len(wanted), len(order), reused)
+    return {"model": scorer.name, "rollouts": len(wanted), "texts_scored": len(order), "texts_from_store": reused,
+            "seconds": round(time.monotonic() - started, 1)}
+
+
+def write_copies(plan: VerifyPlan, record: dict) -> dict:
+    """Write each run's copy (its results JSON as it is, its samples with the scores) and ``eglr_verify.json``
+    (``record``, with the verifiers an earlier eglr-verify on this OUT recorded). Returns the record written.
+
+    Another eglr-verify on this OUT may have written since the plan read the copies: under one lock, read
+    them again and add these scores to theirs (the last writer kept only its own before)."""
+    out = plan.out
+    with _out_lock(out):
+        for c in plan.copies:
+            c.results_out.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(c.results_out, c.files.results.read_bytes())  # whole or absent
+            for src, target in c.samples.items():
+                merged = _with_scores_of(_read_lines(c, src), plan.lines_of[(id(c), src)])
+                with atomic_writer(target) as handle:
+                    for sample in merged:
+                        handle.write(dumps(sample) + "\n")
+        previous = {}
+        if (out / RECORD_FILE).is_file():
+            try:
+                previous = json.loads((out / RECORD_FILE).read_text(encoding="utf-8")).get("verifiers", {})
+            except ValueError:
+                previous = {}
+        record["verifiers"] = {**previous, **record["verifiers"]}
+        record["versions"] = _versions()
+        with atomic_writer(out / RECORD_FILE) as handle:
+            handle.write(dumps(record, indent=2) + "\n")
+    return record
+
+
 def verify_runs(
     run_paths: Sequence[str | Path],
     specs: Sequence[VerifierSpec],
@@ -149,111 +288,21 @@ def verify_runs(
     argv: Sequence[str] | None = None,
 ) -> dict:
     """Score every rollout of the runs under ``run_paths`` with each verifier of ``specs`` and write the
-    copies under ``out`` (module docstring). Returns the record written to ``OUT/eglr_verify.json``."""
-    from tqdm.auto import tqdm
-
-    if limit is not None and limit < 1:
-        raise ValueError(f"`--limit`={limit!r} is not allowed; allowed: an int >= 1 (documents per samples file).")
-    if batch_size < 1:
-        raise ValueError(f"`--batch_size`={batch_size!r} is not allowed; allowed: an int >= 1.")
-    out = Path(out)
-    copies = plan_copies(run_paths, out, task)
-    for spec in specs:
-        check_weights(spec, trust_remote_code)
-    own_args = None
-    if any(s.is_self for s in specs):
-        runs_args = [parse_model_args((read_results(c.files.results).get("config") or {}).get("model_args"))
-                     for c in copies]
-        own_args = self_model_args([{**a, **(model_args or {})} for a in runs_args])
-    if device is None:
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-
-    for c in copies:  # the runs' lines checked as eglr-report and eglr-export check them: FILE:LINE on a bad one
-        for src in c.samples:
-            read_samples_file(src, require_rollouts=False)
-    lines_of = {(id(c), src): _read_lines(c, src) for c in copies for src in c.samples}
-    store = ScoreStore(out)
-    record = {"command": ["eglr-verify", *(argv or [])], "runs": [c.files.name for c in copies], "limit": limit,
+    copies under ``out`` (module docstring): plan, score, write. Returns the record written to
+    ``OUT/eglr_verify.json``."""
+    plan = plan_verification(run_paths, specs, out, task=task, limit=limit, doc_ids=doc_ids, batch_size=batch_size,
+                             device=device, dtype=dtype, trust_remote_code=trust_remote_code, model_args=model_args,
+                             system_prompt=system_prompt)
+    record = {"command": ["eglr-verify", *(argv or [])], "runs": [c.files.name for c in plan.copies], "limit": limit,
               "doc_ids": None if doc_ids is None else sorted(doc_ids),
-              "device": device, "dtype": dtype, "python": platform.python_version(), "verifiers": {}}
+              "device": plan.device, "dtype": dtype, "python": platform.python_version(), "verifiers": {}}
+    store = ScoreStore(plan.out)
     try:
         for spec in specs:
-            started = time.monotonic()
-            scorer = None
-            # (c, src, line index, rollout index) -> item, for the chosen documents
-            wanted: list[tuple[tuple, Item]] = []
-            for c in copies:
-                for src in c.samples:
-                    lines = lines_of[(id(c), src)]
-                    chosen = _chosen_docs(lines, limit, doc_ids)
-                    for li, sample in enumerate(lines):
-                        items = _items(sample) if sample.get("doc_id") in chosen else None
-                        wanted += [((id(c), src, li, ri), item) for ri, item in enumerate(items or [])]
-            stored: dict[str, list[float]] = {}
-
-            def key_of(item: Item, s: Scorer) -> str:
-                return score_key(spec.key, s.fingerprint, s.dtype, item.question,
-                                 item.prompt if spec.key == "self:certainty" else "", item.solution)
-
-            scorer = load_scorer(spec, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                                 model_args=own_args, system_prompt=system_prompt)
-            todo: dict[str, Item] = {}
-            for _, item in wanted:
-                key = key_of(item, scorer)
-                if key in stored or key in todo:
-                    continue
-                value = store.get(key)
-                if value is None:
-                    todo[key] = item
-                else:
-                    stored[key] = value["steps"]
-            reused = len(stored)
-            encoded = {k: scorer.encode(it) for k, it in todo.items()}
-            order = sorted(encoded, key=lambda k: len(encoded[k].input_ids))  # less padding per batch
-            bar = tqdm(total=len(order), desc=f"eglr-verify {spec.key}", unit="rollout", disable=not progress)
-            for start in range(0, len(order), batch_size):
-                keys = order[start : start + batch_size]
-                scores = scorer.score([encoded[k] for k in keys])
-                batch = {k: {"steps": s} for k, s in zip(keys, scores)}
-                store.put_many(batch)  # per batch: a killed run resumes from here
-                stored.update({k: v["steps"] for k, v in batch.items()})
-                bar.update(len(keys))
-            bar.close()
-            for (cid, src, li, ri), item in wanted:
-                rollout = lines_of[(cid, src)][li]["rollouts"][ri]
-                rollout.setdefault(SCORES_FIELD, {})[spec.key] = _record(scorer, stored[key_of(item, scorer)])
-            record["verifiers"][spec.key] = {
-                "model": scorer.name, "rollouts": len(wanted), "texts_scored": len(order), "texts_from_store": reused,
-                "seconds": round(time.monotonic() - started, 1)}
-            logger.info("%s: %d rollouts, %d texts scored, %d from the store", spec.key, len(wanted), len(order),
-                        reused)
-            del scorer
+            record["verifiers"][spec.key] = score_rollouts(plan, spec, store, batch_size=batch_size, progress=progress)
     finally:
         store.close()
-    # another eglr-verify on this --out may have written since we read: under one lock, read the copies
-    # again and add our scores to theirs (the last writer kept only its own before)
-    with _out_lock(out):
-        for c in copies:
-            c.results_out.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(c.results_out, c.files.results.read_bytes())  # whole or absent
-            for src, target in c.samples.items():
-                merged = _with_scores_of(_read_lines(c, src), lines_of[(id(c), src)])
-                with atomic_writer(target) as handle:
-                    for sample in merged:
-                        handle.write(dumps(sample) + "\n")
-        previous = {}
-        if (out / RECORD_FILE).is_file():
-            try:
-                previous = json.loads((out / RECORD_FILE).read_text(encoding="utf-8")).get("verifiers", {})
-            except ValueError:
-                previous = {}
-        record["verifiers"] = {**previous, **record["verifiers"]}
-        record["versions"] = _versions()
-        with atomic_writer(out / RECORD_FILE) as handle:
-            handle.write(dumps(record, indent=2) + "\n")
-    return record
+    return write_copies(plan, record)
 
 
 @contextlib.contextmanager
