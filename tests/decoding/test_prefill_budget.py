@@ -27,10 +27,9 @@ def prefill_shapes(monkeypatch) -> list[tuple[int, int, int]]:
     shapes = []
     real = continuous._Run.prefill
 
-    def recording(run):
-        slots, chunk = run.scheduler.next_chunk()
-        shapes.append((len(slots), chunk, run.rows[slots[0]].prefilled))
-        return real(run)
+    def recording(run, work):
+        shapes.append((len(work.slots), work.chunk, run.rows[work.slots[0]].prefilled))
+        return real(run, work)
     monkeypatch.setattr(continuous._Run, "prefill", recording)
     return shapes
 
@@ -91,8 +90,8 @@ def test_decoding_rows_keep_stepping_between_the_chunks_of_a_long_prompt(monkeyp
     events = []
     for name in ("prefill", "step"):
         real = getattr(continuous._Run, name)
-        monkeypatch.setattr(continuous._Run, name, lambda run, _real=real,
-                            _name=name: (events.append(_name), _real(run))[1])
+        monkeypatch.setattr(continuous._Run, name, lambda run, work, _real=real,
+                            _name=name: (events.append(_name), _real(run, work))[1])
     long, short = requests_of((60, 5), [EglrConfig(L=0)], new=30)
     outcomes = ContinuousEngine(model, max_batch=2, eos_token_ids=[], prefill_tokens=8, admit_at=1).run([long, short])
     assert events[:3] == ["prefill", "prefill", "step"]  # the long prompt's first chunk, the short prompt, a step

@@ -9,9 +9,9 @@ import logging
 import pytest
 
 from eglr_harness.core.config import EglrConfig
-from eglr_harness.decoding.continuous.scheduler import Scheduler
+from eglr_harness.decoding.continuous.scheduler import Prefill, Scheduler, Step
 from eglr_harness.decoding.continuous.step_key import StepKey, StepSizes, length_bucket, row_buckets
-from eglr_harness.decoding.continuous.step_state import RowPhase
+from eglr_harness.decoding.continuous.step_state import READ_FIELDS, RowPhase
 from eglr_harness.decoding.contract import Outcome, Request
 
 
@@ -63,6 +63,41 @@ def test_prefill_chunks_pack_first_chunks_and_put_a_long_prompt_at_the_back_of_t
     assert s.prefilled([0], [4]) == [0] and not s.prefilling and s.rows[0].prompt_left == 0
 
 
+def read(**values) -> list[float]:
+    """One row of a forward's read, by the names of READ_FIELDS (the rest 0)."""
+    return [float(values.get(name, 0)) for name in READ_FIELDS]
+
+
+def test_the_loop_asks_what_runs_now_and_the_scheduler_owns_every_phase_change_and_finish():
+    requests = [Request((3, 4), EglrConfig(L=1, tau_h=0.0), 2), Request((5,), EglrConfig(L=0), 3),
+                Request((6,), EglrConfig(L=0), 3, stop_strings=("x",))]
+    s = Scheduler(requests, [Outcome() for _ in requests], num_slots=2, max_advancing=2, admit_at=1,
+                  prefill_tokens=8)
+    work = s.next_work()
+    assert work == Prefill(admitted=[0, 1], slots=[0, 1], chunk=2)  # the round admits, then prefills
+    assert s.prefilled(work.slots, [2, 1]) == [0, 1]
+    assert s.absorb([read(gated=1, entropy=2.0), read(emitted=1, token=7)], [0, 1], eos=frozenset({9}),
+                    stopped=lambda rows: set()) == []
+    assert [s.rows[0].phase, s.rows[1].phase] == [RowPhase.REFINE, RowPhase.ADVANCE]  # gated: it refines next
+    work = s.next_work()
+    assert work == Step(advancing=[1], refining=[0])  # the round's step, after its prefill
+    finished = s.absorb([read(emitted=1, token=9), read(emitted=1, token=8, iterations=2)], [1, 0],
+                        eos=frozenset({9}), stopped=lambda rows: set())
+    assert [(row.index, row.outcome.finish) for row in finished] == [(1, "eos")] and s.rows[1] is None
+    first = s.rows[0].outcome
+    assert s.rows[0].phase == RowPhase.ADVANCE and first.iterations == {2: 1} and first.tokens == [8]
+    assert first.gated == 1 and first.entropies == [2.0] and first.token_iterations == [2]
+    work = s.next_work()  # the next round admits the third request into the freed slot
+    assert work == Prefill(admitted=[1], slots=[1], chunk=1)
+    s.prefilled(work.slots, [1])
+    finished = s.absorb([read(emitted=1, token=5)], [1], eos=frozenset(), stopped=lambda rows: {id(rows[0])})
+    assert [(row.index, row.outcome.finish) for row in finished] == [(2, "stop")]
+    assert s.next_work() == Step(advancing=[0], refining=[])
+    finished = s.absorb([read(emitted=1, token=4)], [0], eos=frozenset(), stopped=lambda rows: set())
+    assert [(row.index, row.outcome.finish) for row in finished] == [(0, "length")]
+    assert s.next_work() is None and not s.busy()
+
+
 def test_the_step_key_is_the_bucket_of_rows_and_width():
     sizes = StepSizes.of(num_slots=6, max_advancing=4, kv_bucket=4, capacity=24, bucketed=True)
     assert sizes.advancing == (2, 4, 6) and sizes.refining == (2, 4, 6)
@@ -75,21 +110,32 @@ def test_the_step_key_is_the_bucket_of_rows_and_width():
     assert row_buckets(1) == [2] and row_buckets(9, 3) == [2, 3, 4, 8, 9]
 
 
-def test_a_compiled_run_says_at_its_start_which_steps_it_may_record(caplog):
+def test_a_compiled_run_says_its_buckets_at_its_start_and_the_keys_it_captured_at_its_end(caplog, monkeypatch):
     import torch
+    from helpers.replay_graph import ReplayGraph
     from helpers.tiny_models import build_tiny_model
 
+    from eglr_harness.decoding.continuous import step_graphs
     from eglr_harness.decoding.continuous.engine import ContinuousEngine
 
+    monkeypatch.setattr(step_graphs, "CudaGraph", ReplayGraph)
     model = build_tiny_model("llama", vocab_size=64, num_layers=2, seed=1)
     requests = [Request((5, 6, 7), EglrConfig(L=1, tau_h=0.0), 3), Request((8, 9), EglrConfig(L=0), 3)]
+    engine = ContinuousEngine(model, max_batch=2, kv_bucket=4, compile=True, compile_backend="eager")
+    engine.runner.capture = True  # what compile_mode="reduce-overhead" turns on, on CUDA
     torch._dynamo.reset()
     with caplog.at_level(logging.INFO, logger="eglr_harness.decoding.continuous.engine"):
-        ContinuousEngine(model, max_batch=2, kv_bucket=4, compile=True, compile_backend="eager").run(requests)
+        engine.run(requests)
+        engine.run(requests)  # the same keys: nothing captured again
     torch._dynamo.reset()
-    said = [r.getMessage() for r in caplog.records if "step keys" in r.getMessage()]
-    assert said == ["continuous engine: 2 slots, advancing rows [2], refining rows [0, 2], K/V widths 4, 6, 8, 12 "
-                    "(up to 8 step keys, each recorded when first met)"]
+    said = [r.getMessage() for r in caplog.records if "step" in r.getMessage()]
+    captured = engine.warmup_report()["capture_keys"]
+    assert captured and said == [
+        "continuous engine: 2 slots, step buckets: advancing rows [2], refining rows [0, 2], K/V widths 4, 6, 8, 12",
+        f"continuous engine: this run captured {len(captured)} step keys (advancing rows, refining rows, K/V width): "
+        + ", ".join(f"({a}, {r}, {w})" for a, r, w in captured),
+        "continuous engine: 2 slots, step buckets: advancing rows [2], refining rows [0, 2], K/V widths 4, 6, 8, 12",
+        "continuous engine: this run captured 0 step keys (advancing rows, refining rows, K/V width)"]
 
 
 @pytest.mark.parametrize("moved", [False, True])

@@ -56,11 +56,11 @@ from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.compile_setting import CUDA_GRAPHS
 from eglr_harness.decoding.continuous.fixed_step import save_anchors, settle
 from eglr_harness.decoding.continuous.kv_slots import SPARE_COLUMNS, SlotCache, SlotView, prefill_masks
-from eglr_harness.decoding.continuous.scheduler import Row, Scheduler
+from eglr_harness.decoding.continuous.scheduler import Prefill, Row, Scheduler, Step
 from eglr_harness.decoding.continuous.stack import FALLBACK, ModelStack
 from eglr_harness.decoding.continuous.step_graphs import EAGER_STEP_SHARE, StepRunner, WarmupReport
 from eglr_harness.decoding.continuous.step_key import StepSizes, length_bucket
-from eglr_harness.decoding.continuous.step_state import READ_FIELDS, RowPhase, SlotState, StepInvariants
+from eglr_harness.decoding.continuous.step_state import READ_FIELDS, SlotState, StepInvariants
 from eglr_harness.decoding.contract import Outcome, Request
 from eglr_harness.decoding.functional import raise_on_nan_rows
 from eglr_harness.decoding.processors import LogitsOptions, ProcessorsInUse, not_applied
@@ -186,11 +186,13 @@ class ContinuousEngine:
             return []
         started = time.perf_counter()
         before = dataclasses.replace(self.runner.report)
+        captured_before = len(self.runner.report.capture_keys)
         run = _Run(self, requests, options, on_finish)
         # no_grad, not inference_mode: under inference_mode the CPU linear layers ran 24 % slower here
         with torch.no_grad(), self.stack.slot_attention():
             run.decode()
         self._say_eager_steps(before)
+        self._say_captures(self.runner.report.capture_keys[captured_before:])
         if stats_for is not None:
             run.account(stats_for, time.perf_counter() - started)
         return run.outcomes
@@ -206,6 +208,13 @@ class ContinuousEngine:
                            "is logged above with dynamo's reason): this run was not the compiled run it was asked to "
                            "be; please "
                            "report it.", eager, steps, 100 * eager / steps, report.late_compiles - before.late_compiles)
+
+    def _say_captures(self, keys: list) -> None:
+        """At the end of a run that captures its steps: the step keys it recorded graphs for (none: every key
+        it met was recorded before)."""
+        if self.runner.capture:
+            logger.info("continuous engine: this run captured %d step keys (advancing rows, refining rows, K/V "
+                        "width)%s", len(keys), ": " + ", ".join(key.said() for key in keys) if keys else "")
 
     def warmup_report(self) -> dict:
         """What compiling and capturing the step has cost this engine: ``compiles``, ``captures``,
@@ -352,7 +361,7 @@ class _Run:
         self.cache, self.state = workspace.cache, workspace.state
         self.trash = workspace.num_slots  # padding rows of a step write to this slot
         self.sizes = StepSizes.of(self.num_slots, max_batch, engine.kv_bucket, engine.capacity_for(requests),
-                                  engine.compile)
+                                  engine.compile, invariants=self.plan)
         if engine.compile:
             logger.info("continuous engine: %d slots, %s", self.num_slots, self.sizes.describe())
         self.steps_by_config: Counter = Counter()
@@ -360,28 +369,27 @@ class _Run:
 
     # ---------------------------------------------------------------- the loop
     def decode(self) -> None:
-        scheduler = self.scheduler
-        while scheduler.busy():
-            self.admit()
-            if scheduler.prefilling:
-                self.prefill()
-            if scheduler.decoding():
-                self.step()
+        """Run what the scheduler says runs, until it says nothing does."""
+        while (work := self.scheduler.next_work()) is not None:
+            if isinstance(work, Prefill):
+                self.admit(work.admitted)
+                self.prefill(work)
+            else:
+                self.step(work)
 
-    def admit(self) -> None:
-        """Admit what the scheduler admits and write the requests' settings into their slots; their prompts
-        are prefilled next (``prefill``)."""
-        slots = self.scheduler.admit()
+    def admit(self, slots: list[int]) -> None:
+        """Write the settings of the requests admitted into ``slots`` into the slot state; their prompts are
+        prefilled next (``prefill``)."""
         if not slots:
             return
         rows = [self.rows[s] for s in slots]
         self.state.admit(slots, [r.request.config for r in rows], [r.request.seed for r in rows],
                          [r.request.prompt for r in rows], [self.options[r.index] for r in rows])
 
-    def prefill(self) -> None:
-        """One prefill forward: the next chunk of each prompt the scheduler picks, right-padded to Q positions,
+    def prefill(self, work: Prefill) -> None:
+        """One prefill forward: the next chunk of each prompt the scheduler picked, right-padded to Q positions,
         within the token budget; rows whose prompt is complete get their first distribution (gate, token)."""
-        slots, chunk = self.scheduler.next_chunk()
+        slots, chunk = work.slots, work.chunk
         rows = [self.rows[s] for s in slots]
         starts = [row.prefilled for row in rows]
         takes = [min(len(row.request.prompt) - row.prefilled, chunk) for row in rows]
@@ -421,16 +429,16 @@ class _Run:
         if done:
             last_hidden = hidden[picked, last]  # (G', D)
             read = settle(self.stack, self.plan, self.state, done_slots, 0, last_hidden, self.stack.logits(last_hidden))
-            self.absorb(read.tolist(), advancing, [RowPhase.ADVANCE] * len(done))
+            self.absorb(read.tolist(), advancing)
 
-    def step(self) -> None:
+    def step(self, work: Step) -> None:
         """One decoding step: advancing rows feed their newest token, refining rows run one iteration."""
-        advancing = self.scheduler.slots_in(RowPhase.ADVANCE)
-        refining = self.scheduler.slots_in(RowPhase.REFINE)
+        advancing, refining = work.advancing, work.refining
         self.steps_by_config.update({self.rows[s].request.config for s in advancing + refining})  # once per step
         self.refining_steps_by_config.update({self.rows[s].request.config for s in refining})
         # the columns the step reads: the newest position an advancing row writes, a length bucket of it
         needed = max([self.rows[s].position + 3 for s in advancing] + [self.rows[s].position + 2 for s in refining])
+        # the step's one key (the run's invariants, its row buckets, its width): the step runner trusts it
         key = self.sizes.key(len(advancing), len(refining), needed)  # compiled: buckets; eager: exact row counts
         if key.width > self.cache.capacity:  # eager steps only: a captured run's storage holds its longest request
             self.engine.runner.forget()
@@ -440,12 +448,11 @@ class _Run:
         num_adv, num_ref = key.advancing, key.refining
         slots = self._upload(advancing + [self.trash] * (num_adv - len(advancing)) +
                              refining + [self.trash] * (num_ref - len(refining)))
-        read = self.engine.step_fn(self.stack, self.plan, self.state, self.cache, slots[:num_adv], slots[num_adv:])
+        read = self.engine.step_fn(self.stack, key, self.state, self.cache, slots[:num_adv], slots[num_adv:])
         host = read.tolist()  # the step's one read
         for s in advancing:
             self.rows[s].position += 1
-        self.absorb(host[:len(advancing)] + host[num_adv:num_adv + len(refining)], advancing + refining,
-                    [RowPhase.ADVANCE] * len(advancing) + [RowPhase.REFINE] * len(refining))
+        self.absorb(host[:len(advancing)] + host[num_adv:num_adv + len(refining)], advancing + refining)
 
     def _upload(self, values: list[int]) -> torch.Tensor:
         """Host ints to the device without a host sync (pinned memory, non-blocking copy on CUDA):
@@ -456,44 +463,14 @@ class _Run:
         return host.to(self.device, non_blocking=True)
 
     # ---------------------------------------------------------------- after a forward
-    def absorb(self, read: list[list[float]], slots: list[int], phases: list[RowPhase]) -> None:
-        """Apply a forward's read (one row per slot of ``slots``): gates, exits, emitted tokens, finishes."""
+    def absorb(self, read: list[list[float]], slots: list[int]) -> None:
+        """Hand a forward's read (one row per slot of ``slots``) to the scheduler, which applies it (gates, exits,
+        emitted tokens, finishes); each finished request is reported (``on_finish``)."""
         raise_on_nan_rows([slot for slot, values in zip(slots, read) if values[_F["nan"]]],
                           "a decoding step of the continuous engine")
-        emitted: list[tuple[int, Row]] = []
-        for slot, phase, values in zip(slots, phases, read):
-            row = self.rows[slot]
-            outcome = row.outcome
-            if phase == RowPhase.ADVANCE:
-                outcome.entropies.append(values[_F["entropy"]])
-                if values[_F["gated"]]:
-                    row.phase = RowPhase.REFINE
-                    outcome.gated += 1
-                    continue
-            if not values[_F["emitted"]]:
-                continue  # KL still above the exit threshold: another iteration next step
-            k = int(values[_F["iterations"]])
-            if phase == RowPhase.REFINE:
-                outcome.iterations[k] += 1
-                row.phase = RowPhase.ADVANCE
-            outcome.tokens.append(int(values[_F["token"]]))
-            outcome.logprobs.append(values[_F["logprob"]])
-            outcome.final_kls.append(values[_F["kl"]])
-            outcome.token_iterations.append(k)
-            emitted.append((slot, row))
-        stopped = self._stopped([row for _, row in emitted if row.request.stop_strings])
-        for slot, row in emitted:
-            outcome = row.outcome
-            if outcome.tokens[-1] in self.engine.eos:
-                outcome.finish = "eos"
-            elif id(row) in stopped:
-                outcome.finish = "stop"
-            elif len(outcome.tokens) >= row.request.max_new_tokens:
-                outcome.finish = "length"
-            if outcome.finish:
-                self.scheduler.retire(slot)
-                if self.on_finish is not None:
-                    self.on_finish(row.index, outcome)
+        for row in self.scheduler.absorb(read, slots, eos=self.engine.eos, stopped=self._stopped):
+            if self.on_finish is not None:
+                self.on_finish(row.index, row.outcome)
 
     def _stopped(self, rows: list[Row]) -> set[int]:
         """ids of the rows whose generated text now ends with one of their stop strings: one call of

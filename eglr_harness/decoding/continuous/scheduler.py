@@ -1,6 +1,12 @@
-"""Which request runs in which slot of the continuous engine, and when: admission, prefill chunks,
-retirement. Host bookkeeping only, no model and no tensor (tests/decoding/test_scheduler.py runs it alone);
-the engine's model runner (``continuous_engine._Run``) does the forwards it asks for.
+"""Which request runs in which slot of the continuous engine, and when: admission, prefill chunks, every
+phase change of a row and every finish, retirement. Host bookkeeping only, no model and no tensor
+(tests/decoding/test_scheduler.py runs it alone); the engine's model runner (``engine._Run``) asks it one
+question, what runs now (``next_work``: a ``Prefill`` or a ``Step``), runs that forward and hands its read
+back (``prefilled``, ``absorb``).
+
+A row's life, owned here (``RowPhase``): PREFILL (admitted; its prompt goes in by chunks) -> ADVANCE (its
+prompt is in: it feeds its newest token) <-> REFINE (gated: one EGLR iteration per step until its exit
+emits the token) -> finished (EOS, a stop string, its length: retired, its slot free).
 
 The policy, as vLLM's and SGLang's schedulers have one:
 
@@ -12,6 +18,8 @@ The policy, as vLLM's and SGLang's schedulers have one:
   Rows at their first chunk are packed together; a row further into a long prompt goes alone (its chunk
   attends to up to its whole prompt), and a row whose prompt is not done after a forward goes to the
   back of the line, so a long prompt does not hold the short ones up.
+- **Rounds.** Each round admits, runs one prefill forward when a prompt waits, then one decoding step when
+  some row is past its prompt.
 - **Retirement.** A row leaves its slot when it ends (EOS, a stop string, its length); the slot is free
   for the next admission.
 """
@@ -19,11 +27,13 @@ The policy, as vLLM's and SGLang's schedulers have one:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from eglr_harness.decoding.continuous.step_state import RowPhase
+from eglr_harness.decoding.continuous.step_state import READ_FIELDS, RowPhase
 from eglr_harness.decoding.contract import Outcome, Request
+
+_F = {name: i for i, name in enumerate(READ_FIELDS)}
 
 
 @dataclass
@@ -43,6 +53,24 @@ class Row:
         return len(self.request.prompt) - self.prefilled
 
 
+@dataclass(frozen=True)
+class Prefill:
+    """A prefill forward: the next chunk (``chunk`` positions) of the prompts of ``slots``; ``admitted``: the
+    slots filled since the last work (their requests' settings go into the slot state first)."""
+
+    admitted: list[int]
+    slots: list[int]
+    chunk: int
+
+
+@dataclass(frozen=True)
+class Step:
+    """A decoding step: the ``advancing`` slots feed their newest token, the ``refining`` ones run one iteration."""
+
+    advancing: list[int]
+    refining: list[int]
+
+
 class Scheduler:
     """The slots of one run and the requests waiting for them.
 
@@ -59,6 +87,23 @@ class Scheduler:
         self.waiting = deque(sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt)))
         self.rows: list[Row | None] = [None] * num_slots
         self.prefilling: deque[int] = deque()  # slots whose prompt is not all in the K/V yet, in admission order
+        self._prefill_next = True  # where the round is: its admission and prefill next, else its step
+
+    # ---------------------------------------------------------------- the one question
+    def next_work(self) -> Prefill | Step | None:
+        """What runs now (None: every request has finished). A round admits, prefills one chunk when a prompt
+        waits, then steps when some row is past its prompt (the rows a prefill just completed included)."""
+        while self.busy():
+            if self._prefill_next:
+                self._prefill_next = False
+                admitted = self.admit()
+                if self.prefilling:
+                    return Prefill(admitted, *self.next_chunk())
+            else:
+                self._prefill_next = True
+                if self.decoding():
+                    return Step(self.slots_in(RowPhase.ADVANCE), self.slots_in(RowPhase.REFINE))
+        return None
 
     # ---------------------------------------------------------------- what runs
     def busy(self) -> bool:
@@ -116,7 +161,48 @@ class Scheduler:
                 self.prefilling.append(slot)
         return done
 
-    # ---------------------------------------------------------------- retirement
+    # ---------------------------------------------------------------- after a forward
+    def absorb(self, read: Sequence[Sequence[float]], slots: list[int], *, eos: frozenset[int],
+               stopped: Callable[[list[Row]], set[int]]) -> list[Row]:
+        """Apply a forward's read (one row of ``READ_FIELDS`` values per slot of ``slots``, rows past their
+        prompt) to the rows' outcomes: the phase changes (ADVANCE -> REFINE when gated, REFINE -> ADVANCE when
+        its exit emits) and the finishes (``eos`` tokens, a stop string: ``stopped(rows)`` -> ids of the rows
+        whose text now ends with one, the length). Finished rows are retired; returns them in slot order."""
+        emitted: list[tuple[int, Row]] = []
+        for slot, values in zip(slots, read):
+            row = self.rows[slot]
+            phase, outcome = row.phase, row.outcome
+            if phase == RowPhase.ADVANCE:
+                outcome.entropies.append(values[_F["entropy"]])
+                if values[_F["gated"]]:
+                    row.phase = RowPhase.REFINE
+                    outcome.gated += 1
+                    continue
+            if not values[_F["emitted"]]:
+                continue  # KL still above the exit threshold: another iteration next step
+            k = int(values[_F["iterations"]])
+            if phase == RowPhase.REFINE:
+                outcome.iterations[k] += 1
+                row.phase = RowPhase.ADVANCE
+            outcome.tokens.append(int(values[_F["token"]]))
+            outcome.logprobs.append(values[_F["logprob"]])
+            outcome.final_kls.append(values[_F["kl"]])
+            outcome.token_iterations.append(k)
+            emitted.append((slot, row))
+        hits = stopped([row for _, row in emitted if row.request.stop_strings])
+        finished = []
+        for slot, row in emitted:
+            outcome = row.outcome
+            if outcome.tokens[-1] in eos:
+                outcome.finish = "eos"
+            elif id(row) in hits:
+                outcome.finish = "stop"
+            elif len(outcome.tokens) >= row.request.max_new_tokens:
+                outcome.finish = "length"
+            if outcome.finish:
+                finished.append(self.retire(slot))
+        return finished
+
     def retire(self, slot: int) -> Row:
         """Free ``slot``; returns the row that ran there."""
         row, self.rows[slot] = self.rows[slot], None

@@ -14,10 +14,12 @@ The design, and why (issue 32; how vLLM, SGLang and PyTorch do it: ``benchmarks/
   hundreds of 45-60 s compilations in a real pool run. The glue between layers (embedding, the
   refining rows' join, ``settle``: gate, KL exit, processors, draw) stays eager: it is small, and on
   CUDA it is captured with the rest.
-- **What is captured: one CUDA graph per step key**, (plan, ``step_key.StepKey``: advancing-row bucket,
-  refining-row bucket, K/V width), recorded lazily the first time the key is met, in one memory pool shared by all the
-  engine's graphs, as SGLang and vLLM record one graph per padded batch size. A capture costs one
-  eager warm-up of the step on the trash slot (outside the graph: lazy initialisations and, once per
+- **What is captured: one CUDA graph per step key** (``step_key.StepKey``: advancing-row bucket,
+  refining-row bucket, K/V width, the run's step invariants), recorded lazily the first time the key is met, in one
+  memory pool shared by all the engine's graphs, as SGLang and vLLM record one graph per padded batch size. The
+  engine computes the key once per step and the runner trusts it (vLLM's dispatcher hands its
+  ``BatchDescriptor`` to its ``CUDAGraphWrapper`` so): it asserts only that the index tensors have its sizes.
+  A capture costs one eager warm-up of the step on the trash slot (outside the graph: lazy initialisations and, once per
   process, the compilation) and one recording: no compilation. The index tensors are copied into the
   graph's static inputs before each replay; every other input (the slot state, the K/V storage) is
   allocated once per engine and never moves (``continuous_engine.Workspace``), so a graph stays valid
@@ -231,9 +233,15 @@ class StepRunner:
         self.layers = CompiledLayer(self.report, backend, mode) if compile else call_layer
         self.capture = capture
         self.pool = self.stream = None
-        self._graphs: dict[tuple, _Captured] = {}
+        self._graphs: dict[StepKey, _Captured] = {}
 
-    def __call__(self, stack, plan, state, cache, advancing: torch.Tensor, refining: torch.Tensor) -> torch.Tensor:
+    def __call__(self, stack, key: StepKey, state, cache, advancing: torch.Tensor,
+                 refining: torch.Tensor) -> torch.Tensor:
+        """One step of ``key`` (``StepSizes.key``: its invariants, rows and width, computed once by the engine):
+        advancing, refining: the (A,) and (R,) slot indices, padded to the key's sizes; cache.width: its W.
+        Returns the step's (A + R, F) read."""
+        assert (advancing.shape[0], refining.shape[0], cache.width) == (key.advancing, key.refining, key.width), key
+        plan = key.invariants
         compiled = self.layers if isinstance(self.layers, CompiledLayer) else None
         warm = compiled is not None and compiled.warm
         if compiled is not None:
@@ -243,11 +251,11 @@ class StepRunner:
             read = decode_step(stack, plan, state, cache, advancing, refining, layers=self.layers)
             eager_layers = compiled is not None and compiled.fell_back
         else:
-            captured = self._graphs.get(self._key(plan, advancing, refining, cache))
+            captured = self._graphs.get(key)
             if captured is None:
-                captured = self._record(stack, plan, state, cache, advancing.shape[0], refining.shape[0])
+                captured = self._record(stack, key, state, cache)
             if captured is None:  # recording failed: capturing is off from now on
-                return self(stack, plan, state, cache, advancing, refining)
+                return self(stack, key, state, cache, advancing, refining)
             if captured.addresses is not None:
                 self._check_addresses(captured, state, cache)
             captured.advancing.copy_(advancing)
@@ -263,12 +271,6 @@ class StepRunner:
         return read
 
     @staticmethod
-    def _key(plan, advancing: torch.Tensor, refining: torch.Tensor, cache) -> tuple:
-        """What a recorded step is specialised on: the run's plan and the step's key (the state and storage
-        are the engine's workspace, which never moves; ``forget`` drops the graphs when it is replaced)."""
-        return plan, StepKey(advancing.shape[0], refining.shape[0], cache.width)
-
-    @staticmethod
     def _check_addresses(captured: _Captured, state, cache) -> None:
         """Debug mode (this module's logger at DEBUG, as vLLM checks under VLLM_LOGGING_LEVEL=DEBUG): a graph
         replays only on the tensors it was recorded on; one that moved would be read stale, so say which."""
@@ -279,8 +281,10 @@ class StepRunner:
                                f"recorded ({', '.join(moved)}); the workspace must not be replaced without "
                                f"StepRunner.forget().")
 
-    def _record(self, stack, plan, state, cache, num_adv: int, num_ref: int) -> _Captured | None:
-        """Warm the step up on the trash slot (outside any graph), then record it for this key."""
+    def _record(self, stack, key: StepKey, state, cache) -> _Captured | None:
+        """Warm the step up on the trash slot (outside any graph), then record it for ``key`` (the state and
+        storage are the engine's workspace, which never moves; ``forget`` drops the graphs when it is replaced)."""
+        plan, num_adv, num_ref = key.invariants, key.advancing, key.refining
         started, compiling = time.perf_counter(), self.report.compile_seconds
         # what the graph reads is fixed at recording, the width and the storage tensors: freeze them here too
         cache = copy.copy(cache)
@@ -304,10 +308,9 @@ class StepRunner:
             return None
         eager_layers = isinstance(self.layers, CompiledLayer) and self.layers.fell_back
         addresses = workspace_addresses(state, cache) if logger.isEnabledFor(logging.DEBUG) else None
-        self._graphs[self._key(plan, advancing, refining, cache)] = captured = _Captured(
-            graph, advancing, refining, out, eager_layers, addresses)
+        self._graphs[key] = captured = _Captured(graph, advancing, refining, out, eager_layers, addresses)
         self.report.captures += 1
-        self.report.capture_keys.append(StepKey(num_adv, num_ref, cache.width))
+        self.report.capture_keys.append(key)
         self.report.capture_seconds += time.perf_counter() - started - (self.report.compile_seconds - compiling)
         return captured
 

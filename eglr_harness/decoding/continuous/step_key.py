@@ -1,8 +1,10 @@
 """The sizes the continuous engine's decoding steps are specialised on, named in one place.
 
 A compiled step (``step_graphs.py``) is compiled once with its sizes symbolic, and on CUDA recorded as
-one graph per ``StepKey``: (advancing rows, refining rows, K/V width). Each is a bucket, so that a run
-meets few keys whatever its rows do:
+one graph per ``StepKey``: (advancing rows, refining rows, K/V width, and the run's step invariants). The
+engine computes a step's key once (``StepSizes.key``) and the step runner trusts it, as vLLM's
+``CudagraphDispatcher`` hands its ``BatchDescriptor`` to the ``CUDAGraphWrapper``. Each size is a bucket,
+so that a run meets few keys whatever its rows do:
 
 - **rows** (``row_buckets``): the index tensors of a compiled step are padded (with the trash slot) to
   powers of two from 2, the run's ``max_batch`` and its slot count. Never 1: the compiler specialises a
@@ -11,8 +13,11 @@ meets few keys whatever its rows do:
   position: base x 1, 1.5, 2, 3, 4, 6, ... (at most 1.5x too wide, log-many widths). Storage
   capacities are length buckets too.
 
-``StepSizes`` holds a run's buckets; ``describe`` lists the keys the run may record, which the engine
-logs when a run starts (as SGLang logs the batch sizes it captures).
+- **invariants** (``step_state.StepInvariants``): what the run's pool fixes for all its steps (the layer
+  spans, the exit rules, the processors): a graph recorded for one run's invariants never replays another's.
+
+``StepSizes`` holds a run's buckets, which the engine logs when a run starts (``describe``); when a run
+ends it logs the keys it captured (as SGLang logs the batch sizes it captures).
 """
 
 from __future__ import annotations
@@ -49,11 +54,18 @@ def bucket_of(count: int, sizes: Sequence[int]) -> int:
 
 @dataclass(frozen=True)
 class StepKey:
-    """What one decoding step is shaped by: its advancing rows A, refining rows R (0: none) and K/V width W."""
+    """What one decoding step is shaped by, and the key of its recorded graph: its advancing rows A, refining
+    rows R (0: none), K/V width W, and the run's ``StepInvariants`` (None where no step runs on them: a test's
+    key of sizes only)."""
 
     advancing: int
     refining: int
     width: int
+    invariants: object = None
+
+    def said(self) -> str:
+        """``(A, R, W)``, as the log says a key."""
+        return f"({self.advancing}, {self.refining}, {self.width})"
 
 
 @dataclass(frozen=True)
@@ -70,12 +82,15 @@ class StepSizes:
     kv_bucket: int
     capacity: int
     bucketed: bool
+    invariants: object = None
 
     @classmethod
-    def of(cls, num_slots: int, max_advancing: int, kv_bucket: int, capacity: int, bucketed: bool) -> "StepSizes":
+    def of(cls, num_slots: int, max_advancing: int, kv_bucket: int, capacity: int, bucketed: bool, *,
+           invariants=None) -> "StepSizes":
+        """invariants: the run's ``StepInvariants``, part of every key."""
         # advancing rows: up to max_advancing, more for a step when refining rows exit together
         return cls(tuple(row_buckets(num_slots, max_advancing)), tuple(row_buckets(num_slots)), kv_bucket, capacity,
-                   bucketed)
+                   bucketed, invariants)
 
     def width(self, needed_columns: int) -> int:
         """The columns a step reads when its rows need ``needed_columns``."""
@@ -86,9 +101,9 @@ class StepSizes:
         runs at least one advancing row: the trash slot when none advances)."""
         width = self.width(needed_columns)
         if not self.bucketed:
-            return StepKey(max(num_advancing, 1), num_refining, width)
+            return StepKey(max(num_advancing, 1), num_refining, width, self.invariants)
         return StepKey(bucket_of(max(num_advancing, 1), self.advancing),
-                       bucket_of(num_refining, self.refining) if num_refining else 0, width)
+                       bucket_of(num_refining, self.refining) if num_refining else 0, width, self.invariants)
 
     def widths(self) -> list[int]:
         """Every width a step of this run can read, up to the capacity."""
@@ -99,9 +114,8 @@ class StepSizes:
         return widths
 
     def describe(self) -> str:
-        """The keys this run may record, for the log line at its start."""
+        """The run's buckets, for the log line at its start (the keys captured are logged at its end)."""
         widths = self.widths()
-        keys = len(self.advancing) * (1 + len(self.refining)) * len(widths)
         shown = widths if len(widths) <= 8 else [*widths[:3], "...", *widths[-2:]]
-        return (f"advancing rows {list(self.advancing)}, refining rows {[0, *self.refining]}, K/V widths "
-                f"{', '.join(map(str, shown))} (up to {keys} step keys, each recorded when first met)")
+        return (f"step buckets: advancing rows {list(self.advancing)}, refining rows {[0, *self.refining]}, K/V "
+                f"widths {', '.join(map(str, shown))}")
