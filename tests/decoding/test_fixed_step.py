@@ -138,12 +138,12 @@ def test_a_nan_kl_raises():
     """A refining row whose KL is NaN is flagged in the step's read (the host raises on it)."""
     model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=LAYERS, seed=5)
     engine = ContinuousEngine(model, max_batch=2)
-    plan = StepInvariants.of([EglrConfig(L=2, tau_h=0.0)], LAYERS, VOCAB, None)
+    invariants = StepInvariants.of([EglrConfig(L=2, tau_h=0.0)], LAYERS, VOCAB, None)
     state = SlotState.allocate(2, 32, VOCAB, torch.float32, torch.device("cpu"))
     state.logp_prev[1] = float("nan")
     from eglr_harness.decoding.continuous.fixed_step import settle
 
-    read = settle(engine.stack, plan, state, torch.tensor([0, 1]), 2, torch.randn(2, 32), torch.randn(2, VOCAB))
+    read = settle(engine.stack, invariants, state, torch.tensor([0, 1]), 2, torch.randn(2, 32), torch.randn(2, VOCAB))
     assert read[:, READ_FIELDS.index("nan")].tolist() == [0.0, 1.0]
 
 
@@ -157,10 +157,10 @@ def test_steps_read_kv_widths_that_grow_and_shrink_by_buckets_of_storage_grown_b
     widths, capacities = [], []
     step = engine.step_fn
 
-    def recording(stack, plan, state, cache, advancing, refining):
+    def recording(stack, key, state, cache, advancing, refining):
         widths.append(cache.width)
         capacities.append((cache.capacity, cache.keys[0].shape[2], state.history.shape[1]))
-        return step(stack, plan, state, cache, advancing, refining)
+        return step(stack, key, state, cache, advancing, refining)
     engine.step_fn = recording
     outcomes = engine.run([long, *short])
     buckets = {length_bucket(n, 4) for n in range(1, 200)}

@@ -157,7 +157,7 @@ def host_reads_of_meta_steps(arch: str, configs: list[EglrConfig], options=None)
     stack = ModelStack.of(model)
     num_slots = len(configs)
     options = options or [LogitsOptions()] * num_slots
-    plan = StepInvariants.of(configs, LAYERS, VOCAB, stack.parts.logit_softcap, options)
+    invariants = StepInvariants.of(configs, LAYERS, VOCAB, stack.parts.logit_softcap, options)
     cache = SlotCache(num_slots + 1, 16)
     config = model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -165,7 +165,7 @@ def host_reads_of_meta_steps(arch: str, configs: list[EglrConfig], options=None)
     for layer in range(LAYERS):
         cache.storage(layer, like)  # what the first prefill allocates
     state = SlotState.allocate(num_slots, model.config.hidden_size, VOCAB, torch.float32, META,
-                               processors=plan.processors, eos_token_ids=[EOS], history_width=cache.width)
+                               processors=invariants.processors, eos_token_ids=[EOS], history_width=cache.width)
     prompts = [tuple(range(3, 3 + n)) for n in (6, 10, 4, 8)[:num_slots]]
     admit = lambda: state.admit(list(range(num_slots)), configs, list(range(1, num_slots + 1)), prompts, options)
     with torch.device("cpu"):
@@ -177,7 +177,7 @@ def host_reads_of_meta_steps(arch: str, configs: list[EglrConfig], options=None)
     with torch.no_grad(), stack.slot_attention(), HostReadCounter(META) as counter:
         for advancing, refining in STEPS:
             try:
-                read = decode_step(stack, plan, state, cache, index(advancing), index(refining))
+                read = decode_step(stack, invariants, state, cache, index(advancing), index(refining))
             except (RuntimeError, NotImplementedError):
                 break  # recorded by the counter
             assert read.shape == (len(advancing) + len(refining), len(READ_FIELDS)) and read.device == META
@@ -499,10 +499,10 @@ def step_keys(engine: ContinuousEngine) -> list[tuple]:
     keys, step = [], engine.step_fn
     engine.addresses = set()
 
-    def keyed(stack, plan, state, cache, advancing, refining):
+    def keyed(stack, key, state, cache, advancing, refining):
         keys.append((advancing.shape[0], refining.shape[0], cache.width))
         engine.addresses.add((cache.keys[0].data_ptr(), state.position.data_ptr(), state.history.data_ptr()))
-        return step(stack, plan, state, cache, advancing, refining)
+        return step(stack, key, state, cache, advancing, refining)
     engine.step_fn = keyed
     return keys
 

@@ -185,8 +185,8 @@ def test_the_step_processors_equal_transformers_processors_row_by_row(generated)
     options = LogitsOptions(repetition_penalty=1.3, no_repeat_ngram_size=2, min_new_tokens=3, min_length=8,
                             suppress_tokens=(5,), begin_suppress_tokens=(7, eos))
     configs = [EglrConfig(L=0)] * len(rows)
-    plan = StepInvariants.of(configs, LAYERS, vocab, None, [options] * len(rows))
-    state = SlotState.allocate(len(rows), 8, vocab, torch.float32, "cpu", processors=plan.processors,
+    invariants = StepInvariants.of(configs, LAYERS, vocab, None, [options] * len(rows))
+    state = SlotState.allocate(len(rows), 8, vocab, torch.float32, "cpu", processors=invariants.processors,
                                eos_token_ids=[eos], history_width=32)
     prompts = [tuple(r[:len(r) - generated]) for r in rows]
     state.admit(list(range(len(rows))), configs, [None] * len(rows), prompts, [options] * len(rows))
@@ -195,7 +195,7 @@ def test_the_step_processors_equal_transformers_processors_row_by_row(generated)
         state.history[slot, :len(row)] = torch.tensor(row)
         state.position[slot], state.drawn[slot] = len(row) - 1, generated
     scores = torch.randn(len(rows), vocab, generator=g) * 3  # negative and positive logits
-    got = process(plan, state, torch.arange(len(rows)), scores.clone())
+    got = process(invariants, state, torch.arange(len(rows)), scores.clone())
     for slot, (row, prompt) in enumerate(zip(rows, prompts)):
         hf = [RepetitionPenaltyLogitsProcessor(1.3), NoRepeatNGramLogitsProcessor(2),
               MinLengthLogitsProcessor(8, [eos]), MinNewTokensLengthLogitsProcessor(len(prompt), 3, [eos]),

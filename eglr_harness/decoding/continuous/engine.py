@@ -351,7 +351,7 @@ class _Run:
         self.device = self.stack.device
         parts = self.stack.parts
         vocab = parts.lm_head.weight.shape[0]
-        self.plan = StepInvariants.of(configs, self.stack.num_layers, vocab, parts.logit_softcap, options)
+        self.invariants = StepInvariants.of(configs, self.stack.num_layers, vocab, parts.logit_softcap, options)
         # captured steps: storage for the longest request at once (graphs must not see it move); eager
         # steps: for the longest prompt, grown by buckets as rows get longer (``step``)
         longest_prompt = max(len(r.prompt) for r in requests)
@@ -361,7 +361,7 @@ class _Run:
         self.cache, self.state = workspace.cache, workspace.state
         self.trash = workspace.num_slots  # padding rows of a step write to this slot
         self.sizes = StepSizes.of(self.num_slots, max_batch, engine.kv_bucket, engine.capacity_for(requests),
-                                  engine.compile, invariants=self.plan)
+                                  engine.compile, invariants=self.invariants)
         if engine.compile:
             logger.info("continuous engine: %d slots, %s", self.num_slots, self.sizes.describe())
         self.steps_by_config: Counter = Counter()
@@ -420,7 +420,7 @@ class _Run:
         done_slots = slots_t[picked]
         entry = self.stack.num_layers - torch.tensor([rows[g].request.config.L for g in done], device=self.device)
         for index in range(self.stack.num_layers):
-            if index in self.plan.entry_layers and done:
+            if index in self.invariants.entry_layers and done:
                 save_anchors(self.state.anchor, done_slots, hidden[picked, last], entry, index)
             kind = self.stack.layer_kinds[index]
             hidden = self.stack.layer(index, hidden, views[kind], angles[kind], positions, cache)
@@ -428,7 +428,8 @@ class _Run:
         assert advancing == [slots[g] for g in done]  # the forward anchored exactly these rows
         if done:
             last_hidden = hidden[picked, last]  # (G', D)
-            read = settle(self.stack, self.plan, self.state, done_slots, 0, last_hidden, self.stack.logits(last_hidden))
+            read = settle(self.stack, self.invariants, self.state, done_slots, 0, last_hidden,
+                          self.stack.logits(last_hidden))
             self.absorb(read.tolist(), advancing)
 
     def step(self, work: Step) -> None:

@@ -8,7 +8,7 @@ by the host; padding entries name the trash slot, whose results are never read) 
   their fused state u; a refining row of a smaller L has u put back at its own layer N - L (a
   masked select: the few layers it ran before are discarded, shapes never change),
 - the final norm and unembedding, then ``settle``: the entropy gate, the iteration counters and
-  the exit rule (``plan.stop``: the KL, or another of ``core.config.STOP_RULES``; the unembedding runs
+  the exit rule (``invariants.stop``: the KL, or another of ``core.config.STOP_RULES``; the unembedding runs
   on every row of every step whatever the rule, the shapes being fixed) as masks, the token (argmax,
   or the per-row Gumbel-max draw), the per-slot state updates as scatters, and the one small read
   the host needs (``step_state.READ_FIELDS``).
@@ -45,12 +45,12 @@ from eglr_harness.decoding.processors import ban_ngram_repeats, ban_tokens, pena
 from eglr_harness.decoding.sampling import sample_rows
 
 
-def process(plan: StepInvariants, state: SlotState, rows: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+def process(invariants: StepInvariants, state: SlotState, rows: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     """generate's logits processors, in its order, on the logits a step emits from (``processors.py``).
 
     rows: (G,) slots; scores: (G, V) fp32 -> (G, V). Only the processors some row of the run uses run.
     """
-    used, settings = plan.processors, state.settings
+    used, settings = invariants.processors, state.settings
     if used.penalty:
         scores = penalize_repeats(scores, state.seen[rows], settings.penalty[rows])
     if used.ngram_size:
@@ -66,61 +66,62 @@ def process(plan: StepInvariants, state: SlotState, rows: torch.Tensor, scores: 
     return scores
 
 
-def remember_tokens(plan: StepInvariants, state: SlotState, rows: torch.Tensor, token: torch.Tensor,
+def remember_tokens(invariants: StepInvariants, state: SlotState, rows: torch.Tensor, token: torch.Tensor,
                     emits: torch.Tensor) -> None:
     """What the processors of later tokens read: the emitted tokens as seen, and by position.  rows, token, emits:
     (G,)."""
-    if plan.processors.penalty:
+    if invariants.processors.penalty:
         seen = state.seen[rows, token]
         state.seen.index_put_((rows, token), seen | emits)
-    if plan.processors.ngram_size:
+    if invariants.processors.ngram_size:
         at = (state.position[rows] + 1).clamp(max=state.history.shape[1] - 1)  # the emitted token's position
         state.history.index_put_((rows, at), torch.where(emits, token, state.history[rows, at]))
 
 
-def settle(stack, plan: StepInvariants, state: SlotState, rows: torch.Tensor, num_refining: int,
+def settle(stack, invariants: StepInvariants, state: SlotState, rows: torch.Tensor, num_refining: int,
            last_hidden: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
-    """Gate the rows that advanced, run the exit rule (``plan.stop``) of the rows that refined, pick tokens,
+    """Gate the rows that advanced, run the exit rule (``invariants.stop``) of the rows that refined, pick tokens,
     update the slots.
 
     rows: (G,) slots, the last ``num_refining`` of them refining; last_hidden: (G, D) h^(N) before
     the final norm; raw: (G, V) logits before any soft-cap. Returns the read: (G, len(READ_FIELDS)) fp32.
     """
     settings = state.settings  # the requests' (read only), beside the slots' running state
-    final = softcap(raw.float(), plan.logit_softcap)  # fp32: what the gate, the KL exit and log-probs read
-    decode_logits = final if plan.logit_softcap is None else stack.emitted(raw)  # what generate decodes from
+    final = softcap(raw.float(), invariants.logit_softcap)  # fp32: what the gate, the KL exit and log-probs read
+    decode_logits = final if invariants.logit_softcap is None else stack.emitted(raw)  # what generate decodes from
     logp = torch.log_softmax(final, dim=-1)
     entropy = entropy_of_log_probs(logp)  # (G,)
     num_adv = rows.shape[0] - num_refining
     refining = torch.arange(rows.shape[0], device=rows.device) >= num_adv  # (G,)
     ref = rows[num_adv:]  # (R,) the refining rows' slots: their previous iteration's state is in the slots
-    signal = exit_signal(plan.stop, logp=logp[num_adv:], logp_prev=state.logp_prev[ref], hidden=last_hidden[num_adv:],
+    signal = exit_signal(invariants.stop, logp=logp[num_adv:], logp_prev=state.logp_prev[ref],
+                         hidden=last_hidden[num_adv:],
                          hidden_prev=state.h_prev[ref], hidden_prev2=state.h_prev2[ref])  # (R,)
     kl = torch.cat([torch.zeros(num_adv, dtype=signal.dtype, device=signal.device), signal])  # (G,) the exit signal
     iterations = torch.where(refining, state.iterations[rows] + 1, 0)
     gated = entropy_gate(entropy, settings.tau_h[rows], ~refining)
-    hit = refining & exit_hit(plan.stop, kl, settings.stop_threshold[rows], iterations)
+    hit = refining & exit_hit(invariants.stop, kl, settings.stop_threshold[rows], iterations)
     streak = hit_streak(hit, state.streak[rows])  # (G,) 0 for the advancing rows
-    done = exit_done(plan.stop, streak, iterations, settings.k_max[rows])  # the rule's exit, or k_max
+    done = exit_done(invariants.stop, streak, iterations, settings.k_max[rows])  # the rule's exit, or k_max
     emits = (~refining & ~gated) | (refining & done)
-    scores = process(plan, state, rows, decode_logits)
+    scores = process(invariants, state, rows, decode_logits)
     token = scores.argmax(dim=-1)
-    if plan.sampled:
+    if invariants.sampled:
         drawn = sample_rows(scores, settings.temperature[rows], settings.top_k[rows], settings.top_p[rows],
-                            settings.seed[rows], state.drawn[rows], plan.num_candidates,
-                            min_p=settings.min_p[rows] if plan.processors.min_p else None)
+                            settings.seed[rows], state.drawn[rows], invariants.num_candidates,
+                            min_p=settings.min_p[rows] if invariants.processors.min_p else None)
         token = torch.where(settings.sampled[rows], drawn, token)
     logprob = logp.gather(1, token[:, None])[:, 0]
     nan = non_finite(entropy, kl)
     # the slots' state: where the next iteration starts from, counters, the token to feed next
-    if plan.stop == "accel":  # the second difference reads two iterations back
+    if invariants.stop == "accel":  # the second difference reads two iterations back
         state.h_prev2.index_copy_(0, rows, state.h_prev[rows])
     state.h_prev.index_copy_(0, rows, last_hidden.to(state.h_prev.dtype))
     state.streak.index_copy_(0, rows, streak)
     state.logp_prev.index_copy_(0, rows, logp)
     state.iterations.index_copy_(0, rows, iterations)
     state.token.index_copy_(0, rows, torch.where(emits, token, state.token[rows]))
-    remember_tokens(plan, state, rows, token, emits)
+    remember_tokens(invariants, state, rows, token, emits)
     state.drawn.index_add_(0, rows, emits.long())
     read = {"token": torch.where(emits, token, -1).float(), "gated": gated.float(), "emitted": emits.float(),
             "entropy": entropy, "logprob": logprob, "kl": torch.where(refining, kl, 0.0),
@@ -141,7 +142,7 @@ def save_anchors(anchor: torch.Tensor, slots: torch.Tensor, hidden: torch.Tensor
     anchor.index_copy_(0, slots, torch.where(takes, hidden.to(anchor.dtype), anchor[slots]))
 
 
-def decode_step(stack, plan: StepInvariants, state: SlotState, cache: SlotCache, advancing: torch.Tensor,
+def decode_step(stack, invariants: StepInvariants, state: SlotState, cache: SlotCache, advancing: torch.Tensor,
                 refining: torch.Tensor, layers=call_layer) -> torch.Tensor:
     """One decoding step of every running row.
 
@@ -150,7 +151,7 @@ def decode_step(stack, plan: StepInvariants, state: SlotState, cache: SlotCache,
     ``cache.width`` columns of the slots. layers: how a decoder layer runs (``stack.call_layer``, or
     its compiled form: ``step_graphs.py``). Returns settle's read, (A + R, F).
     """
-    slots, num_layers, settings = state.position.shape[0], plan.num_layers, state.settings
+    slots, num_layers, settings = state.position.shape[0], invariants.num_layers, state.settings
     num_adv, num_ref = advancing.shape[0], refining.shape[0]
     phase = torch.full((slots,), RowPhase.PREFILL, dtype=torch.long, device=advancing.device)  # idle slots
     phase = phase.index_fill(0, advancing, RowPhase.ADVANCE).index_fill(0, refining, RowPhase.REFINE)
@@ -172,15 +173,15 @@ def decode_step(stack, plan: StepInvariants, state: SlotState, cache: SlotCache,
     adv_entry = num_layers - settings.L[advancing]  # (A,) where each advancing row's anchor is taken
     views = angles = None
     for index in range(num_layers):
-        if num_ref and index == plan.join_layer:
+        if num_ref and index == invariants.join_layer:
             hidden = torch.cat([hidden, fused.to(hidden.dtype)])
             rows = torch.cat([advancing, refining])
             columns = torch.cat([columns, torch.zeros_like(refining)])  # a refined key/value goes to the scratch column
             views = None
-        elif num_ref and index in plan.entry_layers and index > plan.join_layer:
+        elif num_ref and index in invariants.entry_layers and index > invariants.join_layer:
             enters = (entry == index)[:, None, None]
             hidden = torch.cat([hidden[:num_adv], torch.where(enters, fused.to(hidden.dtype), hidden[num_adv:])])
-        if index in plan.entry_layers:
+        if index in invariants.entry_layers:
             save_anchors(state.anchor, advancing, hidden[:num_adv, 0], adv_entry, index)
         if views is None:
             views = {kind: SlotView(rows, view.mask, view.bias) for kind, view in masks.items()}
@@ -191,4 +192,4 @@ def decode_step(stack, plan: StepInvariants, state: SlotState, cache: SlotCache,
                         cache.layer(index, rows, columns))
     state.position.index_add_(0, advancing, torch.ones_like(advancing))
     last_hidden = hidden[:, 0]
-    return settle(stack, plan, state, rows, num_ref, last_hidden, stack.logits(last_hidden))
+    return settle(stack, invariants, state, rows, num_ref, last_hidden, stack.logits(last_hidden))

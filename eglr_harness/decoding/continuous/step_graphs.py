@@ -241,14 +241,14 @@ class StepRunner:
         advancing, refining: the (A,) and (R,) slot indices, padded to the key's sizes; cache.width: its W.
         Returns the step's (A + R, F) read."""
         assert (advancing.shape[0], refining.shape[0], cache.width) == (key.advancing, key.refining, key.width), key
-        plan = key.invariants
+        invariants = key.invariants
         compiled = self.layers if isinstance(self.layers, CompiledLayer) else None
         warm = compiled is not None and compiled.warm
         if compiled is not None:
             compiled.fell_back = False
         eager_layers = False
         if not self.capture:
-            read = decode_step(stack, plan, state, cache, advancing, refining, layers=self.layers)
+            read = decode_step(stack, invariants, state, cache, advancing, refining, layers=self.layers)
             eager_layers = compiled is not None and compiled.fell_back
         else:
             captured = self._graphs.get(key)
@@ -284,7 +284,7 @@ class StepRunner:
     def _record(self, stack, key: StepKey, state, cache) -> _Captured | None:
         """Warm the step up on the trash slot (outside any graph), then record it for ``key`` (the state and
         storage are the engine's workspace, which never moves; ``forget`` drops the graphs when it is replaced)."""
-        plan, num_adv, num_ref = key.invariants, key.advancing, key.refining
+        invariants, num_adv, num_ref = key.invariants, key.advancing, key.refining
         started, compiling = time.perf_counter(), self.report.compile_seconds
         # what the graph reads is fixed at recording, the width and the storage tensors: freeze them here too
         cache = copy.copy(cache)
@@ -293,7 +293,7 @@ class StepRunner:
         device = state.position.device
         advancing = torch.full((num_adv,), trash, dtype=torch.long, device=device)
         refining = torch.full((num_ref,), trash, dtype=torch.long, device=device)
-        step = lambda: decode_step(stack, plan, state, cache, advancing, refining, layers=self.layers)  # noqa: E731
+        step = lambda: decode_step(stack, invariants, state, cache, advancing, refining, layers=self.layers)  # noqa: E731
         try:
             if self.pool is None and device.type == "cuda":
                 self.pool, self.stream = torch.cuda.graph_pool_handle(), torch.cuda.Stream(device)

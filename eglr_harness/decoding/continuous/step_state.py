@@ -1,4 +1,4 @@
-"""The per-slot device state of the continuous engine, and the static plan of one run.
+"""The per-slot device state of the continuous engine, and the invariants of one run (``StepInvariants``).
 
 Every tensor here has the engine's B slots plus one trash slot (index B) as its first dimension,
 for the whole run: a decoding step reads and writes them by slot index (``fixed_step.py``), and
@@ -87,7 +87,7 @@ class SlotSettings:
     temperature, top_k, top_p, sampled, seed, min_p: the draw;
     penalty, ngram, eos_blocked_until, suppress, begin_suppress: generate's logits processors
     (``processors.py``; suppress, begin_suppress: (B+1, V|1) banned tokens, a V axis only where the run's
-    plan uses them); eos: (V,) the engine's EOS tokens.
+    invariants use them); eos: (V,) the engine's EOS tokens.
     """
 
     L: torch.Tensor
@@ -121,7 +121,7 @@ class SlotState:
     pending position; h_prev2: (B+1, D) h^(N) one iteration before h_prev (stop=accel only); streak:
     (B+1,) consecutive exit-rule hits of the pending position (``functional.hit_streak``); logp_prev:
     (B+1, V) fp32 log-probabilities of the last distribution computed.
-    The processors' state has a V axis only where the run's plan uses it, else 1: seen: (B+1, V|1) tokens
+    The processors' state has a V axis only where the run's invariants use it, else 1: seen: (B+1, V|1) tokens
     of the prompt and the generation (repetition penalty); history: (B+1, C) the row's tokens by position
     (no_repeat_ngram; C: the K/V storage's columns).
     """
