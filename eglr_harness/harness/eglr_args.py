@@ -9,7 +9,7 @@ check                                      rule (one place)                     
 =========================================  =============================================  ==================
 unknown model arg (own, preset's)          ``core/model_args.check_model_args``           ``EglrArgs.for_hf``
 ``pretrained`` given, path exists          ``core/model_args.check_pretrained_path``      ``EglrArgs.for_hf``
-``engine``, ``compile`` (and the device)   ``engines.check_engine``, ``compile_setting``  ``EglrArgs.for_hf``
+``engine``, ``compile`` (and the device)   ``engine_choice``, ``compile_setting``         ``EglrArgs.for_hf``
 L, T, alpha, ..., calib_limit, the preset  ``run/settings.RunSettings.from_args``         ``EglrArgs.for_*``
 L against the config's layers              ``core/config.check_layer_span``               before and after
 a task's pool against the layers           ``core/config.check_layer_span``               pool resolution
@@ -82,7 +82,7 @@ class EglrArgs:
         """eglr-hf's arguments: ``own`` (``EGLR_ARGS`` and ``pretrained``), ``load_args`` (everything else,
         for HFLM and from_pretrained); ``gen_kwargs`` (``--gen_kwargs``: a dict or its text) where known."""
         from eglr_harness.decoding.compile_setting import DEFAULT_COMPILE, check_compile_setting, resolve_compile
-        from eglr_harness.harness.engines import DEFAULT_ENGINE, check_engine
+        from eglr_harness.harness.engine_choice import DEFAULT_ENGINE, check_engine
         from eglr_harness.run.calibration import DEFAULT_CALIB_LIMIT
 
         with model_arg_errors():  # one line each in the CLI

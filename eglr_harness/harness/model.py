@@ -4,7 +4,7 @@ Everything HFLM accepts keeps working (``pretrained``, ``gguf_file``, ``dtype``,
 ``batch_size``, ``parallelize``, chat templates, accelerate data parallel). On top of it the model
 args of ``settings.RunSettings``. The class holds only what lm-eval asks of a model; its parts:
 ``EglrArgs`` (``harness/eglr_args.py``: every argument, checked before the weights load), the engines
-(``harness/engines.py``), ``RolloutDecoder`` (``harness/decode.py``) and ``PoolRunner``
+(``harness/engine_choice.py``), ``RolloutDecoder`` (``harness/decode.py``) and ``PoolRunner``
 (``harness/pool_runner.py``: instances -> pools -> tau_h -> rollouts, the accounting and
 ``config.eglr``).
 """
@@ -23,7 +23,7 @@ from eglr_harness.core.model_args import USE_CACHE_REFUSAL
 from eglr_harness.decoding.model_parts import find_model_parts
 from eglr_harness.harness.decode import RolloutDecoder, TextCodec
 from eglr_harness.harness.eglr_args import EglrArgs
-from eglr_harness.harness.engines import build_engines, engine_name
+from eglr_harness.harness.engine_choice import build_engines, engine_name
 from eglr_harness.harness.pool_runner import PoolRunner
 from eglr_harness.run.model_names import loaded_name, model_name
 from eglr_harness.run.stores import RolloutStore, loaded_model_fingerprint

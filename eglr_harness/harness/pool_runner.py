@@ -19,7 +19,7 @@ from eglr_harness.harness.decode import RolloutDecoder
 from eglr_harness.harness.eglr_args import EglrArgs
 from eglr_harness.decoding.compile_setting import CompileChoice
 from eglr_harness.decoding.contract import Engine
-from eglr_harness.harness.engines import engine_name, engines_said, pool_size_text
+from eglr_harness.harness.engine_choice import engine_name, engines_said
 from eglr_harness.run.accounting import RunAccounts
 from eglr_harness.run.calibration import (
     cached_calibration,
@@ -229,3 +229,18 @@ class PoolRunner:
                                    stats_for=lambda _config: self.accounts.calibration_for(task),
                                    desc=f"eglr-hf tau_h calibration ({len(prompts)} greedy prompts)")
         return [e for outcome in done.outcomes if outcome is not None for e in outcome.entropies]
+
+
+def pool_size_text(problems: int, cells: list[str], rollouts: int) -> str:
+    """``"6 problems x 10 repeats (4 cells, each run 2-3 times: L=1,T=0.0, ...) = 60 rollouts"``: the product
+    that gives the rollouts, so that a pool smaller than the task's repeats (cells cycled) does not read as
+    a miscount; ``"4 problems x 2 cells (L=1,T=0.0, L=2,T=0.0) = 8 rollouts"`` when each cell runs once."""
+    shown = ", ".join(cells[:4]) + (", ..." if len(cells) > 4 else "")
+    if problems == 0 or rollouts == problems * len(cells):
+        return f"{problems} problems x {len(cells)} cells ({shown}) = {rollouts} rollouts"
+    repeats = rollouts / problems
+    repeats_text = str(int(repeats)) if repeats.is_integer() else f"{repeats:.3g}"
+    low, high = int(repeats // len(cells)), -(-int(repeats) // len(cells))
+    times = f"{low}" if low == high else f"{low}-{high}"
+    return (f"{problems} problems x {repeats_text} repeats ({len(cells)} cells, each run {times} times: {shown}) "
+            f"= {rollouts} rollouts")

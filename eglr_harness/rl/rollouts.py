@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from eglr_harness.core.cell import Cell
 from eglr_harness.core.generation_options import check_generation_options
 from eglr_harness.decoding.compile_setting import check_compile_setting, resolve_compile
-from eglr_harness.harness.engines import DEFAULT_ENGINE, check_engine
+from eglr_harness.harness.engine_choice import DEFAULT_ENGINE, check_engine
 from eglr_harness.run.calibration import DEFAULT_CALIB_LIMIT
 from eglr_harness.run.pool import TASK_POOL_KEYS, ResolvedPool
 from eglr_harness.run.presets import load_preset

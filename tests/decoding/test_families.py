@@ -25,7 +25,7 @@ from eglr_harness.decoding.continuous.engine import ContinuousEngine
 from eglr_harness.decoding.continuous.stack import FAMILIES
 from eglr_harness.decoding.model_parts import LOGIT_SCALES
 from eglr_harness.decoding.naive_reference import naive_eglr_sampled
-from eglr_harness.harness.engines import build_engines
+from eglr_harness.harness.engine_choice import build_engines
 
 VOCAB, LAYERS, MAX_NEW = engine_checks.VOCAB, engine_checks.LAYERS, engine_checks.MAX_NEW
 TAU_KL = engine_checks.TAU_KL

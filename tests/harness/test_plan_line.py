@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from eglr_harness.harness.engines import pool_size_text
+from eglr_harness.harness.pool_runner import pool_size_text
 
 
 def _product_holds(text: str) -> bool:

@@ -38,16 +38,16 @@ def build_engines(lm, engine: str, compile_setting: str) -> tuple[list[Engine], 
                                                                                        None))
     if engine == "hf":
         return [hook], "hf", resolve_compile(compile_setting, lm.device, "hf")
-    plan = resolve_compile(compile_setting, lm.device, engine)
+    choice = resolve_compile(compile_setting, lm.device, engine)
     try:
         continuous = ContinuousEngine(lm.model, max_batch=lm.batch_size, eos_token_ids=_eos_ids(lm),
-                                      tokenizer=lm.tokenizer, **plan.engine_kwargs())
+                                      tokenizer=lm.tokenizer, **choice.engine_kwargs())
     except ValueError as err:
         if engine == "continuous":
             raise
         logger.info("eglr-hf: decoding with engine=hf: %s", err)
         return [hook], "hf", resolve_compile(compile_setting, lm.device, "hf")
-    return [continuous, hook], "continuous", plan
+    return [continuous, hook], "continuous", choice
 
 
 def engine_name(engine: Engine) -> str:
@@ -76,18 +76,3 @@ def _eos_ids(lm) -> list[int]:
     if eos is None:
         eos = lm.tokenizer.eos_token_id
     return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-
-
-def pool_size_text(problems: int, cells: list[str], rollouts: int) -> str:
-    """``"6 problems x 10 repeats (4 cells, each run 2-3 times: L=1,T=0.0, ...) = 60 rollouts"``: the product
-    that gives the rollouts, so that a pool smaller than the task's repeats (cells cycled) does not read as
-    a miscount; ``"4 problems x 2 cells (L=1,T=0.0, L=2,T=0.0) = 8 rollouts"`` when each cell runs once."""
-    shown = ", ".join(cells[:4]) + (", ..." if len(cells) > 4 else "")
-    if problems == 0 or rollouts == problems * len(cells):
-        return f"{problems} problems x {len(cells)} cells ({shown}) = {rollouts} rollouts"
-    repeats = rollouts / problems
-    repeats_text = str(int(repeats)) if repeats.is_integer() else f"{repeats:.3g}"
-    low, high = int(repeats // len(cells)), -(-int(repeats) // len(cells))
-    times = f"{low}" if low == high else f"{low}-{high}"
-    return (f"{problems} problems x {repeats_text} repeats ({len(cells)} cells, each run {times} times: {shown}) "
-            f"= {rollouts} rollouts")
