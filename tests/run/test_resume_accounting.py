@@ -98,3 +98,21 @@ def test_a_stored_row_without_checksum_is_decoded_again(tiny_lm, tmp_path):
     got = [str(x) for x in again.generate_until(requests)]
     assert got == decoded and not any("42" in text for text in got)  # today: the forged texts come back
     assert again.get_model_info()["eglr"]["stats"]["total"]["tokens"] > 0  # decoded, not reused
+
+
+def test_a_batched_run_stores_each_rollout_with_its_share_of_the_batch(tiny_lm, tmp_path):
+    """Rows decoded together share each step: every stored rollout ends with its share of its engine run's
+    figures (``run/accounting.EngineRunAccounts.share_out``), so a rerun from the store reports the run's
+    figures, not each row's counted as if it had run alone."""
+    requests = requests_for(CONTEXTS[:3], POOL, repeats=4)
+    first = tiny_lm(engine="continuous", batch_size=4, rollout_cache=str(tmp_path))
+    first.generate_until(requests)
+    again = tiny_lm(engine="continuous", batch_size=4, rollout_cache=str(tmp_path))
+    again.generate_until(requests)
+    ours, theirs = _figures(again), _figures(first)
+    assert again.get_model_info()["eglr"]["stats"]["reused_rollouts"]["total"] == 0  # restored: counted as decoded
+    assert ours.keys() == theirs.keys()
+    for part, figures in theirs.items():
+        assert ours[part].keys() == figures.keys(), part
+        for name, value in figures.items():  # the shares are floats: their sums may differ in the last bits
+            assert ours[part][name] == (pytest.approx(value) if isinstance(value, float) else value), (part, name)
