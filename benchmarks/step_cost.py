@@ -77,9 +77,9 @@ def measure() -> dict:
     for label, config in (("L0", EglrConfig(L=0)), ("L4_every_token_gated", EglrConfig(L=4, **always))):
         counts = []
 
-        def step(run):
+        def step(run, work):
             with Ops() as counter:
-                real(run)
+                real(run, work)
             counts.append(counter.count)
         continuous._Run.step = step
         batch = requests(0, (9, 5, 7, 3), (12,), [config])
