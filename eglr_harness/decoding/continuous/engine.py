@@ -27,11 +27,12 @@ once at the run's longest request when steps are captured, grown by buckets when
 step reads a length bucket of columns, and two index
 tensors of the advancing and the refining slots, padded to row-count buckets when the step is
 compiled. How it is compiled (once) and captured (per bucket): ``step_graphs.py``; the sizes a step is
-shaped by (``StepKey``) and their buckets: ``step_key.py``. Which request runs in which slot, and when
-(admission, prefill chunks, retirement): ``scheduler.py``. This module is the model runner, the host
-side of the steps: it runs the prefill forwards and the steps the scheduler calls for, reads one small
-tensor per forward (tokens and flags, by the names of ``step_state.READ_FIELDS``), applies it (gates,
-exits, EOS, stop strings and lengths) and picks the K/V width the next step reads. Sampling draws
+shaped by (``StepKey``: computed once per step, the run's invariants included) and their buckets:
+``step_key.py``. Which request runs in which slot, and when, and every phase change and finish of a row
+(admission, prefill chunks, gates, exits, EOS, stop strings, lengths, retirement): ``scheduler.py``, the
+one row state machine. This module is the model runner, the host side of the steps: it asks the scheduler
+what runs now, runs that prefill forward or step, reads one small tensor per forward (tokens and flags, by
+the names of ``step_state.READ_FIELDS``) and hands it back, and picks the K/V width the next step reads. Sampling draws
 per row from noise of (row seed, token index) (``sampling.py``), so a rollout does not depend on its
 neighbours; ``fixed_step.py`` says what that means on a GPU.
 
