@@ -69,6 +69,7 @@ def _hub_rows(name: str, split: str) -> tuple[list[dict], str]:
     import datasets  # heavy; only on the hub path
 
     where = f"hub dataset {source.hub_path}" + (f" ({source.hub_config})" if source.hub_config else "")
+    logger.info("eglr: loading %s from the %s (or its cache)", name, where)
     try:
         dataset = datasets.load_dataset(source.hub_path, source.hub_config, split=split)
     except Exception as err:

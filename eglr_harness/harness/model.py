@@ -12,6 +12,7 @@ args of ``settings.RunSettings``. The class holds only what lm-eval asks of a mo
 from __future__ import annotations
 
 import logging
+import time
 
 from lm_eval.api.instance import Instance
 from lm_eval.api.registry import register_model
@@ -47,7 +48,13 @@ class EglrHFLM(HFLM):
             top_p=top_p, seed=seed, model_config=model_config, calib_limit=calib_limit, rollout_cache=rollout_cache,
             engine=engine, compile=compile, stop=stop, tau_latent=tau_latent, tau_accel=tau_accel,
             tau_margin=tau_margin, tau_entropy=tau_entropy), kwargs)
+        started = time.perf_counter()  # start-up says what it is doing: the load is its longest silent part
+        logger.info("eglr-hf: loading %s (weights, tokenizer%s) ...", _model_name(self.args.load_args),
+                    "; a GGUF is de-quantised first, about a minute on a CPU" if self.args.load_args.get("gguf_file")
+                    else "")
         super().__init__(**self.args.load_args)
+        logger.info("eglr-hf: model loaded in %.0f s; building engine=%s (compile=%s)", time.perf_counter() - started,
+                    self.args.engine, self.args.compile)
         parts = find_model_parts(self.model)
         num_layers = parts.num_layers
         self.args.check_loaded(num_layers, self.model.generation_config)

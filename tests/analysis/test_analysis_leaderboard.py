@@ -568,7 +568,8 @@ def test_a_failed_cell_gets_its_reason_into_the_table(tmp_path, runnable):
                            "case \"$*\" in\n"
                            "  *num_beams*) printf 'Traceback (most recent call last):\\n  File x\\n'"
                            " >&2; printf 'torch.OutOfMemoryError: CUDA out of memory\\n' >&2; exit 1;;\n"
-                           "  *) printf 'progress 1/2\\rerror: `tau_h`=auto needs a calibration\\nbye\\n' >&2; exit 2;;\n"
+                           "  *) printf 'progress 1/2\\rerror: `tau_h`=auto needs a calibration\\nbye\\n' >&2;"
+                           " exit 2;;\n"
                            "esac\n")
     fake_python.chmod(0o755)
     assert main(["--model_args", runnable, "--tasks", "gsm8k", "--beams", "4", "--output_dir", str(tmp_path / "lb"),

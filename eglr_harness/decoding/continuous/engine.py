@@ -53,6 +53,7 @@ import torch
 from transformers import StopStringCriteria
 
 from eglr_harness.core.config import EglrConfig
+from eglr_harness.core.progress import tokens_emitted
 from eglr_harness.decoding.compile_setting import CUDA_GRAPHS
 from eglr_harness.decoding.continuous.fixed_step import save_anchors, settle
 from eglr_harness.decoding.continuous.kv_slots import SPARE_COLUMNS, SlotCache, SlotView, prefill_masks
@@ -480,6 +481,7 @@ class _Run:
             outcome.final_kls.append(values[_F["kl"]])
             outcome.token_iterations.append(k)
             emitted.append((slot, row))
+        tokens_emitted(len(emitted))  # progress that moves with tokens (core/progress.py)
         stopped = self._stopped([row for _, row in emitted if row.request.stop_strings])
         for slot, row in emitted:
             outcome = row.outcome
