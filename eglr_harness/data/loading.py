@@ -12,11 +12,13 @@ Where the rows come from:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
 
 from eglr_harness.core.errors import FileFormatError
+from eglr_harness.core.hub import hub_unreachable
 from eglr_harness.core.jsonl import iter_jsonl
 from eglr_harness.data.sources import BENCHMARKS, benchmark, expected_fields, to_schema
 
@@ -70,11 +72,32 @@ def _hub_rows(name: str, split: str) -> tuple[list[dict], str]:
 
     where = f"hub dataset {source.hub_path}" + (f" ({source.hub_config})" if source.hub_config else "")
     logger.info("eglr: loading %s from the %s (or its cache)", name, where)
+    unreachable = hub_unreachable()  # then the cache only: datasets would retry the hub for a minute first
     try:
-        dataset = datasets.load_dataset(source.hub_path, source.hub_config, split=split)
+        with _cache_only(unreachable is not None):
+            dataset = datasets.load_dataset(source.hub_path, source.hub_config, split=split)
     except Exception as err:
-        raise FileFormatError(hub_refusal(name, split, err)) from err
+        raise FileFormatError(hub_refusal(name, split, err if unreachable is None else
+                                          ConnectionError(f"{unreachable}; not in the datasets cache"))) from err
     return [dict(row) for row in dataset], where
+
+
+@contextlib.contextmanager
+def _cache_only(on: bool):
+    """``datasets`` and ``huggingface_hub`` in offline mode (the cache only) while the block runs, when ``on``: what
+    ``HF_DATASETS_OFFLINE=1`` does, for a hub found unreachable after they were imported."""
+    if not on:
+        yield
+        return
+    import datasets.config  # noqa: PLC0415
+    import huggingface_hub.constants  # noqa: PLC0415
+
+    saved = datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE = saved
 
 
 def load_problems(
