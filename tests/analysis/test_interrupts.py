@@ -24,8 +24,9 @@ HERE = Path(__file__).parent
 
 
 def _python(code: str, *, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    # HERE.parent: tests/, where tests/helpers is found (pyproject's pythonpath, which a child does not read)
-    path = os.pathsep.join([str(HERE), str(HERE.parent)])
+    # HERE.parent: tests/, where tests/helpers is found (pyproject's pythonpath, which a child does not read); the
+    # caller's PYTHONPATH kept after them (a copy of the tree under test, as benchmarks/mutation_run.py sets it)
+    path = os.pathsep.join(filter(None, [str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH")]))
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
                           cwd=cwd, env={**os.environ, "PYTHONPATH": path, **(env or {})})
 
