@@ -58,6 +58,7 @@ OUTPUTS = ("tests/analysis/test_outputs_never_land_on_inputs.py", "tests/faults/
 JSONL = ("tests/analysis/test_export.py", "tests/faults/test_faults.py", "tests/core/test_run_format_refusals.py")
 INTERRUPTS = ("tests/analysis/test_interrupts.py",)
 LEADERBOARD = ("tests/analysis/test_analysis_leaderboard.py",)
+GUARD = ("tests/analysis/test_outputs_never_land_on_inputs.py", "tests/analysis/test_analysis_leaderboard.py")
 
 
 def _i47(name, path, old, new, why, tests):
@@ -123,11 +124,11 @@ ISSUE_47 = (
          "        pass", "SIGTERM kills without the line (no handler)", INTERRUPTS),
     _i47("lb_guard_unresolved", "leaderboard/runner.py", "resolved = Path(folder).expanduser().resolve()",
          "resolved = Path(folder).expanduser().absolute()", "the guard asks git about a link, not its target",
-         LEADERBOARD),
+         GUARD),
     _i47("lb_guard_fails_open", "leaderboard/runner.py", "        raise ValueError(undecided.format(why=why)) from None",
-         "        return []", "git missing reads as nothing tracked", LEADERBOARD),
+         "        return []", "git missing reads as nothing tracked", GUARD),
     _i47("lb_guard_git_error_open", "leaderboard/runner.py", "if listed.returncode != 0:",
-         "if listed.returncode not in (0, 128):", "a repository git refuses reads as nothing tracked", LEADERBOARD),
+         "if listed.returncode not in (0, 128):", "a repository git refuses reads as nothing tracked", GUARD),
     _i47("lb_limit_ignored", "leaderboard/runner.py", "return float(found) == float(limit)", "return True",
          "a run at another --limit reused as finished", LEADERBOARD),
     _i47("lb_failure_reason_dropped", "leaderboard/runner.py", '                detail = record["failure"] or',
