@@ -146,7 +146,7 @@ ISSUE_47 = (
          'record["verifiers"] = dict(record["verifiers"])', "a second eglr-verify on one --out drops the first's record",
          ("tests/verify/test_cli.py",)),
     _i47("score_results_of_other_tasks_dropped", "harness/rescore.py",
-         'out_results["results"] = {**previous.get("results", {}), **out_results["results"]}',
+         'out_results["results"] = {**out_results["results"], **previous.get("results", {}), task: entry}',
          'out_results["results"] = dict(out_results["results"])',
          "rescoring a second task of a run drops the first task's results", ("tests/tasks/test_task_rescore.py",
                                                                               "tests/faults/test_faults.py")),
