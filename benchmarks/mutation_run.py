@@ -54,7 +54,7 @@ class Mutant:
 
 
 RUN_FORMAT = ("tests/core/test_run_format_refusals.py",)
-OUTPUTS = ("tests/analysis/test_outputs_never_land_on_inputs.py", "tests/faults/test_faults.py")
+OUTPUTS = ("tests/core/test_outputs.py", "tests/analysis/test_outputs_never_land_on_inputs.py", "tests/faults/test_faults.py")
 JSONL = ("tests/analysis/test_export.py::test_every_json_the_project_writes_is_strict_and_read_back",
          "tests/faults/test_faults.py", "tests/core/test_run_format_refusals.py")
 INTERRUPTS = ("tests/analysis/test_interrupts.py",)

@@ -38,3 +38,16 @@ def test_a_file_that_cannot_be_written_is_told_what_to_do_about_its_cause(tmp_pa
     with pytest.raises(OutputError, match="is read-only: give a writable folder") as refused:
         outputs.atomic_write_text(tmp_path / "report.md", "x")
     assert "free space" not in str(refused.value)
+
+
+def test_a_link_at_the_output_is_replaced_not_written_through(tmp_path):
+    """A file a command writes whole replaces a link there by the file; the link's target is left alone (the
+    report's figures, a score's samples: issue 47, writes through links out of the output folder)."""
+    target = tmp_path / "elsewhere.md"
+    target.write_text("not yours\n")
+    link = tmp_path / "out" / "report.md"
+    link.parent.mkdir()
+    link.symlink_to(target)
+    outputs.atomic_write_text(link, "the report\n")
+    assert target.read_text() == "not yours\n"
+    assert not link.is_symlink() and link.read_text() == "the report\n"
