@@ -10,6 +10,10 @@ Not part of CI: a killed mutant costs seconds, a surviving one a whole suite run
 
     OMP_NUM_THREADS=2 python benchmarks/mutation_run.py --out benchmarks/results/mutation.json
     python benchmarks/mutation_run.py --only kl_swapped,refine_one_short   # a few mutants
+    OMP_NUM_THREADS=1 python benchmarks/mutation_run.py --group issue47 --out benchmarks/results/mutation_issue47.json
+
+A mutant may name its own test selection (the issue-47 group does: each is killed by the tests of its behaviour,
+so the group runs in minutes); the baseline runs the union of the selections first.
 """
 
 from __future__ import annotations
@@ -35,10 +39,125 @@ IGNORED = shutil.ignore_patterns(".git", "results", "out", "__pycache__", ".pyte
 @dataclass(frozen=True)
 class Mutant:
     name: str
-    path: str  # relative to eglr_harness/decoding
+    path: str  # relative to eglr_harness/decoding, or to the repository when it starts with eglr_harness/
     old: str  # must occur exactly once in the file
     new: str
     why: str
+    tests: tuple[str, ...] = ()  # the pytest selection that must kill it (default: TESTS)
+    group: str = ""  # --group runs one set (issue47: the files, reports and guards of issue 47)
+
+    def file(self, repo: Path) -> Path:
+        return repo / self.path if self.path.startswith("eglr_harness/") else repo / DECODING / self.path
+
+    def selection(self) -> tuple[str, ...]:
+        return self.tests or TESTS
+
+
+RUN_FORMAT = ("tests/core/test_run_format_refusals.py",)
+OUTPUTS = ("tests/core/test_outputs.py", "tests/analysis/test_outputs_never_land_on_inputs.py", "tests/faults/test_faults.py")
+JSONL = ("tests/analysis/test_export.py::test_every_json_the_project_writes_is_strict_and_read_back",
+         "tests/faults/test_faults.py", "tests/core/test_run_format_refusals.py")
+INTERRUPTS = ("tests/analysis/test_interrupts.py",)
+LEADERBOARD = ("tests/analysis/test_analysis_leaderboard.py",)
+GUARD = ("tests/analysis/test_outputs_never_land_on_inputs.py", "tests/analysis/test_analysis_leaderboard.py")
+
+
+def _i47(name, path, old, new, why, tests):
+    return Mutant(name, "eglr_harness/" + path, old, new, why, tests, "issue47")
+
+
+# issue 47: realistic bugs in the modules changed since the last run (figures checked, outputs never on inputs, strict
+# JSON, interrupts, the leaderboard's guard and cell checks, the writers of eglr-score and eglr-verify, data, progress)
+ISSUE_47 = (
+    _i47("rf_gated_off_by_one", "core/run_format.py", "gated is not None and gated > tokens:",
+         "gated is not None and gated > tokens + 1:", "one gated token more than tokens accepted", RUN_FORMAT),
+    _i47("rf_share_unbounded", "core/run_format.py", "return _finite(v) and 0 <= v <= 1",
+         "return _finite(v) and 0 <= v", "a share (rho, p_step_gated) above 1 accepted", RUN_FORMAT),
+    _i47("rf_ratio_below_one", "core/run_format.py", "return _finite(v) and 1 <= v <= HUGE",
+         "return _finite(v) and 0 <= v <= HUGE", "a FLOP ratio below 1 accepted", RUN_FORMAT),
+    _i47("rf_hist_k_zero", "core/run_format.py", "k.isdigit() and int(k) >= 1 and", "k.isdigit() and int(k) >= 0 and",
+         "an iteration histogram with k* = 0 accepted", RUN_FORMAT),
+    _i47("rf_nan_is_finite", "core/run_format.py", "return _number(v) and math.isfinite(v) and 0 <= v <= HUGE",
+         "return _number(v) and 0 <= v", "+Infinity accepted as a count or figure", RUN_FORMAT),
+    _i47("rf_hist_sum_skipped_when_falsy", "core/run_format.py",
+         "if hist is not None and gated is not None and sum(hist.values()) != gated:",
+         "if hist and gated and sum(hist.values()) != gated:",
+         "the histogram's sum unchecked when gated_tokens is 0", RUN_FORMAT),
+    _i47("rf_rho_free_without_tokens", "core/run_format.py", "expected = gated / tokens if tokens else 0.0",
+         "expected = gated / tokens if tokens else figures[\"rho\"]", "any rho accepted when tokens is 0", RUN_FORMAT),
+    _i47("rf_total_gated_sum_dropped", "core/run_format.py", 'for name in ("tokens", "gated_tokens"):\n            _check_sum(',
+         'for name in ("tokens",):\n            _check_sum(', "total.gated_tokens no longer checked against the cells",
+         RUN_FORMAT),
+    _i47("rf_reused_cell_any", "core/run_format.py", "        if not _count(count):\n            raise _Problem([\"reused_rollouts\"",
+         "        if count is None:\n            raise _Problem([\"reused_rollouts\"", "a reused count of -1 or 2.5 accepted",
+         RUN_FORMAT),
+    _i47("rf_calibration_compute_unchecked", "core/run_format.py", 'if entry.get("compute") is not None:',
+         "if False:", "a calibration's compute figures never checked", RUN_FORMAT),
+    _i47("rf_effective_dropped", "core/run_format.py", 'for k in ("original", "effective") if k in',
+         'for k in ("original",) if k in', "n-samples.effective unchecked", RUN_FORMAT),
+    _i47("rf_undeclared_any_number", "core/run_format.py", "elif value is not None and not _finite_nonneg(value):",
+         "elif value is not None and not _number(value):", "an undeclared figure may be negative or NaN", RUN_FORMAT),
+    _i47("out_into_input_allowed", "core/outputs.py", "if resolved == root or root in resolved.parents:",
+         "if resolved == root:", "an output inside an input folder accepted", OUTPUTS),
+    _i47("out_links_unresolved", "core/outputs.py", "resolved = Path(target).expanduser().resolve()",
+         "resolved = Path(target).expanduser().absolute()", "an output reaching an input through a link accepted",
+         OUTPUTS),
+    _i47("out_writes_through_links", "core/outputs.py", "os.replace(tmp, path)", "os.replace(tmp, os.path.realpath(path))",
+         "a linked output file written through to its target", OUTPUTS),
+    _i47("out_oserror_bare", "core/outputs.py", "if isinstance(err, OSError) and not isinstance(err, OutputError):",
+         "if False:", "a failed write is a bare OSError traceback, not one line", OUTPUTS),
+    _i47("out_tmp_left_behind", "core/outputs.py", "        with contextlib.suppress(OSError):\n            os.unlink(tmp)",
+         "        with contextlib.suppress(OSError):\n            pass", "a failed write leaves its temporary file",
+         OUTPUTS),
+    _i47("jsonl_nan_written", "core/jsonl.py", "return value if math.isfinite(value) else None", "return value",
+         "a NaN figure reaches json.dumps (which then refuses the whole file)", JSONL),
+    _i47("jsonl_lines_from_zero", "core/jsonl.py", "enumerate(handle, start=1)", "enumerate(handle)",
+         "file:line one line off", JSONL),
+    _i47("jsonl_surrogate_unchecked", "core/jsonl.py", "if _SURROGATE_ESCAPE.search(line):", "if False:",
+         "a lone surrogate read as text (every writer then fails)", JSONL),
+    _i47("jsonl_array_row_accepted", "core/jsonl.py", "if not isinstance(row, dict):", "if row is None:",
+         "a JSON array line taken as a row", JSONL),
+    _i47("int_sigterm_exit_130", "core/interrupt.py", "return EXIT_SIGTERM if isinstance(err, Terminated) else EXIT_SIGINT",
+         "return EXIT_SIGINT", "SIGTERM exits 130 instead of 143", INTERRUPTS),
+    _i47("int_stored_not_said", "core/interrupt.py", 'if stored != "nothing":', "if False:",
+         "the interrupt line says nothing was stored when runs were", INTERRUPTS),
+    _i47("int_sigterm_ignored", "core/interrupt.py", "        signal.signal(signal.SIGTERM, _raise_terminated)",
+         "        pass", "SIGTERM kills without the line (no handler)", INTERRUPTS),
+    _i47("lb_guard_unresolved", "leaderboard/runner.py", "resolved = Path(folder).expanduser().resolve()",
+         "resolved = Path(folder).expanduser().absolute()", "the guard asks git about a link, not its target",
+         GUARD),
+    _i47("lb_guard_fails_open", "leaderboard/runner.py", "        raise ValueError(undecided.format(why=why)) from None",
+         "        return []", "git missing reads as nothing tracked", GUARD),
+    _i47("lb_guard_git_error_open", "leaderboard/runner.py", "if listed.returncode != 0:",
+         "if listed.returncode not in (0, 128):", "a repository git refuses reads as nothing tracked", GUARD),
+    _i47("lb_limit_ignored", "leaderboard/runner.py", "return float(found) == float(limit)", "return True",
+         "a run at another --limit reused as finished", LEADERBOARD),
+    _i47("lb_failure_reason_dropped", "leaderboard/runner.py", '                detail = record["failure"] or',
+         '                detail = "" and record["failure"] or', "a failed cell's reason never reaches the table",
+         LEADERBOARD),
+    _i47("lb_check_cells_greedy_only", "commands/leaderboard.py", "if run.model == opts.eglr_model:",
+         "if run.model != opts.eglr_model:", "the eglr-hf cell's arguments checked on the wrong cells", LEADERBOARD),
+    _i47("lb_cells_unchecked_after_guard", "commands/leaderboard.py", "        if not args.dry_run:",
+         "        if args.dry_run:", "the cells checked only on a dry run", LEADERBOARD),
+    _i47("data_hub_never_checked", "data/loading.py", "        if folder is None and name in _HAD_FROM_HUB:",
+         "        if folder is None:", "without EGLR_DATA_DIR the data is not checked before the load",
+         ("tests/harness/test_refusals_cli.py::"
+          "test_a_benchmark_that_cannot_be_had_is_one_line_naming_both_ways_before_the_load",)),
+    _i47("verify_record_drops_others", "verify/run.py", 'record["verifiers"] = {**previous, **record["verifiers"]}',
+         'record["verifiers"] = dict(record["verifiers"])', "a second eglr-verify on one --out drops the first's record",
+         ("tests/verify/test_cli.py",)),
+    _i47("score_results_of_other_tasks_dropped", "harness/rescore.py",
+         'out_results["results"] = {**out_results["results"], **previous.get("results", {}), task: entry}',
+         'out_results["results"] = dict(out_results["results"])',
+         "rescoring a second task of a run drops the first task's results", ("tests/tasks/test_task_rescore.py",
+                                                                              "tests/faults/test_faults.py")),
+    _i47("progress_early_end_not_credited", "core/progress.py", "self.bar.update(max(budget - generated, 0))",
+         "self.bar.update(0)", "the token bar never full when rollouts end early", ("tests/core/test_progress.py",)),
+    _i47("progress_hook_counts_finished_rows", "decoding/hook/generate.py",
+         "tokens_emitted(input_ids.shape[0] - (0 if self.finished is None else int(self.finished.sum())))",
+         "tokens_emitted(input_ids.shape[0])", "finished rows counted as emitting tokens",
+         ("tests/core/test_progress.py",)),
+)
 
 
 MUTANTS = (
@@ -255,7 +374,7 @@ MUTANTS = (
     Mutant("cont_nan_unchecked", "continuous_engine.py",
            "raise_on_nan_rows([slot for slot, values in zip(slots, read) if values[_F[\"nan\"]]],",
            "raise_on_nan_rows([],", "non-finite logits decoded silently"),
-)
+) + ISSUE_47
 
 
 def copy_tree(dest: Path) -> Path:
@@ -268,11 +387,11 @@ def copy_tree(dest: Path) -> Path:
     return repo
 
 
-def run_tests(repo: Path, timeout_s: int) -> tuple[str, float, str]:
-    """Run the suite in ``repo``: ("passed" | "failed" | "timeout", seconds, the failing test or the last line)."""
+def run_tests(repo: Path, timeout_s: int, tests: tuple[str, ...] = TESTS) -> tuple[str, float, str]:
+    """Run ``tests`` in ``repo``: ("passed" | "failed" | "timeout", seconds, the failing test or the last line)."""
     # the copy's eglr_harness shadows any installed one
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TESTS]
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow", *tests]
     started = time.perf_counter()
     try:
         done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -288,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated mutant names (default: all)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per suite run; a timeout counts as killed")
+    parser.add_argument("--group", default="", help="run one group of mutants (issue47), each with its own tests")
     parser.add_argument("--out", type=Path, help="write the per-mutant results as JSON here")
     args = parser.parse_args(argv)
     known = {m.name: m for m in MUTANTS}
@@ -295,17 +415,22 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := sorted(set(names) - set(known)):
         raise ValueError(f"`--only` names unknown mutants {unknown}; known: {sorted(known)}.")
     mutants = [known[n] for n in names] if names else list(MUTANTS)
+    if args.group:
+        mutants = [m for m in mutants if m.group == args.group]
+        if not mutants:
+            raise ValueError(f"`--group`={args.group!r} has no mutants; known: {sorted({m.group for m in MUTANTS} - {''})}.")
+    baseline_tests = tuple(dict.fromkeys(t for m in mutants for t in m.selection()))
 
     with tempfile.TemporaryDirectory(prefix="eglr_mutation_") as tmp:
         repo = copy_tree(Path(tmp))
-        status, seconds, tail = run_tests(repo, args.timeout)
+        status, seconds, tail = run_tests(repo, args.timeout, baseline_tests)
         print(f"baseline (no mutation): {status} in {seconds:.0f}s  {tail}", flush=True)
         if status != "passed":
             print("the unmutated suite must pass first", file=sys.stderr)
             return 2
         results = []
         for mutant in mutants:
-            path = repo / DECODING / mutant.path
+            path = mutant.file(repo)
             original = path.read_text()
             if original.count(mutant.old) != 1:
                 results.append({"name": mutant.name, "status": "stale", "why": mutant.why})
@@ -313,12 +438,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             path.write_text(original.replace(mutant.old, mutant.new))
             try:
-                status, seconds, tail = run_tests(repo, args.timeout)
+                status, seconds, tail = run_tests(repo, args.timeout, mutant.selection())
             finally:
                 path.write_text(original)
             verdict = "survived" if status == "passed" else "killed"
-            results.append({"name": mutant.name, "status": verdict, "suite": status, "seconds": round(seconds, 1),
-                            "why": mutant.why, "tail": tail})
+            results.append({"name": mutant.name, "file": str(path.relative_to(repo)), "status": verdict,
+                            "suite": status, "seconds": round(seconds, 1), "why": mutant.why,
+                            "tests": list(mutant.selection()), "tail": tail})
             print(f"{mutant.name:28s} {verdict:8s} {seconds:6.0f}s  {tail}", flush=True)
 
     ran = [r for r in results if r["status"] != "stale"]
@@ -328,7 +454,9 @@ def main(argv: list[str] | None = None) -> int:
         print("survived: " + ", ".join(survivors))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"tests": list(TESTS), "killed": killed, "total": len(ran),
+        args.out.write_text(json.dumps({"tests": list(baseline_tests), "group": args.group or None, "killed": killed,
+                                        "total": len(ran), "command": "OMP_NUM_THREADS=1 python benchmarks/mutation_run.py "
+                                        + " ".join(argv if argv is not None else sys.argv[1:]),
                                         "mutants": results}, indent=1) + "\n")
     return 0
 

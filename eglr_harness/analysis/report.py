@@ -12,6 +12,9 @@ Nothing here loads a model or imports torch.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,7 +29,8 @@ from eglr_harness.analysis.sections.section import (  # the registry (sections/s
     image,
     register_section,
 )
-from eglr_harness.core.outputs import atomic_write_text
+from eglr_harness.core.errors import OutputError
+from eglr_harness.core.outputs import atomic_write_text, remedy
 
 __all__ = [
     "Section",
@@ -80,15 +84,29 @@ def render_markdown(ctx: ReportContext, figs: dict[str, Path]) -> str:
 
 
 def write_report(ctx: ReportContext, out_dir: Path) -> Path:
-    """Write tables, figures and report.md of ``ctx`` into ``out_dir``; returns ``out_dir``."""
+    """Write tables, figures and report.md of ``ctx`` into ``out_dir``; returns ``out_dir``.
+
+    The report is whole or absent as a set: every file is written (and flushed) into a hidden folder inside
+    ``out_dir`` first, so that a full disk or an error stops it there with ``out_dir`` as it was; only then is
+    each moved into place by a rename (which needs no space), replacing a link there rather than writing
+    through it. Other files in ``out_dir`` are left alone."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    figs: dict[str, Path] = {}
-    for name, section in _sections(ctx.sections).items():
-        for table in section.tables(ctx, ctx.results[name]):
-            write_csv(out / table.file, table.header, table.rows)
-        figs.update(section.figures(ctx, ctx.results[name], out))
-    atomic_write_text(out / "report.md", render_markdown(ctx, figs))  # whole, and never through a link
+    try:
+        staging = Path(tempfile.mkdtemp(dir=out, prefix=".eglr-report.tmp-"))
+    except OSError as err:
+        raise OutputError(f"{out}: cannot be written ({err.strerror or err}); {remedy(err)}.") from None
+    try:
+        figs: dict[str, Path] = {}
+        for name, section in _sections(ctx.sections).items():
+            for table in section.tables(ctx, ctx.results[name]):
+                write_csv(staging / table.file, table.header, table.rows)
+            figs.update(section.figures(ctx, ctx.results[name], staging))
+        atomic_write_text(staging / "report.md", render_markdown(ctx, figs))
+        for made in sorted(staging.iterdir(), key=lambda p: p.name == "report.md"):  # report.md last
+            os.replace(made, out / made.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     logger.info("report written to %s", out)
     return out
 

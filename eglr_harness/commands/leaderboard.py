@@ -12,7 +12,15 @@ from pathlib import Path
 
 from eglr_harness.core.interrupt import run_interruptible
 from eglr_harness.leaderboard.runner import Executor, check_output_dir, run_leaderboard, subprocess_executor
-from eglr_harness.leaderboard.runs import LeaderboardOptions, check_plan, default_output_dir, parse_beams, parse_limit
+from eglr_harness.leaderboard.runs import (
+    LeaderboardOptions,
+    check_plan,
+    default_output_dir,
+    gen_kwargs_arg,
+    parse_beams,
+    parse_limit,
+    plan_runs,
+)
 
 logger = logging.getLogger("eglr_harness.commands.leaderboard")
 
@@ -94,6 +102,25 @@ def options_from_args(args: argparse.Namespace) -> LeaderboardOptions:
     )
 
 
+def check_cells(opts: LeaderboardOptions) -> None:
+    """Every cell's data and arguments, which its lm_eval run would meet only after its model loaded: each
+    task's benchmark data (``EGLR_DATA_DIR``, else the hub or its cache: one line naming both ways), and for the
+    eglr-hf runs the run's preflight (``harness/preflight.py``: the pool, ``L`` against the layers, the lengths
+    against ``max_length``). ``ValueError`` naming the cell, before the first one runs."""
+    from eglr_harness.data.loading import check_local_data  # noqa: PLC0415
+    from eglr_harness.harness.preflight import check_run_args, check_run_tasks  # noqa: PLC0415
+
+    for run in plan_runs(opts):
+        try:
+            check_local_data([run.task])
+            if run.model == opts.eglr_model:
+                eglr = check_run_args(run.model_args, gen_kwargs=gen_kwargs_arg(run.gen_kwargs) or None,
+                                      limit=run.limit)
+                check_run_tasks(eglr, [run.task])
+        except ValueError as err:
+            raise ValueError(f"cell {run.benchmark}/{run.name} ({run.task}): {err}") from None
+
+
 def _main(argv: Sequence[str] | None, executor: Executor) -> int:
     """Console entry point of ``eglr-leaderboard``; 0 when every run finished, 1 otherwise, 2 on bad input."""
     args = leaderboard_parser().parse_args(argv)
@@ -102,6 +129,8 @@ def _main(argv: Sequence[str] | None, executor: Executor) -> int:
         opts = options_from_args(args)
         check_plan(opts)  # before anything runs
         check_output_dir(opts.output_dir, update_committed=args.update_committed or args.dry_run)
+        if not args.dry_run:  # a dry run runs nothing: nothing to refuse
+            check_cells(opts)
         outcome = run_leaderboard(opts, executor, dry_run=args.dry_run)
     except ValueError as err:
         print(f"eglr-leaderboard: error: {err}", file=sys.stderr)

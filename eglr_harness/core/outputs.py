@@ -7,6 +7,7 @@ A leaf: the lm-eval hook (``harness/autoload.py``), the stores, ``eglr-score`` a
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from eglr_harness.core.errors import OutputError
 
-__all__ = ["OutputError", "atomic_writer", "atomic_write_bytes", "atomic_write_text", "check_writable",
+__all__ = ["OutputError", "atomic_writer", "atomic_write_bytes", "atomic_write_text", "check_writable", "remedy",
            "refuse_writing_into"]
 
 _PROBE_BYTES = 64 * 1024  # a probe write of this size meets a full disk (a bare create may not)
@@ -52,14 +53,29 @@ def check_writable(folder: str | Path, what: str) -> Path:
             raise OutputError(f"{what}={str(folder)!r} is not a folder ({where} is a file); allowed: a folder, created "
                               "if missing.") from None
         raise OutputError(
-            f"{what}={str(folder)!r} cannot be written ({err.strerror or err}{at}); "
-            "free space there or give a writable folder."
+            f"{what}={str(folder)!r} cannot be written ({err.strerror or err}{at}); {remedy(err, 'there')}."
         ) from None
     finally:
         for path in created:  # deepest first
             with contextlib.suppress(OSError):
                 path.rmdir()
     return folder
+
+
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+_NOT_PERMITTED = {errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def remedy(err: OSError, where: str = "") -> str:
+    """What to do about a failed write, by its cause: space for a full disk or quota, another folder (or the
+    permissions) for a read-only one, a writable folder otherwise. ``where``: ``"there"`` to say where."""
+    at = f" {where}" if where else ""
+    if err.errno in _NO_SPACE:
+        return f"free space{at} or give a folder on another disk"
+    if err.errno in _NOT_PERMITTED:
+        read_only = "read-only" if err.errno == errno.EROFS else "not writable for this user"
+        return f"the folder{at} is {read_only}: give a writable folder (or change its permissions)"
+    return "give a writable folder"
 
 
 def _umask() -> int:
@@ -82,8 +98,7 @@ def atomic_writer(path: str | Path, mode: str = "w", encoding: str | None = "utf
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
     except OSError as err:
-        raise OutputError(f"{path}: cannot be written ({err.strerror or err}); free space or pick a writable "
-                          "folder.") from None
+        raise OutputError(f"{path}: cannot be written ({err.strerror or err}); {remedy(err)}.") from None
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding,
                        newline=None if "b" in mode else newline) as handle:
@@ -98,7 +113,7 @@ def atomic_writer(path: str | Path, mode: str = "w", encoding: str | None = "utf
         if isinstance(err, OSError) and not isinstance(err, OutputError):
             raise OutputError(
                 f"{path}: cannot be written ({err.strerror or err}); nothing was left half-written. "
-                "Free space or pick a writable folder, then run again."
+                f"{remedy(err).capitalize()}, then run again."
             ) from None
         raise
 

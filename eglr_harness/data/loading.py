@@ -12,11 +12,13 @@ Where the rows come from:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
 
 from eglr_harness.core.errors import FileFormatError
+from eglr_harness.core.hub import hub_unreachable
 from eglr_harness.core.jsonl import iter_jsonl
 from eglr_harness.data.sources import BENCHMARKS, benchmark, expected_fields, to_schema
 
@@ -51,19 +53,51 @@ def _numbered_rows(path: Path) -> list[tuple[int, dict]]:
     return rows
 
 
+def hub_refusal(name: str, split: str, err: BaseException) -> str:
+    """One line saying that benchmark ``name`` could not be had and the two ways to get it."""
+    source = benchmark(name)
+    where = f"hub dataset {source.hub_path}" + (f" ({source.hub_config})" if source.hub_config else "")
+    reason = " ".join(f"{type(err).__name__}: {err}".split())
+    if len(reason) > 200:
+        reason = reason[:197] + "..."
+    return (f"benchmark {name!r} cannot be had: {DATA_DIR_ENV} is not set and the {where}, split {split!r}, is "
+            f"neither reachable nor cached ({reason}); either let the run reach the Hugging Face hub (once: it is "
+            f"cached after), or set {DATA_DIR_ENV} to a folder holding {source.name}/{split}.jsonl (one JSON object "
+            "per line; tasks/README.md).")
+
+
 def _hub_rows(name: str, split: str) -> tuple[list[dict], str]:
     source = benchmark(name)
     import datasets  # heavy; only on the hub path
 
     where = f"hub dataset {source.hub_path}" + (f" ({source.hub_config})" if source.hub_config else "")
+    logger.info("eglr: loading %s from the %s (or its cache)", name, where)
+    unreachable = hub_unreachable()  # then the cache only: datasets would retry the hub for a minute first
     try:
-        dataset = datasets.load_dataset(source.hub_path, source.hub_config, split=split)
+        with _cache_only(unreachable is not None):
+            dataset = datasets.load_dataset(source.hub_path, source.hub_config, split=split)
     except Exception as err:
-        raise RuntimeError(
-            f"Could not load {where}, split {split!r}: {err}. Offline? Set {DATA_DIR_ENV} to a folder "
-            f"with <benchmark>/{split}.jsonl files (see the tasks README)."
-        ) from err
+        raise FileFormatError(hub_refusal(name, split, err if unreachable is None else
+                                          ConnectionError(f"{unreachable}; not in the datasets cache"))) from err
     return [dict(row) for row in dataset], where
+
+
+@contextlib.contextmanager
+def _cache_only(on: bool):
+    """``datasets`` and ``huggingface_hub`` in offline mode (the cache only) while the block runs, when ``on``: what
+    ``HF_DATASETS_OFFLINE=1`` does, for a hub found unreachable after they were imported."""
+    if not on:
+        yield
+        return
+    import datasets.config  # noqa: PLC0415
+    import huggingface_hub.constants  # noqa: PLC0415
+
+    saved = datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE = saved
 
 
 def load_problems(
@@ -109,24 +143,31 @@ def load_problems(
     return problems
 
 
-def check_local_data(tasks, data_dir: str | Path | None = None) -> None:
-    """Read every local data file that ``tasks`` will load, so that a bad line (``file:line``) or a missing
-    file stops the run before a model loads rather than after.
+# benchmarks this process has read from the hub (or its cache) already: the check runs twice per lm_eval run
+_HAD_FROM_HUB: set[str] = set()
 
-    Only eglr tasks (names with ``_eglr``, and the groups in ``tasks/groups``) and only local files
-    (``data_dir``, else ``EGLR_DATA_DIR``; the hub is not contacted) are checked. Raises
-    :class:`~eglr_harness.core.errors.FileFormatError`.
+
+def check_local_data(tasks, data_dir: str | Path | None = None) -> None:
+    """Read every data file that ``tasks`` will load, so that a bad line (``file:line``), a missing file
+    or a benchmark that cannot be had stops the run before a model loads rather than after.
+
+    Only eglr tasks (names with ``_eglr``, and the groups in ``tasks/groups``) are checked. With a local
+    folder (``data_dir``, else ``EGLR_DATA_DIR``) its files are read; without one each benchmark is loaded
+    from the hub (or the ``datasets`` cache) as the task will load it, so that a benchmark that cannot be
+    had is one line naming both ways to get it. Raises :class:`~eglr_harness.core.errors.FileFormatError`.
     """
     folder = Path(data_dir).expanduser() if data_dir else data_dir_from_env()
-    if folder is None:
-        return
     for name in sorted(_benchmarks_of_tasks(tasks)):
+        if folder is None and name in _HAD_FROM_HUB:
+            continue
         try:  # a missing file too: the task would read it (and fail) only after the model loaded
             load_problems(name, data_dir=folder)
         except FileFormatError:
             raise
         except (ValueError, FileNotFoundError) as err:
             raise FileFormatError(str(err)) from None
+        if folder is None:
+            _HAD_FROM_HUB.add(name)
 
 
 def _benchmarks_of_tasks(tasks) -> set[str]:

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
-from tqdm import tqdm
 
 from eglr_harness.core.generation_options import SAMPLING_OPTIONS
+from eglr_harness.core.progress import RolloutProgress, counting_tokens
 from eglr_harness.core.signals import rollout_signals
 from eglr_harness.decoding.contract import Engine, Outcome, Request
 from eglr_harness.run.accounting import EngineRunAccounts, restored_accounting, rollout_accounts
@@ -252,7 +252,8 @@ class RolloutDecoder:
         rollout's record goes into ``found`` and is kept at once. Returns ``{index: its Outcome}``."""
         fresh: dict[int, Outcome] = {}
         requests, untils = zip(*(self.codec.request(*items[i]) for _, i in missing)) if missing else ((), ())
-        bar = tqdm(total=len(missing), desc=desc, disable=disable_tqdm or not self.show_progress)
+        bar = RolloutProgress([r.max_new_tokens for r in requests], desc=desc,
+                              disable=disable_tqdm or not self.show_progress)
         try:
             for choice, share in self.router.route(requests):
                 clock = [time.perf_counter()]  # when the engine run started, then when its last rollout finished
@@ -263,8 +264,9 @@ class RolloutDecoder:
                                           clock)
                     found[key], fresh[i] = record, outcome
                     self.memory.keep(key, record)
-                    bar.update(1)
-                batches = self._run([requests[j] for j in share], self.engines[choice], stats_for, finished)
+                    bar.rollout_ended(requests[share[j]].max_new_tokens, len(outcome.tokens))
+                with counting_tokens(bar.tokens):  # the bar moves with every token the engine emits
+                    batches = self._run([requests[j] for j in share], self.engines[choice], stats_for, finished)
                 self._keep_shares(batches, [missing[j][0] for j in share], found)
         finally:
             bar.close()

@@ -251,6 +251,8 @@ def patch_task_lookup(config_module) -> None:
             eglr_args = check_run_args(getattr(self, "model_args", None), gen_kwargs=getattr(self, "gen_kwargs", None),
                                        limit=getattr(self, "limit", None), use_cache=getattr(self, "use_cache", None),
                                        passed=_passed_to_model(lambda name: getattr(self, name, None)))
+        if model == MODEL_NAME:  # lm-eval says nothing while it indexes every task (tens of seconds on a CPU)
+            logging.getLogger("lm_eval.eglr_hf").info("eglr-hf: arguments checked; lm-eval is indexing its tasks ...")
         try:
             manager = original(self, *args, **kwargs)
         except ValueError as err:

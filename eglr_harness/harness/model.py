@@ -12,6 +12,7 @@ args of ``settings.RunSettings``. The class holds only what lm-eval asks of a mo
 from __future__ import annotations
 
 import logging
+import time
 
 from lm_eval.api.instance import Instance
 from lm_eval.api.registry import register_model
@@ -39,7 +40,13 @@ class EglrHFLM(HFLM):
         """pretrained and ``kwargs``: eglr's model args (``core/model_args.EGLR_ARGS``), HFLM's, from_pretrained's."""
         _follow_lm_eval_logging()
         self.args = EglrArgs.of_hf_model({"pretrained": pretrained, **kwargs})  # every check before the weights load
+        started = time.perf_counter()  # start-up says what it is doing: the load is its longest silent part
+        logger.info("eglr-hf: loading %s (weights, tokenizer%s) ...", _model_name(self.args.load_args),
+                    "; a GGUF is de-quantised first, about a minute on a CPU" if self.args.load_args.get("gguf_file")
+                    else "")
         super().__init__(**self.args.load_args)
+        logger.info("eglr-hf: model loaded in %.0f s; building engine=%s (compile=%s)", time.perf_counter() - started,
+                    self.args.engine, self.args.compile)
         parts = find_model_parts(self.model)
         num_layers = parts.num_layers
         self.args.check_loaded(num_layers, self.model.generation_config)

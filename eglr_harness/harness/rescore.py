@@ -237,8 +237,9 @@ def rescore_file(path: Path, output: Path) -> tuple[str, dict[str, Any]]:
     results_out = output / results_path.name
     if results_out.is_file():  # several tasks of one run share the results file
         previous = read_results(results_out)
-        out_results["results"] = {**previous.get("results", {}), **out_results["results"]}
-        out_results["eglr_cell_accuracies"] = {**previous.get("eglr_cell_accuracies", {}), **cells}
+        # the other tasks as an earlier call scored them (the input still holds them unscored), this task anew
+        out_results["results"] = {**out_results["results"], **previous.get("results", {}), task: entry}
+        out_results["eglr_cell_accuracies"] = {**cells, **previous.get("eglr_cell_accuracies", {}), task: cells[task]}
     # both files whole or both as they were: each is written and flushed to disk (where a full disk fails)
     # before either is renamed into place (samples without their results was left on a full disk)
     with atomic_writer(output / path.name) as samples_file, atomic_writer(results_out) as results_file:

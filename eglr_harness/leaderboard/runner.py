@@ -15,10 +15,12 @@ tracks (a checkout's committed ``results/``) is refused before anything runs.
 from __future__ import annotations
 
 import json
-import os
 import logging
+import os
 import platform
+import re
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +44,7 @@ __all__ = [
     "tracked_files",
     "check_output_dir",
     "execute_run",
+    "failure_reason",
     "package_versions",
     "LeaderboardOutcome",
     "run_leaderboard",
@@ -52,14 +55,47 @@ logger = logging.getLogger(__name__)
 RECORD_NAME = "eglr_leaderboard_run.json"
 VERSION_PACKAGES = ("eglr-harness", "lm_eval", "transformers", "torch", "accelerate", "gguf", "math-verify")
 
-# An executor runs one command line and returns its exit status (tests inject a fake one).
-Executor = Callable[[Sequence[str]], int]
+# An executor runs one command line and returns its exit status, or (exit status, why it failed) (tests inject a
+# fake one).
+Executor = Callable[[Sequence[str]], "int | tuple[int, str]"]
+
+_TAIL_BYTES = 64 * 1024  # of the child's stderr, kept to say why it failed
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*")
 
 
-def subprocess_executor(argv: Sequence[str]) -> int:
-    """Run ``argv`` with the terminal's stdout/stderr (lm-eval's progress bars stay visible)."""
+def failure_reason(stderr_tail: str, returncode: int) -> str:
+    """Why an lm_eval run failed, in one line, from the end of its stderr: its one-line refusal (``error: ...``,
+    how eglr-hf and the CLI print a user error), else the exception line that ends a traceback, else the last line
+    it printed; then the exit status."""
+    lines = [line.strip() for line in stderr_tail.replace("\r", "\n").splitlines() if line.strip()]
+    said = (next((line for line in reversed(lines) if line.startswith("error: ")), None)
+            or next((line for line in reversed(lines) if _EXCEPTION_LINE.match(line)), None)
+            or (lines[-1] if lines else ""))
+    said = said.removeprefix("error: ")
+    if len(said) > 400:
+        said = said[:397] + "..."
+    return f"exit status {returncode}" + (f": {said}" if said else " (nothing on stderr)")
+
+
+def subprocess_executor(argv: Sequence[str]) -> tuple[int, str]:
+    """Run ``argv`` with the terminal's stdout, its stderr passed through as it comes (lm-eval's progress bars stay
+    visible) and its end kept: ``(exit status, why it failed)``, the reason ``""`` when it exited 0."""
     # the child is quiet on an interrupt: this process prints the one line for both (core/interrupt.py)
-    return subprocess.run(list(argv), check=False, env={**os.environ, QUIET_ENV: "1"}).returncode
+    tail = b""
+    with subprocess.Popen(list(argv), stderr=subprocess.PIPE, env={**os.environ, QUIET_ENV: "1"}) as child:
+        try:
+            while chunk := os.read(child.stderr.fileno(), 65536):
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.buffer.flush()
+                tail = (tail + chunk)[-_TAIL_BYTES:]
+            returncode = child.wait()
+        except BaseException:  # as subprocess.run: an interrupted child gets a moment to store, then is killed
+            try:
+                child.wait(timeout=0.25)
+            except subprocess.TimeoutExpired:
+                child.kill()
+            raise
+    return returncode, "" if returncode == 0 else failure_reason(tail.decode("utf-8", "replace"), returncode)
 
 
 def package_versions() -> dict[str, str]:
@@ -166,7 +202,8 @@ def execute_run(run: PlannedRun, argv: list[str], executor: Executor) -> dict:
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     logger.info("running %s/%s: %s", run.benchmark, run.name, shell_command(argv))
     t0 = time.perf_counter()
-    returncode = executor(argv)
+    outcome = executor(argv)
+    returncode, why = outcome if isinstance(outcome, tuple) else (outcome, "")
     record = {
         "benchmark": run.benchmark,
         "run": run.name,
@@ -178,6 +215,7 @@ def execute_run(run: PlannedRun, argv: list[str], executor: Executor) -> dict:
         "versions": package_versions(),
         "wall_time_s": round(time.perf_counter() - t0, 3),
         "returncode": returncode,
+        "failure": portable(why or f"exit status {returncode}") if returncode != 0 else None,
         "started": started,
         "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -196,7 +234,8 @@ class LeaderboardOutcome:
     failed: tuple[str, ...]
 
 
-def _cells(run: PlannedRun, argv: list[str], files: RunFiles | None, record: dict | None, status: str):
+def _cells(run: PlannedRun, argv: list[str], files: RunFiles | None, record: dict | None, status: str,
+           detail: str = ""):
     return cells_from_run(
         kind=run.kind,
         name=run.name,
@@ -208,6 +247,7 @@ def _cells(run: PlannedRun, argv: list[str], files: RunFiles | None, record: dic
         run_dir=run.output_path,
         num_beams=run.num_beams,
         status=status,
+        detail=detail,
     )
 
 
@@ -227,7 +267,7 @@ def run_leaderboard(
         label = f"{run.benchmark}/{run.name}"
         files = finished_run(run, run.limit)
         record = _read_record(run)
-        status = "not run"
+        status, detail = "not run", ""
         if files is not None:
             logger.info("skip %s: finished (%s)", label, files.results)
             skipped.append(label)
@@ -238,15 +278,14 @@ def run_leaderboard(
             record = execute_run(run, argv, executor)
             files = finished_run(run, run.limit)
             if files is None:
-                logger.error(
-                    "%s failed (exit status %s, no results file in %s)", label, record["returncode"], run.output_path
-                )
+                detail = record["failure"] or f"exit status 0 but no results file in {portable(str(run.output_path))}"
+                logger.error("%s failed: %s", label, detail)
                 failed.append(label)
                 status = "failed"
             else:
                 ran.append(label)
                 note_stored(f"finished runs in {opts.output_dir}", [label])
-        mine = _cells(run, argv, files, record, status)
+        mine = _cells(run, argv, files, record, status, detail)
         if ran or failed:  # something executed: refresh the table, later runs shown as pending
             pending = [c for later in runs[i + 1 :] for c in _cells(later, [], None, None, "pending")]
             _write(cells + mine + pending, opts)
@@ -265,7 +304,8 @@ def _write(cells: list[LeaderboardCell], opts: LeaderboardOptions) -> dict[str, 
         f"Size: {limit}; max_gen_toks: {opts.max_gen_toks or 'task default'}; "
         f"chat template: {opts.apply_chat_template}.",
     ]
-    missing = sorted({f"{c.benchmark}/{c.method} ({c.status})" for c in cells if c.status != "done"})
+    missing = sorted({f"{c.benchmark}/{c.method} ({c.status}{': ' + c.detail if c.detail else ''})"
+                      for c in cells if c.status != "done"})
     if missing:
         notes.append("Not finished: " + ", ".join(missing) + ". Rerun the same command to resume.")
     model = model_name(opts.model_args) or portable(opts.model_args)

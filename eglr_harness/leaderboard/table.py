@@ -155,15 +155,17 @@ def cells_from_run(
     run_dir: Path,
     num_beams: int | None = None,
     status: str = "not run",
+    detail: str = "",
 ) -> list[LeaderboardCell]:
     """The table entries that one planned run contributes; ``files=None`` (no results) gives
-    entries with ``status`` (``not run`` or ``failed``)."""
+    entries with ``status`` (``not run`` or ``failed``) and ``detail`` (why it failed)."""
     methods = ["eglr_best", "eglr_sc", "oracle"] if kind == "eglr_sc" else [name]
     record = record or {}
     if files is None:
         return [
             LeaderboardCell(
-                m, benchmark, status, command=command, run_dir=str(run_dir), versions=record.get("versions", {})
+                m, benchmark, status, command=command, run_dir=str(run_dir), versions=record.get("versions", {}),
+                detail=detail,
             )
             for m in methods
         ]

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from eglr_harness.core.hub import cached_model_file, hub_unreachable
 from eglr_harness.run.model_names import model_name
 from eglr_harness.run.presets import load_preset, resolve_pretrained
 from eglr_harness.run.stores import weights_fingerprint
@@ -94,6 +95,12 @@ def check_weights(spec: VerifierSpec, trust_remote_code: bool) -> None:
     if _is_local(spec.target) and not path.exists():
         raise ValueError(f"`--verifier`={spec.key!r}: {spec.target!r} does not exist; give the folder of the "
                          "verifier's weights (config.json, tokenizer, *.safetensors).")
+    if not _is_local(spec.target) and not cached_model_file(spec.target):
+        why = hub_unreachable()  # the load would retry the hub for over a minute, then end in a traceback
+        if why is not None:
+            raise ValueError(f"`--verifier`={spec.key!r}: the hub model {spec.target!r} is not in the local cache and "
+                             f"the Hugging Face hub cannot be asked ({why}); run once where the hub is reachable (the "
+                             f"model is cached after), or give the folder of its weights: {spec.format}:/path/to/it.")
     config = path / "config.json"
     if config.is_file():
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from pathlib import Path
 
 from helpers import lmeval_fakes
@@ -390,10 +391,33 @@ def test_a_different_limit_is_not_reused(tmp_path):
     assert len(fake.calls) == 4
 
 
-def test_main_with_injected_executor_and_dry_run(tmp_path, capsys):
+def make_runnable(folder: Path) -> tuple[str, Path]:
+    """Model args and a data folder that pass the leaderboard's check of every cell: a model folder with a
+    config only (read without weights), and a four-problem gsm8k/test.jsonl for EGLR_DATA_DIR."""
+    from transformers import LlamaConfig
+
+    model = folder / "model"
+    LlamaConfig(num_hidden_layers=12, hidden_size=16, intermediate_size=32, num_attention_heads=2,
+                num_key_value_heads=1, vocab_size=64, max_position_embeddings=4096).save_pretrained(model)
+    data = folder / "data" / "gsm8k"
+    data.mkdir(parents=True)
+    (data / "test.jsonl").write_text("".join(json.dumps({"question": f"{i} + 1?", "answer": f"#### {i + 1}"}) + "\n"
+                                             for i in range(4)))
+    return f"pretrained={model}", data.parent
+
+
+@pytest.fixture
+def runnable(tmp_path, monkeypatch) -> str:
+    """:func:`make_runnable`'s model args, its data folder as EGLR_DATA_DIR."""
+    model_args, data = make_runnable(tmp_path)
+    monkeypatch.setenv("EGLR_DATA_DIR", str(data))
+    return model_args
+
+
+def test_main_with_injected_executor_and_dry_run(tmp_path, capsys, runnable):
     argv = [
         "--model_args",
-        MODEL_ARGS,
+        runnable,
         "--tasks",
         "gsm8k",
         "--limit",
@@ -459,7 +483,8 @@ def test_a_presets_device_reaches_lm_eval_as_a_flag_for_every_run(tmp_path):
     assert {parse_lm_eval(a).device for a in fake.calls} == {"meta"}
 
 
-def test_committed_results_are_never_overwritten_nor_taken_for_the_users_runs(tmp_path, monkeypatch, capsys):
+def test_committed_results_are_never_overwritten_nor_taken_for_the_users_runs(tmp_path, monkeypatch, capsys,
+                                                                             runnable):
     """Issue 38: the default output was the checkout's results/<model>/leaderboard: a first run overwrote the
     committed tables and skipped the committed runs as finished. Now the default is out/leaderboard/<model>,
     and a folder with files git tracks is refused before anything runs."""
@@ -475,14 +500,14 @@ def test_committed_results_are_never_overwritten_nor_taken_for_the_users_runs(tm
     subprocess.run([*git, "-C", str(checkout), "add", "-A"], check=True)
     subprocess.run([*git, "-C", str(checkout), "commit", "-qm", "results"], check=True)
     monkeypatch.chdir(checkout)
-    argv = ["--model_args", MODEL_ARGS, "--tasks", "gsm8k", "--limit", "4", "--max_gen_toks", "256", "--beams", "none"]
+    argv = ["--model_args", runnable, "--tasks", "gsm8k", "--limit", "4", "--max_gen_toks", "256", "--beams", "none"]
     fake = FakeLmEval()
     assert main([*argv, "--output_dir", str(committed)], executor=fake) == 2
     assert "tracked by git" in capsys.readouterr().err and fake.calls == []
     assert (committed / "leaderboard.md").read_text() == "committed numbers\n"
     assert main(argv, executor=fake) == 0  # the default folder: out/leaderboard/<model>, every run made afresh
     assert len(fake.calls) == 2
-    assert all(parse_lm_eval(a).output_path.startswith("out/leaderboard/SmolLM2-135M-Instruct.Q4_1/")
+    assert all(parse_lm_eval(a).output_path.startswith("out/leaderboard/model/")
                for a in fake.calls)
     status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
     assert status.stdout == ""
@@ -508,3 +533,52 @@ def test_flags_that_cannot_run_are_refused_before_any_run(tmp_path, capsys, argv
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("eglr-leaderboard: error: ") and message in err[0], err
     assert fake.calls == [] and not (tmp_path / "lb").exists()
+
+
+def test_every_cell_is_checked_before_the_first_runs(tmp_path, capsys, runnable):
+    """The console script as a user runs it, without data (EGLR_DATA_DIR empty, hub offline, an empty cache):
+    one line naming the cell and both ways to the data, exit 2, and no lm_eval run started; then a setting only
+    the eglr-hf cell meets (its model's layer count), likewise."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "started"
+    fake_python = tmp_path / "python"
+    fake_python.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    fake_python.chmod(0o755)
+    env = {**os.environ, "EGLR_DATA_DIR": "", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+           "HF_HOME": str(tmp_path / "hf"), "HF_DATASETS_CACHE": str(tmp_path / "hf")}
+    argv = [str(Path(sys.executable).parent / "eglr-leaderboard"), "--model_args", runnable, "--tasks",
+            "gsm8k", "--beams", "4", "--output_dir", str(tmp_path / "lb"), "--python", str(fake_python)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert len(errors) == 1 and "cell gsm8k/greedy (gsm8k_eglr): benchmark 'gsm8k' cannot be had" in errors[0]
+    assert "EGLR_DATA_DIR" in errors[0] and "Hugging Face hub" in errors[0]
+    assert main([*argv[1:], "--eglr_model_args", "L=13"]) == 2  # with the fixture's four problems
+    assert "cell gsm8k/eglr_sc (gsm8k_eglr_sc): `L`=13 exceeds the model's 12" in capsys.readouterr().err
+    assert not marker.exists() and not (tmp_path / "lb").exists()
+
+
+def test_a_failed_cell_gets_its_reason_into_the_table(tmp_path, runnable):
+    """Each cell's lm_eval (here an interpreter that fails as lm_eval does, with a traceback or a one-line
+    refusal) ends up in leaderboard.md's notes and the CSV's detail column, not as a bare "failed"."""
+    fake_python = tmp_path / "python"
+    fake_python.write_text("#!/bin/sh\n"
+                           "case \"$*\" in\n"
+                           "  *num_beams*) printf 'Traceback (most recent call last):\\n  File x\\n'"
+                           " >&2; printf 'torch.OutOfMemoryError: CUDA out of memory\\n' >&2; exit 1;;\n"
+                           "  *) printf 'progress 1/2\\rerror: `tau_h`=auto needs a calibration\\nbye\\n' >&2;"
+                           " exit 2;;\n"
+                           "esac\n")
+    fake_python.chmod(0o755)
+    assert main(["--model_args", runnable, "--tasks", "gsm8k", "--beams", "4", "--output_dir", str(tmp_path / "lb"),
+                 "--python", str(fake_python)]) == 1
+    md = (tmp_path / "lb" / "leaderboard.md").read_text()
+    assert "gsm8k/beam4 (failed: exit status 1: torch.OutOfMemoryError: CUDA out of memory)" in md
+    assert "gsm8k/greedy (failed: exit status 2: `tau_h`=auto needs a calibration)" in md
+    with (tmp_path / "lb" / "leaderboard_cells.csv").open() as f:
+        details = {row["method"]: row["detail"] for row in csv.DictReader(f)}
+    assert details["eglr_sc"] == details["greedy"] == "exit status 2: `tau_h`=auto needs a calibration"
+    record = json.loads((tmp_path / "lb" / "gsm8k" / "beam4" / RECORD_NAME).read_text())
+    assert record["failure"] == "exit status 1: torch.OutOfMemoryError: CUDA out of memory"

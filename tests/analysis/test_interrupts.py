@@ -24,8 +24,9 @@ HERE = Path(__file__).parent
 
 
 def _python(code: str, *, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    # HERE.parent: tests/, where tests/helpers is found (pyproject's pythonpath, which a child does not read)
-    path = os.pathsep.join([str(HERE), str(HERE.parent)])
+    # HERE.parent: tests/, where tests/helpers is found (pyproject's pythonpath, which a child does not read); the
+    # caller's PYTHONPATH kept after them (a copy of the tree under test, as benchmarks/mutation_run.py sets it)
+    path = os.pathsep.join(filter(None, [str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH")]))
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300,
                           cwd=cwd, env={**os.environ, "PYTHONPATH": path, **(env or {})})
 
@@ -62,9 +63,13 @@ def test_an_interrupted_leaderboard_counts_its_finished_runs_and_gives_the_resum
     the finished run's count and the command; rerun, it resumes (the finished run is skipped)."""
     code = """
         import os, signal, sys
-        from test_analysis_leaderboard import FakeLmEval, MODEL_ARGS
+        from pathlib import Path
+        from test_analysis_leaderboard import FakeLmEval, make_runnable
         from eglr_harness.commands import leaderboard
 
+        Path("m").mkdir(exist_ok=True)
+        MODEL_ARGS, data = make_runnable(Path("m")) if not Path("m/model").exists() else ("pretrained=m/model", None)
+        os.environ["EGLR_DATA_DIR"] = "m/data"
         fake = FakeLmEval()
 
         def executor(argv):
@@ -80,7 +85,7 @@ def test_an_interrupted_leaderboard_counts_its_finished_runs_and_gives_the_resum
     assert done.returncode == 143 and "Traceback" not in done.stderr, done.stderr
     errors = [x for x in _lines(done) if not x.startswith("ERROR")]
     assert errors == ["eglr-leaderboard: interrupted (SIGTERM); stored: 1 finished runs in lb. Rerun to resume: "
-                      "eglr-leaderboard --model_args pretrained=/models/smol,gguf_file=SmolLM2-135M-Instruct.Q4_1.gguf "
+                      "eglr-leaderboard --model_args pretrained=m/model "
                       "--tasks gsm8k --limit 4 --beams none --output_dir lb"], done.stderr
     resumed = _python(code.replace("if fake.calls:", "if False:"), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr

@@ -183,3 +183,30 @@ def test_score_on_a_full_disk_leaves_both_files_or_neither(tmp_path, monkeypatch
     assert len(err) == 1 and "No space left on device" in err[0], err
     assert [p for p in out.rglob("*") if p.is_file()] == []  # no samples without results, no temp file
     assert any(Path(c).name.startswith(".samples_") for c in calls)  # the samples had been written and flushed
+
+
+def test_report_on_a_full_disk_leaves_the_earlier_report_whole(tmp_path, monkeypatch, capsys):
+    """Issue 47: on a full disk eglr-report left part of its files. The report is a set: the disk fills while its
+    last file (report.md) is flushed, and the earlier report in --out stays as it was, every file of it, with no
+    temporary file left; the command says so in one line."""
+    import errno
+
+    from eglr_harness.commands.report import main as report_main
+
+    run, out = _run(tmp_path), tmp_path / "report"
+    assert report_main([str(run), "--out", str(out), "--sections", "runs,pools", "-v", "WARNING"]) == 0
+    (out / "notes.txt").write_text("mine\n")  # a file of the user's: left alone
+    before = _digest(out)
+    real_fsync = os.fsync
+
+    def fills_on_report_md(fd):
+        if Path(os.readlink(f"/proc/self/fd/{fd}")).name.startswith(".report.md"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fills_on_report_md)
+    capsys.readouterr()
+    assert report_main([str(run), "--out", str(out), "--sections", "runs,pools,selection", "-v", "WARNING"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "No space left on device" in err[0], err
+    assert _digest(out) == before and not list(out.glob(".*"))  # not selection.csv alone, no staging folder

@@ -79,6 +79,7 @@ def test_every_shipped_preset_takes_a_value_with_its_comments_kept():
             line for line in new.splitlines() if line.lstrip().startswith("#")], path.name
 
 
+import os  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -91,6 +92,7 @@ import pytest  # noqa: E402
     (["--out", "{folder}"], "is a folder; allowed: the preset YAML file to write"),  # failed after calibrating
     (["--tasks", "gsm8k_eglrr"], "`--tasks`='gsm8k_eglrr': no task gsm8k_eglrr (neither eglr-harness's nor "
      "lm-eval's); gsm8k_eglrr -> did you mean gsm8k_eglr"),  # loaded the model first
+    (["EGLR_DATA_DIR={folder}"], "{folder}/gsm8k/test.jsonl: no such file"),  # data that cannot be had
 ])
 def test_eglr_calibrate_refuses_before_the_model_loads(tmp_path, extra, message):
     """Issue 47: the console script, on a preset whose model cannot load: the refusal must come first."""
@@ -98,9 +100,12 @@ def test_eglr_calibrate_refuses_before_the_model_loads(tmp_path, extra, message)
     preset.write_text(PRESET.format(pretrained=tmp_path / "no_such_model"))
     (tmp_path / "folder").mkdir()
     argv = ["--model_config", str(preset), "--tasks", "gsm8k_eglr"]
-    argv += [x.format(folder=tmp_path / "folder") for x in extra]
+    extra = [x.format(folder=tmp_path / "folder") for x in extra]
+    env = {**os.environ, **dict(x.split("=", 1) for x in extra if "=" in x and not x.startswith("-"))}
+    argv += [x for x in extra if not ("=" in x and not x.startswith("-"))]
+    message = message.format(folder=tmp_path / "folder")
     script = Path(sys.executable).with_name("eglr-calibrate")
-    done = subprocess.run([str(script), *argv], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    done = subprocess.run([str(script), *argv], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     lines = [x for x in done.stderr.splitlines() if x.startswith("eglr-calibrate: error: ")]
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert len(lines) == 1 and message in lines[0], done.stderr[-2000:]

@@ -320,6 +320,20 @@ CONSISTENCY_CASES = [
      "`config.eglr.stats.reused_rollouts.total` is 3; allowed: the sum of `reused_rollouts.cells` (2)"),
     ("reused_cell_negative", lambda s: s.update(reused_rollouts={"total": 0, "cells": {"L=4,T=0.0": -1}}),
      "`config.eglr.stats.reused_rollouts.cells.L=4,T=0.0` is -1; allowed: an int in [0, 2**53]"),
+    # the edges the mutation run found unguarded (benchmarks/results/mutation_issue47.json)
+    ("gated_one_over_tokens", lambda s: s["total"].update(tokens=192),
+     "`config.eglr.stats.total.gated_tokens` is 193; allowed: at most `tokens` (192)"),
+    ("hist_k_zero", lambda s: s["cells"]["L=4,T=0.0"].update(iteration_hist={"0": 20}),
+     "`config.eglr.stats.cells.L=4,T=0.0.iteration_hist` is {'0': 20}; allowed: a dict 'k'"),
+    ("hist_with_no_gated_tokens", lambda s: s["cells"]["L=4,T=0.0"].update(gated_tokens=0, rho=0.0),
+     "`config.eglr.stats.cells.L=4,T=0.0.iteration_hist` is {'3': 20}; "
+     "allowed: counts that sum to `gated_tokens` (0)"),
+    ("rho_with_no_tokens", lambda s: s["cells"]["L=4,T=0.0"].update(tokens=0, gated_tokens=0, rho=0.5,
+                                                                     iteration_hist={}, mean_iterations=0.0),
+     "`config.eglr.stats.cells.L=4,T=0.0.rho` is 0.5; allowed: gated_tokens / tokens = 0/0 = 0"),
+    ("total_gated_not_the_cells_sum", lambda s: s["cells"]["L=4,T=0.0"].update(gated_tokens=19, rho=19 / 32,
+                                                                                iteration_hist={"3": 19}),
+     "`config.eglr.stats.total.gated_tokens` is 193; allowed: the sum of the cells' `gated_tokens` (192)"),
 ]
 
 

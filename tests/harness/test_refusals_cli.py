@@ -135,6 +135,25 @@ def test_a_missing_data_folder_is_named_before_the_load(unloadable, tmp_path):
     assert LOADING not in done.stderr
 
 
+@pytest.mark.parametrize("case", ["offline", "unreachable"])
+def test_a_benchmark_that_cannot_be_had_is_one_line_naming_both_ways_before_the_load(unloadable, tmp_path, case):
+    """The README's first real command on a fresh clone without the hub: no local file (EGLR_DATA_DIR empty; a
+    folder without the file: test_a_missing_data_folder_is_named_before_the_load), an empty datasets cache, and
+    the hub offline (HF_DATASETS_OFFLINE=1) or unreachable without an offline switch (an endpoint that refuses
+    connections: no minute of retries)."""
+    env = {"EGLR_DATA_DIR": "", "HF_HOME": str(tmp_path / "hf"), "HF_DATASETS_CACHE": str(tmp_path / "hf")}
+    if case == "unreachable":
+        env.update(HF_DATASETS_OFFLINE="", HF_HUB_OFFLINE="", TRANSFORMERS_OFFLINE="", HF_ENDPOINT="http://127.0.0.1:9")
+    done, _ = lm_eval("--model", "eglr-hf", "--model_args", f"pretrained={unloadable}", "--tasks", "gsm8k_eglr_sc",
+                      "--limit", "2", env=env)
+    assert_refused(done, "benchmark 'gsm8k' cannot be had: EGLR_DATA_DIR is not set and the hub dataset "
+                         "openai/gsm8k (main), split 'test', is neither reachable nor cached")
+    assert "reach the Hugging Face hub" in done.stderr and "gsm8k/test.jsonl" in done.stderr
+    if case == "unreachable":
+        assert "127.0.0.1:9 cannot be reached" in done.stderr and "Retrying in" not in done.stderr
+    assert LOADING not in done.stderr
+
+
 def test_a_task_name_with_a_slash_is_refused_before_the_load_when_samples_are_written(unloadable, tmp_path):
     from eglr_harness.core.resources import tasks_dir
 

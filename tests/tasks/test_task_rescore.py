@@ -104,3 +104,17 @@ def test_cli_names_a_path_without_samples(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--output_path", str(tmp_path / "scored")])
     assert "no samples_*.jsonl" in capsys.readouterr().err
+
+
+def test_two_tasks_of_one_run_keep_both_results(predict_only_run, tmp_path, capsys):
+    """The tasks of one run share its results file: scoring the second keeps the first's scored results."""
+    first = predict_only_run / f"samples_toy_eglr_sc_{STAMP}.jsonl"
+    (predict_only_run / f"samples_toy2_eglr_sc_{STAMP}.jsonl").write_text(first.read_text())
+    results = predict_only_run / f"results_{STAMP}.json"
+    data = json.loads(results.read_text())
+    data["results"]["toy2_eglr_sc"] = {"alias": "toy2_eglr_sc", "bypass,pool": 999}
+    results.write_text(json.dumps(data))
+    assert main([str(predict_only_run), "--output_path", str(tmp_path / "scored")]) == 0
+    scored = json.loads((tmp_path / "scored" / "smollm2" / f"results_{STAMP}.json").read_text())["results"]
+    assert set(scored) == {"toy_eglr_sc", "toy2_eglr_sc"}
+    assert all("maj@3,pool" in scored[task] for task in scored), scored

@@ -32,6 +32,8 @@ def _digest(folder):
     ("prm:/x", "`--verifier`='prm:/x' is not allowed; allowed: qwen-prm:PATH"),
     ("self:judge", "allowed self-verifiers"),
     ("orm:/no/such/folder", "does not exist"),
+    ("orm:some/id", "`--verifier`='orm:some/id': the hub model 'some/id' is not in the local cache and the Hugging "
+                    "Face hub cannot be asked (HF_HUB_OFFLINE=1 is set)"),
 ])
 def test_bad_verifier_is_one_line_before_loading(tmp_path, capsys, monkeypatch, spec, message):
     def no_loading(*a, **k):

@@ -54,6 +54,7 @@ import torch
 from transformers import StopStringCriteria
 
 from eglr_harness.core.config import EglrConfig
+from eglr_harness.core.progress import tokens_emitted
 from eglr_harness.decoding.compile_setting import CUDA_GRAPHS
 from eglr_harness.decoding.continuous.fixed_step import save_anchors, settle
 from eglr_harness.decoding.continuous.kv_slots import SPARE_COLUMNS, SlotCache, SlotView, prefill_masks
@@ -470,7 +471,8 @@ class _Run:
         emitted tokens, finishes); each finished request is reported (``on_finish``)."""
         raise_on_nan_rows([slot for slot, values in zip(slots, read) if values[_F["nan"]]],
                           "a decoding step of the continuous engine")
-        for row in self.scheduler.absorb(read, slots, eos=self.engine.eos, stopped=self._stopped):
+        for row in self.scheduler.absorb(read, slots, eos=self.engine.eos, stopped=self._stopped,
+                                          on_emitted=tokens_emitted):
             if self.on_finish is not None:
                 self.on_finish(row.index, row.outcome)
 

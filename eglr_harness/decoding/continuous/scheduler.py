@@ -163,11 +163,13 @@ class Scheduler:
 
     # ---------------------------------------------------------------- after a forward
     def absorb(self, read: Sequence[Sequence[float]], slots: list[int], *, eos: frozenset[int],
-               stopped: Callable[[list[Row]], set[int]]) -> list[Row]:
+               stopped: Callable[[list[Row]], set[int]],
+               on_emitted: Callable[[int], None] | None = None) -> list[Row]:
         """Apply a forward's read (one row of ``READ_FIELDS`` values per slot of ``slots``, rows past their
         prompt) to the rows' outcomes: the phase changes (ADVANCE -> REFINE when gated, REFINE -> ADVANCE when
         its exit emits) and the finishes (``eos`` tokens, a stop string: ``stopped(rows)`` -> ids of the rows
-        whose text now ends with one, the length). Finished rows are retired; returns them in slot order."""
+        whose text now ends with one, the length). Finished rows are retired; returns them in slot order.
+        ``on_emitted(n)`` hears how many tokens the read emitted (progress that moves with tokens)."""
         emitted: list[tuple[int, Row]] = []
         for slot, values in zip(slots, read):
             row = self.rows[slot]
@@ -189,6 +191,8 @@ class Scheduler:
             outcome.final_kls.append(values[_F["kl"]])
             outcome.token_iterations.append(k)
             emitted.append((slot, row))
+        if on_emitted is not None:
+            on_emitted(len(emitted))
         hits = stopped([row for _, row in emitted if row.request.stop_strings])
         finished = []
         for slot, row in emitted:

@@ -26,6 +26,7 @@ import torch
 from transformers import GenerationMixin, LogitsProcessorList, StoppingCriteriaList, StopStringCriteria
 
 from eglr_harness.core.config import DEFAULT_ALPHA, DEFAULT_K_MAX, DEFAULT_SEED, DEFAULT_TAU_KL, EglrConfig
+from eglr_harness.core.progress import listening, tokens_emitted
 from eglr_harness.decoding.cache_kwarg import CACHE_KWARG
 from eglr_harness.decoding.contract import Outcome
 from eglr_harness.decoding.hook.compat import check_refinable
@@ -54,6 +55,8 @@ class _FinishedRowsTracker(StoppingCriteriaList):
         self.stopped: torch.Tensor | None = None  # rows that ended on a stop string
 
     def __call__(self, input_ids, scores, **kwargs):
+        if listening():  # progress (core/progress.py): the rows still generating emitted this step's token
+            tokens_emitted(input_ids.shape[0] - (0 if self.finished is None else int(self.finished.sum())))
         done = super().__call__(input_ids, scores, **kwargs)
         finished = done
         if self.stop_strings is not None:  # generated tokens only: a match must not reach into the prompt
