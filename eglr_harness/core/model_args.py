@@ -20,7 +20,7 @@ from eglr_harness.core.config import STOP_THRESHOLD_ARGS
 from eglr_harness.core.errors import ModelArgError
 
 # eglr-hf's own model args (harness/model.py checks that its signature says the same).
-EGLR_ARGS = ("L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "model_config",
+EGLR_ARGS = ("L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "seeds", "model_config",
              "calib_limit", "rollout_cache", "engine", "compile", "stop", *STOP_THRESHOLD_ARGS)
 
 # Keyword arguments that transformers' from_pretrained reads itself (besides its named parameters)

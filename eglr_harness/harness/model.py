@@ -38,13 +38,13 @@ class EglrHFLM(HFLM):
     """Hugging Face causal LM decoded with Entropy-Gated Latent Recursion."""
 
     def __init__(self, pretrained=None, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
-                 top_k=None, top_p=None, seed=None, model_config=None, calib_limit=DEFAULT_CALIB_LIMIT,
+                 top_k=None, top_p=None, seed=None, seeds=None, model_config=None, calib_limit=DEFAULT_CALIB_LIMIT,
                  rollout_cache=None, engine=DEFAULT_ENGINE, compile=DEFAULT_COMPILE, stop=None, tau_latent=None,
                  tau_accel=None, tau_margin=None, tau_entropy=None, **kwargs):
         _follow_lm_eval_logging()
         self.args = EglrArgs.for_hf(dict(  # every check before the weights load
             pretrained=pretrained, L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h, top_k=top_k,
-            top_p=top_p, seed=seed, model_config=model_config, calib_limit=calib_limit, rollout_cache=rollout_cache,
+            top_p=top_p, seed=seed, seeds=seeds, model_config=model_config, calib_limit=calib_limit, rollout_cache=rollout_cache,
             engine=engine, compile=compile, stop=stop, tau_latent=tau_latent, tau_accel=tau_accel,
             tau_margin=tau_margin, tau_entropy=tau_entropy), kwargs)
         super().__init__(**self.args.load_args)

@@ -52,7 +52,7 @@ class EglrVLLM(VLLM):
     """A vLLM-served causal LM decoded with Entropy-Gated Latent Recursion."""
 
     def __init__(self, pretrained=None, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
-                 top_k=None, top_p=None, seed=None, model_config=None, calib_limit=DEFAULT_CALIB_LIMIT,
+                 top_k=None, top_p=None, seed=None, seeds=None, model_config=None, calib_limit=DEFAULT_CALIB_LIMIT,
                  rollout_cache=None, **kwargs):
         _follow_lm_eval_logging()
         from eglr_harness.vllm import engine_args
@@ -60,7 +60,7 @@ class EglrVLLM(VLLM):
 
         self.args = EglrArgs.for_vllm(dict(  # every check before the weights load
             pretrained=pretrained, L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h, top_k=top_k,
-            top_p=top_p, seed=seed, model_config=model_config, calib_limit=calib_limit, rollout_cache=rollout_cache),
+            top_p=top_p, seed=seed, seeds=seeds, model_config=model_config, calib_limit=calib_limit, rollout_cache=rollout_cache),
             kwargs)
         vllm_args = dict(self.args.load_args)
         with model_arg_errors():

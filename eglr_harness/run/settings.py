@@ -16,7 +16,7 @@ from eglr_harness.core import config as defaults
 from eglr_harness.core.benchmark_names import benchmark_of
 from eglr_harness.core.cell import Cell
 from eglr_harness.core.config import EglrConfig, parse_tau_h
-from eglr_harness.core.specs import parse_L_spec, parse_T_spec
+from eglr_harness.core.specs import MAX_AXIS_VALUES, parse_L_spec, parse_T_spec
 from eglr_harness.decoding.sampling import row_seed
 from eglr_harness.run.calibration import DEFAULT_CALIB_LIMIT
 from eglr_harness.run.pool import TASK_POOL_KEYS, ResolvedPool, resolve_pool, task_axes
@@ -31,6 +31,17 @@ def one_value(name: str, value):
             f"eglr-sweep --model_args ... --tasks ... --sweep {name}=v1,v2)."
         )
     return value
+
+
+def check_seeds(value) -> int:
+    """The ``seeds`` model arg: how many times the pool repeats under successive seeds, an int in
+    1..MAX_AXIS_VALUES; one line naming the value otherwise (before the load)."""
+    allowed = (f"an int in 1..{MAX_AXIS_VALUES}, a count (seeds=3 repeats the whole pool under seed, seed + 1, "
+               "seed + 2; `seed` sets the first)")
+    count = as_int("seeds", value, allowed)
+    if not 1 <= count <= MAX_AXIS_VALUES:
+        raise ValueError(f"`seeds`={value!r} is not allowed; allowed: {allowed}.")
+    return count
 
 
 def first(*values):
@@ -69,6 +80,7 @@ class RolloutSpec:
 
     config: the cell's whole EGLR config (tau_h concrete: the task's value when L > 0, inf at L = 0);
     cycle: which draw of a sampled cell this is (a fresh seed per cycle; 0 for greedy cells);
+    seed_index: which repeat of the pool under ``seeds`` (``config.seed`` = the base seed + it);
     task_kwargs: the gen kwargs lm-eval handed over, without the pool keys, as sorted pairs
     (``until``, ``max_gen_toks`` and generate's options such as ``repetition_penalty``).
     """
@@ -76,6 +88,7 @@ class RolloutSpec:
     config: EglrConfig
     cycle: int
     task_kwargs: tuple[tuple[str, object], ...]
+    seed_index: int = 0  # which of the run's ``seeds`` repeats of the pool (0: the base seed; config.seed has it added)
 
     @property
     def cell(self) -> Cell:
@@ -94,6 +107,8 @@ class RolloutSpec:
         gk = dict(self.task_kwargs)
         if c.sampled:
             gk.update(do_sample=True, temperature=c.T, top_k=c.top_k, top_p=c.top_p, eglr_cycle=self.cycle)
+            if self.seed_index:  # the pool again under base seed + seed_index (absent at 0: earlier keys unchanged)
+                gk["eglr_seed"] = c.seed
         else:
             gk.update(do_sample=False, temperature=0.0)
             gk.pop("top_k", None), gk.pop("top_p", None)
@@ -110,6 +125,7 @@ class RunSettings:
     Attributes:
         base: alpha, k_max, tau_kl, top_k, top_p, seed, the exit rule and its threshold (L and T are per cell).
         user_L, user_T: axes pinned through model args (None = not pinned).
+        seeds: how many times the pool repeats, repeat s under the base seed + s (``seeds=10``).
         default_L, default_T: preset or built-in defaults of the pool.
         tau_h: the ``tau_h`` model arg (float or ``'auto'``), None when not given.
         preset_tau_h: the preset's table (task or benchmark name or ``default`` -> nats).
@@ -127,10 +143,11 @@ class RunSettings:
     explicit_sampling: dict = field(default_factory=dict)  # top_k / top_p given as model args
     preset_sampling: dict = field(default_factory=dict)
     L_given: object = None  # the L model arg as written, for messages
+    seeds: int = 1  # repeats of the whole pool, under seeds base, base + 1, ... (``seeds`` model arg)
 
     @classmethod
     def from_args(cls, preset: dict, *, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
-                  top_k=None, top_p=None, seed=None, stop=None, tau_latent=None, tau_accel=None, tau_margin=None,
+                  top_k=None, top_p=None, seed=None, seeds=None, stop=None, tau_latent=None, tau_accel=None, tau_margin=None,
                   tau_entropy=None, calib_limit=DEFAULT_CALIB_LIMIT) -> "RunSettings":
         """stop: the exit rule; tau_latent, ...: the other rules' thresholds (``core.config.STOP_RULES``)."""
         pe = preset.get("eglr", {})
@@ -140,6 +157,7 @@ class RunSettings:
         thresholds = {rule.threshold_arg: as_float(rule.threshold_arg, one_value(rule.threshold_arg, first(
             given[rule.threshold_arg], pe.get(rule.threshold_arg), rule.default)), rule.allowed)
             for rule in defaults.STOP_RULES.values() if rule.threshold_arg in defaults.STOP_THRESHOLD_ARGS}
+        seeds = check_seeds(1 if seeds is None else seeds)
         calib_limit = as_int("calib_limit", calib_limit, "an int >= 1")
         if calib_limit < 1:
             raise ValueError(f"`calib_limit`={calib_limit!r} is not allowed; allowed: an int >= 1.")
@@ -165,6 +183,7 @@ class RunSettings:
             explicit_sampling={k: v for k, v in (("top_k", top_k), ("top_p", top_p)) if v is not None},
             preset_sampling={k: pe[k] for k in ("top_k", "top_p") if k in pe},
             L_given=L,
+            seeds=seeds,
         )
 
     def check_layers(self, num_layers: int | None) -> None:
@@ -189,7 +208,8 @@ class RunSettings:
     def pool_plan(self, task: str | None, gen_kwargs: dict, repeats: int) -> ResolvedPool:
         """The pool of a request (``pool.resolve_pool`` with this run's pinned axes and defaults)."""
         return resolve_pool(user_L=self.user_L, user_T=self.user_T, task=task_axes(gen_kwargs),
-                            default_L=self.default_L, default_T=self.default_T, repeats=repeats, task_name=task)
+                            default_L=self.default_L, default_T=self.default_T, repeats=repeats, task_name=task,
+                            seeds=self.seeds)
 
     def tau_h_setting(self, task: str | None) -> float | str:
         """Model arg, else the preset's value for the task, its benchmark or ``default``, else ``'auto'``."""
@@ -205,13 +225,17 @@ class RunSettings:
         return first(self.explicit_sampling.get(name), gen_kwargs.get(name), self.preset_sampling.get(name),
                      getattr(self.base, name))
 
-    def rollout(self, task_gen_kwargs: dict, cell: Cell, cycle: int, tau_h: float | None) -> RolloutSpec:
+    def rollout(self, task_gen_kwargs: dict, cell: Cell, cycle: int, tau_h: float | None,
+                seed_index: int = 0) -> RolloutSpec:
         """The spec of one rollout of ``cell``: the task's gen kwargs without its pool keys, the cell's
-        config (sampling filters by precedence, tau_h when it refines) and the cycle of a sampled cell."""
+        config (sampling filters by precedence, tau_h when it refines, the base seed + ``seed_index``) and
+        the cycle of a sampled cell."""
         kwargs = {k: v for k, v in task_gen_kwargs.items() if k not in TASK_POOL_KEYS}
         b = self.base
         top_k, top_p = (int(self.sampling_value("top_k", kwargs)), float(self.sampling_value("top_p", kwargs))) \
             if cell.sampled else (b.top_k, b.top_p)
         config = dataclasses.replace(b, L=cell.L, T=cell.T, top_k=top_k, top_p=top_p,
-                                     tau_h=math.inf if cell.L == 0 or tau_h is None else float(tau_h))
-        return RolloutSpec(config, cycle if cell.sampled else 0, tuple(sorted(kwargs.items(), key=lambda kv: kv[0])))
+                                     tau_h=math.inf if cell.L == 0 or tau_h is None else float(tau_h),
+                                     seed=b.seed + seed_index)
+        return RolloutSpec(config, cycle if cell.sampled else 0, tuple(sorted(kwargs.items(), key=lambda kv: kv[0])),
+                           seed_index)
