@@ -41,7 +41,8 @@ class Grid:
     Attributes:
         task, model: what the grid is of.
         docs: every document id seen in any run (sorted); the denominator of oracle and SC.
-        by_cell: cell -> doc_id -> rollouts of that cell on that document, by cycle.
+        by_cell: cell -> doc_id -> rollouts of that cell on that document, by seed then cycle (a sampled
+            rollout's ``seed`` is filled in: its label, else its run's base seed; deterministic ones keep None).
         parts: the merged runs, in the order given.
         unplaced: rollouts without (L, T) metadata (ignored).
         duplicates: rollouts dropped because an earlier run had the same (doc, L, T, cycle).
@@ -181,7 +182,7 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
                             other_settings.setdefault(name, set()).update({first.get(name), settings[index].get(name)})
                 continue
             seen[key] = index
-            kept.setdefault(row.doc_id, []).append((index, row))
+            kept.setdefault(row.doc_id, []).append((index, replace(row, seed=seed) if row.T else row))
 
     cells: dict[Cell, dict[int, list[RolloutRow]]] = {}
     for doc_id, rows in kept.items():
@@ -197,13 +198,13 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
         differ = ", ".join(f"{name} {' vs '.join(map(str, sorted(values, key=str)))}"
                            for name, values in other_settings.items())
         notes.append(
-            f"{duplicates} rollouts share a (doc, L, T, cycle) with an earlier run decoded with other EGLR settings "
+            f"{duplicates} rollouts share a (doc, L, T, seed, cycle) with an earlier run decoded with other EGLR settings "
             f"({differ}); the L x T grid keeps the earlier run's, the ablation section compares the runs."
         )
         logger.info("%s: %s", task, notes[-1])
     elif duplicates:
         notes.append(
-            f"{duplicates} rollouts repeat a (doc, L, T, cycle) of an earlier run; the earlier run's are kept."
+            f"{duplicates} rollouts repeat a (doc, L, T, seed, cycle) of an earlier run; the earlier run's are kept."
         )
         logger.warning("%s: %s", task, notes[-1])
     if repeated:
