@@ -50,7 +50,8 @@ def _rebuild(text: str, L: int, T: float, cycle: int, signals: dict | None = Non
 
 
 def rollout_meta(response) -> dict | None:
-    """``{"L", "T", "cycle"[, "signals"][, "engine"][, "seed"]}`` of a response from eglr-hf, or ``None`` for a plain string."""
+    """``{"L", "T", "cycle"[, "signals"][, "engine"][, "seed"]}``
+    of a response from eglr-hf, or ``None`` for a plain string."""
     return response.meta() if isinstance(response, Rollout) else None
 
 

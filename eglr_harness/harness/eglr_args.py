@@ -53,7 +53,8 @@ _PASSTHROUGH_ARGS = (*inspect.signature(HFLM.__init__).parameters,
                      *inspect.signature(PreTrainedModel.from_pretrained).parameters)
 NO_PRESET = {"model_args": {}, "eglr": {}, "tau_h": {}, "name": None}
 # RunSettings' own arguments among EGLR_ARGS
-SETTINGS_ARGS = ("L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "seeds", "calib_limit", "stop",
+SETTINGS_ARGS = ("L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "seeds", "calib_limit",
+                 "stop",
                  *STOP_THRESHOLD_ARGS)
 # HFLM's max_length when neither the model arg, the model's config nor its tokenizer says one
 _HFLM_CONFIG_LENGTHS = ("n_positions", "max_position_embeddings", "n_ctx")

@@ -44,7 +44,8 @@ class EglrHFLM(HFLM):
         _follow_lm_eval_logging()
         self.args = EglrArgs.for_hf(dict(  # every check before the weights load
             pretrained=pretrained, L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h, top_k=top_k,
-            top_p=top_p, seed=seed, seeds=seeds, model_config=model_config, calib_limit=calib_limit, rollout_cache=rollout_cache,
+            top_p=top_p, seed=seed, seeds=seeds, model_config=model_config, calib_limit=calib_limit,
+            rollout_cache=rollout_cache,
             engine=engine, compile=compile, stop=stop, tau_latent=tau_latent, tau_accel=tau_accel,
             tau_margin=tau_margin, tau_entropy=tau_entropy), kwargs)
         super().__init__(**self.args.load_args)

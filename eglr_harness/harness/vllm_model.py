@@ -60,7 +60,8 @@ class EglrVLLM(VLLM):
 
         self.args = EglrArgs.for_vllm(dict(  # every check before the weights load
             pretrained=pretrained, L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h, top_k=top_k,
-            top_p=top_p, seed=seed, seeds=seeds, model_config=model_config, calib_limit=calib_limit, rollout_cache=rollout_cache),
+            top_p=top_p, seed=seed, seeds=seeds, model_config=model_config, calib_limit=calib_limit,
+            rollout_cache=rollout_cache),
             kwargs)
         vllm_args = dict(self.args.load_args)
         with model_arg_errors():

@@ -147,8 +147,8 @@ class RunSettings:
 
     @classmethod
     def from_args(cls, preset: dict, *, L=None, T=None, alpha=None, k_max=None, tau_kl=None, tau_h=None,
-                  top_k=None, top_p=None, seed=None, seeds=None, stop=None, tau_latent=None, tau_accel=None, tau_margin=None,
-                  tau_entropy=None, calib_limit=DEFAULT_CALIB_LIMIT) -> "RunSettings":
+                  top_k=None, top_p=None, seed=None, seeds=None, stop=None, tau_latent=None, tau_accel=None,
+                  tau_margin=None, tau_entropy=None, calib_limit=DEFAULT_CALIB_LIMIT) -> "RunSettings":
         """stop: the exit rule; tau_latent, ...: the other rules' thresholds (``core.config.STOP_RULES``)."""
         pe = preset.get("eglr", {})
         alpha, k_max, tau_kl, tau_h, stop = (one_value(n, v) for n, v in (

@@ -91,10 +91,10 @@ def _pool_run(path, docs_correct: dict[int, list[int]], cells: list[tuple[int, f
 
 def _resampling_runs(tmp_path):
     L_cells = [(1, 0.0), (2, 0.0), (3, 0.0)]
-    T_cells = [(0, 0.3), (0, 0.6), (0, 0.9)]
+    T_cells = [(0, 0.3), (0, 0.6), (0, 0.9), (0, 1.0)]  # four cells: cut to B = 3 (T = 1.0's right answer is out)
     # five problems; the seed pool is T = 0.6 under seeds 1333..1335: its first seed is the T pool's own rollout
     L = {0: [1, 0, 0], 1: [1, 1, 0], 2: [1, 1, 1], 3: [0, 0, 0], 4: [0, 0, 0]}
-    T = {0: [0, 1, 0], 1: [0, 0, 0], 2: [0, 0, 0], 3: [0, 1, 0], 4: [0, 0, 0]}
+    T = {0: [0, 1, 0, 0], 1: [0, 0, 0, 0], 2: [0, 0, 0, 0], 3: [0, 1, 0, 0], 4: [0, 0, 0, 1]}
     seed = {0: [1, 1, 0], 1: [0, 0, 0], 2: [0, 0, 0], 3: [1, 1, 1], 4: [0, 1, 0]}
     _pool_run(tmp_path / "lpool", L, L_cells)
     _pool_run(tmp_path / "tpool", T, T_cells)
@@ -139,3 +139,43 @@ def test_resampling_section_in_the_report(tmp_path):
 def test_no_resampling_section_without_a_seed_pool(tmp_path):
     runs = _resampling_runs(tmp_path)[:2]
     assert resampling_check(load_grid(runs)) is None
+
+
+def test_eglr_sweep_rules_runs_the_grid_resumes_and_reports(tmp_path):
+    """``eglr-sweep --rules`` (the console entry, lm_eval replaced by a writer of what it would write): one run
+    per (rule, threshold) of the built-in grid, the rules section of the report, and a rerun runs nothing."""
+    import shlex
+    from pathlib import Path
+
+    from eglr_harness.commands import sweep as sweep_command
+    from eglr_harness.core.config import STOP_RULES
+    from eglr_harness.leaderboard.sweep import RULES_GRID
+    from eglr_harness.run.model_names import parse_model_args
+
+    calls = []
+
+    def fake_lm_eval(argv):
+        calls.append(argv)
+        out = Path(argv[argv.index("--output_path") + 1])
+        args = parse_model_args(argv[argv.index("--model_args") + 1])
+        rule = STOP_RULES[args.get("stop", "kl")]
+        threshold = float(args.get(rule.threshold_arg, rule.default))
+        settings = {rule.threshold_arg: threshold, **({"stop": rule.name} if rule.name != "kl" else {})}
+        _rule_run(out, set(range(len(calls) % 5)), cost=1.0 + threshold, **settings)
+        return 0
+
+    argv = shlex.split(f"--model_args pretrained=x,L=4 --tasks {TASK} --rules --rule margin=0.3 "
+                       f"--output_dir {tmp_path / 'sw'}")
+    assert sweep_command.main(argv, executor=fake_lm_eval) == 0
+    names = [Path(c[c.index("--output_path") + 1]).name for c in calls]
+    assert names[:3] == ["default", "tau_kl_0.005", "tau_kl_0.05"] and names[-1] == "stop_entropy_0.1"
+    assert "stop_margin_0.3" in names and "stop_margin_0.5" not in names  # --rule replaced margin's grid
+    assert len(names) == sum(len(v) for v in RULES_GRID.values()) - 2  # margin: 1 value instead of 3
+    report = tmp_path / "sw" / "report"
+    assert "## Exit rules at equal compute" in (report / "report.md").read_text()
+    assert (report / "rules_flop.png").is_file()
+    calls.clear()
+    assert sweep_command.main(argv, executor=fake_lm_eval) == 0 and calls == []  # resumed: all finished
+    assert sweep_command.main(shlex.split(f"--model_args pretrained=x --tasks {TASK} --rule margin=2 "
+                                          f"--output_dir {tmp_path / 'sw2'}"), executor=fake_lm_eval) == 2
+    assert calls == []

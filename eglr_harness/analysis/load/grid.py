@@ -198,7 +198,8 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
         differ = ", ".join(f"{name} {' vs '.join(map(str, sorted(values, key=str)))}"
                            for name, values in other_settings.items())
         notes.append(
-            f"{duplicates} rollouts share a (doc, L, T, seed, cycle) with an earlier run decoded with other EGLR settings "
+            f"{duplicates} rollouts share a (doc, L, T, seed, cycle) with an earlier run decoded with other EGLR "
+            "settings "
             f"({differ}); the L x T grid keeps the earlier run's, the ablation section compares the runs."
         )
         logger.info("%s: %s", task, notes[-1])
@@ -214,7 +215,8 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
         )
         logger.info("%s: %s", task, notes[-1])
     by_cell = {
-        cell: {d: tuple(sorted(rs, key=lambda r: (r.seed or 0, r.cycle or 0, r.repeat))) for d, rs in sorted(docs.items())}
+        cell: {d: tuple(sorted(rs, key=lambda r: (r.seed or 0, r.cycle or 0, r.repeat)))
+               for d, rs in sorted(docs.items())}
         for cell, docs in sorted(cells.items())
     }
     return Grid(
