@@ -130,7 +130,7 @@ def test_resampling_section_in_the_report(tmp_path):
     out = build_report(_resampling_runs(tmp_path), tmp_path / "report", sections=("runs", "resampling"))
     text = (out / "report.md").read_text()
     assert "## Re-sampling check: depth diversity against seed diversity" in text
-    assert "The L pool and the seed pool are not distinguishable at B = 3: +0.0 problems of 5" in text
+    assert "By the oracle, the L pool and the seed pool are not distinguishable at B = 3: +0.0 problems of 5" in text
     with open(out / "resampling.csv") as f:
         rows = {(r["pool_a"], r["pool_b"], r["measure"]): r for r in csv.DictReader(f)}
     assert rows[("L", "seed", "vote")]["a"] == "3" and rows[("L", "seed", "vote")]["b"] == "2"

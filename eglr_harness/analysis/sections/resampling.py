@@ -20,13 +20,14 @@ def verdict(result, a: str = "L", b: str = "seed", measure: str = "oracle") -> s
     if d is None:
         return ""
     what = {"oracle": "reaches", "vote": "votes right on", "accuracy": "is right per rollout on"}[measure]
+    by = {"oracle": "oracle", "vote": "majority vote", "accuracy": "accuracy per rollout"}[measure]
     shown = (f"{d.mean * d.problems:+.1f} problems of {d.problems} (95 % CI {d.low * d.problems:+.1f} … "
              f"{d.high * d.problems:+.1f}; better on {d.better_a} / {d.better_b}, sign test p = {d.sign_p:.3g})")
     if d.low > 0:
         return f"The {_NAMES[a]} {what} more problems than the {_NAMES[b]} at B = {result.B}: {shown}."
     if d.high < 0:
         return f"The {_NAMES[a]} {what} fewer problems than the {_NAMES[b]} at B = {result.B}: {shown}."
-    return f"The {_NAMES[a]} and the {_NAMES[b]} are not distinguishable at B = {result.B}: {shown}."
+    return f"By the {by}, the {_NAMES[a]} and the {_NAMES[b]} are not distinguishable at B = {result.B}: {shown}."
 
 
 @register_section("resampling")
