@@ -36,8 +36,8 @@ logger = logging.getLogger(__name__)
 
 COLUMNS = (
     "prompt", "completion", "reward", "correct", "answer", "gold", "group_id", "deterministic", "L", "T", "cycle",
-    "repeat", "alpha", "k_max", "tau_kl", "tau_h", "signals", "cluster", "task", "doc_id", "doc_hash", "model", "run",
-    "verifier_scores",
+    "seed", "repeat", "alpha", "k_max", "tau_kl", "tau_h", "signals", "cluster", "task", "doc_id", "doc_hash", "model",
+    "run", "verifier_scores",
 )
 
 
@@ -68,6 +68,8 @@ def export_rows(run_paths: Sequence[str | Path], task: str | None = None) -> Ite
                             "gold": None if sample.get("target") is None else str(sample["target"]),
                             "group_id": f"{name}/{doc_hash}", "deterministic": None if T is None else T == 0,
                             "L": r.get("L"), "T": None if T is None else float(T), "cycle": r.get("cycle"),
+                            # the seed of the rollout's repeat of the pool (``seeds=``), else the run's base seed
+                            "seed": r.get("seed", settings.get("seed")),
                             "repeat": r.get("repeat"), "alpha": settings.get("alpha"), "k_max": settings.get("k_max"),
                             "tau_kl": settings.get("tau_kl"), "tau_h": None if tau_h is None else float(tau_h),
                             "signals": r.get("signals"), "cluster": r.get("cluster"), "task": name,

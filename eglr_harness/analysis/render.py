@@ -11,7 +11,8 @@ from pathlib import Path
 
 from eglr_harness.core.outputs import atomic_write_bytes, atomic_writer
 
-__all__ = ["save_png", "write_csv", "markdown_table", "pct", "num", "t_label", "heatmap", "lxt_heatmap", "budget_plot"]
+__all__ = ["save_png", "write_csv", "markdown_table", "pct", "num", "t_label", "heatmap", "lxt_heatmap", "budget_plot",
+           "rules_plot"]
 
 
 def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence]) -> Path:
@@ -188,3 +189,17 @@ def ablation_plot(path: Path, points: Sequence[tuple[float, float, float, float,
         if is_default:
             ax.plot([x], [y], marker="*", markersize=14, color="tab:red", linestyle="none", label="default")
     return _save_accuracy_plot(fig, ax, axis, title, path)
+
+
+def rules_plot(path: Path, series: dict[str, Sequence[tuple[float, float, str]]], *, xlabel: str, title: str) -> Path:
+    """Accuracy (%) against the FLOP ratio, one line per exit rule; ``series``: rule -> ``(FLOP ratio, accuracy
+    (fraction), point label)`` per threshold; each point is labelled (its threshold)."""
+    fig = _figure(6.0, 4.0)
+    ax = fig.add_subplot(1, 1, 1)
+    for name, points in series.items():
+        ordered = sorted(points)
+        xs, ys = [p[0] for p in ordered], [100 * p[1] for p in ordered]
+        ax.plot(xs, ys, "o-", markersize=4, label=name)
+        for x, y, (_x, _y, label) in zip(xs, ys, ordered):
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(3, 3), fontsize=6)
+    return _save_accuracy_plot(fig, ax, xlabel, title, path)

@@ -12,7 +12,7 @@ from pathlib import Path
 from eglr_harness.core.interrupt import note_stored, run_interruptible
 from eglr_harness.leaderboard.runner import Executor, execute_run, subprocess_executor
 from eglr_harness.leaderboard.runs import LeaderboardOptions, build_command, shell_command
-from eglr_harness.leaderboard.sweep import AXES, finished_point, parse_axis, plan_sweep
+from eglr_harness.leaderboard.sweep import AXES, RULES_GRID, finished_point, parse_axis, parse_rule_grid, plan_sweep
 
 logger = logging.getLogger("eglr_harness.commands.sweep")
 
@@ -25,8 +25,14 @@ def sweep_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--model_args", required=True, nargs="+", help="eglr-hf model args shared by every run")
     parser.add_argument("--tasks", required=True, help="one task, e.g. math500_eglr or eglr_demo")
-    parser.add_argument("--sweep", action="append", required=True, metavar="AXIS=VALUES",
+    parser.add_argument("--sweep", action="append", default=[], metavar="AXIS=VALUES",
                         help=f"an axis and its values, repeatable; axes: {', '.join(AXES)}")
+    parser.add_argument("--rules", action="store_true",
+                        help="every exit rule over its built-in threshold grid ("
+                        + "; ".join(f"{r}: {','.join(f'{v:g}' for v in vs)}" for r, vs in RULES_GRID.items())
+                        + "), then the report's exit-rules section")
+    parser.add_argument("--rule", action="append", default=[], metavar="RULE=THRESHOLDS",
+                        help="one exit rule over these thresholds (repeatable; replaces that rule's --rules grid)")
     parser.add_argument("--limit", type=float, default=None, help="lm_eval --limit")
     parser.add_argument("--max_gen_toks", type=int, default=None, help="max new tokens (gen kwarg)")
     parser.add_argument("--batch_size", default=None, help="lm_eval --batch_size")
@@ -60,8 +66,13 @@ def _main(argv: Sequence[str] | None, executor: Executor) -> int:
             batch_size=args.batch_size, device=args.device, apply_chat_template=args.apply_chat_template,
             lm_eval_args=tuple(extra), python=args.python,
         )
+        rules = dict(RULES_GRID) if args.rules else {}
+        rules.update(parse_rule_grid(s) for s in args.rule)
+        if not args.sweep and not rules:
+            raise ValueError("nothing to run; give --sweep AXIS=VALUES, --rules or --rule RULE=THRESHOLDS.")
         points = plan_sweep(model_args, tasks[0], [parse_axis(s) for s in args.sweep], Path(args.output_dir),
-                            limit=args.limit, max_gen_toks=args.max_gen_toks, rollout_cache=args.rollout_cache)
+                            limit=args.limit, max_gen_toks=args.max_gen_toks, rollout_cache=args.rollout_cache,
+                            rules=tuple(rules.items()))
     except ValueError as err:
         print(f"eglr-sweep: error: {err}", file=sys.stderr)
         return 2
@@ -91,7 +102,8 @@ def _main(argv: Sequence[str] | None, executor: Executor) -> int:
     if done:
         from eglr_harness.analysis.report import build_report  # noqa: PLC0415
 
-        out = build_report(done, Path(args.output_dir) / "report", task=tasks[0], sections=("runs", "ablation"))
+        sections = ("runs", "ablation", "rules") if rules else ("runs", "ablation")
+        out = build_report(done, Path(args.output_dir) / "report", task=tasks[0], sections=sections)
         print(out / "report.md")
     return 0
 

@@ -23,7 +23,7 @@ from eglr_harness.core.errors import ModelArgError
 # ``pretrained``) apart from what lm-eval's model gets (``harness/eglr_args.EglrArgs.split``), and
 # ``run/settings.RunSettings.from_args`` takes the settings among them. A new model arg is one entry here
 # (and its reading where it is used).
-EGLR_ARGS = ("L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "model_config",
+EGLR_ARGS = ("L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "seeds", "model_config",
              "calib_limit", "rollout_cache", "engine", "compile", "stop", *STOP_THRESHOLD_ARGS)
 # eglr-hf's engine choice: eglr-vllm has one engine, and takes neither
 HF_ONLY_ARGS = ("engine", "compile")

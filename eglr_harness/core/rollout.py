@@ -11,41 +11,47 @@ from __future__ import annotations
 
 
 class Rollout(str):
-    """A ``str`` with ``L``, ``T``, ``cycle``, ``signals`` (a dict, or None when not recorded) and
-    ``engine`` (``continuous`` or ``hf``: which engine decoded it; None when not recorded)."""
+    """A ``str`` with ``L``, ``T``, ``cycle``, ``signals`` (a dict, or None when not recorded),
+    ``engine`` (``continuous`` or ``hf``: which engine decoded it; None when not recorded) and ``seed``
+    (the seed its repeat of the pool ran under when the run has ``seeds`` > 1; None otherwise)."""
 
     L: int
     T: float
     cycle: int
     signals: dict | None
     engine: str | None
+    seed: int | None
 
     def __new__(cls, text: str, *, L: int, T: float, cycle: int = 0, signals: dict | None = None,
-                engine: str | None = None) -> "Rollout":
+                engine: str | None = None, seed: int | None = None) -> "Rollout":
         obj = super().__new__(cls, text)
         obj.L, obj.T, obj.cycle, obj.signals, obj.engine = int(L), float(T), int(cycle), signals, engine
+        obj.seed = None if seed is None else int(seed)
         return obj
 
     def __reduce__(self):
-        return (_rebuild, (str(self), self.L, self.T, self.cycle, self.signals, self.engine))
+        return (_rebuild, (str(self), self.L, self.T, self.cycle, self.signals, self.engine, self.seed))
 
     def meta(self) -> dict:
-        """``{"L", "T", "cycle"}``, plus ``"signals"`` and ``"engine"`` when they were recorded."""
+        """``{"L", "T", "cycle"}``, plus ``"signals"``, ``"engine"`` and ``"seed"`` when they were recorded."""
         meta = {"L": self.L, "T": self.T, "cycle": self.cycle}
         if self.signals is not None:
             meta["signals"] = self.signals
         if self.engine is not None:
             meta["engine"] = self.engine
+        if self.seed is not None:
+            meta["seed"] = self.seed
         return meta
 
 
 def _rebuild(text: str, L: int, T: float, cycle: int, signals: dict | None = None,
-             engine: str | None = None) -> Rollout:
-    return Rollout(text, L=L, T=T, cycle=cycle, signals=signals, engine=engine)
+             engine: str | None = None, seed: int | None = None) -> Rollout:
+    return Rollout(text, L=L, T=T, cycle=cycle, signals=signals, engine=engine, seed=seed)
 
 
 def rollout_meta(response) -> dict | None:
-    """``{"L", "T", "cycle"[, "signals"][, "engine"]}`` of a response from eglr-hf, or ``None`` for a plain string."""
+    """``{"L", "T", "cycle"[, "signals"][, "engine"][, "seed"]}``
+    of a response from eglr-hf, or ``None`` for a plain string."""
     return response.meta() if isinstance(response, Rollout) else None
 
 

@@ -104,6 +104,8 @@ ROLLOUT_FIELDS: dict[str, FieldRule] = {
     "signals": FieldRule(_signals, "null or a dict of finite numbers (or nulls), `mean_logprob` <= 0; "
                                    "eglr_harness/core/signals.py"),
     "engine": FieldRule(lambda v: v in (None, "continuous", "hf"), "'continuous', 'hf' or null"),
+    "seed": FieldRule(lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and abs(v) <= HUGE),
+                      "an int (the seed the rollout's repeat of the pool ran under, `seeds=`) or null"),
     "verifier_scores": FieldRule(_optional(_verifier_scores), "spec -> {steps: [numbers], last, min, prod: finite "
                                  "numbers}, as eglr-verify writes it (docs/verifiers.md), or null"),
 }

@@ -63,8 +63,8 @@ class PoolRunner:
         """A ``Rollout`` per lm-eval instance (``generate_until``'s answer)."""
         jobs = self.jobs(requests)
         self.ensure_tau_h_of(jobs, disable_tqdm, every_task=self.calibrate_always)
-        items = [(j.context, self.settings.rollout(j.gen_kwargs, j.cell, j.cycle, self.tau_h_by_task.get(j.task)))
-                 for j in jobs]
+        items = [(j.context, self.settings.rollout(j.gen_kwargs, j.cell, j.cycle, self.tau_h_by_task.get(j.task),
+                                                   j.seed_index)) for j in jobs]
         keys = [self.decoder.key(*item) for item in items]
         self.log_plan(jobs, keys, [spec for _, spec in items])
         done = self.decoder.decode(items, stats_for=lambda config: self.accounts.stats_for(Cell(config.L, config.T)),
@@ -74,8 +74,10 @@ class PoolRunner:
         for r, j in zip(done.records, jobs):
             self.engines_by_cell.setdefault((j.task, j.cell), set()).add(r.get("engine"))
         self.gathered_engines = self.gather(self.engines_by_cell)  # every rank's rollouts (collective)
+        seed = self.settings.base.seed  # a pool under several seeds labels each rollout with its own (pool.py)
         return [Rollout(r["text"], L=j.cell.L, T=j.cell.T, cycle=j.cycle, signals=r.get("signals"),
-                        engine=r.get("engine")) for r, j in zip(done.records, jobs)]
+                        engine=r.get("engine"), seed=seed + j.seed_index if j.seeds > 1 else None)
+                for r, j in zip(done.records, jobs)]
 
     def warn_plain_scoring(self) -> None:
         """Said once: loglikelihood requests are the plain model's."""
@@ -107,7 +109,8 @@ class PoolRunner:
             "preset": self.args.preset.get("name"),
             **engine_fields,
             "settings": {"alpha": s.alpha, "k_max": s.k_max, "tau_kl": s.tau_kl, "top_k": s.top_k, "top_p": s.top_p,
-                         "seed": s.seed,  # the exit rule and its threshold where it is not the paper's kl
+                         "seed": s.seed, **({"seeds": self.settings.seeds} if self.settings.seeds > 1 else {}),
+                         # the exit rule and its threshold where it is not the paper's kl
                          **{k: v for k, v in s.as_dict().items() if k == "stop" or k in STOP_THRESHOLD_ARGS}},
             "tau_h": dict(self.tau_h_by_task),
             "stats": (self.gathered_accounts or self.accounts).summary(),

@@ -82,8 +82,10 @@ def _model_args(config: dict) -> dict:
     return dict(args)
 
 
-def pool_cells(config: dict | None, task: str, gen_kwargs: dict, repeats: int) -> list[tuple[int, float, int]] | None:
-    """``(L, T, cycle)`` of every repeat as eglr-hf ran it, or ``None`` (not an eglr-hf run / unknown)."""
+def pool_cells(config: dict | None, task: str, gen_kwargs: dict,
+               repeats: int) -> list[tuple[int, float, int, int | None]] | None:
+    """``(L, T, cycle, seed)`` of every repeat as eglr-hf ran it (seed: None unless the run had ``seeds`` > 1),
+    or ``None`` (not an eglr-hf run / unknown)."""
     if not config or config.get("model") != "eglr-hf":
         return None
     from eglr_harness.run.presets import load_preset
@@ -91,12 +93,15 @@ def pool_cells(config: dict | None, task: str, gen_kwargs: dict, repeats: int) -
 
     args = _model_args(config)
     preset = load_preset(args["model_config"]) if args.get("model_config") else {}
-    plan = RunSettings.from_args(preset, L=args.get("L"), T=args.get("T")).pool_plan(task, gen_kwargs, repeats)
+    settings = RunSettings.from_args(preset, L=args.get("L"), T=args.get("T"), seed=args.get("seed"),
+                                     seeds=args.get("seeds"))
+    plan = settings.pool_plan(task, gen_kwargs, repeats)
     cells = []
     for repeat in range(repeats):
-        cell, cycle = plan.cell_for_repeat(repeat)
+        cell, seed_index, cycle = plan.entry_for_repeat(repeat)
         # as eglr-hf logs it (pool.assign_jobs): a deterministic cell is decoded once, every repeat is cycle 0
-        cells.append((cell.L, cell.T, cycle if cell.sampled else 0))
+        cells.append((cell.L, cell.T, cycle if cell.sampled else 0,
+                      settings.base.seed + seed_index if plan.seeds > 1 else None))
     return cells
 
 
@@ -148,9 +153,9 @@ def score_sample(sample: dict, task: str, config: dict | None, where: str = "sam
                               f"{len(sample['rollouts'])} logged rollouts; allowed: one text per rollout.")
     if logged is not None and all(r.get("L") is not None and r.get("T") is not None for r in logged):
         texts = [Rollout(text, L=r["L"], T=r["T"], cycle=r.get("cycle") or 0, signals=r.get("signals"),
-                         engine=r.get("engine")) for text, r in zip(texts, logged)]
+                         engine=r.get("engine"), seed=r.get("seed")) for text, r in zip(texts, logged)]
     elif (cells := pool_cells(config, task, _gen_kwargs(sample), len(texts))) is not None:
-        texts = [Rollout(text, L=L, T=T, cycle=cycle) for text, (L, T, cycle) in zip(texts, cells)]
+        texts = [Rollout(text, L=L, T=T, cycle=cycle, seed=seed) for text, (L, T, cycle, seed) in zip(texts, cells)]
     answers = [with_meta(extract_answer(text, mode) or "", text) for text in texts]
     scores = score_document(str(doc["answer"]), answers,
                             sub_pools=GRID_SUB_POOLS if task.endswith(GRID_SUFFIX) else None)

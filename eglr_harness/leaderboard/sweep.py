@@ -24,6 +24,15 @@ its threshold (the other rules' default points are the kl run's, so put the rule
 ``seed`` repeats the whole run (every cell of its pool) under other seeds, so that a difference between
 two settings can be set against the difference between two seeds of one (``--sweep seed=1334-1337``).
 
+The exit rules at equal compute (issue 49): ``--rules`` runs every rule over a grid of its thresholds
+(:data:`RULES_GRID`; ``--rule latent=0.01,0.03`` gives one rule's grid, repeatable), one run per
+(rule, threshold), each named ``stop_<rule>_<threshold>`` (the kl point at the default tau_kl is the
+default point). ``eglr-report --sections runs,rules`` then plots accuracy against the measured FLOP
+ratio per rule and compares each rule with kl at the nearest FLOP ratio, paired over problems:
+
+    eglr-sweep --model_args model_config=smollm2-135m-instruct,L=4 --tasks eglr_demo --rules \
+        --output_dir out/rules
+
 Each run's folder is ``<output_dir>/<axis>_<value>/`` (``default/`` for the default point).
 """
 
@@ -45,7 +54,7 @@ from eglr_harness.leaderboard.runs import (
     setting_value,
 )
 
-__all__ = ["AXES", "SweepPoint", "parse_axis", "axis_default", "plan_sweep"]
+__all__ = ["AXES", "RULES_GRID", "SweepPoint", "parse_axis", "parse_rule_grid", "axis_default", "plan_sweep"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +70,35 @@ AXES = {
     **{rule.threshold_arg: (float, rule.default) for rule in defaults.STOP_RULES.values()
        if rule.threshold_arg in defaults.STOP_THRESHOLD_ARGS},
 }
+
+
+# The thresholds ``--rules`` runs per exit rule: the rule's default (eglr-method.md, "Exit rules") with one value
+# that exits sooner and one that exits later, a decade or so apart, so that each rule spans a range of FLOP ratios.
+RULES_GRID = {
+    "kl": (5e-4, 5e-3, 5e-2),
+    "latent": (0.01, 0.03, 0.1),
+    "accel": (0.01, 0.03, 0.1),
+    "margin": (0.2, 0.5, 0.8),
+    "entropy": (1e-3, 1e-2, 1e-1),
+}
+
+
+def parse_rule_grid(spec: str) -> tuple[str, tuple[float, ...]]:
+    """``'latent=0.01,0.03'`` -> ``('latent', (0.01, 0.03))``: one exit rule and its thresholds, each checked
+    as eglr-hf checks it; a rule or threshold it refuses -> ``ValueError`` naming it and what is allowed."""
+    rule, sep, values = spec.partition("=")
+    rule = rule.strip().lower()
+    if not sep or rule not in defaults.STOP_RULES:
+        raise ValueError(f"`--rule {spec}` is not allowed; allowed: RULE=THRESHOLDS with RULE one of "
+                         f"{', '.join(defaults.STOP_RULES)} (e.g. --rule latent=0.01,0.03,0.1).")
+    arg = defaults.STOP_RULES[rule].threshold_arg
+    parsed = _values(arg, values)
+    for value in parsed:
+        try:
+            check_setting(arg, value)
+        except ValueError as err:
+            raise ValueError(f"`--rule {spec}`: {err}") from None
+    return rule, parsed
 
 
 def _values(axis: str, spec: str) -> tuple:
@@ -165,14 +203,17 @@ class SweepPoint:
 def plan_sweep(
     model_args: str, task: str, axes: Sequence[tuple[str, tuple]], output_dir: Path, *,
     limit: float | None = None, max_gen_toks: int | None = None, rollout_cache: str | None = None,
+    rules: Sequence[tuple[str, tuple[float, ...]]] = (),
 ) -> list[SweepPoint]:
-    """The default point, then each axis's other values (one axis off its default per run)."""
+    """The default point, then each axis's other values (one axis off its default per run), then each
+    (exit rule, threshold) of ``rules`` (:func:`parse_rule_grid`) that is not already a point."""
     check_eglr_settings(model_args)
     args = parse_model_args(model_args)
     seen_axes = [a for a, _ in axes]
     if dupes := sorted({a for a in seen_axes if seen_axes.count(a) > 1}):
         raise ValueError(f"`--sweep` names {dupes} twice; give each axis once.")
-    for axis, _ in axes:
+    rule_args = {"stop", *(r.threshold_arg for r in defaults.STOP_RULES.values())} if rules else set()
+    for axis in [a for a, _ in axes] + sorted(rule_args):
         if axis in args:
             raise ValueError(
                 f"`{axis}` is both in --model_args ({args[axis]!r}) and swept; drop it from --model_args "
@@ -186,7 +227,10 @@ def plan_sweep(
     defaults_all = {axis: axis_default(axis, args) for axis in AXES}
 
     def point(changes: tuple) -> SweepPoint:
-        name = "_".join(f"{a}_{_label(v)}" for a, v in changes) or "default"
+        shown = changes
+        if len(changes) == 2 and changes[0][0] == "stop":  # a rule and its threshold: stop_latent_0.03
+            shown = ((changes[0][0], f"{changes[0][1]}_{_label(changes[1][1])}"),)
+        name = "_".join(f"{a}_{_label(v)}" for a, v in shown) or "default"
         extra = "".join(f",{a}={_label(v)}" for a, v in changes)
         run = PlannedRun("sweep", name, task, task, "eglr-hf", base + extra, tokens, Path(output_dir) / name,
                          limit=limit)
@@ -198,6 +242,18 @@ def plan_sweep(
         if default is None and axis == "tau_h":
             logger.warning("no preset tau_h: the default point calibrates it (tau_h=auto)")
         points += [point(((axis, v),)) for v in values if v != default]
+    if rules and defaults_all["stop"] != defaults.DEFAULT_STOP:
+        raise ValueError(f"the preset's exit rule is {defaults_all['stop']!r}; --rules compares every rule with kl, "
+                         "so the default point must be kl (give a preset without `stop`).")
+    for rule_name, thresholds in rules:
+        rule = defaults.STOP_RULES[rule_name]
+        for value in thresholds:
+            if rule_name == defaults.DEFAULT_STOP:
+                changes = () if _same(value, defaults_all[rule.threshold_arg]) else ((rule.threshold_arg, value),)
+            else:
+                changes = (("stop", rule_name), (rule.threshold_arg, value))
+            if all(p.changes != changes for p in points):
+                points.append(point(changes))
     return points
 
 

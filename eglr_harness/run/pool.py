@@ -14,6 +14,11 @@ The rule (README "Pools"; tasks/README.md says the same):
    repeats ``r``: that is an error naming the task to use instead.
 4. Repeat ``i`` (0-based) runs cell ``pool[i mod |pool|]`` with cycle ``i // |pool|``. Sampled
    cells get a fresh seed per cycle; deterministic (T = 0) cells are decoded once and shared.
+5. ``seeds=S`` (model arg) repeats the whole pool S times, seed-major: the pool's entries are
+   ``(cell, s)`` for s in 0..S-1 and each cell in L-major order, entry s running under the base seed
+   + s; rules 3 and 4 then count entries (|pool| × S must fit the repeats). A deterministic cell's
+   text is the same under every seed (decoded once), but each rollout keeps its seed in the samples,
+   so a pool is never collapsed: ``L=0,T=0.7,seeds=10`` on a ``_eglr_sc`` task is the seed-only pool.
 """
 
 from __future__ import annotations
@@ -38,18 +43,31 @@ class ResolvedPool:
 
     cells: tuple[Cell, ...]
     reason: str  # one line saying which rule produced it, for logs
+    seeds: int = 1  # the pool's repeats under successive seeds (rule 5)
+
+    @property
+    def size(self) -> int:
+        """Entries of the pool: its cells under each of its seeds."""
+        return len(self.cells) * self.seeds
 
     def cell_for_repeat(self, repeat: int) -> tuple[Cell, int]:
         """Return ``(cell, cycle)`` for 0-based repeat index ``repeat``."""
-        return self.cells[repeat % len(self.cells)], repeat // len(self.cells)
+        cell, _seed_index, cycle = self.entry_for_repeat(repeat)
+        return cell, cycle
+
+    def entry_for_repeat(self, repeat: int) -> tuple[Cell, int, int]:
+        """Return ``(cell, seed index, cycle)`` for 0-based repeat index ``repeat`` (rules 4 and 5)."""
+        entry = repeat % self.size
+        return self.cells[entry % len(self.cells)], entry // len(self.cells), repeat // self.size
 
     def log(self, label: str, repeats: int) -> None:
         """Say which configs the repeats run, and warn when they do not divide evenly."""
-        logger.info("%s: pool of %d configs over %d repeats (%s): %s", label, len(self.cells), repeats, self.reason,
-                    ", ".join(c.label for c in self.cells))
-        if len(self.cells) < repeats and repeats % len(self.cells):
-            logger.warning("%s: %d repeats do not divide evenly over %d configs; configs repeat unevenly in "
-                           "majority votes.", label, repeats, len(self.cells))
+        under = f" under {self.seeds} seeds" if self.seeds > 1 else ""
+        logger.info("%s: pool of %d configs%s over %d repeats (%s): %s", label, len(self.cells), under, repeats,
+                    self.reason, ", ".join(c.label for c in self.cells))
+        if self.size < repeats and repeats % self.size:
+            logger.warning("%s: %d repeats do not divide evenly over %d configs%s; configs repeat unevenly in "
+                           "majority votes.", label, repeats, len(self.cells), under)
 
 
 def task_axes(gen_kwargs: dict) -> dict:
@@ -77,6 +95,7 @@ def resolve_pool(
     default_T: float,
     repeats: int,
     task_name: str | None = None,
+    seeds: int = 1,
 ) -> ResolvedPool:
     """Apply the pool rule (module docstring) to one request.
 
@@ -85,6 +104,7 @@ def resolve_pool(
         task: output of :func:`task_axes` for the request's gen_kwargs.
         default_L, default_T: preset / built-in defaults used when neither pins nor task say.
         repeats: how many times lm-eval repeats the request (the budget).
+        seeds: repeats of the whole pool under successive seeds (rule 5).
     """
     task_L, task_T = task.get("eglr_L"), task.get("eglr_T")
     L_axis = user_L or task_L or (default_L,)
@@ -100,7 +120,7 @@ def resolve_pool(
         L_axis = task["eglr_budget_L"]
         reason = f"T pinned to {user_T[0]}: the budget moves to the task's L axis"
 
-    size = len(L_axis) * len(T_axis)  # counted before the cells are built (two long axes multiply)
+    size = len(L_axis) * len(T_axis) * seeds  # counted before the cells are built (two long axes multiply)
     if size > repeats:
         where = f"task {task_name!r}" if task_name else "this task"
         hint = (
@@ -108,11 +128,12 @@ def resolve_pool(
             if repeats < 10
             else "use the `_eglr_lxt` task (121 repeats) or pin fewer values"
         )
+        under = f" under {seeds} seeds" if seeds > 1 else ""
         raise ValueError(
-            f"The pool L={_shown(L_axis)} × T={_shown(T_axis)} has {size} configs but {where} "
+            f"The pool L={_shown(L_axis)} × T={_shown(T_axis)}{under} has {size} configs but {where} "
             f"repeats each problem only {repeats} time(s); {hint}."
         )
-    return ResolvedPool(cells=tuple(Cell.of(L, T) for L in L_axis for T in T_axis), reason=reason)
+    return ResolvedPool(cells=tuple(Cell.of(L, T) for L in L_axis for T in T_axis), reason=reason, seeds=seeds)
 
 
 def _shown(axis: tuple) -> str:
@@ -132,6 +153,8 @@ class Job:
     gen_kwargs: dict  # the task's gen kwargs (pool keys included)
     cell: Cell
     cycle: int  # 0 for deterministic cells: every cycle of one is the same rollout
+    seed_index: int = 0  # which of the pool's seeds repeats (rule 5)
+    seeds: int = 1  # the pool's seeds: a rollout is labelled with its seed only when the pool has several
 
 
 def assign_jobs(requests: Iterable[tuple], pool_of: Callable[[str | None, dict, int], ResolvedPool]) -> list[Job]:
@@ -146,9 +169,10 @@ def assign_jobs(requests: Iterable[tuple], pool_of: Callable[[str | None, dict, 
         repeat_key = (task, doc_id, idx, context)
         repeat = seen[repeat_key]
         seen[repeat_key] += 1
-        cell, cycle = pool_of(task, gen_kwargs, max(int(repeats or 1), 1)).cell_for_repeat(repeat)
+        plan = pool_of(task, gen_kwargs, max(int(repeats or 1), 1))
+        cell, seed_index, cycle = plan.entry_for_repeat(repeat)
         jobs.append(Job(task=task, doc_id=doc_id, context=context, gen_kwargs=gen_kwargs, cell=cell,
-                        cycle=cycle if cell.sampled else 0))
+                        cycle=cycle if cell.sampled else 0, seed_index=seed_index, seeds=plan.seeds))
     return jobs
 
 

@@ -17,7 +17,7 @@ from eglr_harness.core.benchmark_names import benchmark_of
 from eglr_harness.core.cell import Cell
 from eglr_harness.core.config import EglrConfig, check_layer_span, has_gate, parse_tau_h
 from eglr_harness.core.model_args import SETTINGS_ARGS
-from eglr_harness.core.specs import parse_L_spec, parse_T_spec
+from eglr_harness.core.specs import MAX_AXIS_VALUES, parse_L_spec, parse_T_spec
 from eglr_harness.decoding.sampling import row_seed
 from eglr_harness.run.calibration import DEFAULT_CALIB_LIMIT
 from eglr_harness.run.pool import TASK_POOL_KEYS, ResolvedPool, resolve_pool, task_axes
@@ -32,6 +32,17 @@ def one_value(name: str, value):
             f"eglr-sweep --model_args ... --tasks ... --sweep {name}=v1,v2)."
         )
     return value
+
+
+def check_seeds(value) -> int:
+    """The ``seeds`` model arg: how many times the pool repeats under successive seeds, an int in
+    1..MAX_AXIS_VALUES; one line naming the value otherwise (before the load)."""
+    allowed = (f"an int in 1..{MAX_AXIS_VALUES}, a count (seeds=3 repeats the whole pool under seed, seed + 1, "
+               "seed + 2; `seed` sets the first)")
+    count = as_int("seeds", value, allowed)
+    if not 1 <= count <= MAX_AXIS_VALUES:
+        raise ValueError(f"`seeds`={value!r} is not allowed; allowed: {allowed}.")
+    return count
 
 
 def first(*values):
@@ -70,6 +81,7 @@ class RolloutSpec:
 
     config: the cell's whole EGLR config (tau_h concrete: the task's value when L > 0, inf at L = 0);
     cycle: which draw of a sampled cell this is (a fresh seed per cycle; 0 for greedy cells);
+    seed_index: which repeat of the pool under ``seeds`` (``config.seed`` = the base seed + it);
     task_kwargs: the gen kwargs lm-eval handed over, without the pool keys, as sorted pairs
     (``until``, ``max_gen_toks`` and generate's options such as ``repetition_penalty``).
     """
@@ -77,6 +89,7 @@ class RolloutSpec:
     config: EglrConfig
     cycle: int
     task_kwargs: tuple[tuple[str, object], ...]
+    seed_index: int = 0  # which of the run's ``seeds`` repeats of the pool (0: the base seed; config.seed has it added)
 
     @property
     def cell(self) -> Cell:
@@ -95,6 +108,8 @@ class RolloutSpec:
         gk = dict(self.task_kwargs)
         if c.sampled:
             gk.update(do_sample=True, temperature=c.T, top_k=c.top_k, top_p=c.top_p, eglr_cycle=self.cycle)
+            if self.seed_index:  # the pool again under base seed + seed_index (absent at 0: earlier keys unchanged)
+                gk["eglr_seed"] = c.seed
         else:
             gk.update(do_sample=False, temperature=0.0)
             gk.pop("top_k", None), gk.pop("top_p", None)
@@ -111,6 +126,7 @@ class RunSettings:
     Attributes:
         base: alpha, k_max, tau_kl, top_k, top_p, seed, the exit rule and its threshold (L and T are per cell).
         user_L, user_T: axes pinned through model args (None = not pinned).
+        seeds: how many times the pool repeats, repeat s under the base seed + s (``seeds=10``).
         default_L, default_T: preset or built-in defaults of the pool.
         tau_h: the ``tau_h`` model arg (float or ``'auto'``), None when not given.
         preset_tau_h: the preset's table (task or benchmark name or ``default`` -> nats).
@@ -128,18 +144,20 @@ class RunSettings:
     explicit_sampling: dict = field(default_factory=dict)  # top_k / top_p given as model args
     preset_sampling: dict = field(default_factory=dict)
     L_given: object = None  # the L model arg as written, for messages
+    seeds: int = 1  # repeats of the whole pool, under seeds base, base + 1, ... (``seeds`` model arg)
 
     @classmethod
     def from_args(cls, preset: dict, **given) -> "RunSettings":
         """The settings from the model args ``given`` (any of ``core.model_args.SETTINGS_ARGS``; None or absent:
         not given) over ``preset``'s. stop: the exit rule; tau_latent, ...: the other rules' thresholds
-        (``core.config.STOP_RULES``); calib_limit: ``DEFAULT_CALIB_LIMIT`` when absent."""
+        (``core.config.STOP_RULES``); seeds: repeats of the whole pool; calib_limit: ``DEFAULT_CALIB_LIMIT`` when
+        absent."""
         unknown = [name for name in given if name not in SETTINGS_ARGS]
         if unknown:
             raise TypeError(f"RunSettings.from_args() got unexpected keyword arguments {unknown}; "
                             f"allowed: {', '.join(SETTINGS_ARGS)}.")
-        L, T, alpha, k_max, tau_kl, tau_h, top_k, top_p, seed, stop = (given.get(name) for name in (
-            "L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "stop"))
+        L, T, alpha, k_max, tau_kl, tau_h, top_k, top_p, seed, seeds, stop = (given.get(name) for name in (
+            "L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "seeds", "stop"))
         calib_limit = given.get("calib_limit", DEFAULT_CALIB_LIMIT)  # None given is refused below
         pe = preset.get("eglr", {})
         alpha, k_max, tau_kl, tau_h, stop = (one_value(n, v) for n, v in (
@@ -147,6 +165,7 @@ class RunSettings:
         thresholds = {rule.threshold_arg: as_float(rule.threshold_arg, one_value(rule.threshold_arg, first(
             given.get(rule.threshold_arg), pe.get(rule.threshold_arg), rule.default)), rule.allowed)
             for rule in defaults.STOP_RULES.values() if rule.threshold_arg in defaults.STOP_THRESHOLD_ARGS}
+        seeds = check_seeds(1 if seeds is None else seeds)
         calib_limit = as_int("calib_limit", calib_limit, "an int >= 1")
         if calib_limit < 1:
             raise ValueError(f"`calib_limit`={calib_limit!r} is not allowed; allowed: an int >= 1.")
@@ -172,6 +191,7 @@ class RunSettings:
             explicit_sampling={k: v for k, v in (("top_k", top_k), ("top_p", top_p)) if v is not None},
             preset_sampling={k: pe[k] for k in ("top_k", "top_p") if k in pe},
             L_given=L,
+            seeds=seeds,
         )
 
     def check_layers(self, num_layers: int | None) -> None:
@@ -190,7 +210,8 @@ class RunSettings:
     def pool_plan(self, task: str | None, gen_kwargs: dict, repeats: int) -> ResolvedPool:
         """The pool of a request (``pool.resolve_pool`` with this run's pinned axes and defaults)."""
         return resolve_pool(user_L=self.user_L, user_T=self.user_T, task=task_axes(gen_kwargs),
-                            default_L=self.default_L, default_T=self.default_T, repeats=repeats, task_name=task)
+                            default_L=self.default_L, default_T=self.default_T, repeats=repeats, task_name=task,
+                            seeds=self.seeds)
 
     def tau_h_setting(self, task: str | None) -> float | str:
         """Model arg, else the preset's value for the task, its benchmark or ``default``, else ``'auto'``."""
@@ -206,13 +227,17 @@ class RunSettings:
         return first(self.explicit_sampling.get(name), gen_kwargs.get(name), self.preset_sampling.get(name),
                      getattr(self.base, name))
 
-    def rollout(self, task_gen_kwargs: dict, cell: Cell, cycle: int, tau_h: float | None) -> RolloutSpec:
+    def rollout(self, task_gen_kwargs: dict, cell: Cell, cycle: int, tau_h: float | None,
+                seed_index: int = 0) -> RolloutSpec:
         """The spec of one rollout of ``cell``: the task's gen kwargs without its pool keys, the cell's
-        config (sampling filters by precedence, tau_h when it refines) and the cycle of a sampled cell."""
+        config (sampling filters by precedence, tau_h when it refines, the base seed + ``seed_index``) and
+        the cycle of a sampled cell."""
         kwargs = {k: v for k, v in task_gen_kwargs.items() if k not in TASK_POOL_KEYS}
         b = self.base
         top_k, top_p = (int(self.sampling_value("top_k", kwargs)), float(self.sampling_value("top_p", kwargs))) \
             if cell.sampled else (b.top_k, b.top_p)
         config = dataclasses.replace(b, L=cell.L, T=cell.T, top_k=top_k, top_p=top_p,
-                                     tau_h=float(tau_h) if has_gate(cell.L) and tau_h is not None else math.inf)
-        return RolloutSpec(config, cycle if cell.sampled else 0, tuple(sorted(kwargs.items(), key=lambda kv: kv[0])))
+                                     tau_h=float(tau_h) if has_gate(cell.L) and tau_h is not None else math.inf,
+                                     seed=b.seed + seed_index)
+        return RolloutSpec(config, cycle if cell.sampled else 0, tuple(sorted(kwargs.items(), key=lambda kv: kv[0])),
+                           seed_index)

@@ -182,6 +182,7 @@ def score_document(
             "cluster": cluster_of[i],
             "signals": meta.get("signals"),
             **({"engine": meta["engine"]} if "engine" in meta else {}),
+            **({"seed": meta["seed"]} if "seed" in meta else {}),
         })
     B = len(rollouts)
     solved = sum(correct)

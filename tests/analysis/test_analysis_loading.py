@@ -242,7 +242,7 @@ def test_runs_of_other_settings_are_not_called_repeats(tmp_path, caplog):
     assert any("other EGLR settings (alpha 0.2 vs 0.5)" in note for note in grid.notes)
     assert not [r for r in caplog.records if r.levelname == "WARNING" and "repeat" in r.getMessage()]
     same = load_grid([tmp_path / "alpha_0.2", tmp_path / "alpha_0.2"])  # a true repeat still warns
-    assert any("repeat a (doc, L, T, cycle) of an earlier run" in note for note in same.notes)
+    assert any("repeat a (doc, L, T, seed, cycle) of an earlier run" in note for note in same.notes)
 
 
 @pytest.mark.parametrize(

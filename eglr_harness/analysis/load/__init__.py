@@ -18,7 +18,9 @@ the document as the task logged it (None in runs made before tasks logged it).
   installed elsewhere is the same model); anything else is a ``ValueError`` naming what was found;
 - documents are matched by ``doc_id``; the same ``doc_id`` with a different ``doc_hash`` in two
   runs is an error (different data or order);
-- a rollout is keyed by ``(doc_id, L, T, cycle)``; when two runs hold the same key, the run given
+- a rollout is keyed by ``(doc_id, L, T, seed, cycle)`` (``seed``: a sampled rollout's, as labelled by a
+  ``seeds=`` run or else its run's base seed; None for a deterministic cell, the same text under any seed,
+  so a ``seeds=`` run's pool is never collapsed and never inflated); when two runs hold the same key, the run given
   first wins and the duplicate is counted; within one run the same key is a deterministic (T = 0)
   cell that the task repeats (eglr-hf decodes it once): kept once and counted apart;
 - rollouts without ``(L, T)`` (runs of a model other than eglr-hf) cannot be placed and are counted

@@ -41,7 +41,8 @@ class Grid:
     Attributes:
         task, model: what the grid is of.
         docs: every document id seen in any run (sorted); the denominator of oracle and SC.
-        by_cell: cell -> doc_id -> rollouts of that cell on that document, by cycle.
+        by_cell: cell -> doc_id -> rollouts of that cell on that document, by seed then cycle (a sampled
+            rollout's ``seed`` is filled in: its label, else its run's base seed; deterministic ones keep None).
         parts: the merged runs, in the order given.
         unplaced: rollouts without (L, T) metadata (ignored).
         duplicates: rollouts dropped because an earlier run had the same (doc, L, T, cycle).
@@ -148,12 +149,13 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
         raise ValueError(f"runs of different models cannot share one grid: {listing}. Pass runs of one model.")
 
     doc_hashes: dict[int, tuple[str, Path]] = {}
-    seen: dict[tuple[int, int, float, int], int] = {}  # key -> index of the part it was first read from
+    seen: dict[tuple, int] = {}  # (doc, L, T, seed, cycle) -> index of the part it was first read from
     kept: dict[int, list[tuple[int, RolloutRow]]] = {}  # doc -> (part index, row), to label the votes
     unplaced = duplicates = repeated = 0
     other_settings: dict[str, set] = {}  # setting -> values, of rollouts repeated by runs of other settings
     settings = [_decoding_settings(part, task) for part in parts]
     for index, part in enumerate(parts):
+        base_seed = ((part.info.eglr or {}).get("settings") or {}).get("seed")
         for doc_id, doc_hash in part.samples.doc_hashes.items():
             first = doc_hashes.setdefault(doc_id, (doc_hash, part.samples.path))
             if doc_hash and first[0] and first[0] != doc_hash:
@@ -165,7 +167,10 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
             if row.cell is None:
                 unplaced += 1
                 continue
-            key = (row.doc_id, row.L, row.T, row.cycle if row.cycle is not None else row.repeat)
+            # a sampled rollout of another seed (``seeds=``) is another rollout; an unlabelled one ran under its
+            # run's base seed; a deterministic cell's text is the same under every seed
+            seed = (row.seed if row.seed is not None else base_seed) if row.T else None
+            key = (row.doc_id, row.L, row.T, seed, row.cycle if row.cycle is not None else row.repeat)
             if key in seen:
                 if seen[key] == index:
                     repeated += 1
@@ -177,7 +182,7 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
                             other_settings.setdefault(name, set()).update({first.get(name), settings[index].get(name)})
                 continue
             seen[key] = index
-            kept.setdefault(row.doc_id, []).append((index, row))
+            kept.setdefault(row.doc_id, []).append((index, replace(row, seed=seed) if row.T else row))
 
     cells: dict[Cell, dict[int, list[RolloutRow]]] = {}
     for doc_id, rows in kept.items():
@@ -193,13 +198,14 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
         differ = ", ".join(f"{name} {' vs '.join(map(str, sorted(values, key=str)))}"
                            for name, values in other_settings.items())
         notes.append(
-            f"{duplicates} rollouts share a (doc, L, T, cycle) with an earlier run decoded with other EGLR settings "
+            f"{duplicates} rollouts share a (doc, L, T, seed, cycle) with an earlier run decoded with other EGLR "
+            "settings "
             f"({differ}); the L x T grid keeps the earlier run's, the ablation section compares the runs."
         )
         logger.info("%s: %s", task, notes[-1])
     elif duplicates:
         notes.append(
-            f"{duplicates} rollouts repeat a (doc, L, T, cycle) of an earlier run; the earlier run's are kept."
+            f"{duplicates} rollouts repeat a (doc, L, T, seed, cycle) of an earlier run; the earlier run's are kept."
         )
         logger.warning("%s: %s", task, notes[-1])
     if repeated:
@@ -209,7 +215,8 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
         )
         logger.info("%s: %s", task, notes[-1])
     by_cell = {
-        cell: {d: tuple(sorted(rs, key=lambda r: (r.cycle or 0, r.repeat))) for d, rs in sorted(docs.items())}
+        cell: {d: tuple(sorted(rs, key=lambda r: (r.seed or 0, r.cycle or 0, r.repeat)))
+               for d, rs in sorted(docs.items())}
         for cell, docs in sorted(cells.items())
     }
     return Grid(

@@ -32,6 +32,7 @@ class RolloutRow:
     cluster: int | None = None
     vote: object = None
     signals: Mapping | None = field(default=None, compare=False)  # eglr_harness.core.signals dict; None: not recorded
+    seed: int | None = None  # the seed of the rollout's repeat of the pool (``seeds=``); None: the run's base seed
 
     def __post_init__(self) -> None:
         if self.vote is None and self.answer is not None:
@@ -81,6 +82,7 @@ def _row(item: dict, doc_id: int, index: int) -> RolloutRow:
         correct=int(item["correct"]),
         cluster=None if answer is None else cluster,
         signals=item.get("signals"),
+        seed=item.get("seed"),
     )
 
 

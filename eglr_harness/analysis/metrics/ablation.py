@@ -105,7 +105,8 @@ def _default_value(key: str, values: Sequence) -> object:
     return _BUILTIN[key] if _BUILTIN.get(key) in values else values[0]
 
 
-def _per_doc(part: RunPart) -> dict[int, float]:
+def per_doc_accuracy(part: RunPart) -> dict[int, float]:
+    """doc_id -> the share of its rollouts in ``part`` that are correct."""
     per_doc: dict[int, list[int]] = {}
     for r in part.samples.rollouts:
         per_doc.setdefault(r.doc_id, []).append(r.correct)
@@ -154,7 +155,7 @@ def ablation(parts: Sequence[RunPart], task: str) -> Ablation | None:
     found: dict[str, list[AblationPoint]] = {k: [] for k in varying}
     off_axis = []
     center = next((p for p, s in zip(parts, settings) if all(s[k] == default[k] for k in ABLATION_KEYS)), None)
-    center_docs = _per_doc(center) if center is not None else None
+    center_docs = per_doc_accuracy(center) if center is not None else None
     for part, s in zip(parts, settings):
         moved = [k for k in ABLATION_KEYS if s[k] is not None and s[k] != default[k]]
         if len(moved) > 1:
@@ -162,7 +163,7 @@ def ablation(parts: Sequence[RunPart], task: str) -> Ablation | None:
             continue
         compute = run_compute(part.info)
         docs, rollouts, correct, acc, low, high = _accuracy(part)
-        paired = (None,) * 6 if center_docs is None or not moved else _vs_default(_per_doc(part), center_docs)
+        paired = (None,) * 6 if center_docs is None or not moved else _vs_default(per_doc_accuracy(part), center_docs)
         for axis in moved or varying:  # the default point is a point of every axis
             found[axis].append(AblationPoint(
                 axis, s[axis], not moved, part.info.name, docs, rollouts, correct, acc, low, high,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from math import comb, erfc, sqrt
 
 __all__ = ["Z95", "N_RESAMPLES", "EXACT_WILCOXON_MAX_N", "Wilcoxon", "wilson_interval", "bootstrap_intervals",
-           "sign_test_p", "wilcoxon_signed_rank"]
+           "sign_test_p", "wilcoxon_signed_rank", "PairedDifference", "paired_difference"]
 
 Z95 = 1.959963984540054  # the standard normal's 97.5th percentile (a two-sided 95 % interval)
 N_RESAMPLES = 10_000
@@ -167,3 +167,32 @@ def _exact_signed_rank_p(ranks: list[float], w_plus: float) -> float:
     total = counts.sum()
     lower, upper = counts[:observed + 1].sum() / total, counts[observed:].sum() / total
     return float(min(1.0, 2 * min(lower, upper)))
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """A − B over the problems both hold: mean per-problem difference (fractions) with its bootstrap 95 %
+    interval, problems only A / only B does better on, the sign test on them, Wilcoxon's p and effective n."""
+
+    problems: int
+    mean: float
+    low: float
+    high: float
+    better_a: int
+    better_b: int
+    sign_p: float
+    wilcoxon_p: float
+    n_effective: int
+
+
+def paired_difference(a: Mapping[int, float], b: Mapping[int, float], *, seed: int = 0) -> PairedDifference | None:
+    """A − B over the problems in both (doc_id -> per-problem accuracy); None when they share none."""
+    shared = sorted(set(a) & set(b))
+    if not shared:
+        return None
+    diff = [a[d] - b[d] for d in shared]
+    mean, low, high = bootstrap_intervals({"d": diff}, seed=seed)["d"]
+    better_a, better_b = sum(x > 0 for x in diff), sum(x < 0 for x in diff)
+    wilcoxon = wilcoxon_signed_rank(diff)
+    return PairedDifference(len(shared), mean, low, high, better_a, better_b, sign_test_p(better_a, better_b),
+                            wilcoxon.p, wilcoxon.n_effective)
