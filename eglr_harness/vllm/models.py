@@ -19,8 +19,9 @@ lengths, block-table rows and slots, sliced from the step's: how vLLM's speculat
 metadata for their draft tokens). So each row attends to its past's normal keys/values plus the refined
 key/value of its own position (the spec's attention context). Before the loop the cache blocks that
 hold those rows' slots in layers N-L..N-1 are copied aside and after it copied back (every layer's
-cache is block-major in vLLM): the paged cache ends bit for bit as plain decoding leaves it. A step costs the normal pass, one (R, V) logits product
-for the gate, and sum over gated rows of k* x L/N of a row's forward.
+cache is block-major in vLLM): the paged cache ends bit for bit as plain decoding leaves it. A step
+costs the normal pass, one (R, V) logits product for the gate, and, per gated row, k* x L/N of a row's
+forward (plus the copy of the rows' cache blocks in those layers, twice).
 
 Compilation. The normal pass of the families with vLLM's auxiliary hidden-state outputs (Llama,
 Mistral, Qwen2, Qwen3: the EAGLE-3 hook of their ``Model.forward``) is the family's own
