@@ -76,6 +76,7 @@ def main(argv=None) -> None:
                         help="VLLM_CPU_OMP_THREADS_BIND for the TP=2 engines only, e.g. '0|1' (one NUMA node)")
     parser.add_argument("--enforce_eager", action="store_true", help="every mode eager (default: every mode compiled)")
     parser.add_argument("--no_continuous", action="store_true", help="skip the continuous engine's modes")
+    parser.add_argument("--max_model_len", type=int, default=2048)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
 
@@ -97,7 +98,8 @@ def main(argv=None) -> None:
     architecture, num_layers = config.architectures[0], config.num_hidden_layers
     pool_spans = [1 + i % 10 for i in range(len(prompts))]
     served = sorted({10, *pool_spans})
-    base_args = dict(model=args.model, dtype="float32", enforce_eager=args.enforce_eager, max_model_len=2048, seed=0)
+    base_args = dict(model=args.model, dtype="float32", enforce_eager=args.enforce_eager,
+                     max_model_len=args.max_model_len, seed=0)
     modes: dict[str, dict] = {}
     params = SamplingParams(temperature=0, max_tokens=args.max_gen_toks)
 
