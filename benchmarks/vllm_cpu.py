@@ -11,7 +11,8 @@ folder, the reference on this machine. With ``--tp2``: `stock_tp2` and `vL10_tp2
 ``tensor_parallel_size=2`` (on a CPU with one NUMA node, bind a core per worker: ``--tp2_bind '0|1'``
 sets vLLM's own ``VLLM_CPU_OMP_THREADS_BIND`` for those engines). tau_h of the refining modes: ``--tau_h``, else
 the 95th percentile of vL0's entropies capped at 2.5 nats (eglr-method.md §3). Each mode decodes all
-prompts in one call, ``--repeats`` times; the best wall counts.
+prompts in one call, ``--repeats`` times, after an untimed warm-up call of each engine; the best wall
+counts.
 
 Every mode runs in one compilation mode: vLLM's default compilation of the platform (on CPU: Dynamo
 traced once, Inductor) and the continuous engine compiled (``compile=True``, Inductor), or, with
@@ -111,8 +112,18 @@ def main(argv=None) -> None:
     def requests(spans, tau_h):
         return [Request(tuple(p), EglrConfig(L=L, tau_h=tau_h), args.max_gen_toks) for p, L in zip(prompts, spans)]
 
+    def warm_up(llm, eglr: bool) -> None:
+        """One short untimed call of each kind the timed modes make (the first steps of an engine pay one-off
+        costs: lazy initialisation, compiled shapes)."""
+        few = SamplingParams(temperature=0, max_tokens=4)
+        llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts[:2]], few, use_tqdm=False)
+        if eglr:
+            VllmEngine(llm).run([Request(tuple(p), EglrConfig(L=L, tau_h=0.0), 4)
+                                 for p in prompts[:2] for L in (0, 10)])
+
     def stock_run(tp: int, name: str) -> list[list[int]]:
         stock = LLM(**base_args, tensor_parallel_size=tp)
+        warm_up(stock, eglr=False)
         wall, outs = _timed(lambda: stock.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
                                                    use_tqdm=False), args.repeats)
         tokens = [list(o.outputs[0].token_ids) for o in outs]
@@ -124,6 +135,7 @@ def main(argv=None) -> None:
     eglr_llm = LLM(**base_args, tensor_parallel_size=args.tensor_parallel_size,
                    **eglr_engine_args(architecture, spans=served))
     engine = VllmEngine(eglr_llm)
+    warm_up(eglr_llm, eglr=True)
     wall, outs = _timed(lambda: eglr_llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
                                                   use_tqdm=False), args.repeats)
     record("vplain", wall, [list(o.outputs[0].token_ids) for o in outs])
@@ -145,6 +157,7 @@ def main(argv=None) -> None:
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = args.tp2_bind  # read by the workers vLLM starts next
         stock_run(2, "stock_tp2")
         tp2 = LLM(**base_args, tensor_parallel_size=2, **eglr_engine_args(architecture, spans=[10]))
+        warm_up(tp2, eglr=True)
         wall, v10_tp2 = _timed(lambda: VllmEngine(tp2).run(requests([10] * len(prompts), tau_h)), args.repeats)
         record("vL10_tp2", wall, [o.tokens for o in v10_tp2],
                equal_to_vL10=sum(a.tokens == b.tokens for a, b in zip(v10_tp2, v10)),
