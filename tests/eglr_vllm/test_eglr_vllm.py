@@ -244,11 +244,15 @@ def _assert_same_outcomes(got, expected, what: str) -> None:
         assert a.logprobs == pytest.approx(b.logprobs, rel=1e-4, abs=1e-5), f"{what}: request {i} logprobs differ"
 
 
-def _signal_requests(max_new: int = MAX_NEW):
+def _signal_requests(max_new: int = MAX_NEW, early_exit: bool = False):
+    """Refining and plain requests of ``random_prompts``; with ``early_exit``, also refining ones whose KL exit
+    (tau_kl 0.5, far above these models' KLs of ~1e-4) ends every refinement after one iteration."""
     prompts = random_prompts()
     refining = EglrConfig(L=LAYERS // 2, tau_h=0.0, alpha=0.2, k_max=3, tau_kl=TAU_KL)
     plain = EglrConfig(L=0, tau_h=math.inf)
-    return [Request(tuple(p), config, max_new) for config in (refining, plain) for p in prompts]
+    configs = (refining, plain) + ((EglrConfig(L=LAYERS // 2, tau_h=0.0, alpha=0.2, k_max=3, tau_kl=0.5),)
+                                   if early_exit else ())
+    return [Request(tuple(p), config, max_new) for config in configs for p in prompts]
 
 
 def test_signals_come_back_from_worker_processes_under_preemption(tmp_path, monkeypatch):
@@ -259,14 +263,16 @@ def test_signals_come_back_from_worker_processes_under_preemption(tmp_path, monk
     share every step's batch."""
     monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # the counting hook is a function sent to workers
     model = save_tiny_model("llama", tmp_path)
-    requests = _signal_requests(max_new=30)
+    requests = _signal_requests(max_new=30, early_exit=True)
     span = requests[0].config.L
     roomy, _, calls = _decode_with_signals(tmp_path, model.config.architectures[0], requests, max_model_len=64,
                                            probe=_count_rows_entering(LAYERS - span))
     assert sum(calls) == sum(k for o in roomy for k in o.token_iterations), \
         f"rows entering the refinement {sum(calls)} != sum of k* {sum(k for o in roomy for k in o.token_iterations)}"
     assert max(calls) <= sum(r.config.refines for r in requests) < len(requests)
-    # 4 blocks of 32 tokens (vLLM's CPU attention takes multiples of 32; one block is vLLM's null block) for 8
+    assert len({k for o in roomy for k in o.token_iterations if k}) > 1, "every row ran as many iterations: " \
+        "the count could not see a row kept after its exit"
+    # 4 blocks of 32 tokens (vLLM's CPU attention takes multiples of 32; one block is vLLM's null block) for 12
     # requests of up to 39 tokens: 3 start, and each that passes 32 tokens needs a second block; 16 tokens a step,
     # so prompts and recomputations are prefilled in chunks (whose earlier chunks sample tokens vLLM discards)
     tight, preemptions, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests,
