@@ -20,8 +20,9 @@ metadata for their draft tokens). So each row attends to its past's normal keys/
 key/value of its own position (the spec's attention context). Before the loop the cache blocks that
 hold those rows' slots in layers N-L..N-1 are copied aside and after it copied back (every layer's
 cache is block-major in vLLM): the paged cache ends bit for bit as plain decoding leaves it. A step
-costs the normal pass, one (R, V) logits product for the gate, and, per gated row, k* x L/N of a row's
-forward (plus the copy of the rows' cache blocks in those layers, twice).
+costs the normal pass and, per gated row, k* x L/N of a row's forward (plus the copy of the rows' cache
+blocks in those layers, twice); the gate's logits, and those of each row's chosen iteration, are the
+ones vLLM samples from (``compute_logits`` hands them over: no second (R, V) product).
 
 Compilation. The normal pass of the families with vLLM's auxiliary hidden-state outputs (Llama,
 Mistral, Qwen2, Qwen3: the EAGLE-3 hook of their ``Model.forward``) is the family's own
@@ -98,6 +99,7 @@ class EglrForCausalLMMixin:
             self.model._set_aux_hidden_state_layers(self._eglr_aux_layers)
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, **kwargs):
+        self._eglr_step_logits = None  # a step's logits serve only the compute_logits call right after it
         plan = self._eglr_plan()
         if self._eglr_aux_layers is None:  # Gemma-3: stock forward, or the EGLR normal pass layer by layer
             if plan is None:
@@ -157,9 +159,19 @@ class EglrForCausalLMMixin:
             return inputs_embeds[token_rows]
         return self.model.embed_input_ids(input_ids[token_rows])
 
-    def _logprobs(self, normed: torch.Tensor) -> torch.Tensor:
-        """(R, D) final-normed states -> (R, V) fp32 log-probabilities of the logits vLLM samples from."""
-        return torch.log_softmax(self.compute_logits(normed).float(), dim=-1)
+    def compute_logits(self, hidden_states: torch.Tensor):
+        """vLLM's logits of the sampled rows; after an EGLR step, the logits that step already computed for the
+        states it returned (the same function of the same states: the gate's for ungated rows, the chosen
+        iteration's for gated ones), so L = 0 costs no second (R, V) product."""
+        cached, self._eglr_step_logits = getattr(self, "_eglr_step_logits", None), None
+        if cached is not None and cached.shape[0] == hidden_states.shape[0]:
+            return cached
+        return super().compute_logits(hidden_states)
+
+    def _logits_and_logprobs(self, normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(R, D) final-normed states -> ((R, V) the logits vLLM samples from, (R, V) their fp32 log-probabilities)."""
+        logits = super().compute_logits(normed)
+        return logits, torch.log_softmax(logits.float(), dim=-1)
 
     def _eglr_step(self, input_ids, positions, inputs_embeds, normed, streams, rows: torch.Tensor,
                    configs: list[EglrConfig], tracker):
@@ -168,7 +180,7 @@ class EglrForCausalLMMixin:
         num_layers = len(self.model.layers)
         spans = sorted({config.L for config in configs if config.refines})
         final_stream = streams[num_layers][rows]  # (R, D) h^(N), before the final norm
-        logp = self._logprobs(normed[rows])  # (R, V)
+        logits, logp = self._logits_and_logprobs(normed[rows])  # (R, V) each
         entropies = entropy_of_log_probs(logp)  # (R,)
         raise_on_nan_rows([r for r, bad in enumerate(entropies.isnan().tolist()) if bad], "the normal pass")
         tau_h = torch.tensor([config.tau_h for config in configs], dtype=torch.float64, device=entropies.device)
@@ -183,29 +195,32 @@ class EglrForCausalLMMixin:
             first = num_layers - span
             token_rows = rows[gated]
             anchor = self._anchor(input_ids, inputs_embeds, streams, first, token_rows)
-            refined, k_star, kl = self._refine(positions, anchor, first, gated, token_rows, final_stream[gated],
-                                               normed[token_rows], logp[gated], [configs[i] for i in gated.tolist()])
-            normed[token_rows] = refined
+            refined, refined_logits, k_star, kl = self._refine(
+                positions, anchor, first, gated, token_rows, final_stream[gated], normed[token_rows], logits[gated],
+                logp[gated], [configs[i] for i in gated.tolist()])
+            normed[token_rows], logits[gated] = refined, refined_logits
             iterations[gated], last_kls[gated] = k_star, kl
         if tracker.records(len(configs)):
             tracker.record(entropies.tolist(), iterations.tolist(), last_kls.tolist())
+        self._eglr_step_logits = logits
         return normed
 
-    def _refine(self, positions, anchor, first: int, requests, token_rows, final_stream, normed0, logp0, configs):
+    def _refine(self, positions, anchor, first: int, requests, token_rows, final_stream, normed0, logits0, logp0,
+                configs):
         """The refinement loop for G gated rows whose anchor is the input of layer ``first`` (= N-L).
 
         anchor: (G, D) the residual stream a; requests: (G,) their requests' indices in the step's batch;
         token_rows: (G,) their token indices; final_stream: (G, D) h^(N); normed0: (G, D) its final norm;
-        logp0: (G, V) p^(0). Each iteration runs layers ``first``.. on the A rows still refining, only them.
-        Returns (G, D) the final norm of h^(N,k*), the state vLLM's logits come from, (G,) k* and (G,) the KL of
-        each row's last iteration.
+        logits0, logp0: (G, V) its logits and p^(0). Each iteration runs layers ``first``.. on the A rows still
+        refining, only them. Returns (G, D) the final norm of h^(N,k*), the state vLLM's logits come from, (G, V)
+        those logits, (G,) k* and (G,) the KL of each row's last iteration.
         """
         device = anchor.device
         alpha = torch.tensor([c.alpha for c in configs], dtype=torch.float32, device=device)
         one_minus_alpha = torch.tensor([1.0 - c.alpha for c in configs], dtype=torch.float32, device=device)
         tau_kl = torch.tensor([c.tau_kl for c in configs], dtype=torch.float64, device=device)
         k_max = torch.tensor([c.k_max for c in configs], device=device)
-        state, logp_prev, chosen = final_stream.clone(), logp0.clone(), normed0.clone()
+        state, logp_prev, chosen, chosen_logits = final_stream.clone(), logp0.clone(), normed0.clone(), logits0.clone()
         running = torch.ones(len(configs), dtype=torch.bool, device=device)
         iterations = torch.zeros(len(configs), dtype=torch.long, device=device)
         last_kl = torch.zeros(len(configs), dtype=torch.float32, device=device)
@@ -221,16 +236,16 @@ class EglrForCausalLMMixin:
                         hidden, residual = layer(positions[token_rows[active]], hidden, residual)
                 state[active] = hidden + residual  # (A, D) h^(N,k)
                 normed, _ = self.model.norm(hidden, residual)
-                logp = self._logprobs(normed)
+                logits, logp = self._logits_and_logprobs(normed)
                 kl = kl_divergence(logp, logp_prev[active])
                 raise_on_nan_rows([int(active[r]) for r, bad in enumerate(kl.isnan().tolist()) if bad],
                                   "a refinement")
-                chosen[active], iterations[active], last_kl[active] = normed, k, kl
+                chosen[active], chosen_logits[active], iterations[active], last_kl[active] = normed, logits, k, kl
                 running[active] = ~refinement_done(kl, tau_kl[active], k, k_max[active])  # each row's own exit
                 logp_prev[active] = logp
                 if not bool(running.any()):
                     break
-        return chosen, iterations, last_kl
+        return chosen, chosen_logits, iterations, last_kl
 
     def _sub_batch_context(self, requests: torch.Tensor, token_rows: torch.Tensor) -> ForwardContext:
         """The step's forward context cut to one one-token query per row: row i is token ``token_rows[i]`` of
