@@ -1,18 +1,26 @@
 """EGLR inside vLLM (eglr_harness/vllm) against stock vLLM and the project's continuous engine, on the
-same prompts in one process: tokens/s of each and the L10/L0 cost ratio (paper bound ~1.05 per row).
+same prompts in one process: tokens/s of each, the L10/L0 cost ratio and the L=1..10 pool's per-row cost
+against the paper's bound 1 + rho x k_bar x L/N (at the measured rho and k_bar).
 
 Modes, in this order: `stock` = stock vLLM greedy (the checkpoint's own architecture); `vplain` = the
 EGLR architecture with requests that carry no EGLR settings (stock's forward); `vL0`, `vL10` =
 eglr-vllm's engine (``VllmEngine``: the EGLR architecture, settings and signals per request) at L=0 and
-L=10; `cL0`, `cL10` = the continuous engine (``ContinuousEngine``, eager) over the transformers model of
-the same folder. tau_h of the L10 modes: ``--tau_h``, else the 95th percentile of vL0's entropies capped
-at 2.5 nats (eglr-method.md §3). Each mode decodes all prompts in one call, ``--repeats`` times; the best
-wall counts. vLLM runs its engine core and workers as it defaults them (V1 multiprocessing);
-``--tensor_parallel_size`` sets its workers for stock and EGLR alike. Needs vLLM (docs/vllm.md) and a
-safetensors folder (eglr_harness.vllm.convert_gguf).
+L=10; `vpool` = the same engine with request i at L = 1 + i mod 10 (the L=1..10 pool in one engine);
+`cL0`, `cL10` = the continuous engine (``ContinuousEngine``) over the transformers model of the same
+folder, the reference on this machine. With ``--tp2``: `stock_tp2` and `vL10_tp2`, the same with
+``tensor_parallel_size=2`` (on a CPU with one NUMA node, bind a core per worker: ``--tp2_bind '0|1'``
+sets vLLM's own ``VLLM_CPU_OMP_THREADS_BIND`` for those engines). tau_h of the refining modes: ``--tau_h``, else
+the 95th percentile of vL0's entropies capped at 2.5 nats (eglr-method.md §3). Each mode decodes all
+prompts in one call, ``--repeats`` times, after an untimed warm-up call of each engine; the best wall
+counts.
 
-    VLLM_CPU_KVCACHE_SPACE=1 OMP_NUM_THREADS=1 python benchmarks/vllm_cpu.py --model DIR --prompts 16 \\
-        --max_gen_toks 64 --out benchmarks/results/vllm_cpu_smollm2.json
+Every mode runs in one compilation mode: vLLM's default compilation of the platform (on CPU: Dynamo
+traced once, Inductor) and the continuous engine compiled (``compile=True``, Inductor), or, with
+``--enforce_eager``, all eager. vLLM runs its engine core and workers as it defaults them (V1
+multiprocessing). Needs vLLM (docs/vllm.md) and a safetensors folder (eglr_harness.vllm.convert_gguf).
+
+    VLLM_CPU_KVCACHE_SPACE=4 OMP_NUM_THREADS=1 python benchmarks/vllm_cpu.py --model DIR --prompts 64 \\
+        --max_gen_toks 256 --tp2 --tp2_bind '0|1' --out benchmarks/results/vllm_cpu_smollm2.json
 """
 
 from __future__ import annotations
@@ -45,6 +53,17 @@ def _timed(fn, repeats: int):
     return best, result
 
 
+def _bound(outcomes, spans, num_layers: int) -> dict:
+    """rho, k_bar and the paper's per-row cost bound 1 + rho x k_bar x L/N of one mode's outcomes (request i at
+    L = spans[i]): the sum over gated tokens of k* x L, over N x all tokens."""
+    tokens = sum(len(o.tokens) for o in outcomes)
+    gated = sum(o.gated for o in outcomes)
+    iterations = sum(k * n for o in outcomes for k, n in o.iterations.items())
+    layer_iterations = sum(k * n * L for o, L in zip(outcomes, spans) for k, n in o.iterations.items())
+    return {"rho": round(gated / tokens, 4), "k_bar": round(iterations / gated, 3) if gated else 0.0,
+            "paper_bound_per_row": round(1 + layer_iterations / (num_layers * tokens), 4)}
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="a safetensors folder (fp32)")
@@ -53,6 +72,12 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--tau_h", type=float, default=None)
     parser.add_argument("--tensor_parallel_size", type=int, default=1)
+    parser.add_argument("--tp2", action="store_true", help="also stock and L=10 with tensor_parallel_size=2")
+    parser.add_argument("--tp2_bind", default=None,
+                        help="VLLM_CPU_OMP_THREADS_BIND for the TP=2 engines only, e.g. '0|1' (one NUMA node)")
+    parser.add_argument("--enforce_eager", action="store_true", help="every mode eager (default: every mode compiled)")
+    parser.add_argument("--no_continuous", action="store_true", help="skip the continuous engine's modes")
+    parser.add_argument("--max_model_len", type=int, default=2048)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
 
@@ -70,68 +95,111 @@ def main(argv=None) -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     prompts = _prompts(args.prompts, tokenizer)
-    architecture = AutoConfig.from_pretrained(args.model).architectures[0]
-    engine_args = dict(model=args.model, dtype="float32", enforce_eager=True, max_model_len=2048, seed=0,
-                       tensor_parallel_size=args.tensor_parallel_size)
+    config = AutoConfig.from_pretrained(args.model)
+    architecture, num_layers = config.architectures[0], config.num_hidden_layers
+    pool_spans = [1 + i % 10 for i in range(len(prompts))]
+    served = sorted({10, *pool_spans})
+    base_args = dict(model=args.model, dtype="float32", enforce_eager=args.enforce_eager,
+                     max_model_len=args.max_model_len, seed=0)
     modes: dict[str, dict] = {}
+    params = SamplingParams(temperature=0, max_tokens=args.max_gen_toks)
 
     def record(mode, wall, token_lists, **extra):
         tokens = sum(len(t) for t in token_lists)
         modes[mode] = {"wall_s": round(wall, 3), "tokens": tokens, "tokens_per_s": round(tokens / wall, 2), **extra}
         print(mode, modes[mode], flush=True)
 
-    stock = LLM(**engine_args)
-    params = SamplingParams(temperature=0, max_tokens=args.max_gen_toks)
-    wall, outs = _timed(lambda: stock.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
-                                               use_tqdm=False), args.repeats)
-    stock_tokens = [list(o.outputs[0].token_ids) for o in outs]
-    record("stock", wall, stock_tokens)
-    stock.llm_engine.engine_core.shutdown()
-    del stock
+    def requests(spans, tau_h):
+        return [Request(tuple(p), EglrConfig(L=L, tau_h=tau_h), args.max_gen_toks) for p, L in zip(prompts, spans)]
 
-    eglr_llm = LLM(**engine_args, **eglr_engine_args(architecture))
+    def warm_up(llm, eglr: bool) -> None:
+        """One short untimed call of each kind the timed modes make (the first steps of an engine pay one-off
+        costs: lazy initialisation, compiled shapes)."""
+        few = SamplingParams(temperature=0, max_tokens=4)
+        llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts[:2]], few, use_tqdm=False)
+        if eglr:
+            VllmEngine(llm).run([Request(tuple(p), EglrConfig(L=L, tau_h=0.0), 4)
+                                 for p in prompts[:2] for L in (0, 10)])
+
+    def stock_run(tp: int, name: str) -> list[list[int]]:
+        stock = LLM(**base_args, tensor_parallel_size=tp)
+        warm_up(stock, eglr=False)
+        wall, outs = _timed(lambda: stock.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
+                                                   use_tqdm=False), args.repeats)
+        tokens = [list(o.outputs[0].token_ids) for o in outs]
+        record(name, wall, tokens)
+        stock.llm_engine.engine_core.shutdown()
+        return tokens
+
+    stock_tokens = stock_run(args.tensor_parallel_size, "stock")
+    eglr_llm = LLM(**base_args, tensor_parallel_size=args.tensor_parallel_size,
+                   **eglr_engine_args(architecture, spans=served))
     engine = VllmEngine(eglr_llm)
+    warm_up(eglr_llm, eglr=True)
     wall, outs = _timed(lambda: eglr_llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
                                                   use_tqdm=False), args.repeats)
     record("vplain", wall, [list(o.outputs[0].token_ids) for o in outs])
-
-    def requests(L, tau_h):
-        return [Request(tuple(p), EglrConfig(L=L, tau_h=tau_h), args.max_gen_toks) for p in prompts]
-
-    wall, v0 = _timed(lambda: engine.run(requests(0, float("inf"))), args.repeats)
+    wall, v0 = _timed(lambda: engine.run(requests([0] * len(prompts), float("inf"))), args.repeats)
     record("vL0", wall, [o.tokens for o in v0], equal_to_stock=sum(o.tokens == s for o, s in zip(v0, stock_tokens)))
     entropies = sorted(e for o in v0 for e in o.entropies)
     tau_h = args.tau_h if args.tau_h is not None else min(TAU_H_CAP, entropies[int(0.95 * (len(entropies) - 1))])
-    wall, v10 = _timed(lambda: engine.run(requests(10, tau_h)), args.repeats)
-    gated = sum(o.gated for o in v10)
-    record("vL10", wall, [o.tokens for o in v10], tau_h=tau_h, gated_tokens=gated,
-           rho=round(gated / sum(len(o.tokens) for o in v10), 4))
+    wall, v10 = _timed(lambda: engine.run(requests([10] * len(prompts), tau_h)), args.repeats)
+    record("vL10", wall, [o.tokens for o in v10], tau_h=tau_h, gated_tokens=sum(o.gated for o in v10),
+           **_bound(v10, [10] * len(prompts), num_layers))
+    wall, pool = _timed(lambda: engine.run(requests(pool_spans, tau_h)), args.repeats)
+    record("vpool", wall, [o.tokens for o in pool], tau_h=tau_h, spans="1 + i mod 10",
+           gated_tokens=sum(o.gated for o in pool), **_bound(pool, pool_spans, num_layers))
     eglr_llm.llm_engine.engine_core.shutdown()
     del eglr_llm, engine
 
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
-    eos = model.generation_config.eos_token_id
-    continuous = ContinuousEngine(model, max_batch=len(prompts),
-                                  eos_token_ids=[eos] if isinstance(eos, int) else list(eos),
-                                  tokenizer=tokenizer)
-    wall, c0 = _timed(lambda: continuous.run(requests(0, float("inf"))), args.repeats)
-    record("cL0", wall, [o.tokens for o in c0], equal_to_vL0=sum(a.tokens == b.tokens for a, b in zip(c0, v0)))
-    wall, c10 = _timed(lambda: continuous.run(requests(10, tau_h)), args.repeats)
-    record("cL10", wall, [o.tokens for o in c10], equal_to_vL10=sum(a.tokens == b.tokens for a, b in zip(c10, v10)),
-           gated_tokens=sum(o.gated for o in c10))
+    if args.tp2:
+        if args.tp2_bind:
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = args.tp2_bind  # read by the workers vLLM starts next
+        stock_run(2, "stock_tp2")
+        tp2 = LLM(**base_args, tensor_parallel_size=2, **eglr_engine_args(architecture, spans=[10]))
+        warm_up(tp2, eglr=True)
+        wall, v10_tp2 = _timed(lambda: VllmEngine(tp2).run(requests([10] * len(prompts), tau_h)), args.repeats)
+        record("vL10_tp2", wall, [o.tokens for o in v10_tp2],
+               equal_to_vL10=sum(a.tokens == b.tokens for a, b in zip(v10_tp2, v10)),
+               equal_k_star_to_vL10=sum(a.token_iterations == b.token_iterations for a, b in zip(v10_tp2, v10)))
+        tp2.llm_engine.engine_core.shutdown()
+        del tp2
+
+    if not args.no_continuous:
+        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+        eos = model.generation_config.eos_token_id
+        continuous = ContinuousEngine(model, max_batch=len(prompts),
+                                      eos_token_ids=[eos] if isinstance(eos, int) else list(eos),
+                                      tokenizer=tokenizer, compile=not args.enforce_eager)
+        wall, c0 = _timed(lambda: continuous.run(requests([0] * len(prompts), float("inf"))), args.repeats)
+        record("cL0", wall, [o.tokens for o in c0], equal_to_vL0=sum(a.tokens == b.tokens for a, b in zip(c0, v0)))
+        wall, c10 = _timed(lambda: continuous.run(requests([10] * len(prompts), tau_h)), args.repeats)
+        record("cL10", wall, [o.tokens for o in c10],
+               equal_to_vL10=sum(a.tokens == b.tokens for a, b in zip(c10, v10)),
+               gated_tokens=sum(o.gated for o in c10))
+
+    def ratio(a: str, b: str, field: str = "tokens_per_s"):
+        return round(modes[a][field] / modes[b][field], 3) if a in modes and b in modes else None
 
     summary = {
-        "vL10_over_vL0_wall": round(modes["vL10"]["wall_s"] / modes["vL0"]["wall_s"], 3),
-        "cL10_over_cL0_wall": round(modes["cL10"]["wall_s"] / modes["cL0"]["wall_s"], 3),
-        "vplain_over_stock_tokens_per_s": round(modes["vplain"]["tokens_per_s"] / modes["stock"]["tokens_per_s"], 3),
-        "vL0_over_stock_tokens_per_s": round(modes["vL0"]["tokens_per_s"] / modes["stock"]["tokens_per_s"], 3),
-        "vL0_over_cL0_tokens_per_s": round(modes["vL0"]["tokens_per_s"] / modes["cL0"]["tokens_per_s"], 3),
-        "paper_bound_per_row": round(1 + modes["vL10"]["rho"] * 3 * 10 / model.config.num_hidden_layers, 3),
+        "vL10_over_vL0_wall": ratio("vL10", "vL0", "wall_s"),
+        "vL10_paper_bound_per_row": modes["vL10"]["paper_bound_per_row"],
+        "vpool_over_vL0_wall": ratio("vpool", "vL0", "wall_s"),
+        "vpool_paper_bound_per_row": modes["vpool"]["paper_bound_per_row"],
+        "vpool_cost_over_bound": round(modes["vpool"]["wall_s"] / modes["vL0"]["wall_s"]
+                                       / modes["vpool"]["paper_bound_per_row"], 3),
+        "cL10_over_cL0_wall": ratio("cL10", "cL0", "wall_s"),
+        "vplain_over_stock_tokens_per_s": ratio("vplain", "stock"),
+        "vL0_over_stock_tokens_per_s": ratio("vL0", "stock"),
+        "vL0_over_cL0_tokens_per_s": ratio("vL0", "cL0"),
+        "stock_tp2_over_stock_tokens_per_s": ratio("stock_tp2", "stock"),
+        "vL10_tp2_over_vL10_tokens_per_s": ratio("vL10_tp2", "vL10"),
     }
     result = {"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "prompts": len(prompts),
               "max_gen_toks": args.max_gen_toks, "repeats": args.repeats,
               "tensor_parallel_size": args.tensor_parallel_size,
-              "summary": summary, "modes": modes,
+              "compilation": "eager" if args.enforce_eager else "default (vLLM: the platform's; continuous: inductor)",
+              "num_layers": num_layers, "summary": summary, "modes": modes,
               "versions": {"vllm": vllm_version(), "torch": torch.__version__,
                            "transformers": __import__("transformers").__version__},
               "threads": os.environ.get("OMP_NUM_THREADS")}

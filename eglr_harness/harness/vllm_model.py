@@ -38,12 +38,13 @@ logger = logging.getLogger(__name__)
 ENGINE_NAME = "vllm"
 
 
-def _architecture(pretrained: str, trust_remote_code: bool) -> str:
-    """The checkpoint's architecture as its config.json names it (read without the weights)."""
+def _architecture(pretrained: str, trust_remote_code: bool) -> str | None:
+    """The checkpoint's architecture as its config.json names it (read without the weights); None when it names
+    none."""
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(pretrained, trust_remote_code=trust_remote_code)
-    return (getattr(config, "architectures", None) or ["?"])[0]
+    return (getattr(config, "architectures", None) or [None])[0]
 
 
 @register_model("eglr-vllm")
@@ -61,7 +62,6 @@ class EglrVLLM(VLLM):
         with model_arg_errors():
             trust = bool(vllm_args.get("trust_remote_code", False))
             vllm_args.update(engine_args(_architecture(vllm_args["pretrained"], trust)))
-        vllm_args.setdefault("enforce_eager", True)  # the refinement is data-dependent: never captured (docs/vllm.md)
         super().__init__(**vllm_args)
         fingerprint = _fingerprint(vllm_args, self.args.settings.base.as_dict(), self.max_length, self.add_bos_token)
         self.engines = [VllmEngine(self.model)]

@@ -31,23 +31,31 @@ def register() -> None:
             ModelRegistry.register_model(eglr_arch, target)
 
 
-def engine_args(architecture: str) -> dict:
+def engine_args(architecture: str | None, spans=None) -> dict:
     """``LLM`` keyword arguments that serve a checkpoint of ``architecture`` with EGLR and hand its per-token
     signals back from vLLM's workers (``worker.py``), in whatever processes vLLM runs them.
 
+    spans: the L values the engine refines with (None: every L in 1..N). The compiled normal pass hands out the
+    anchor of each (a (T, D) copy per span and step), so an engine that serves one L keeps only that one.
     One-line ValueError for a family the plugin does not cover.
     """
     from eglr_harness.vllm.worker import WORKER_EXTENSION
 
-    return {"hf_overrides": engine_overrides(architecture), "worker_extension_cls": WORKER_EXTENSION}
+    return {"hf_overrides": engine_overrides(architecture, spans), "worker_extension_cls": WORKER_EXTENSION}
 
 
-def engine_overrides(architecture: str) -> dict:
-    """``hf_overrides`` that serve a checkpoint of ``architecture`` (its config.json's) with EGLR.
+def engine_overrides(architecture: str | None, spans=None) -> dict:
+    """``hf_overrides`` that serve a checkpoint of ``architecture`` (its config.json's; None when it names none)
+    with EGLR, refining with the L values ``spans`` (None: all).
 
     One-line ValueError for a family the plugin does not cover.
     """
+    allowed = ", ".join(sorted(ARCHITECTURES))
+    if architecture is None:
+        raise ValueError(f"eglr-vllm: the checkpoint's config.json names no architecture; allowed: {allowed}.")
     if architecture not in ARCHITECTURES:
-        raise ValueError(f"eglr-vllm: architecture {architecture!r} is not supported; "
-                         f"allowed: {', '.join(sorted(ARCHITECTURES))}.")
-    return {"architectures": [ARCHITECTURES[architecture][0]]}
+        raise ValueError(f"eglr-vllm: architecture {architecture!r} is not supported; allowed: {allowed}.")
+    overrides = {"architectures": [ARCHITECTURES[architecture][0]]}
+    if spans is not None:
+        overrides["eglr_spans"] = sorted({int(span) for span in spans})
+    return overrides

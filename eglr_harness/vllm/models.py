@@ -4,46 +4,62 @@ Mistral, Qwen3 and Gemma-3 (text; its embedding scale is in ``embed_input_ids``,
 ``compute_logits``, both vLLM's own).
 
 One forward pass of the engine covers every scheduled token of every request in the batch. The
-EGLR forward runs the stock layers one by one (the same calls as stock vLLM), keeping the input
-of layer N-L, then, for the row each request samples from (the last scheduled token of the
-request: vLLM's ``logits_indices``, ``query_start_loc[1:] - 1``), gates on the entropy of its
+EGLR forward runs the normal pass, keeping the residual stream at the input of layer N-L (the
+anchor) and after layer N, then, for the row each request samples from (the last scheduled token of
+the request: vLLM's ``logits_indices``, ``query_start_loc[1:] - 1``), gates on the entropy of its
 logits as vLLM's sampler reads them (``compute_logits``: the family's scale and soft-cap). For
 gated rows it runs the refinement loop with the project's pure functions
 (``eglr_harness.decoding.functional``) and returns, for those rows, the final norm of the chosen
 ``h^(N,k*)``, from which vLLM computes the logits it samples (temperature, top-k, seed: vLLM's).
 
-K/V. vLLM's attention writes each token's key/value into its paged cache slot (the forward
-context's slot mapping) whenever a layer runs. A refinement pass re-runs the top L layers on the
-whole batch with the metadata of the normal pass, every row fed its own layer N-L input except the
-gated rows, fed the fused state: so the gated rows attend to the past's normal keys/values plus the
-refined key/value of their own position (the spec's attention context), and nothing else changes.
-After the loop one more pass of the top L layers on the saved normal inputs writes the normal
-keys/values back, bit for bit (the same inputs through the same kernels on the same batch), so the
-paged cache ends as plain decoding leaves it. All of it goes through vLLM's own attention layers:
-no backend, layout or slot is touched here. The cost of a step with a gated row is
-(iterations + 1) x L/N of the batch's forward; a step without one costs a stock forward plus one
-(rows, V) logits product for the gate.
+Only the gated rows pay. A refinement iteration runs layers N-L..N-1 on the rows still refining and
+nothing else: one one-token query per row, at the row's own position, under a forward context of its
+own whose attention metadata vLLM's own metadata builder makes for that sub-batch (the rows' sequence
+lengths, block-table rows and slots, sliced from the step's: how vLLM's speculative drafters build
+metadata for their draft tokens). So each row attends to its past's normal keys/values plus the refined
+key/value of its own position (the spec's attention context). Before the loop the cache blocks that
+hold those rows' slots in layers N-L..N-1 are copied aside and after it copied back (every layer's
+cache is block-major in vLLM): the paged cache ends bit for bit as plain decoding leaves it. A step
+costs the normal pass and, per gated row, k* x L/N of a row's forward (plus the copy of the rows' cache
+blocks in those layers, twice); the gate's logits, and those of each row's chosen iteration, are the
+ones vLLM samples from (``compute_logits`` hands them over: no second (R, V) product).
+
+Compilation. The normal pass of the families with vLLM's auxiliary hidden-state outputs (Llama,
+Mistral, Qwen2, Qwen3: the EAGLE-3 hook of their ``Model.forward``) is the family's own
+``Model.forward``, compiled as vLLM compiles it; the anchors come out as its auxiliary outputs (fixed
+at build time: the layers ``N - L`` of the spans the engine serves, ``eglr_spans``). Gemma-3's has
+none: its EGLR normal pass runs the layers one by one outside the compiled piece. The refinement and
+the host decisions (the gate, which rows still run, the KL exits) run between compiled pieces, eagerly
+(docs/vllm.md: how this maps onto piecewise CUDA graphs).
 
 Settings come per request (``row_settings.py``); a batch whose requests all decode plainly runs
 stock vLLM's forward unchanged. Shape letters: T scheduled tokens of the batch, R requests (rows
-sampled), G gated rows, D hidden, V vocabulary.
+sampled), G gated rows, A rows still refining, D hidden, V vocabulary.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+
 import torch
-from vllm.forward_context import get_forward_context
+from vllm.forward_context import ForwardContext, get_forward_context, override_forward_context
+from vllm.model_executor.layers.attention import Attention
 from vllm.model_executor.models.gemma3 import Gemma3ForCausalLM
 from vllm.model_executor.models.llama import LlamaForCausalLM
 from vllm.model_executor.models.mistral import MistralForCausalLM
 from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
 from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
+from vllm.v1.attention.backend import CommonAttentionMetadata
 
 from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.functional import (
     entropy_gate, entropy_of_log_probs, fuse, kl_divergence, norm_match, raise_on_nan_rows, refinement_done,
 )
 from eglr_harness.vllm.row_settings import settings_for
+
+# set in the forward context's additional_kwargs while refinement rows run (what a hook may look for)
+REFINEMENT_KEY = "eglr_refinement"
 
 
 def sampled_rows() -> torch.Tensor | None:
@@ -69,12 +85,32 @@ class EglrForCausalLMMixin:
                              f"{vllm_config.parallel_config.pipeline_parallel_size} is not supported; allowed: 1 "
                              "(the refinement needs layers N-L..N and the final norm on one rank).")
         self._eglr_vllm_config = vllm_config
+        self._eglr_builders: dict[tuple[str, ...], object] = {}
+        num_layers = len(self.model.layers)
+        self._eglr_spans = served_spans(vllm_config.model_config.hf_config, num_layers)
+        # the family's compiled Model.forward hands out the residual stream at these layer inputs (vLLM's EAGLE-3
+        # hook, fixed before vLLM compiles it): the anchors of the spans served (layer 0's, the embedding, is
+        # taken from the embedding table instead: the first layer's fused norm updates that tensor in place) and
+        # h^(N) after the last layer
+        self._eglr_aux_layers = None
+        if hasattr(self.model, "_set_aux_hidden_state_layers"):
+            self._eglr_aux_layers = tuple(sorted({num_layers - span for span in self._eglr_spans} - {0}
+                                                 | {num_layers}))
+            self.model._set_aux_hidden_state_layers(self._eglr_aux_layers)
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, **kwargs):
+        self._eglr_step_logits = None  # a step's logits serve only the compute_logits call right after it
         plan = self._eglr_plan()
-        if plan is None:
-            return super().forward(input_ids, positions, intermediate_tensors, inputs_embeds, **kwargs)
-        return self._eglr_forward(input_ids, positions, inputs_embeds, *plan)
+        if self._eglr_aux_layers is None:  # Gemma-3: stock forward, or the EGLR normal pass layer by layer
+            if plan is None:
+                return super().forward(input_ids, positions, intermediate_tensors, inputs_embeds, **kwargs)
+            normed, streams = self._normal_pass_by_layer(input_ids, positions, inputs_embeds, plan[1])
+        else:
+            normed, aux = self.model(input_ids, positions, intermediate_tensors, inputs_embeds, **kwargs)
+            if plan is None:
+                return normed
+            streams = dict(zip(self._eglr_aux_layers, aux))
+        return self._eglr_step(input_ids, positions, inputs_embeds, normed, streams, *plan)
 
     def _eglr_plan(self) -> tuple[torch.Tensor, list[EglrConfig], object] | None:
         """(sampled rows, their requests' settings, the tracker), or None when no row can refine and
@@ -93,36 +129,58 @@ class EglrForCausalLMMixin:
         num_layers = len(self.model.layers)
         for config in configs:
             config.validate_for_model(num_layers)
+            if config.refines and config.L not in self._eglr_spans:
+                raise ValueError(f"eglr-vllm: L={config.L} is not served by this engine; allowed: "
+                                 f"{', '.join(map(str, self._eglr_spans))} (engine_args(..., spans=...)).")
         return rows, configs, tracker
 
-    def _run_layers(self, positions, hidden, residual, first: int):
-        """Layers first..N-1 on (T, D) states (copies: vLLM's fused norms work in place)."""
-        hidden = hidden.clone()
-        residual = None if residual is None else residual.clone()
-        for layer in self.model.layers[first:]:
-            hidden, residual = layer(positions, hidden, residual)
-        return hidden, residual
-
-    def _logprobs(self, normed: torch.Tensor) -> torch.Tensor:
-        """(R, D) final-normed states -> (R, V) fp32 log-probabilities of the logits vLLM samples from."""
-        return torch.log_softmax(self.compute_logits(normed).float(), dim=-1)
-
-    def _eglr_forward(self, input_ids, positions, inputs_embeds, rows: torch.Tensor, configs: list[EglrConfig],
-                      tracker):
+    def _normal_pass_by_layer(self, input_ids, positions, inputs_embeds, configs):
+        """The normal pass layer by layer (families without auxiliary outputs): ((T, D) final-normed states,
+        {layer index: (T, D) residual stream at its input} for the spans' anchors and layer N)."""
         model = self.model
         num_layers = len(model.layers)
-        spans = sorted({config.L for config in configs if config.refines})
-        anchor_layers = {num_layers - span for span in spans}
+        wanted = {num_layers - config.L for config in configs if config.refines} - {0}
         hidden = inputs_embeds if inputs_embeds is not None else model.embed_input_ids(input_ids)
         residual = None
-        saved = {}  # layer index -> its input (hidden, residual) in the normal pass, (T, D) each
+        streams = {}
         for index, layer in enumerate(model.layers):
-            if index in anchor_layers:
-                saved[index] = (hidden.clone(), None if residual is None else residual.clone())
+            if index in wanted:
+                streams[index] = hidden + residual
             hidden, residual = layer(positions, hidden, residual)
-        final_stream = (hidden + residual)[rows]  # (R, D) h^(N), before the final norm (which works in place)
-        normed, _ = model.norm(hidden, residual)  # (T, D)
-        logp = self._logprobs(normed[rows])  # (R, V)
+        streams[num_layers] = hidden + residual
+        normed, _ = model.norm(hidden, residual)  # in place: the streams are copies
+        return normed, streams
+
+    def _anchor(self, input_ids, inputs_embeds, streams, layer: int, token_rows):
+        """(G, D) residual stream at the input of ``layer`` for the token rows ``token_rows`` (G,)."""
+        if layer > 0:
+            return streams[layer][token_rows]
+        if inputs_embeds is not None:
+            return inputs_embeds[token_rows]
+        return self.model.embed_input_ids(input_ids[token_rows])
+
+    def compute_logits(self, hidden_states: torch.Tensor):
+        """vLLM's logits of the sampled rows; after an EGLR step, the logits that step already computed for the
+        states it returned (the same function of the same states: the gate's for ungated rows, the chosen
+        iteration's for gated ones), so L = 0 costs no second (R, V) product."""
+        cached, self._eglr_step_logits = getattr(self, "_eglr_step_logits", None), None
+        if cached is not None and cached.shape[0] == hidden_states.shape[0]:
+            return cached
+        return super().compute_logits(hidden_states)
+
+    def _logits_and_logprobs(self, normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(R, D) final-normed states -> ((R, V) the logits vLLM samples from, (R, V) their fp32 log-probabilities)."""
+        logits = super().compute_logits(normed)
+        return logits, torch.log_softmax(logits.float(), dim=-1)
+
+    def _eglr_step(self, input_ids, positions, inputs_embeds, normed, streams, rows: torch.Tensor,
+                   configs: list[EglrConfig], tracker):
+        """Gate the sampled rows on the normal pass and refine the gated ones; returns (T, D) final-normed states
+        (the gated rows' replaced by those of their chosen h^(N,k*))."""
+        num_layers = len(self.model.layers)
+        spans = sorted({config.L for config in configs if config.refines})
+        final_stream = streams[num_layers][rows]  # (R, D) h^(N), before the final norm
+        logits, logp = self._logits_and_logprobs(normed[rows])  # (R, V) each
         entropies = entropy_of_log_probs(logp)  # (R,)
         raise_on_nan_rows([r for r, bad in enumerate(entropies.isnan().tolist()) if bad], "the normal pass")
         tau_h = torch.tensor([config.tau_h for config in configs], dtype=torch.float64, device=entropies.device)
@@ -135,55 +193,132 @@ class EglrForCausalLMMixin:
             if gated.numel() == 0:
                 continue
             first = num_layers - span
-            refined, k_star, kl = self._refine(positions, saved[first], first, rows[gated], final_stream[gated],
-                                               normed[rows[gated]], logp[gated], [configs[i] for i in gated.tolist()])
-            normed[rows[gated]] = refined
+            token_rows = rows[gated]
+            anchor = self._anchor(input_ids, inputs_embeds, streams, first, token_rows)
+            refined, refined_logits, k_star, kl = self._refine(
+                positions, anchor, first, gated, token_rows, final_stream[gated], normed[token_rows], logits[gated],
+                logp[gated], [configs[i] for i in gated.tolist()])
+            normed[token_rows], logits[gated] = refined, refined_logits
             iterations[gated], last_kls[gated] = k_star, kl
         if tracker.records(len(configs)):
             tracker.record(entropies.tolist(), iterations.tolist(), last_kls.tolist())
+        self._eglr_step_logits = logits
         return normed
 
-    def _refine(self, positions, anchor_input, first: int, token_rows, final_stream, normed0, logp0, configs):
+    def _refine(self, positions, anchor, first: int, requests, token_rows, final_stream, normed0, logits0, logp0,
+                configs):
         """The refinement loop for G gated rows whose anchor is the input of layer ``first`` (= N-L).
 
-        anchor_input: (hidden, residual) (T, D) of the normal pass at that layer (residual None at layer 0);
+        anchor: (G, D) the residual stream a; requests: (G,) their requests' indices in the step's batch;
         token_rows: (G,) their token indices; final_stream: (G, D) h^(N); normed0: (G, D) its final norm;
-        logp0: (G, V) p^(0). Returns (G, D) the final norm of h^(N,k*), the state vLLM's logits come from,
-        (G,) k* and (G,) the KL of each row's last iteration.
+        logits0, logp0: (G, V) its logits and p^(0). Each iteration runs layers ``first``.. on the A rows still
+        refining, only them. Returns (G, D) the final norm of h^(N,k*), the state vLLM's logits come from, (G, V)
+        those logits, (G,) k* and (G,) the KL of each row's last iteration.
         """
-        hidden, residual = anchor_input
-        anchor_all = hidden if residual is None else hidden + residual  # (T, D) the residual stream a
-        anchor = anchor_all[token_rows]  # (G, D)
         device = anchor.device
         alpha = torch.tensor([c.alpha for c in configs], dtype=torch.float32, device=device)
         one_minus_alpha = torch.tensor([1.0 - c.alpha for c in configs], dtype=torch.float32, device=device)
         tau_kl = torch.tensor([c.tau_kl for c in configs], dtype=torch.float64, device=device)
         k_max = torch.tensor([c.k_max for c in configs], device=device)
-        state, logp_prev, chosen = final_stream, logp0, normed0
+        state, logp_prev, chosen, chosen_logits = final_stream.clone(), logp0.clone(), normed0.clone(), logits0.clone()
         running = torch.ones(len(configs), dtype=torch.bool, device=device)
         iterations = torch.zeros(len(configs), dtype=torch.long, device=device)
         last_kl = torch.zeros(len(configs), dtype=torch.float32, device=device)
-        try:
+        layers = self.model.layers[first:]
+        with kept_kv_blocks(attention_layer_names(layers), token_rows, self._eglr_vllm_config):
             for k in range(1, int(k_max.max()) + 1):
-                fused = fuse(anchor, norm_match(state, anchor), alpha, one_minus_alpha)  # (G, D)
-                inputs = anchor_all.clone()
-                inputs[token_rows] = fused
-                out_hidden, out_residual = self._run_layers(positions, inputs, None, first)
-                state = (out_hidden + out_residual)[token_rows]  # (G, D) h^(N,k)
-                normed, _ = self.model.norm(out_hidden[token_rows], out_residual[token_rows].clone())
-                logp = self._logprobs(normed)
-                kl = kl_divergence(logp, logp_prev)
-                raise_on_nan_rows([r for r, bad in enumerate((kl.isnan() & running).tolist()) if bad], "a refinement")
-                chosen = torch.where(running[:, None], normed, chosen)
-                iterations = torch.where(running, k, iterations)
-                last_kl = torch.where(running, kl, last_kl)
-                running = running & ~refinement_done(kl, tau_kl, k, k_max)  # each row's own KL exit
-                logp_prev = logp
+                active = running.nonzero()[:, 0]  # (A,)
+                fused = fuse(anchor[active], norm_match(state[active], anchor[active]), alpha[active],
+                             one_minus_alpha[active])  # (A, D)
+                with override_forward_context(self._sub_batch_context(requests[active], token_rows[active])):
+                    hidden, residual = fused, None
+                    for layer in layers:
+                        hidden, residual = layer(positions[token_rows[active]], hidden, residual)
+                state[active] = hidden + residual  # (A, D) h^(N,k)
+                normed, _ = self.model.norm(hidden, residual)
+                logits, logp = self._logits_and_logprobs(normed)
+                kl = kl_divergence(logp, logp_prev[active])
+                raise_on_nan_rows([int(active[r]) for r, bad in enumerate(kl.isnan().tolist()) if bad],
+                                  "a refinement")
+                chosen[active], chosen_logits[active], iterations[active], last_kl[active] = normed, logits, k, kl
+                running[active] = ~refinement_done(kl, tau_kl[active], k, k_max[active])  # each row's own exit
+                logp_prev[active] = logp
                 if not bool(running.any()):
                     break
-        finally:
-            self._run_layers(positions, hidden, residual, first)  # the normal keys/values back into the cache
-        return chosen, iterations, last_kl
+        return chosen, chosen_logits, iterations, last_kl
+
+    def _sub_batch_context(self, requests: torch.Tensor, token_rows: torch.Tensor) -> ForwardContext:
+        """The step's forward context cut to one one-token query per row: row i is token ``token_rows[i]`` of
+        request ``requests[i]`` (its own position and slot, its request's sequence length and block-table row),
+        with attention metadata built by vLLM's own builder of each layer group. Marked ``REFINEMENT_KEY``."""
+        context = get_forward_context()
+        count = int(requests.numel())
+        metadata, slots, built = {}, {}, {}
+        for name, step_metadata in context.attn_metadata.items():
+            if id(step_metadata) not in built:
+                names = tuple(n for n, m in context.attn_metadata.items() if m is step_metadata)
+                seq_lens = step_metadata.seq_lens[requests]
+                starts = torch.arange(count + 1, dtype=torch.int32, device=seq_lens.device)
+                common = CommonAttentionMetadata(
+                    query_start_loc=starts, query_start_loc_cpu=starts.cpu(), seq_lens=seq_lens, num_reqs=count,
+                    num_actual_tokens=count, max_query_len=1, max_seq_len=int(seq_lens.max()),
+                    block_table_tensor=step_metadata.block_table[requests],
+                    slot_mapping=context.slot_mapping[name][token_rows])
+                built[id(step_metadata)] = self._builder(context, names).build(0, common)
+            metadata[name] = built[id(step_metadata)]
+            slots[name] = context.slot_mapping[name][token_rows]
+        return dataclasses.replace(context, attn_metadata=metadata, slot_mapping=slots, batch_descriptor=None,
+                                   ubatch_slices=None, is_padding=None,
+                                   additional_kwargs={**context.additional_kwargs, REFINEMENT_KEY: True})
+
+    def _builder(self, context: ForwardContext, names: tuple[str, ...]):
+        """vLLM's attention metadata builder of the layer group ``names`` (made once, as the runner makes its own)."""
+        if names not in self._eglr_builders:
+            layer = context.no_compile_layers[names[0]]
+            spec = layer.get_kv_cache_spec(self._eglr_vllm_config)
+            self._eglr_builders[names] = layer.get_attn_backend().get_builder_cls()(
+                spec, list(names), self._eglr_vllm_config, self.model.norm.weight.device)
+        return self._eglr_builders[names]
+
+
+def served_spans(hf_config, num_layers: int) -> tuple[int, ...]:
+    """The spans L an engine refines with: the config's ``eglr_spans`` (``engine_args(..., spans=...)``), else every
+    L in 1..N. One-line ValueError for a span outside 1..N."""
+    spans = getattr(hf_config, "eglr_spans", None)
+    if spans is None:
+        return tuple(range(1, num_layers + 1))
+    bad = [span for span in spans if not (isinstance(span, int) and 1 <= span <= num_layers)]
+    if bad:
+        raise ValueError(f"eglr-vllm: eglr_spans value {bad[0]!r} is not allowed; allowed: integers 1..{num_layers}.")
+    return tuple(sorted(set(spans)))
+
+
+def attention_layer_names(layers) -> list[str]:
+    """The names vLLM gave the attention layers inside ``layers`` (its forward context's keys)."""
+    return [module.layer_name for layer in layers for module in layer.modules() if isinstance(module, Attention)]
+
+
+@contextlib.contextmanager
+def kept_kv_blocks(names: list[str], token_rows: torch.Tensor, vllm_config):
+    """While open, the paged keys/values that layers ``names`` hold in the cache blocks of the step's tokens
+    ``token_rows`` (G,) may be overwritten; on leaving those blocks hold again, bit for bit, what they held on
+    entry.
+
+    Whole blocks: every layer's cache is block-major ([blocks, ...], vLLM's RFC #42082), but how a block lays out
+    its tokens is the backend's (the CPU one keeps a block's keys, then its values). A slot is block * block size
+    + offset (the step's slot mapping, per layer; the block size is the cache spec's)."""
+    context = get_forward_context()
+    saved = []
+    for name in names:
+        layer = context.no_compile_layers[name]
+        block_size = layer.get_kv_cache_spec(vllm_config).block_size
+        blocks = torch.unique(context.slot_mapping[name][token_rows].long() // block_size)
+        saved.append((layer.kv_cache, blocks, layer.kv_cache[blocks].clone()))
+    try:
+        yield
+    finally:
+        for cache, blocks, values in saved:
+            cache[blocks] = values
 
 
 class EglrLlamaForCausalLM(EglrForCausalLMMixin, LlamaForCausalLM):

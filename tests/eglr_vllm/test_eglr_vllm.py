@@ -111,6 +111,32 @@ def test_eglr_matches_naive_reference(family):
     assert changed > 0, f"{arch}: no setting changed a token: the comparison could not fail"
 
 
+def test_exact_under_the_default_compilation(tmp_path):
+    """No enforce_eager: vLLM's CPU default (Dynamo traced once, Inductor). The normal pass is the family's compiled
+    Model.forward with the anchors as its auxiliary outputs; EGLR still equals the naive reference for every span,
+    and plain and L=0 rows equal greedy decoding, all in one batch of one engine."""
+    from vllm.config import CompilationMode
+
+    model = save_tiny_model("llama", tmp_path)
+    prompts = random_prompts()
+    greedy = dict(L=0, alpha=0.2, k_max=3, tau_kl=TAU_KL, tau_h=math.inf)
+    cases = ([(p, dict(L=L, alpha=0.2, k_max=3, tau_kl=TAU_KL, tau_h=0.0)) for L in SPANS for p in prompts]
+             + [(p, dict(L=0, tau_h=0.0)) for p in prompts] + [(p, None) for p in prompts])
+    expected = [_reference(model, p, **(s if s and s["L"] else greedy))[0] for p, s in cases]
+    llm = make_engine(tmp_path, eglr=True, architecture=model.config.architectures[0], enforce_eager=False)
+    try:
+        compilation = llm.llm_engine.vllm_config.compilation_config
+        got = generate(llm, [p for p, _ in cases], [s for _, s in cases], max_tokens=MAX_NEW)
+    finally:
+        close_engine(llm)
+    assert compilation.mode != CompilationMode.NONE, f"the engine did not compile: {compilation.mode}"
+    for (prompt, settings), tokens, row in zip(cases, expected, got):
+        assert row == tokens, f"compiled, {settings}: vLLM {row} != reference {tokens}"
+    greedy_rows, refined_rows = expected[-len(prompts):], expected[:len(SPANS) * len(prompts)]
+    assert any(tokens != greedy_rows[i % len(prompts)] for i, tokens in enumerate(refined_rows)), \
+        "no span changed a token: the comparison could not fail"
+
+
 def test_sampled_cells_reproducible_from_their_seed(tmp_path):
     from vllm.exceptions import VLLMValidationError
 
@@ -134,24 +160,77 @@ def test_sampled_cells_reproducible_from_their_seed(tmp_path):
         cell = EglrConfig(T=0.8, top_k=0, **refining)  # top_k 0: as draw(), which sets no top-k
         seeded = VllmEngine(llm).run([Request(tuple(p), cell, MAX_NEW, seed=s)
                                       for p, s in zip(prompts, [11, 12, 13, 14])])
+        before_abort = generate(llm, prompts, [None] * len(prompts))
+        aborted_record, after_abort = _abort_midway(llm, prompts[0], refining)
     finally:
         close_engine(llm)
+    # an aborted request leaves nothing that later requests pick up: its record holds refined tokens only (k* >= 1
+    # with tau_h=0), none of the plain requests' that took its batch row, and nothing of it is recorded later
+    assert aborted_record and all(k >= 1 for _, k, _ in aborted_record), f"aborted record {aborted_record}"
+    assert after_abort == before_abort, "the requests after an abort decoded otherwise than before it"
     assert first == again, "a sampled cell did not reproduce from its seeds"
     assert first != other_seeds, "other seeds drew the same tokens: the seeds are not used"
     assert first != plain, "refinement did not change the sampled tokens: the test could not see it"
     assert [o.tokens for o in seeded] == first, "eglr-vllm's engine did not draw with each row's seed"
 
 
-def _decode_with_signals(folder, architecture, requests, **options):
-    """eglr-vllm's engine over a fresh ``LLM`` (``options``: more of its arguments): (each request's Outcome,
-    vLLM's count of preemptions)."""
+def _abort_midway(llm, prompt, settings):
+    """Start one tagged request (``settings``, long), abort it once a token came back, then decode the 4 plain
+    untagged prompts of ``random_prompts`` in the batch rows it left. Returns (the aborted request's signal record,
+    taken after those requests, the plain requests' tokens)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    params = SamplingParams(temperature=0.0, max_tokens=120 - len(prompt), ignore_eos=True, detokenize=False,
+                            extra_args={"eglr": {**settings, "tag": "aborted"}})
+    llm.llm_engine.add_request("eglr-aborted", TokensPrompt(prompt_token_ids=list(prompt)), params)
+    while not any(o.outputs and o.outputs[0].token_ids for o in llm.llm_engine.step()):
+        pass
+    llm.llm_engine.abort_request(["eglr-aborted"])
+    plain = generate(llm, random_prompts(), [None] * len(random_prompts()))  # after the abort, in vLLM's order
+    return llm.collective_rpc("eglr_take_signals", args=(["aborted"],))[0]["aborted"], plain
+
+
+def _decode_with_signals(folder, architecture, requests, *, probe=None, **options):
+    """eglr-vllm's engine over a fresh ``LLM`` (``options``: more of its arguments; ``probe``: (install(llm) run
+    before the requests, read(llm) after them)): (each request's Outcome, vLLM's count of preemptions, what read
+    returned)."""
     llm = make_engine(folder, eglr=True, architecture=architecture, disable_log_stats=False, **options)
     try:
+        if probe is not None:
+            probe[0](llm)
         outcomes = VllmEngine(llm).run(requests)
         preemptions = sum(m.value for m in llm.get_metrics() if m.name == "vllm:num_preemptions")
-        return outcomes, preemptions
+        return outcomes, preemptions, probe[1](llm) if probe is not None else None
     finally:
         close_engine(llm)
+
+
+def _count_rows_entering(layer_index: int):
+    """A ``probe`` for ``_decode_with_signals``: a forward pre-hook on the worker's ``layers[layer_index]`` that
+    records the rows (tokens) each call feeds it while the refinement runs (the forward context marked
+    ``REFINEMENT_KEY``), read back from rank 0's worker. Needs VLLM_ALLOW_INSECURE_SERIALIZATION=1 (functions
+    sent to the workers)."""
+    def install(llm):
+        def hook_layer(worker):
+            from vllm.forward_context import get_forward_context
+
+            from eglr_harness.vllm.models import REFINEMENT_KEY
+
+            worker.eglr_rows_entering = []
+
+            def count(module, args):
+                if get_forward_context().additional_kwargs.get(REFINEMENT_KEY):
+                    worker.eglr_rows_entering.append(int(args[1].shape[0]))  # (positions, hidden, residual)
+
+            worker.model_runner.model.model.layers[layer_index].register_forward_pre_hook(count)
+
+        llm.collective_rpc(hook_layer)
+
+    def read(llm):
+        return llm.collective_rpc(lambda worker: list(worker.eglr_rows_entering))[0]
+
+    return install, read
 
 
 def _assert_same_outcomes(got, expected, what: str) -> None:
@@ -165,24 +244,38 @@ def _assert_same_outcomes(got, expected, what: str) -> None:
         assert a.logprobs == pytest.approx(b.logprobs, rel=1e-4, abs=1e-5), f"{what}: request {i} logprobs differ"
 
 
-def _signal_requests(max_new: int = MAX_NEW):
+def _signal_requests(max_new: int = MAX_NEW, early_exit: bool = False):
+    """Refining and plain requests of ``random_prompts``; with ``early_exit``, also refining ones whose KL exit
+    (tau_kl 0.5, far above these models' KLs of ~1e-4) ends every refinement after one iteration."""
     prompts = random_prompts()
     refining = EglrConfig(L=LAYERS // 2, tau_h=0.0, alpha=0.2, k_max=3, tau_kl=TAU_KL)
     plain = EglrConfig(L=0, tau_h=math.inf)
-    return [Request(tuple(p), config, max_new) for config in (refining, plain) for p in prompts]
+    configs = (refining, plain) + ((EglrConfig(L=LAYERS // 2, tau_h=0.0, alpha=0.2, k_max=3, tau_kl=0.5),)
+                                   if early_exit else ())
+    return [Request(tuple(p), config, max_new) for config in configs for p in prompts]
 
 
-def test_signals_come_back_from_worker_processes_under_preemption(tmp_path):
+def test_signals_come_back_from_worker_processes_under_preemption(tmp_path, monkeypatch):
     """V1 multiprocessing as vLLM defaults it (the workers in another process): every token's signals come back,
     and a K/V cache so small that vLLM preempts and recomputes requests, with prefills in chunks, changes no token
-    and no signal."""
+    and no signal. Only the gated rows pay: the rows that enter layer N-L during refinement, counted by a hook on
+    that layer in the worker, are exactly one per gated token and iteration (sum of k*), while plain requests
+    share every step's batch."""
+    monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # the counting hook is a function sent to workers
     model = save_tiny_model("llama", tmp_path)
-    requests = _signal_requests(max_new=30)
-    roomy, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests, max_model_len=64)
-    # 4 blocks of 32 tokens (vLLM's CPU attention takes multiples of 32; one block is vLLM's null block) for 8
+    requests = _signal_requests(max_new=30, early_exit=True)
+    span = requests[0].config.L
+    roomy, _, calls = _decode_with_signals(tmp_path, model.config.architectures[0], requests, max_model_len=64,
+                                           probe=_count_rows_entering(LAYERS - span))
+    assert sum(calls) == sum(k for o in roomy for k in o.token_iterations), \
+        f"rows entering the refinement {sum(calls)} != sum of k* {sum(k for o in roomy for k in o.token_iterations)}"
+    assert max(calls) <= sum(r.config.refines for r in requests) < len(requests)
+    assert len({k for o in roomy for k in o.token_iterations if k}) > 1, "every row ran as many iterations: " \
+        "the count could not see a row kept after its exit"
+    # 4 blocks of 32 tokens (vLLM's CPU attention takes multiples of 32; one block is vLLM's null block) for 12
     # requests of up to 39 tokens: 3 start, and each that passes 32 tokens needs a second block; 16 tokens a step,
     # so prompts and recomputations are prefilled in chunks (whose earlier chunks sample tokens vLLM discards)
-    tight, preemptions = _decode_with_signals(tmp_path, model.config.architectures[0], requests,
+    tight, preemptions, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests,
                                               num_gpu_blocks_override=4, block_size=32, max_model_len=64,
                                               max_num_batched_tokens=16)
     assert preemptions > 0, "vLLM preempted nothing: the test could not see a preemption"
@@ -202,9 +295,9 @@ def test_tensor_parallel_2_equals_1(tmp_path, monkeypatch):
                     f"{len(cpus)} here")
     model = save_tiny_model("llama", tmp_path)
     requests = _signal_requests()
-    one, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests)
+    one, _, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests)
     # vLLM's automatic binding wants a NUMA node per worker; one core each by hand (vLLM's own variable)
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", f"{cpus[0]}|{cpus[1]}")
-    two, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests, tensor_parallel_size=2)
+    two, _, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests, tensor_parallel_size=2)
     assert any(k > 0 for o in one for k in o.token_iterations), "nothing refined: the comparison could not fail"
     _assert_same_outcomes(two, one, "tensor_parallel_size=2")

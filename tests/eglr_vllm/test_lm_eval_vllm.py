@@ -88,3 +88,18 @@ def test_unsupported_architecture_refused_before_the_engine(tmp_path):
     assert len(errors) == 1, done.stderr[-3000:]
     expected = "architecture 'Gemma2ForCausalLM' is not supported; allowed: Gemma3ForCausalLM, LlamaForCausalLM"
     assert expected in errors[0]
+
+
+def test_config_naming_no_architecture_refused(tmp_path):
+    """A config.json without ``architectures`` is refused saying so (not as an architecture named '?')."""
+    from transformers import LlamaConfig
+
+    from eglr_harness.harness.vllm_model import _architecture
+    from eglr_harness.vllm import engine_args
+
+    LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=2,
+                vocab_size=96).save_pretrained(tmp_path)
+    architecture = _architecture(str(tmp_path), trust_remote_code=False)
+    with pytest.raises(ValueError, match="names no architecture; allowed: Gemma3ForCausalLM") as refused:
+        engine_args(architecture)
+    assert "\n" not in str(refused.value) and "'?'" not in str(refused.value)
