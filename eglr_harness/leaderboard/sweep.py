@@ -91,14 +91,7 @@ def parse_rule_grid(spec: str) -> tuple[str, tuple[float, ...]]:
     if not sep or rule not in defaults.STOP_RULES:
         raise ValueError(f"`--rule {spec}` is not allowed; allowed: RULE=THRESHOLDS with RULE one of "
                          f"{', '.join(defaults.STOP_RULES)} (e.g. --rule latent=0.01,0.03,0.1).")
-    arg = defaults.STOP_RULES[rule].threshold_arg
-    parsed = _values(arg, values)
-    for value in parsed:
-        try:
-            check_setting(arg, value)
-        except ValueError as err:
-            raise ValueError(f"`--rule {spec}`: {err}") from None
-    return rule, parsed
+    return rule, _checked_values(defaults.STOP_RULES[rule].threshold_arg, values, f"--rule {spec}")
 
 
 def _values(axis: str, spec: str) -> tuple:
@@ -129,6 +122,18 @@ def _values(axis: str, spec: str) -> tuple:
     return tuple(dict.fromkeys(out))
 
 
+def _checked_values(arg: str, values: str, flag: str) -> tuple:
+    """``_values(arg, values)``, each checked as eglr-hf checks the model arg ``arg``; a refused one ->
+    ``ValueError`` naming ``flag`` as the user wrote it."""
+    parsed = _values(arg, values)
+    for value in parsed:
+        try:
+            check_setting(arg, value)
+        except ValueError as err:
+            raise ValueError(f"`{flag}`: {err}") from None
+    return parsed
+
+
 def parse_axis(spec: str) -> tuple[str, tuple]:
     """``'alpha=0.1,0.2'`` -> ``('alpha', (0.1, 0.2))``; unknown axis or a value no run accepts (``k_max=0``,
     ``alpha=2``) -> ``ValueError`` naming the argument and what is allowed."""
@@ -139,13 +144,7 @@ def parse_axis(spec: str) -> tuple[str, tuple]:
             f"`--sweep {spec}` is not allowed; allowed: AXIS=VALUES with AXIS one of {', '.join(AXES)} "
             "(e.g. --sweep alpha=0.1,0.2,0.5 --sweep k_max=1-5)."
         )
-    parsed = _values(axis, values)
-    for value in parsed:
-        try:
-            check_setting(axis, value)
-        except ValueError as err:
-            raise ValueError(f"`--sweep {spec}`: {err}") from None
-    return axis, parsed
+    return axis, _checked_values(axis, values, f"--sweep {spec}")
 
 
 def axis_default(axis: str, model_args: dict) -> object:
