@@ -17,6 +17,9 @@ __all__ = ["cached_model_file", "hub_unreachable"]
 
 _TRUE = {"1", "ON", "YES", "TRUE"}
 PROBE_TIMEOUT_S = 5.0
+# the variables through which requests (hence huggingface_hub and datasets) reach an https / an http endpoint
+_PROXY_VARIABLES = {False: ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"),
+                    True: ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")}
 
 
 def hub_unreachable(timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
@@ -26,6 +29,8 @@ def hub_unreachable(timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
             return f"{name}={os.environ[name]} is set"
     endpoint = os.environ.get("HF_ENDPOINT", "").strip() or "https://huggingface.co"
     parsed = urlparse(endpoint)
+    if any(os.environ.get(name, "").strip() for name in _PROXY_VARIABLES[parsed.scheme == "http"]):
+        return None  # behind a proxy a direct connection proves nothing: let the load ask the hub its own way
     host, port = parsed.hostname or "huggingface.co", parsed.port or (80 if parsed.scheme == "http" else 443)
     try:
         socket.create_connection((host, port), timeout=timeout_s).close()

@@ -143,7 +143,12 @@ def test_the_summary_compares_the_runs(report):
         assert summary[run]["batch_chosen"] == runs[run]["batch"]["chosen"]
 
 
-def test_a_run_past_the_budget_is_killed_and_the_rest_skipped(e2e, report, tmp_path):
+def test_a_run_past_the_budget_is_killed_and_the_rest_skipped(e2e, report, tmp_path, monkeypatch):
+    # the first run's child never ends (not a slow machine's lm_eval that might finish inside the budget), so
+    # the budget kills it whatever the machine's speed: its wait ran the whole budget, none is left for the next
+    popen = e2e.subprocess.Popen
+    monkeypatch.setattr(e2e.subprocess, "Popen", lambda command, **kw: popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"], **kw))
     out = tmp_path / "budget.json"
     result = e2e.main([*TINY, "--data_dir", report["settings"]["data_dir"], "--checkpoint_dir",
                        report["settings"]["checkpoint_dir"], "--runs", "hf,eglr_L4", "--budget_s", "3",
