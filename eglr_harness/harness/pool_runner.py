@@ -191,10 +191,10 @@ class PoolRunner:
         key = (task, frozen(gen_kwargs), repeats)
         if key not in self.pools:
             self.args.check_task_options(task, gen_kwargs, self.generation_config)
-            plan = self.settings.pool_plan(task, gen_kwargs, repeats)
-            self.settings.check_cells(plan.cells, self.num_layers)
-            plan.log(f"eglr-hf task {task}", repeats)
-            self.pools[key] = plan
+            pool = self.settings.pool_for(task, gen_kwargs, repeats)
+            self.settings.check_cells(pool.cells, self.num_layers)
+            pool.log(f"eglr-hf task {task}", repeats)
+            self.pools[key] = pool
         return self.pools[key]
 
     # ------------------------------------------------------------------ tau_h

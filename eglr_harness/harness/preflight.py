@@ -88,9 +88,9 @@ def check_run_tasks(eglr_args: EglrArgs | None, tasks, *, log_samples=False, out
         merged = {**yaml_kwargs, **cli}  # as lm-eval updates a task's generation_kwargs with --gen_kwargs
         _check_length(merged, source if not any(k in cli for k in LENGTH_OPTIONS) else "--gen_kwargs", max_length)
         with model_arg_errors():
-            plan = settings.pool_plan(name, merged, repeats)
+            pool = settings.pool_for(name, merged, repeats)
             if layers is not None:
-                settings.check_cells(plan.cells, layers)
+                settings.check_cells(pool.cells, layers)
 
 
 def _check_limit(limit) -> None:

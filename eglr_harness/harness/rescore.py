@@ -95,13 +95,13 @@ def pool_cells(config: dict | None, task: str, gen_kwargs: dict,
     preset = load_preset(args["model_config"]) if args.get("model_config") else {}
     settings = RunSettings.from_args(preset, L=args.get("L"), T=args.get("T"), seed=args.get("seed"),
                                      seeds=args.get("seeds"))
-    plan = settings.pool_plan(task, gen_kwargs, repeats)
+    pool = settings.pool_for(task, gen_kwargs, repeats)
     cells = []
     for repeat in range(repeats):
-        cell, seed_index, cycle = plan.entry_for_repeat(repeat)
+        cell, seed_index, cycle = pool.entry_for_repeat(repeat)
         # as eglr-hf logs it (pool.assign_jobs): a deterministic cell is decoded once, every repeat is cycle 0
         cells.append((cell.L, cell.T, cycle if cell.sampled else 0,
-                      settings.base.seed + seed_index if plan.seeds > 1 else None))
+                      settings.base.seed + seed_index if pool.seeds > 1 else None))
     return cells
 
 

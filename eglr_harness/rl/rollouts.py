@@ -138,9 +138,9 @@ class EglrRollout:
             task_kwargs = {}
         check_generation_options(gen_kwargs or {}, "gen_kwargs of EglrRollout", ignore=TASK_POOL_KEYS)
         self.gen_kwargs = {**task_kwargs, **(gen_kwargs or {})}
-        self.plan: ResolvedPool = self.settings.pool_plan(task, self.gen_kwargs, _NO_REPEAT_LIMIT)
+        self.pool: ResolvedPool = self.settings.pool_for(task, self.gen_kwargs, _NO_REPEAT_LIMIT)
         self.tau_h = self.settings.tau_h_setting(task)
-        if self.tau_h == "auto" and any(cell.L > 0 for cell in self.plan.cells):
+        if self.tau_h == "auto" and any(cell.L > 0 for cell in self.pool.cells):
             where = f" for task {task!r}" if task else ""
             raise ValueError(
                 f"`tau_h`='auto' is not allowed for GRPO rollouts (it would calibrate on each step's prompts); pass "
@@ -151,7 +151,7 @@ class EglrRollout:
     @property
     def cells(self) -> tuple[Cell, ...]:
         """The pool, in group order."""
-        return self.plan.cells
+        return self.pool.cells
 
     def check_group_size(self, num_generations: int, name: str = "num_generations") -> None:
         """``ValueError`` unless the group (``num_generations``) is exactly one completion per cell."""
@@ -192,7 +192,7 @@ class EglrRollout:
         self.check_args(trainer.args)
         model = trainer.accelerator.unwrap_model(trainer.model)
         offset = trainer.accelerator.process_index * len(prompts)  # rows before ours in the generation batch
-        cells = [self.plan.cell_for_repeat(offset + j)[0] for j in range(len(prompts))]
+        cells = [self.pool.cell_for_repeat(offset + j)[0] for j in range(len(prompts))]
         _check_groups(prompts, offset, group)
         try:
             lm = self._eglr_hf(model, trainer.processing_class)  # the policy as it is now; HFLM sets eval()

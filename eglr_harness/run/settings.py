@@ -207,7 +207,7 @@ class RunSettings:
         for cell in cells:
             check_layer_span((cell.L,), num_layers)
 
-    def pool_plan(self, task: str | None, gen_kwargs: dict, repeats: int) -> ResolvedPool:
+    def pool_for(self, task: str | None, gen_kwargs: dict, repeats: int) -> ResolvedPool:
         """The pool of a request (``pool.resolve_pool`` with this run's pinned axes and defaults)."""
         return resolve_pool(user_L=self.user_L, user_T=self.user_T, task=task_axes(gen_kwargs),
                             default_L=self.default_L, default_T=self.default_T, repeats=repeats, task_name=task,
