@@ -97,6 +97,9 @@ def main(argv=None) -> None:
     prompts = _prompts(args.prompts, tokenizer)
     config = AutoConfig.from_pretrained(args.model)
     architecture, num_layers = config.architectures[0], config.num_hidden_layers
+    if args.tp2 and config.num_attention_heads % 2:  # found before the first engine starts, not after the others ran
+        parser.error(f"--tp2: {args.model} has {config.num_attention_heads} attention heads; allowed: a model whose "
+                     "attention heads divide by 2 (vLLM splits them across the two ranks)")
     pool_spans = [1 + i % 10 for i in range(len(prompts))]
     served = sorted({10, *pool_spans})
     base_args = dict(model=args.model, dtype="float32", enforce_eager=args.enforce_eager,
