@@ -14,6 +14,10 @@ the 95th percentile of vL0's entropies capped at 2.5 nats (eglr-method.md §3). 
 prompts in one call, ``--repeats`` times, after an untimed warm-up call of each engine; the best wall
 counts.
 
+After the EGLR modes, ``iteration_weights_ms_L10`` times, inside the worker, the dense products of one L=10
+refinement iteration (the top 10 layers' projections and the LM head) on 1 to 64 rows: what an iteration of a
+few rows costs at least, since each product reads all of its weights whatever the rows.
+
 Every mode runs in one compilation mode: vLLM's default compilation of the platform (on CPU: Dynamo
 traced once, Inductor) and the continuous engine compiled (``compile=True``, Inductor), or, with
 ``--enforce_eager``, all eager. vLLM runs its engine core and workers as it defaults them (V1
@@ -64,6 +68,44 @@ def _bound(outcomes, spans, num_layers: int) -> dict:
             "paper_bound_per_row": round(1 + layer_iterations / (num_layers * tokens), 4)}
 
 
+def _iteration_weights_ms(span: int, rows_list=(1, 4, 8, 16, 64), repeats: int = 5):
+    """A function for ``LLM.collective_rpc``: per row count A, the milliseconds (best of ``repeats``) of the dense
+    products of one refinement iteration of span ``span`` on A rows inside the worker: the top ``span`` layers'
+    four projections and the LM head, each reading all of its weights whatever A (no attention: that reads each
+    row's own past). What a few rows' iteration costs at least, against A/R of a step's normal pass."""
+    def probe(worker):
+        import time
+
+        import torch
+
+        model = worker.model_runner.model
+        layers = model.model.layers[len(model.model.layers) - span:]
+        hidden = model.model.norm.weight.shape[0]
+        result = {}
+        for rows in rows_list:
+            dtype = model.model.norm.weight.dtype
+
+            def inputs(projection):  # (rows, the projection's input width on this rank)
+                return torch.randn(rows, projection.input_size_per_partition, dtype=dtype)
+
+            x = torch.randn(rows, hidden, dtype=dtype)
+            attention_out, mlp_in = inputs(layers[0].self_attn.o_proj), inputs(layers[0].mlp.down_proj)
+            best = float("inf")
+            for _ in range(repeats):
+                start = time.perf_counter()
+                for layer in layers:
+                    layer.self_attn.qkv_proj(x)
+                    layer.self_attn.o_proj(attention_out)
+                    layer.mlp.gate_up_proj(x)
+                    layer.mlp.down_proj(mlp_in)
+                model.compute_logits(x)
+                best = min(best, time.perf_counter() - start)
+            result[rows] = round(best * 1e3, 3)
+        return result
+
+    return probe
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="a safetensors folder (fp32)")
@@ -93,6 +135,8 @@ def main(argv=None) -> None:
     from eglr_harness.vllm.distribution import vllm_version
     from eglr_harness.vllm.engine import VllmEngine
 
+    # the iteration probe is a function sent to vLLM's worker process (pickled: a local benchmark, not a server)
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     prompts = _prompts(args.prompts, tokenizer)
     config = AutoConfig.from_pretrained(args.model)
@@ -152,6 +196,8 @@ def main(argv=None) -> None:
     wall, pool = _timed(lambda: engine.run(requests(pool_spans, tau_h)), args.repeats)
     record("vpool", wall, [o.tokens for o in pool], tau_h=tau_h, spans="1 + i mod 10",
            gated_tokens=sum(o.gated for o in pool), **_bound(pool, pool_spans, num_layers))
+    iteration_ms = eglr_llm.collective_rpc(_iteration_weights_ms(10))[0]  # rank 0's
+    print("iteration_weights_ms (L=10)", iteration_ms, flush=True)
     eglr_llm.llm_engine.engine_core.shutdown()
     del eglr_llm, engine
 
@@ -203,6 +249,7 @@ def main(argv=None) -> None:
               "tensor_parallel_size": args.tensor_parallel_size,
               "compilation": "eager" if args.enforce_eager else "default (vLLM: the platform's; continuous: inductor)",
               "num_layers": num_layers, "summary": summary, "modes": modes,
+              "iteration_weights_ms_L10": {str(rows): ms for rows, ms in iteration_ms.items()},
               "versions": {"vllm": vllm_version(), "torch": torch.__version__,
                            "transformers": __import__("transformers").__version__},
               "threads": os.environ.get("OMP_NUM_THREADS")}

@@ -22,7 +22,10 @@ hold those rows' slots in layers N-L..N-1 are copied aside and after it copied b
 cache is block-major in vLLM): the paged cache ends bit for bit as plain decoding leaves it. A step
 costs the normal pass and, per gated row, k* x L/N of a row's forward (plus the copy of the rows' cache
 blocks in those layers, twice); the gate's logits, and those of each row's chosen iteration, are the
-ones vLLM samples from (``compute_logits`` hands them over: no second (R, V) product).
+ones vLLM samples from (``compute_logits`` hands them over: no second (R, V) product). The spans of a
+step refine in one pass per iteration: deepest span first, each row joins at its own layer N-L, and the
+rows share the final norm and the LM head product (on a CPU or a GPU a few rows' iteration costs the
+reading of those weights, whatever the number of rows: a pool paid it once per span before).
 
 Compilation. The normal pass of the families with vLLM's auxiliary hidden-state outputs (Llama,
 Mistral, Qwen2, Qwen3: the EAGLE-3 hook of their ``Model.forward``) is the family's own
@@ -39,6 +42,7 @@ sampled), G gated rows, A rows still refining, D hidden, V vocabulary.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 
@@ -151,13 +155,22 @@ class EglrForCausalLMMixin:
         normed, _ = model.norm(hidden, residual)  # in place: the streams are copies
         return normed, streams
 
-    def _anchor(self, input_ids, inputs_embeds, streams, layer: int, token_rows):
-        """(G, D) residual stream at the input of ``layer`` for the token rows ``token_rows`` (G,)."""
-        if layer > 0:
-            return streams[layer][token_rows]
-        if inputs_embeds is not None:
-            return inputs_embeds[token_rows]
-        return self.model.embed_input_ids(input_ids[token_rows])
+    def _anchors(self, input_ids, inputs_embeds, streams, firsts: list[int], token_rows) -> torch.Tensor:
+        """(G, D) each gated row's anchor: the residual stream at the input of its layer ``firsts[g]`` (= N-L), for
+        the token rows ``token_rows`` (G,)."""
+        anchors = None
+        for first in sorted(set(firsts)):
+            group = torch.tensor([g for g, f in enumerate(firsts) if f == first], device=token_rows.device)
+            if first > 0:
+                values = streams[first][token_rows[group]]
+            elif inputs_embeds is not None:
+                values = inputs_embeds[token_rows[group]]
+            else:
+                values = self.model.embed_input_ids(input_ids[token_rows[group]])
+            if anchors is None:
+                anchors = values.new_empty((len(firsts), values.shape[-1]))
+            anchors[group] = values
+        return anchors
 
     def compute_logits(self, hidden_states: torch.Tensor):
         """vLLM's logits of the sampled rows; after an EGLR step, the logits that step already computed for the
@@ -178,26 +191,27 @@ class EglrForCausalLMMixin:
         """Gate the sampled rows on the normal pass and refine the gated ones; returns (T, D) final-normed states
         (the gated rows' replaced by those of their chosen h^(N,k*))."""
         num_layers = len(self.model.layers)
-        spans = sorted({config.L for config in configs if config.refines})
         final_stream = streams[num_layers][rows]  # (R, D) h^(N), before the final norm
         logits, logp = self._logits_and_logprobs(normed[rows])  # (R, V) each
         entropies = entropy_of_log_probs(logp)  # (R,)
         raise_on_nan_rows([r for r, bad in enumerate(entropies.isnan().tolist()) if bad], "the normal pass")
         tau_h = torch.tensor([config.tau_h for config in configs], dtype=torch.float64, device=entropies.device)
-        spans_of_rows = torch.tensor([config.L for config in configs], device=entropies.device)
         normed = normed.clone()
         iterations = torch.zeros(len(configs), dtype=torch.long, device=entropies.device)  # (R,) k*, 0 ungated
         last_kls = torch.zeros(len(configs), dtype=torch.float32, device=entropies.device)  # (R,)
-        for span in spans:
-            gated = entropy_gate(entropies, tau_h, spans_of_rows == span).nonzero()[:, 0]  # (G,)
-            if gated.numel() == 0:
-                continue
-            first = num_layers - span
+        refines = torch.tensor([config.refines for config in configs], device=entropies.device)
+        gated = entropy_gate(entropies, tau_h, refines).nonzero()[:, 0].tolist()  # the G gated requests
+        if gated:
+            # deepest span first: the rows that run a layer are then a prefix of the rows still refining
+            gated.sort(key=lambda i: -configs[i].L)
+            gated = torch.tensor(gated, device=rows.device)  # (G,)
+            gated_configs = [configs[i] for i in gated.tolist()]
+            firsts = [num_layers - config.L for config in gated_configs]
             token_rows = rows[gated]
-            anchor = self._anchor(input_ids, inputs_embeds, streams, first, token_rows)
+            anchors = self._anchors(input_ids, inputs_embeds, streams, firsts, token_rows)
             refined, refined_logits, k_star, kl = self._refine(
-                positions, anchor, first, gated, token_rows, final_stream[gated], normed[token_rows], logits[gated],
-                logp[gated], [configs[i] for i in gated.tolist()])
+                positions, anchors, firsts, gated, token_rows, final_stream[gated], normed[token_rows], logits[gated],
+                logp[gated], gated_configs)
             normed[token_rows], logits[gated] = refined, refined_logits
             iterations[gated], last_kls[gated] = k_star, kl
         if tracker.records(len(configs)):
@@ -205,17 +219,21 @@ class EglrForCausalLMMixin:
         self._eglr_step_logits = logits
         return normed
 
-    def _refine(self, positions, anchor, first: int, requests, token_rows, final_stream, normed0, logits0, logp0,
-                configs):
-        """The refinement loop for G gated rows whose anchor is the input of layer ``first`` (= N-L).
+    def _refine(self, positions, anchors, firsts: list[int], requests, token_rows, final_stream, normed0, logits0,
+                logp0, configs):
+        """The refinement loop of the G gated rows, every span in one pass per iteration.
 
-        anchor: (G, D) the residual stream a; requests: (G,) their requests' indices in the step's batch;
-        token_rows: (G,) their token indices; final_stream: (G, D) h^(N); normed0: (G, D) its final norm;
-        logits0, logp0: (G, V) its logits and p^(0). Each iteration runs layers ``first``.. on the A rows still
-        refining, only them. Returns (G, D) the final norm of h^(N,k*), the state vLLM's logits come from, (G, V)
-        those logits, (G,) k* and (G,) the KL of each row's last iteration.
+        anchors: (G, D) each row's anchor a, the input of its layer ``firsts[g]`` (= N-L), ``firsts`` ascending (the
+        deepest span first); requests: (G,) their requests' indices in the step's batch; token_rows: (G,) their
+        token indices; final_stream: (G, D) h^(N); normed0: (G, D) its final norm; logits0, logp0: (G, V) its logits
+        and p^(0). An iteration runs each layer on the rows still refining whose span covers it, only them: a row
+        joins the pass at its own first layer (as the residual stream u, the fused state: its residual part zero),
+        and the A rows still refining share one final norm and one LM head product (a pool of spans pays its
+        deepest span's weights once per iteration, not once per span). Returns (G, D) the final norm of h^(N,k*),
+        the state vLLM's logits come from, (G, V) those logits, (G,) k* and (G,) the KL of each row's last iteration.
         """
-        device = anchor.device
+        device = anchors.device
+        num_layers = len(self.model.layers)
         alpha = torch.tensor([c.alpha for c in configs], dtype=torch.float32, device=device)
         one_minus_alpha = torch.tensor([1.0 - c.alpha for c in configs], dtype=torch.float32, device=device)
         tau_kl = torch.tensor([c.tau_kl for c in configs], dtype=torch.float64, device=device)
@@ -224,16 +242,27 @@ class EglrForCausalLMMixin:
         running = torch.ones(len(configs), dtype=torch.bool, device=device)
         iterations = torch.zeros(len(configs), dtype=torch.long, device=device)
         last_kl = torch.zeros(len(configs), dtype=torch.float32, device=device)
-        layers = self.model.layers[first:]
-        with kept_kv_blocks(attention_layer_names(layers), token_rows, self._eglr_vllm_config):
+        with contextlib.ExitStack() as kept:
+            for start, end, count in layer_segments(firsts, num_layers):
+                kept.enter_context(kept_kv_blocks(attention_layer_names(self.model.layers[start:end]),
+                                                  token_rows[:count], self._eglr_vllm_config))
             for k in range(1, int(k_max.max()) + 1):
-                active = running.nonzero()[:, 0]  # (A,)
-                fused = fuse(anchor[active], norm_match(state[active], anchor[active]), alpha[active],
+                active = running.nonzero()[:, 0]  # (A,) ascending: still the deepest span first
+                fused = fuse(anchors[active], norm_match(state[active], anchors[active]), alpha[active],
                              one_minus_alpha[active])  # (A, D)
-                with override_forward_context(self._sub_batch_context(requests[active], token_rows[active])):
-                    hidden, residual = fused, None
-                    for layer in layers:
-                        hidden, residual = layer(positions[token_rows[active]], hidden, residual)
+                hidden, residual, entered = None, None, 0
+                for start, end, count in layer_segments([firsts[i] for i in active.tolist()], num_layers):
+                    joining = fused[entered:count]
+                    if hidden is None:  # the deepest rows start the pass as a stack's first layer does
+                        hidden = joining
+                    else:  # the rows of a shorter span join with their residual part zero: u + 0 is u, exactly
+                        hidden = torch.cat([hidden, joining])
+                        residual = torch.cat([residual, torch.zeros_like(joining)])
+                    entered = count
+                    these = active[:count]
+                    with override_forward_context(self._sub_batch_context(requests[these], token_rows[these])):
+                        for layer in self.model.layers[start:end]:
+                            hidden, residual = layer(positions[token_rows[these]], hidden, residual)
                 state[active] = hidden + residual  # (A, D) h^(N,k)
                 normed, _ = self.model.norm(hidden, residual)
                 logits, logp = self._logits_and_logprobs(normed)
@@ -291,6 +320,18 @@ def served_spans(hf_config, num_layers: int) -> tuple[int, ...]:
     if bad:
         raise ValueError(f"eglr-vllm: eglr_spans value {bad[0]!r} is not allowed; allowed: integers 1..{num_layers}.")
     return tuple(sorted(set(spans)))
+
+
+def layer_segments(firsts: list[int], num_layers: int) -> list[tuple[int, int, int]]:
+    """The layers of one refinement pass cut where a span starts: (start, end, rows) per segment, layers
+    start..end-1 run on the first ``rows`` rows. ``firsts``: each row's first layer N-L, ascending.
+
+    >>> layer_segments([2, 2, 5], 8)
+    [(2, 5, 2), (5, 8, 3)]
+    """
+    starts = sorted(set(firsts))
+    return [(start, end, bisect.bisect_right(firsts, start))
+            for start, end in zip(starts, [*starts[1:], num_layers])]
 
 
 def attention_layer_names(layers) -> list[str]:

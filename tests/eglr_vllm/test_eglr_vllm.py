@@ -206,29 +206,32 @@ def _decode_with_signals(folder, architecture, requests, *, probe=None, **option
         close_engine(llm)
 
 
-def _count_rows_entering(layer_index: int):
-    """A ``probe`` for ``_decode_with_signals``: a forward pre-hook on the worker's ``layers[layer_index]`` that
-    records the rows (tokens) each call feeds it while the refinement runs (the forward context marked
-    ``REFINEMENT_KEY``), read back from rank 0's worker. Needs VLLM_ALLOW_INSECURE_SERIALIZATION=1 (functions
-    sent to the workers)."""
+def _count_rows_entering(*layer_indices: int):
+    """A ``probe`` for ``_decode_with_signals``: forward pre-hooks on the worker's ``layers[i]`` for each of
+    ``layer_indices`` that record the rows (tokens) each call feeds the layer while the refinement runs (the
+    forward context marked ``REFINEMENT_KEY``), read back from rank 0's worker as {layer index: [rows per call]}.
+    Needs VLLM_ALLOW_INSECURE_SERIALIZATION=1 (functions sent to the workers)."""
     def install(llm):
-        def hook_layer(worker):
+        def hook_layers(worker):
             from vllm.forward_context import get_forward_context
 
             from eglr_harness.vllm.models import REFINEMENT_KEY
 
-            worker.eglr_rows_entering = []
+            worker.eglr_rows_entering = {index: [] for index in layer_indices}
 
-            def count(module, args):
-                if get_forward_context().additional_kwargs.get(REFINEMENT_KEY):
-                    worker.eglr_rows_entering.append(int(args[1].shape[0]))  # (positions, hidden, residual)
+            def counter(index):
+                def count(module, args):
+                    if get_forward_context().additional_kwargs.get(REFINEMENT_KEY):
+                        worker.eglr_rows_entering[index].append(int(args[1].shape[0]))  # (positions, hidden, residual)
+                return count
 
-            worker.model_runner.model.model.layers[layer_index].register_forward_pre_hook(count)
+            for index in layer_indices:
+                worker.model_runner.model.model.layers[index].register_forward_pre_hook(counter(index))
 
-        llm.collective_rpc(hook_layer)
+        llm.collective_rpc(hook_layers)
 
     def read(llm):
-        return llm.collective_rpc(lambda worker: list(worker.eglr_rows_entering))[0]
+        return llm.collective_rpc(lambda worker: dict(worker.eglr_rows_entering))[0]
 
     return install, read
 
@@ -244,35 +247,42 @@ def _assert_same_outcomes(got, expected, what: str) -> None:
         assert a.logprobs == pytest.approx(b.logprobs, rel=1e-4, abs=1e-5), f"{what}: request {i} logprobs differ"
 
 
-def _signal_requests(max_new: int = MAX_NEW, early_exit: bool = False):
+def _signal_requests(max_new: int = MAX_NEW, early_exit: bool = False, shallow: bool = False):
     """Refining and plain requests of ``random_prompts``; with ``early_exit``, also refining ones whose KL exit
-    (tau_kl 0.5, far above these models' KLs of ~1e-4) ends every refinement after one iteration."""
+    (tau_kl 0.5, far above these models' KLs of ~1e-4) ends every refinement after one iteration; with ``shallow``,
+    also refining ones of span 1 (a pool of two spans in each step's batch)."""
     prompts = random_prompts()
     refining = EglrConfig(L=LAYERS // 2, tau_h=0.0, alpha=0.2, k_max=3, tau_kl=TAU_KL)
     plain = EglrConfig(L=0, tau_h=math.inf)
     configs = (refining, plain) + ((EglrConfig(L=LAYERS // 2, tau_h=0.0, alpha=0.2, k_max=3, tau_kl=0.5),)
-                                   if early_exit else ())
+                                   if early_exit else ()) + ((EglrConfig(L=1, tau_h=0.0, alpha=0.2, k_max=3,
+                                                                         tau_kl=TAU_KL),) if shallow else ())
     return [Request(tuple(p), config, max_new) for config in configs for p in prompts]
 
 
 def test_signals_come_back_from_worker_processes_under_preemption(tmp_path, monkeypatch):
     """V1 multiprocessing as vLLM defaults it (the workers in another process): every token's signals come back,
     and a K/V cache so small that vLLM preempts and recomputes requests, with prefills in chunks, changes no token
-    and no signal. Only the gated rows pay: the rows that enter layer N-L during refinement, counted by a hook on
-    that layer in the worker, are exactly one per gated token and iteration (sum of k*), while plain requests
-    share every step's batch."""
+    and no signal. Only the gated rows pay: the rows that enter a layer during refinement, counted by a hook on it
+    in the worker, are exactly one per gated token and iteration of the spans that cover the layer (sum of k*),
+    while plain requests share every step's batch; and the spans of a step refine in one pass (the last layer
+    takes the rows of both spans in one call)."""
     monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # the counting hook is a function sent to workers
     model = save_tiny_model("llama", tmp_path)
-    requests = _signal_requests(max_new=30, early_exit=True)
+    requests = _signal_requests(max_new=30, early_exit=True, shallow=True)
     span = requests[0].config.L
     roomy, _, calls = _decode_with_signals(tmp_path, model.config.architectures[0], requests, max_model_len=64,
-                                           probe=_count_rows_entering(LAYERS - span))
-    assert sum(calls) == sum(k for o in roomy for k in o.token_iterations), \
-        f"rows entering the refinement {sum(calls)} != sum of k* {sum(k for o in roomy for k in o.token_iterations)}"
-    assert max(calls) <= sum(r.config.refines for r in requests) < len(requests)
+                                           probe=_count_rows_entering(LAYERS - span, LAYERS - 1))
+    for layer, spans in ((LAYERS - span, {span}), (LAYERS - 1, {1, span})):
+        k_sum = sum(k for r, o in zip(requests, roomy) if r.config.L in spans for k in o.token_iterations)
+        assert sum(calls[layer]) == k_sum, f"rows entering layer {layer} in the refinement {sum(calls[layer])} != " \
+            f"sum of k* of spans {sorted(spans)} {k_sum}"
+    deep = sum(r.config.refines and r.config.L == span for r in requests)
+    assert max(calls[LAYERS - span]) <= deep < max(calls[LAYERS - 1]) <= sum(r.config.refines for r in requests), \
+        "the spans of a step did not refine in one pass (or more rows than refining requests entered)"
     assert len({k for o in roomy for k in o.token_iterations if k}) > 1, "every row ran as many iterations: " \
         "the count could not see a row kept after its exit"
-    # 4 blocks of 32 tokens (vLLM's CPU attention takes multiples of 32; one block is vLLM's null block) for 12
+    # 4 blocks of 32 tokens (vLLM's CPU attention takes multiples of 32; one block is vLLM's null block) for 16
     # requests of up to 39 tokens: 3 start, and each that passes 32 tokens needs a second block; 16 tokens a step,
     # so prompts and recomputations are prefilled in chunks (whose earlier chunks sample tokens vLLM discards)
     tight, preemptions, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests,
