@@ -62,3 +62,31 @@ def test_results_readme_selection_table_matches_the_report():
     for label, pool in (("T pool (L=0, T 0.1..1.0)", "T"), ("L pool (L 1..10, T = 0)", "L"), ("L ∪ T", "LuT")):
         quoted = [int(re.match(r"\d+", cell).group()) for cell in rows[label][1:]]
         assert quoted == [solved[(pool, c)] for c in columns], label
+
+
+def test_vllm_doc_table_quotes_its_json():
+    """docs/vllm.md's measured table: each mode's tokens/s, its ratio to stock vLLM and, for the refining modes, the
+    cost per token over L=0's and the paper's bound, as benchmarks/results/vllm_cpu_smollm2_64x256.json has them."""
+    rows = _table_after(ROOT / "docs/vllm.md", "## Measured on CPU")
+    modes = _benchmark_json("vllm_cpu_smollm2_64x256.json")["modes"]
+    names = {"stock vLLM": "stock", "EGLR architecture, requests without EGLR settings": "vplain",
+             "eglr-vllm, L=0 (signals recorded)": "vL0", "continuous engine (eglr-hf), L=0": "cL0",
+             "continuous engine (eglr-hf), L=10": "cL10"}
+    names.update({label: "vL10" for label in rows if label.startswith("eglr-vllm, L=10")})
+    names.update({label: "vpool" for label in rows if label.startswith("eglr-vllm, pool")})
+    assert set(names) == set(rows), f"rows the test does not know: {set(rows) - set(names)}"
+
+    def per_token(mode):
+        return modes[mode]["wall_s"] / modes[mode]["tokens"]
+
+    for label, (tokens_per_s, vs_stock, cost) in rows.items():
+        mode = modes[names[label]]
+        assert float(tokens_per_s) == pytest.approx(mode["tokens_per_s"], abs=0.051), label
+        assert float(vs_stock.strip("*")) == pytest.approx(mode["tokens_per_s"] / modes["stock"]["tokens_per_s"],
+                                                           abs=0.0006), label
+        if names[label] in ("vL10", "vpool"):
+            quoted = re.fullmatch(r"([\d.]+) \(bound ([\d.]+)\)", cost)
+            assert quoted, f"{label}: {cost!r}"
+            assert float(quoted[1]) == pytest.approx(per_token(names[label]) / per_token("vL0"), abs=0.0006), label
+            assert float(quoted[2]) == pytest.approx(mode["paper_bound_per_row"], abs=0.0006), label
+            assert f"rho {100 * mode['rho']:.1f} %, k_bar {mode['k_bar']:.2f}" in label, label
