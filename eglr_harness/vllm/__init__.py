@@ -38,10 +38,16 @@ def engine_args(architecture: str | None, spans=None) -> dict:
     spans: the L values the engine refines with (None: every L in 1..N). The compiled normal pass hands out the
     anchor of each (a (T, D) copy per span and step), so an engine that serves one L keeps only that one.
     One-line ValueError for a family the plugin does not cover.
+
+    CUDA graphs: piecewise only (``compilation_config``; a platform without graphs, the CPU, ignores it). A full
+    graph would capture the EGLR forward's host decisions (is a row gated, which rows still refine) once, at
+    capture, where no request refines, and replay that: the model refuses such a mode (``models.py``). To set more
+    of the compilation config, pass your own with ``cudagraph_mode`` PIECEWISE or NONE instead of this one.
     """
     from eglr_harness.vllm.worker import WORKER_EXTENSION
 
-    return {"hf_overrides": engine_overrides(architecture, spans), "worker_extension_cls": WORKER_EXTENSION}
+    return {"hf_overrides": engine_overrides(architecture, spans), "worker_extension_cls": WORKER_EXTENSION,
+            "compilation_config": {"cudagraph_mode": "PIECEWISE"}}
 
 
 def engine_overrides(architecture: str | None, spans=None) -> dict:

@@ -88,6 +88,7 @@ class EglrForCausalLMMixin:
             raise ValueError("eglr-vllm: pipeline_parallel_size="
                              f"{vllm_config.parallel_config.pipeline_parallel_size} is not supported; allowed: 1 "
                              "(the refinement needs layers N-L..N and the final norm on one rank).")
+        check_cudagraph_mode(vllm_config.compilation_config.cudagraph_mode)
         self._eglr_vllm_config = vllm_config
         self._eglr_builders: dict[tuple[str, ...], object] = {}
         num_layers = len(self.model.layers)
@@ -308,6 +309,17 @@ class EglrForCausalLMMixin:
             self._eglr_builders[names] = layer.get_attn_backend().get_builder_cls()(
                 spec, list(names), self._eglr_vllm_config, self.model.norm.weight.device)
         return self._eglr_builders[names]
+
+
+def check_cudagraph_mode(mode) -> None:
+    """One-line ValueError for a ``cudagraph_mode`` with full CUDA graphs: a full graph captures the whole forward
+    of this class, the gate's and the refinement's host decisions included, at capture time (where no request
+    refines) and replays that, so EGLR would silently never refine. Piecewise graphs capture only the compiled
+    ``Model.forward`` (docs/vllm.md); None or NONE: no graphs (the CPU)."""
+    if mode is not None and mode.has_full_cudagraphs():
+        raise ValueError(f"eglr-vllm: cudagraph_mode={mode.name} is not allowed; allowed: PIECEWISE or NONE (a full "
+                         "CUDA graph replays the EGLR forward's host decisions as captured: it would never refine; "
+                         "eglr_harness.vllm.engine_args sets PIECEWISE).")
 
 
 def served_spans(hf_config, num_layers: int) -> tuple[int, ...]:

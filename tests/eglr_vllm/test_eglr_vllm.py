@@ -311,3 +311,23 @@ def test_tensor_parallel_2_equals_1(tmp_path, monkeypatch):
     two, _, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests, tensor_parallel_size=2)
     assert any(k > 0 for o in one for k in o.token_iterations), "nothing refined: the comparison could not fail"
     _assert_same_outcomes(two, one, "tensor_parallel_size=2")
+
+
+def test_full_cuda_graphs_refused_piecewise_set():
+    """On a GPU, vLLM's default CUDA graphs include full ones, which would replay the EGLR forward's host decisions
+    as captured (never refining). engine_args asks for piecewise graphs, vLLM parses that as PIECEWISE, and the
+    model refuses every mode with full graphs in one line naming it (the CPU has no graphs: this is its test)."""
+    from vllm.config import CompilationConfig
+    from vllm.config.compilation import CUDAGraphMode
+
+    from eglr_harness.vllm import engine_args
+    from eglr_harness.vllm.models import check_cudagraph_mode
+
+    asked = CompilationConfig(**engine_args("LlamaForCausalLM")["compilation_config"])
+    assert asked.cudagraph_mode == CUDAGraphMode.PIECEWISE
+    for mode in (CUDAGraphMode.PIECEWISE, CUDAGraphMode.NONE, None):
+        check_cudagraph_mode(mode)
+    for mode in (CUDAGraphMode.FULL, CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.FULL_AND_PIECEWISE):
+        with pytest.raises(ValueError, match=rf"^eglr-vllm: cudagraph_mode={mode.name} is not allowed; allowed: "
+                                             r"PIECEWISE or NONE [^\n]*$"):
+            check_cudagraph_mode(mode)
