@@ -19,12 +19,20 @@ refinement iteration (the top 10 layers' projections and the LM head) on 1 to 64
 few rows costs at least, since each product reads all of its weights whatever the rows.
 
 Every mode runs in one compilation mode: vLLM's default compilation of the platform (on CPU: Dynamo
-traced once, Inductor) and the continuous engine compiled (``compile=True``, Inductor), or, with
-``--enforce_eager``, all eager. vLLM runs its engine core and workers as it defaults them (V1
-multiprocessing). Needs vLLM (docs/vllm.md) and a safetensors folder (eglr_harness.vllm.convert_gguf).
+traced once, Inductor; on a GPU: piecewise CUDA graphs, for stock vLLM too, since eglr-vllm refuses full
+ones) and the continuous engine compiled (``compile=True``, Inductor), or, with ``--enforce_eager``, all
+eager. vLLM runs its engine core and workers as it defaults them (V1 multiprocessing). Needs vLLM
+(docs/vllm.md) and a safetensors folder (eglr_harness.vllm.convert_gguf) or a hub id.
 
     VLLM_CPU_KVCACHE_SPACE=4 OMP_NUM_THREADS=1 python benchmarks/vllm_cpu.py --model DIR --prompts 64 \\
         --max_gen_toks 256 --tp2 --tp2_bind '0|1' --out benchmarks/results/vllm_cpu_smollm2.json
+
+The same script is ready for a GPU with vLLM's CUDA build (``pip install ".[vllm]"``; not run: the wheel cannot
+reach the lent GPU machines): ``--dtype bfloat16``, the continuous engine on the GPU, the iteration probe
+synchronised, ``--tp2`` on two GPUs, e.g.
+
+    python benchmarks/vllm_cpu.py --model Qwen/Qwen2.5-3B-Instruct --dtype bfloat16 --prompts 256 \\
+        --max_gen_toks 512 --tp2 --out vllm_gpu_qwen2.5-3b.json
 """
 
 from __future__ import annotations
@@ -81,17 +89,20 @@ def _iteration_weights_ms(span: int, rows_list=(1, 4, 8, 16, 64), repeats: int =
         model = worker.model_runner.model
         layers = model.model.layers[len(model.model.layers) - span:]
         hidden = model.model.norm.weight.shape[0]
+        device = model.model.norm.weight.device
+        synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         result = {}
         for rows in rows_list:
             dtype = model.model.norm.weight.dtype
 
             def inputs(projection):  # (rows, the projection's input width on this rank)
-                return torch.randn(rows, projection.input_size_per_partition, dtype=dtype)
+                return torch.randn(rows, projection.input_size_per_partition, dtype=dtype, device=device)
 
-            x = torch.randn(rows, hidden, dtype=dtype)
+            x = torch.randn(rows, hidden, dtype=dtype, device=device)
             attention_out, mlp_in = inputs(layers[0].self_attn.o_proj), inputs(layers[0].mlp.down_proj)
             best = float("inf")
             for _ in range(repeats):
+                synchronize()
                 start = time.perf_counter()
                 for layer in layers:
                     layer.self_attn.qkv_proj(x)
@@ -99,6 +110,7 @@ def _iteration_weights_ms(span: int, rows_list=(1, 4, 8, 16, 64), repeats: int =
                     layer.mlp.gate_up_proj(x)
                     layer.mlp.down_proj(mlp_in)
                 model.compute_logits(x)
+                synchronize()
                 best = min(best, time.perf_counter() - start)
             result[rows] = round(best * 1e3, 3)
         return result
@@ -120,6 +132,8 @@ def main(argv=None) -> None:
     parser.add_argument("--enforce_eager", action="store_true", help="every mode eager (default: every mode compiled)")
     parser.add_argument("--no_continuous", action="store_true", help="skip the continuous engine's modes")
     parser.add_argument("--max_model_len", type=int, default=2048)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help="of every engine (default float32: exact comparisons on CPU; bfloat16 on a GPU)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
 
@@ -146,8 +160,11 @@ def main(argv=None) -> None:
                      "attention heads divide by 2 (vLLM splits them across the two ranks)")
     pool_spans = [1 + i % 10 for i in range(len(prompts))]
     served = sorted({10, *pool_spans})
-    base_args = dict(model=args.model, dtype="float32", enforce_eager=args.enforce_eager,
-                     max_model_len=args.max_model_len, seed=0)
+    # eglr-vllm's engines ask for piecewise CUDA graphs (engine_args); stock vLLM gets the same, so that every mode
+    # runs in one compilation mode (a platform without graphs, the CPU, ignores it)
+    base_args = dict(model=args.model, dtype=args.dtype, enforce_eager=args.enforce_eager,
+                     max_model_len=args.max_model_len, seed=0,
+                     compilation_config=eglr_engine_args(architecture)["compilation_config"])
     modes: dict[str, dict] = {}
     params = SamplingParams(temperature=0, max_tokens=args.max_gen_toks)
 
@@ -179,8 +196,8 @@ def main(argv=None) -> None:
         return tokens
 
     stock_tokens = stock_run(args.tensor_parallel_size, "stock")
-    eglr_llm = LLM(**base_args, tensor_parallel_size=args.tensor_parallel_size,
-                   **eglr_engine_args(architecture, spans=served))
+    eglr_llm = LLM(**{**base_args, **eglr_engine_args(architecture, spans=served)},
+                   tensor_parallel_size=args.tensor_parallel_size)
     engine = VllmEngine(eglr_llm)
     warm_up(eglr_llm, eglr=True)
     wall, outs = _timed(lambda: eglr_llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
@@ -205,7 +222,7 @@ def main(argv=None) -> None:
         if args.tp2_bind:
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = args.tp2_bind  # read by the workers vLLM starts next
         stock_run(2, "stock_tp2")
-        tp2 = LLM(**base_args, tensor_parallel_size=2, **eglr_engine_args(architecture, spans=[10]))
+        tp2 = LLM(**{**base_args, **eglr_engine_args(architecture, spans=[10])}, tensor_parallel_size=2)
         warm_up(tp2, eglr=True)
         wall, v10_tp2 = _timed(lambda: VllmEngine(tp2).run(requests([10] * len(prompts), tau_h)), args.repeats)
         record("vL10_tp2", wall, [o.tokens for o in v10_tp2],
@@ -215,7 +232,8 @@ def main(argv=None) -> None:
         del tp2
 
     if not args.no_continuous:
-        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype)).to(device).eval()
         eos = model.generation_config.eos_token_id
         continuous = ContinuousEngine(model, max_batch=len(prompts),
                                       eos_token_ids=[eos] if isinstance(eos, int) else list(eos),
@@ -246,7 +264,7 @@ def main(argv=None) -> None:
     }
     result = {"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "prompts": len(prompts),
               "max_gen_toks": args.max_gen_toks, "repeats": args.repeats,
-              "tensor_parallel_size": args.tensor_parallel_size,
+              "tensor_parallel_size": args.tensor_parallel_size, "dtype": args.dtype,
               "compilation": "eager" if args.enforce_eager else "default (vLLM: the platform's; continuous: inductor)",
               "num_layers": num_layers, "summary": summary, "modes": modes,
               "iteration_weights_ms_L10": {str(rows): ms for rows, ms in iteration_ms.items()},
