@@ -61,7 +61,7 @@ class EglrVLLM(VLLM):
         vllm_args = dict(self.args.load_args)
         with model_arg_errors():
             trust = bool(vllm_args.get("trust_remote_code", False))
-            vllm_args.update(engine_args(_architecture(vllm_args["pretrained"], trust)))
+            vllm_args.update(engine_args(_architecture(vllm_args["pretrained"], trust), spans=_served_spans(self.args)))
         super().__init__(**vllm_args)
         fingerprint = _fingerprint(vllm_args, self.args.settings.base.as_dict(), self.max_length, self.add_bos_token)
         self.engines = [VllmEngine(self.model)]
@@ -93,6 +93,14 @@ class EglrVLLM(VLLM):
         fields = {"engine": ENGINE_NAME, "engines": self.runner.engines_by_task(), "engine_requested": ENGINE_NAME,
                   "compile": "none", "compile_requested": "none"}
         return {**info, "eglr": self.runner.eglr_info(fields)}
+
+
+def _served_spans(args: EglrArgs) -> list[int] | None:
+    """The L values the engine must refine with: the user's L axis when the ``L`` model arg pins it (no task can
+    change a pinned L axis: README "Pools", rule 1), else None (every L: a task's pool may ask for any). The engine
+    keeps one (T, D) anchor per span and step (``eglr_harness.vllm.engine_args``)."""
+    user_L = args.settings.user_L
+    return None if user_L is None else sorted({L for L in user_L if L > 0})
 
 
 def _fingerprint(vllm_args: dict, settings: dict, max_length: int, add_bos_token) -> dict:

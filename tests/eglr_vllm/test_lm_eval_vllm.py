@@ -103,3 +103,19 @@ def test_config_naming_no_architecture_refused(tmp_path):
     with pytest.raises(ValueError, match="names no architecture; allowed: Gemma3ForCausalLM") as refused:
         engine_args(architecture)
     assert "\n" not in str(refused.value) and "'?'" not in str(refused.value)
+
+
+def test_the_engine_serves_the_pinned_L_axis_only(tiny_chat_model):
+    """A pinned ``L`` model arg is the run's whole L axis (README "Pools", rule 1): eglr-vllm's engine keeps the
+    anchors of those spans only (one (T, D) copy per span and step); unpinned, every span (a task may ask any)."""
+    from eglr_harness.harness.eglr_args import EglrArgs
+    from eglr_harness.harness.vllm_model import _served_spans
+
+    def spans(**given):
+        return _served_spans(EglrArgs.of_vllm_model({"pretrained": str(tiny_chat_model), **given}))
+
+    assert spans(L=2) == [2]
+    assert spans(L="0,3,1") == [1, 3]
+    assert spans(L="1-4") == [1, 2, 3, 4]
+    assert spans(L=0) == []
+    assert spans() is None
