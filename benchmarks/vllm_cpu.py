@@ -16,7 +16,9 @@ counts.
 
 After the EGLR modes, ``iteration_weights_ms_L10`` times, inside the worker, the dense products of one L=10
 refinement iteration (the top 10 layers' projections and the LM head) on 1 to 64 rows: what an iteration of a
-few rows costs at least, since each product reads all of its weights whatever the rows.
+few rows costs at least, since each product reads all of its weights whatever the rows. From it and vL10's
+per-token k*, ``summary.vL10_dense_floor_per_row``: the per-token cost over L=0's that those products alone
+would give L=10 (each output position taken as one step), beside the paper's FLOP bound.
 
 Every mode runs in one compilation mode: vLLM's default compilation of the platform (on CPU: Dynamo
 traced once, Inductor; on a GPU: piecewise CUDA graphs, for stock vLLM too, since eglr-vllm refuses full
@@ -116,6 +118,29 @@ def _iteration_weights_ms(span: int, rows_list=(1, 4, 8, 16, 64), repeats: int =
         return result
 
     return probe
+
+
+def _dense_floor_s(outcomes, iteration_ms: dict) -> float:
+    """Seconds an EGLR mode's refinement spends at least in dense products: per output position (all requests start
+    together, so a position is about one step), per iteration k, the probe's time of one iteration on the A_k rows
+    whose k* at that position reaches k (linear between the probe's row counts, its last one beyond). Attention, the
+    norms, the log-softmax and all host work come on top."""
+    iteration_ms = {int(rows): ms for rows, ms in iteration_ms.items()}
+    sizes = sorted(iteration_ms)
+
+    def iteration_s(rows: int) -> float:
+        for low, high in zip(sizes, sizes[1:]):
+            if rows <= high:
+                share = (rows - low) / (high - low) if rows > low else 0.0
+                return (iteration_ms[low] + share * (iteration_ms[high] - iteration_ms[low])) / 1e3
+        return iteration_ms[sizes[-1]] * rows / sizes[-1] / 1e3
+
+    total = 0.0
+    for position in range(max(len(o.token_iterations) for o in outcomes)):
+        k_stars = [o.token_iterations[position] for o in outcomes if position < len(o.token_iterations)]
+        for k in range(1, max(k_stars) + 1):
+            total += iteration_s(sum(k_star >= k for k_star in k_stars))
+    return total
 
 
 def main(argv=None) -> None:
@@ -248,11 +273,15 @@ def main(argv=None) -> None:
     def ratio(a: str, b: str, field: str = "tokens_per_s"):
         return round(modes[a][field] / modes[b][field], 3) if a in modes and b in modes else None
 
+    floor_s = _dense_floor_s(v10, iteration_ms)  # L=10: the span the probe timed
     summary = {
         "vL10_over_vL0_wall": ratio("vL10", "vL0", "wall_s"),
         "vL10_paper_bound_per_row": modes["vL10"]["paper_bound_per_row"],
         "vpool_over_vL0_wall": ratio("vpool", "vL0", "wall_s"),
         "vpool_paper_bound_per_row": modes["vpool"]["paper_bound_per_row"],
+        "vL10_dense_floor_s": round(floor_s, 2),
+        "vL10_dense_floor_per_row": round(1 + floor_s / modes["vL0"]["wall_s"] * modes["vL0"]["tokens"]
+                                          / modes["vL10"]["tokens"], 4),
         "vpool_cost_over_bound": round(modes["vpool"]["wall_s"] / modes["vL0"]["wall_s"]
                                        / modes["vpool"]["paper_bound_per_row"], 3),
         "cL10_over_cL0_wall": ratio("cL10", "cL0", "wall_s"),
