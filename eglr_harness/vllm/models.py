@@ -201,12 +201,11 @@ class EglrForCausalLMMixin:
         iterations = torch.zeros(len(configs), dtype=torch.long, device=entropies.device)  # (R,) k*, 0 ungated
         last_kls = torch.zeros(len(configs), dtype=torch.float32, device=entropies.device)  # (R,)
         refines = torch.tensor([config.refines for config in configs], device=entropies.device)
-        gated = entropy_gate(entropies, tau_h, refines).nonzero()[:, 0].tolist()  # the G gated requests
-        if gated:
-            # deepest span first: the rows that run a layer are then a prefix of the rows still refining
-            gated.sort(key=lambda i: -configs[i].L)
-            gated = torch.tensor(gated, device=rows.device)  # (G,)
-            gated_configs = [configs[i] for i in gated.tolist()]
+        # the G gated requests, deepest span first: the rows that run a layer are then a prefix of those still refining
+        order = sorted(entropy_gate(entropies, tau_h, refines).nonzero()[:, 0].tolist(), key=lambda i: -configs[i].L)
+        if order:
+            gated = torch.tensor(order, device=rows.device)  # (G,)
+            gated_configs = [configs[i] for i in order]
             firsts = [num_layers - config.L for config in gated_configs]
             token_rows = rows[gated]
             anchors = self._anchors(input_ids, inputs_embeds, streams, firsts, token_rows)
