@@ -91,12 +91,10 @@ def _iteration_weights_ms(span: int, rows_list=(1, 4, 8, 16, 64), repeats: int =
         model = worker.model_runner.model
         layers = model.model.layers[len(model.model.layers) - span:]
         hidden = model.model.norm.weight.shape[0]
-        device = model.model.norm.weight.device
+        device, dtype = model.model.norm.weight.device, model.model.norm.weight.dtype
         synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         result = {}
         for rows in rows_list:
-            dtype = model.model.norm.weight.dtype
-
             def inputs(projection):  # (rows, the projection's input width on this rank)
                 return torch.randn(rows, projection.input_size_per_partition, dtype=dtype, device=device)
 

@@ -278,7 +278,8 @@ def test_signals_come_back_from_worker_processes_under_preemption(tmp_path, monk
         assert sum(calls[layer]) == k_sum, f"rows entering layer {layer} in the refinement {sum(calls[layer])} != " \
             f"sum of k* of spans {sorted(spans)} {k_sum}"
     deep = sum(r.config.refines and r.config.L == span for r in requests)
-    assert max(calls[LAYERS - span]) <= deep < max(calls[LAYERS - 1]) <= sum(r.config.refines for r in requests), \
+    assert max(calls[LAYERS - span]) <= deep < max(calls[LAYERS - 1]) <= sum(r.config.refines for r in requests) \
+        < len(requests), \
         "the spans of a step did not refine in one pass (or more rows than refining requests entered)"
     assert len({k for o in roomy for k in o.token_iterations if k}) > 1, "every row ran as many iterations: " \
         "the count could not see a row kept after its exit"
