@@ -996,10 +996,12 @@ def timed_pool_mode(model, prompts, limits, *, spec, tau_h: float, args, device:
     warmup = time.perf_counter() - started
     graphs_warm = dynamo_graphs()
     stats = EglrStats() if kind == "continuous" else None
+    steps_before = engine_steps(kind, model, args.pool_batch, options)
     started = time.perf_counter()
     rows = once(len(prompts), stats)
     _sync(device)
     wall = time.perf_counter() - started
+    steps_after = engine_steps(kind, model, args.pool_batch, options)
     per_row = [limit for limit in limits for _ in (spans or [None])]
     tokens = sum(map(len, rows))
     if [len(r) for r in rows] != per_row:
@@ -1011,12 +1013,25 @@ def timed_pool_mode(model, prompts, limits, *, spec, tau_h: float, args, device:
         out["decoded_tokens"] = batches * args.pool_batch * max(limits)  # what ran, padding rows' steps included
         out["steps"] = batches * max(limits)
     else:
-        out["steps"] = stats.steps
+        out["steps"] = stats.steps  # the statistics' count: a step's rows of several cells count once per cell
         out["stats"] = stats.summary()
+        if steps_before is not None and steps_after is not None and steps_after > steps_before:
+            # the engine's own count of the timed run's decoding steps (one batched forward each, every cell's
+            # rows together): what "ms per step" means for the GPU goals (issue 57)
+            out["engine_steps"] = steps_after - steps_before
+            out["ms_per_step"] = 1000 * wall / out["engine_steps"]
         if options.get("compile"):
             out.update(captured_warmup(engine_of(model, args.pool_batch, {"engine_options": options}), graphs_before,
                                        graphs_warm, dynamo_graphs()))
     return out, rows
+
+
+def engine_steps(kind: str, model, batch: int, options: dict) -> int | None:
+    """Decoding steps the mode's compiled continuous engine has run after its warm-up (its ``warmup_report``);
+    None for ``generate`` and for an eager engine (which counts none)."""
+    if kind != "continuous" or not options.get("compile"):
+        return None
+    return engine_of(model, batch, {"engine_options": options}).warmup_report().get("steps")
 
 
 def check_pool(name: str, args, device: str, result: dict | None = None, budget: "Budget | None" = None,
@@ -1084,6 +1099,11 @@ def pool_figures(runs: dict, rows_of: dict, spans: int) -> dict:
         "rows_equal[cL0c,generate]": same("cL0c", "generate"),
         "rows_equal[cL0c,cL0]": same("cL0c", "cL0"),
         "rows_equal[cpoolc,cpool]": same("cpoolc", "cpool"),
+        # the captured modes' time per engine step (one batched forward of every running row), issue 57's goal
+        "ms_per_step": {mode: run["ms_per_step"] for mode, run in runs.items() if "ms_per_step" in run},
+        "ms_per_step_ratio[cpoolc/cL0c]": (runs["cpoolc"]["ms_per_step"] / runs["cL0c"]["ms_per_step"]
+                                           if "ms_per_step" in runs.get("cpoolc", {})
+                                           and "ms_per_step" in runs.get("cL0c", {}) else None),
     }}
 
 

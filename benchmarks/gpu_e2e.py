@@ -41,6 +41,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -56,7 +57,25 @@ GPU_CHECK = ROOT / "benchmarks" / "gpu_check.py"
 EGLR_UTILS = ROOT / "tasks" / "eglr_utils.py"
 FAMILY = "qwen2.5-3b"
 SIZES = ("full", "tiny")
-RUNS = ("hf", "eglr_L4", "eglr_pool")
+RUNS = ("hf", "eglr_L0", "eglr_L4", "eglr_pool")
+DEFAULT_RUNS = ("hf", "eglr_L4", "eglr_pool")
+# a run of ``--runs`` is NAME or NAME@BATCH (``--batch_size`` of that run: a number of rows, or auto)
+RUN_SPEC = re.compile(r"(?P<name>[A-Za-z_0-9]+?)(?:@(?P<batch>auto|[1-9][0-9]*))?")
+
+
+def run_parts(run: str) -> tuple[str, str]:
+    """``"hf@32"`` -> ``("hf", "32")``; ``"eglr_L4"`` -> ``("eglr_L4", "auto")``."""
+    match = RUN_SPEC.fullmatch(run)
+    return match["name"], match["batch"] or "auto"
+
+
+def hf_anchor(run: str, runs) -> str | None:
+    """The hf run that an eglr run is compared with: hf at the same batch where one ran, else plain ``hf``."""
+    batch = run.partition("@")[2]
+    for candidate in ([f"hf@{batch}"] if batch else []) + ["hf"]:
+        if candidate in runs:
+            return candidate
+    return None
 
 # Qwen/Qwen2.5-3B-Instruct generation_config.json, as published.
 QWEN_GENERATION_CONFIG = {
@@ -264,16 +283,17 @@ def checkpoint_info(folder: Path, args) -> dict:
 # ------------------------------------------------------------------------------------- commands
 def lm_eval_args(run: str, *, checkpoint: Path, tau_h: float | str, args, output_path: Path) -> list[str]:
     """The lm_eval arguments of ``run`` (what follows ``lm_eval`` / ``python -m eglr_harness``)."""
+    name, batch = run_parts(run)
     model_args = f"pretrained={checkpoint},dtype={args.dtype}"
-    if run == "hf":
+    if name == "hf":
         model, task = "hf", "gsm8k_eglr"
         model_args += args.hf_model_args and f",{args.hf_model_args}"
     else:
-        model, task = "eglr-hf", "gsm8k_eglr" if run == "eglr_L4" else "gsm8k_eglr_sc"
-        model_args += (",L=4" if run == "eglr_L4" else "") + f",tau_h={tau_h}"
+        model, task = "eglr-hf", "gsm8k_eglr" if name != "eglr_pool" else "gsm8k_eglr_sc"
+        model_args += {"eglr_L0": ",L=0", "eglr_L4": ",L=4"}.get(name, "") + f",tau_h={tau_h}"
         model_args += args.eglr_model_args and f",{args.eglr_model_args}"
     argv = ["--model", model, "--model_args", model_args, "--tasks", task, "--apply_chat_template",
-            "--batch_size", "auto", "--limit", str(args.limit), "--gen_kwargs", f"max_gen_toks={args.max_gen_toks}",
+            "--batch_size", batch, "--limit", str(args.limit), "--gen_kwargs", f"max_gen_toks={args.max_gen_toks}",
             "--output_path", str(output_path)]
     if args.device:
         argv += ["--device", args.device]
@@ -336,6 +356,8 @@ def read_results(output_path: Path) -> dict | None:
         out["eglr"] = {k: eglr.get(k) for k in ("engine", "engine_requested", "compile", "compile_requested", "tau_h")}
         out["eglr"]["tokens"] = eglr["stats"]["total"].get("tokens")
         out["eglr"]["cells"] = {cell: part.get("tokens") for cell, part in eglr["stats"]["cells"].items()}
+        out["eglr"]["stats"] = {k: eglr["stats"]["total"].get(k) for k in (
+            "rho", "mean_iterations", "flop_ratio", "batched_flop_ratio", "steps", "p_step_gated")}
     return out
 
 
@@ -350,7 +372,8 @@ def probe(out_path: str, argv: list[str]) -> None:
     rec: dict = {"load_s": None, "startup_s": None, "generate_s": 0.0, "generate_calls": 0, "generated_tokens": 0,
                  "tokens_per_s": None, "decode_s": None, "tokens_per_s_decoding": None, "requests": 0, "prompts": None,
                  "prompts_sha256": None,
-                 "batch": {"requested": "auto", "chosen": None, "by": None},
+                 "batch": {"requested": argv[argv.index("--batch_size") + 1] if "--batch_size" in argv else None,
+                           "chosen": None, "by": None},
                  "warmup": {"batch_detect_s": None, "engine": None, "dynamo": None},
                  "plan_lines": [], "engine_runs": 0, "peak_gpu_mib": None, "peak_gpu_mib_decoding": None,
                  "peak_gpu_reserved_mib": None, "peak_rss_mib": None, "finished": False}
@@ -536,20 +559,45 @@ def _dynamo_counters() -> dict | None:
 
 
 # ------------------------------------------------------------------------------------- main
+def after_warmup_s(run: dict) -> float | None:
+    """A run's decoding seconds less its warm-up: lm-eval's batch probe (hf) or the engine's compiles and
+    captures (eglr-hf, captured); the per-token cost of the decoding itself."""
+    decode = run.get("decode_s")
+    if decode is None:
+        return None
+    engine = (run.get("warmup") or {}).get("engine") or {}
+    return decode - (engine.get("compile_seconds") or 0.0) - (engine.get("capture_seconds") or 0.0)
+
+
 def summarise(runs: dict) -> dict:
-    """Per run: tokens/s, wall, batch chosen, peak memory; ratios of the eglr runs to hf; same prompts or not."""
+    """Per run: tokens/s (wall, without lm-eval's probe, after every warm-up), batch chosen, peak memory;
+    each eglr run against hf at the same batch; L=4's per-token cost against L=0's and the paper's bound
+    (``flop_ratio``: 1 + rho k L/N of its own run) plus 10 %; whether all runs saw the same prompts."""
     out: dict = {}
     for run, r in runs.items():
         out[run] = {k: r.get(k) for k in ("returncode", "timed_out", "generate_s", "generated_tokens", "tokens_per_s",
                                           "tokens_per_s_decoding", "load_s", "peak_gpu_mib", "prompts")}
+        seconds = after_warmup_s(r)
+        out[run]["tokens_per_s_after_warmup"] = (r["generated_tokens"] / seconds
+                                                 if seconds and r.get("generated_tokens") else None)
         out[run]["batch_chosen"] = (r.get("batch") or {}).get("chosen")
         warmup = r.get("warmup") or {}
         out[run]["batch_detect_s"], out[run]["warmup_engine"] = warmup.get("batch_detect_s"), warmup.get("engine")
-    for key in ("tokens_per_s", "tokens_per_s_decoding"):  # decoding: without lm-eval's batch-size probe
-        hf = runs.get("hf", {}).get(key)
-        for run in ("eglr_L4", "eglr_pool"):
-            mine = runs.get(run, {}).get(key)
-            out[f"{key}_ratio[{run}/hf]"] = mine / hf if mine and hf else None
+    for key in ("tokens_per_s", "tokens_per_s_decoding", "tokens_per_s_after_warmup"):
+        for run in runs:
+            hf = hf_anchor(run, runs)
+            if run_parts(run)[0] == "hf" or hf is None:
+                continue
+            mine, theirs = out[run].get(key), out[hf].get(key)
+            out[f"{key}_ratio[{run}/{hf}]"] = mine / theirs if mine and theirs else None
+    for l4 in [run for run in runs if run_parts(run)[0] == "eglr_L4"]:
+        l0 = "eglr_L0" + l4[len("eglr_L4"):]
+        mine, base = out[l4].get("tokens_per_s_after_warmup"), out.get(l0, {}).get("tokens_per_s_after_warmup")
+        bound = ((runs[l4].get("results") or {}).get("eglr") or {}).get("stats", {}).get("flop_ratio")
+        ratio = base / mine if mine and base else None
+        out[f"per_token_ratio[{l4}/{l0}]"] = {
+            "after_warmup": ratio, "paper_bound": bound, "allowed": bound * 1.1 if bound else None,
+            "within": ratio <= bound * 1.1 if ratio and bound else None}
     shas = {r.get("prompts_sha256") for r in runs.values() if r.get("prompts_sha256")}
     out["same_prompts"] = len(shas) == 1 if len(shas) else None
     return out
@@ -559,7 +607,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="full", choices=SIZES, help="full = Qwen2.5-3B's shapes; tiny = CPU seconds")
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
-    parser.add_argument("--runs", default=",".join(RUNS), help=f"comma list of {', '.join(RUNS)}")
+    parser.add_argument("--runs", default=",".join(DEFAULT_RUNS), help=f"comma list of {', '.join(RUNS)}, each "
+                        "optionally NAME@BATCH (its --batch_size: rows or auto; default auto), e.g. hf@32")
     parser.add_argument("--limit", type=int, help="GSM8K problems (lm_eval --limit; full: 32)")
     parser.add_argument("--max_gen_toks", type=int, help="new tokens at most per rollout (full: 256)")
     parser.add_argument("--dtype", help="weights' dtype (full: bfloat16; tiny: float32)")
@@ -585,10 +634,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, help="the JSON report")
     args = parser.parse_args(argv)
     gpu_check().apply_size_defaults(args, SIZE_DEFAULTS)
-    bad = [r for r in args.runs.split(",") if r.strip() not in RUNS]
+    runs = [r.strip() for r in args.runs.split(",")]
+    bad = [r for r in runs if not RUN_SPEC.fullmatch(r) or run_parts(r)[0] not in RUNS]
     if bad or not args.runs.strip():
-        raise ValueError(f"--runs={args.runs!r}: unknown {bad or 'empty list'}; allowed: {', '.join(RUNS)}")
-    args.runs = [r.strip() for r in args.runs.split(",")]
+        raise ValueError(f"--runs={args.runs!r}: unknown {bad or 'empty list'}; allowed: {', '.join(RUNS)}, each "
+                         "optionally @BATCH (a positive number of rows, or auto)")
+    if len(set(runs)) < len(runs):
+        raise ValueError(f"--runs={args.runs!r}: a run named twice")
+    args.runs = runs
     for flag in ("limit", "max_gen_toks", "bpe_vocab", "calib_prompts", "calib_tokens"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag}={getattr(args, flag)}: must be >= 1")

@@ -90,3 +90,30 @@ def test_vllm_doc_table_quotes_its_json():
             assert float(quoted[1]) == pytest.approx(per_token(names[label]) / per_token("vL0"), abs=0.0006), label
             assert float(quoted[2]) == pytest.approx(mode["paper_bound_per_row"], abs=0.0006), label
             assert f"rho {100 * mode['rho']:.1f} %, k_bar {mode['k_bar']:.2f}" in label, label
+
+
+def _first_number(cell: str) -> float:
+    return float(re.search(r"[\d,]+\.?\d*", cell).group().replace(",", ""))
+
+
+def test_benchmarks_history_quotes_issue_57s_gpu_runs():
+    """The H200 run of issue 57: the fair-hf table and the 8B pool's ms per step are those of the committed JSON."""
+    history = ROOT / "benchmarks/HISTORY.md"
+    rows = _table_after(history, "**Item 1: a fair `hf`.**")
+    e2e = _benchmark_json("gpu_i57_h200/gpu_e2e.json")["summary"]
+    runs = ["hf@32", "hf", "eglr_L0@32", "eglr_L4@32"]  # the table's columns
+    for label, key, within in [("tokens/s, wall", "tokens_per_s", 0.051),  # quoted to 0.1, after warm-up to 1
+                               ("tokens/s after warm-up", "tokens_per_s_after_warmup", 0.51)]:
+        assert [_first_number(cell) for cell in rows[label]] == pytest.approx([e2e[r][key] for r in runs], abs=within)
+    ratio = e2e["tokens_per_s_ratio[eglr_L0@32/hf@32]"]
+    assert f"({ratio:.2f}x hf at 32)" in rows["tokens/s, wall"][2]
+    per_token = e2e["per_token_ratio[eglr_L4@32/eglr_L0@32]"]
+    text = history.read_text()
+    assert f"L=4 costs {per_token['after_warmup']:.2f}x" in text and per_token["within"] is False
+    assert f"1 + rho k L/N = {per_token['paper_bound']:.3f}" in text
+    pool = _table_after(history, "**Item 2: the 8B pool.**")
+    for column, name in enumerate(["gpu_pool_llama8b.json", "gpu_pool_llama8b_warm_all.json"]):
+        figures = _benchmark_json(f"gpu_i57_h200/{name}")["families"]["llama-3.1-8b"]["pool"]["figures"]["ms_per_step"]
+        quoted = [_first_number(pool[row][column]) for row in ("captured L=0, ms per engine step",
+                                                               "the pool L=1..10, ms per engine step")]
+        assert quoted == pytest.approx([figures["cL0c"], figures["cpoolc"]], abs=0.006)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -266,6 +267,15 @@ def test_the_pool_mode_runs_every_mode_on_the_same_prompts(gpu_check, tmp_path):
         assert modes[mode]["dynamo_graphs_late"] == 0 and modes[mode]["late_compiles"] == 0
         assert set(modes[mode]["warmup_report"]) == set(gpu_check.WARMUP_REPORT_KEYS)
     assert modes["cL0c"]["compiles"] + modes["cpoolc"]["compiles"] <= 2
+    # ms per step counts the engine's own steps (one batched forward of all running rows): the statistics count a
+    # step once per cell of its rows, so the pool's (4 spans) are fewer than its statistics' and at least what its
+    # tokens need at 4 rows a step; L=0 (one cell) counts the same in both
+    assert modes["cL0c"]["engine_steps"] == modes["cL0c"]["steps"]
+    assert math.ceil(modes["cpoolc"]["tokens"] / 4) <= modes["cpoolc"]["engine_steps"] < modes["cpoolc"]["steps"]
+    for mode in ("cL0c", "cpoolc"):
+        assert modes[mode]["ms_per_step"] == pytest.approx(1000 * modes[mode]["wall_s"] / modes[mode]["engine_steps"])
+        assert pool["figures"]["ms_per_step"][mode] == modes[mode]["ms_per_step"]
+    assert "engine_steps" not in modes["cL0"] and "ms_per_step" not in modes["generate"]  # eager, generate: no count
     figures = pool["figures"]
     assert figures["rows_equal[cL0c,cL0]"] == 1.0 and figures["rows_equal[cpoolc,cpool]"] == 1.0
     assert 0 <= figures["rows_equal[cL0c,generate]"] <= 1

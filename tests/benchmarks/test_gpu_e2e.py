@@ -160,8 +160,49 @@ def test_a_run_past_the_budget_is_killed_and_the_rest_skipped(e2e, report, tmp_p
     assert json.loads(out.read_text())["runs"]["eglr_L4"] == result["runs"]["eglr_L4"]
 
 
+def test_a_run_at_a_batch_is_that_run_with_its_batch_size(e2e, shared_data_dir, tmp_path):
+    """issue 57's call: hf and eglr-hf at batch 32 and hf at auto, in one report; eglr_L0 is eglr-hf at L=0."""
+    args = e2e.parse_args([*TINY, "--data_dir", str(shared_data_dir), "--out", str(tmp_path / "x.json"), "--runs",
+                           "hf@32,eglr_L0@32,eglr_L4@8,hf", "--hf_model_args", "max_length=4096"])
+    commands = e2e.assemble(Path("ckpt"), "5.5", args, tmp_path)
+    assert list(commands) == ["hf@32", "eglr_L0@32", "eglr_L4@8", "hf"]
+    flag = lambda argv, name: argv[argv.index(name) + 1]
+    assert [flag(c, "--batch_size") for c in commands.values()] == ["32", "32", "8", "auto"]
+    assert [flag(c, "--model_args").split(",")[2:] for c in commands.values()] == [
+        ["max_length=4096"], ["L=0", "tau_h=5.5"], ["L=4", "tau_h=5.5"], ["max_length=4096"]]
+    assert [flag(c, "--output_path") for c in commands.values()] == [str(tmp_path / run) for run in commands]
+
+
+def test_the_summary_pairs_each_run_with_hf_at_its_batch_and_l4_with_l0():
+    """After the warm-up (the engine's compiles and captures, lm-eval's probe) each eglr run is set against hf at
+    its own batch, and L=4's per-token cost against L=0's and the paper's bound (its own flop_ratio) plus 10 %."""
+    spec = importlib.util.spec_from_file_location("gpu_e2e_summary", SCRIPT)
+    e2e = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(e2e)
+    engine = lambda compile_s, capture_s: {"engine": {"compile_seconds": compile_s, "capture_seconds": capture_s}}
+    runs = {
+        "hf@32": {"generated_tokens": 100, "decode_s": 1.0, "tokens_per_s": 100.0},
+        "hf": {"generated_tokens": 100, "decode_s": 0.5, "tokens_per_s": 50.0, "warmup": {"batch_detect_s": 1.5}},
+        "eglr_L0@32": {"generated_tokens": 100, "decode_s": 2.0, "tokens_per_s": 50.0, "warmup": engine(1.5, 0.25)},
+        "eglr_L4@32": {"generated_tokens": 100, "decode_s": 1.0, "tokens_per_s": 100.0, "warmup": engine(0.5, 0.0),
+                       "results": {"eglr": {"stats": {"flop_ratio": 1.1}}}},
+    }
+    summary = e2e.summarise(runs)
+    assert summary["eglr_L0@32"]["tokens_per_s_after_warmup"] == pytest.approx(400.0)
+    assert summary["hf"]["tokens_per_s_after_warmup"] == pytest.approx(200.0)
+    assert summary["tokens_per_s_ratio[eglr_L0@32/hf@32]"] == pytest.approx(0.5)
+    assert summary["tokens_per_s_after_warmup_ratio[eglr_L0@32/hf@32]"] == pytest.approx(4.0)
+    assert summary["tokens_per_s_after_warmup_ratio[eglr_L4@32/hf@32]"] == pytest.approx(2.0)
+    assert not any("/hf]" in key for key in summary)  # hf at auto only where no hf ran at the run's batch
+    assert summary["per_token_ratio[eglr_L4@32/eglr_L0@32]"] == pytest.approx(
+        {"after_warmup": 2.0, "paper_bound": 1.1, "allowed": 1.21, "within": False})
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--runs", "hf,vllm"], "--runs='hf,vllm'"),
+    (["--runs", "hf@0"], "--runs='hf@0'"),
+    (["--runs", "eglr_L4@many"], "--runs='eglr_L4@many'"),
+    (["--runs", "hf@32,hf@32"], "a run named twice"),
     (["--limit", "0"], "--limit=0"),
     (["--dtype", "int8"], "--dtype='int8'"),
     (["--tau_h", "high"], "--tau_h='high'"),
