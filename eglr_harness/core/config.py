@@ -39,9 +39,7 @@ class SettingRule:
     def accepts(self, value) -> bool:
         if isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float)):
             return False
-        if isinstance(value, float) and not math.isfinite(value):  # inf, 1e309 and NaN: never a setting
-            return False
-        return abs(value) <= HUGE and self.ok(value)
+        return abs(value) <= HUGE and self.ok(value)  # inf (1e309) and NaN are never within HUGE
 
 
 @dataclass(frozen=True)

@@ -68,17 +68,14 @@ def as_int(name: str, value, allowed: str) -> int:
 
 
 def as_float(name: str, value, allowed: str) -> float:
-    """A real model arg: a number or its text; "abc", and "inf" or "1e309" (no setting is infinite), are refused
-    naming the argument as written."""
+    """A real model arg: a number or its text; "abc" (or an int too big for a float) is refused naming the argument.
+    Its range, finite included, is the setting's own rule (``core/config.SETTING_RULES``)."""
     try:
         if isinstance(value, bool):
             raise ValueError
-        number = float(value)
+        return float(value)
     except (TypeError, ValueError, OverflowError):
-        number = math.nan
-    if not math.isfinite(number):
-        raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {allowed}.")
-    return number
+        raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {allowed}.") from None
 
 
 @dataclass(frozen=True)
