@@ -178,3 +178,20 @@ def test_sweep_over_a_damaged_finished_run_is_one_line(tmp_path, capsys):
                       executor=lambda *a: None)
     line = _one_error(capsys)
     assert code == 2 and f"{results}:" in line and "`config.eglr.stats.total.gated_tokens` is '159'" in line, line
+
+
+# ---------------------------------------------------------------------------------------------- 14, 2 (the sweep's plan)
+
+def test_a_rule_named_twice_in_two_cases_is_planned_once(tmp_path):
+    from eglr_harness.leaderboard.sweep import parse_axis, plan_sweep
+
+    axis = parse_axis("stop=latent,LATENT")
+    assert axis == ("stop", ("latent",))
+    points = plan_sweep("model_config=smollm2-135m-instruct,L=4", "eglr_demo", [axis], tmp_path)
+    assert [p.name for p in points] == ["default", "stop_latent"]
+
+
+def test_an_infinite_threshold_is_never_the_same_as_the_default():
+    from eglr_harness.leaderboard.sweep import _same
+
+    assert not _same(float("inf"), 5e-4) and not _same(5e-4, float("inf")) and _same(5e-4, 5e-4 * (1 + 1e-12))
