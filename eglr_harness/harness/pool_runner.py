@@ -168,7 +168,8 @@ class PoolRunner:
             max_tokens = max(int(jobs[i].gen_kwargs.get("max_gen_toks", self.max_gen_toks)) for i in mine)
             logger.info("eglr-hf plan, task %s: %s, %d distinct (deterministic cells once), %d stored, %d to decode, "
                         "at most %d new tokens each, batch %s, engine %s; %s",
-                        task, pool_size_text(len({jobs[i].doc_id for i in mine}), [c.label for c in cells], len(mine)),
+                        task, pool_size_text(len({jobs[i].doc_id for i in mine}), [c.label for c in cells], len(mine),
+                                             range(self.settings.base.seed, self.settings.base.seed + self.settings.seeds)),
                         distinct, stored, distinct - stored, max_tokens, self.batch_size, engine,
                         self.tau_h_said(task, cells))
 
@@ -234,11 +235,14 @@ class PoolRunner:
         return [e for outcome in done.outcomes if outcome is not None for e in outcome.entropies]
 
 
-def pool_size_text(problems: int, cells: list[str], rollouts: int) -> str:
+def pool_size_text(problems: int, cells: list[str], rollouts: int, seeds: range = range(1)) -> str:
     """``"6 problems x 10 repeats (4 cells, each run 2-3 times: L=1,T=0.0, ...) = 60 rollouts"``: the product
     that gives the rollouts, so that a pool smaller than the task's repeats (cells cycled) does not read as
-    a miscount; ``"4 problems x 2 cells (L=1,T=0.0, L=2,T=0.0) = 8 rollouts"`` when each cell runs once."""
+    a miscount; ``"4 problems x 2 cells (L=1,T=0.0, L=2,T=0.0) = 8 rollouts"`` when each cell runs once.
+    ``seeds``: the seeds the pool repeats under (``seeds=`` model arg), said when there are several."""
     shown = ", ".join(cells[:4]) + (", ..." if len(cells) > 4 else "")
+    if len(seeds) > 1:
+        shown += f"; the pool under seeds {seeds[0]}..{seeds[-1]} (seeds={len(seeds)})"
     if problems == 0 or rollouts == problems * len(cells):
         return f"{problems} problems x {len(cells)} cells ({shown}) = {rollouts} rollouts"
     repeats = rollouts / problems
