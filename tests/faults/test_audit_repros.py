@@ -195,3 +195,23 @@ def test_an_infinite_threshold_is_never_the_same_as_the_default():
     from eglr_harness.leaderboard.sweep import _same
 
     assert not _same(float("inf"), 5e-4) and not _same(5e-4, float("inf")) and _same(5e-4, 5e-4 * (1 + 1e-12))
+
+
+# ---------------------------------------------------------------------------------------------- 10
+
+def test_score_interrupted_after_some_files_says_what_it_stored(tmp_path, capsys, monkeypatch):
+    from eglr_harness.commands import score
+
+    runs = _copy(tmp_path, "default", "stop_latent_0.03")
+    real, calls = score.rescore_file, []
+
+    def second_interrupted(path, out):
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(path, out)
+
+    monkeypatch.setattr(score, "rescore_file", second_interrupted)
+    code = score.main([*map(str, runs), "--output_path", str(tmp_path / "scored")])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 130 and "stored: 1 scored samples files in" in line and "nothing was stored" not in line, line
