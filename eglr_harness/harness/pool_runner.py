@@ -169,9 +169,13 @@ class PoolRunner:
             logger.info("eglr-hf plan, task %s: %s, %d distinct (deterministic cells once), %d stored, %d to decode, "
                         "at most %d new tokens each, batch %s, engine %s; %s",
                         task, pool_size_text(len({jobs[i].doc_id for i in mine}), [c.label for c in cells], len(mine),
-                                             range(self.settings.base.seed, self.settings.base.seed + self.settings.seeds)),
+                                             self.seed_range()),
                         distinct, stored, distinct - stored, max_tokens, self.batch_size, engine,
                         self.tau_h_said(task, cells))
+
+    def seed_range(self) -> range:
+        """The seeds the pool repeats under: the base seed and the ``seeds - 1`` after it."""
+        return range(self.settings.base.seed, self.settings.base.seed + self.settings.seeds)
 
     def tau_h_said(self, task, cells) -> str:
         """The plan line's tau_h part: where the task's tau_h came from."""

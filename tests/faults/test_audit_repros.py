@@ -180,7 +180,7 @@ def test_sweep_over_a_damaged_finished_run_is_one_line(tmp_path, capsys):
     assert code == 2 and f"{results}:" in line and "`config.eglr.stats.total.gated_tokens` is '159'" in line, line
 
 
-# ---------------------------------------------------------------------------------------------- 14, 2 (the sweep's plan)
+# ---------------------------------------------------------------------------------------------- 14, 2 (sweep plans)
 
 def test_a_rule_named_twice_in_two_cases_is_planned_once(tmp_path):
     from eglr_harness.leaderboard.sweep import parse_axis, plan_sweep
