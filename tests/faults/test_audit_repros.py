@@ -235,3 +235,32 @@ def test_convert_gguf_refuses_an_empty_or_missing_source_in_one_line(tmp_path, f
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines() == [f"convert_gguf.py: error: {message}"] or message in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists(), done.stderr
+
+
+# ---------------------------------------------------------------------------------------------- 12
+
+def test_a_signal_between_the_reports_renames_leaves_the_whole_new_report(tmp_path, capsys, monkeypatch):
+    """Ctrl-C after the first of the report's renames left 3 new files beside 23 old ones, under a line that said
+    "no output is left half-written". The renames finish, then the interrupt ends the command."""
+    import os
+    import signal
+
+    from eglr_harness.analysis import report
+
+    runs = _copy(tmp_path, "default", "stop_latent_0.03")
+    out = tmp_path / "report"
+    assert report_main([*map(str, runs), "--out", str(out), "--sections", "runs,rules"]) == 0
+    old = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    real, renamed = os.replace, []
+
+    def replace_then_signal(src, dst):  # os.replace everywhere: signal after the first rename into the report folder
+        real(src, dst)
+        if Path(dst).parent == out:
+            renamed.append(dst)
+            if len(renamed) == 1:
+                os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(report.os, "replace", replace_then_signal)
+    code = report_main([*map(str, runs), "--out", str(out), "--sections", "runs,rules"])
+    assert code == 130 and "interrupted (SIGINT)" in capsys.readouterr().err
+    assert len(renamed) == len(old) and all(p.stat().st_mtime_ns != old[p.name] for p in out.iterdir())
