@@ -45,7 +45,7 @@ def _numbered_rows(path: Path) -> list[tuple[int, dict]]:
         raise FileNotFoundError(
             f"{path}: no such file. {DATA_DIR_ENV} must point at a folder laid out as "
             f"<folder>/<benchmark>/test.jsonl for benchmarks {', '.join(BENCHMARKS)} "
-            f"(like ../shared/data); unset {DATA_DIR_ENV} to download from the hub instead."
+            f"(each a JSON line per problem); unset {DATA_DIR_ENV} to download from the hub instead."
         )
     rows = list(iter_jsonl(path, "one JSON object (a problem) per line"))
     if not rows:

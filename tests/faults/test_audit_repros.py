@@ -264,3 +264,14 @@ def test_a_signal_between_the_reports_renames_leaves_the_whole_new_report(tmp_pa
     code = report_main([*map(str, runs), "--out", str(out), "--sections", "runs,rules"])
     assert code == 130 and "interrupted (SIGINT)" in capsys.readouterr().err
     assert len(renamed) == len(old) and all(p.stat().st_mtime_ns != old[p.name] for p in out.iterdir())
+
+
+# ---------------------------------------------------------------------------------------------- 20 (Low)
+
+def test_a_missing_data_file_names_no_folder_the_user_does_not_have(tmp_path):
+    """The refusal named "../shared/data", a folder of the project's machines, not of a user's."""
+    from eglr_harness.data.loading import load_problems
+
+    with pytest.raises(FileNotFoundError) as info:
+        load_problems("gsm8k", data_dir=tmp_path)
+    assert f"{tmp_path}/gsm8k/test.jsonl: no such file" in str(info.value) and "shared" not in str(info.value)
