@@ -275,3 +275,15 @@ def test_a_missing_data_file_names_no_folder_the_user_does_not_have(tmp_path):
     with pytest.raises(FileNotFoundError) as info:
         load_problems("gsm8k", data_dir=tmp_path)
     assert f"{tmp_path}/gsm8k/test.jsonl: no such file" in str(info.value) and "shared" not in str(info.value)
+
+
+def test_loading_a_benchmark_is_said_once(tmp_path, caplog):
+    """"eglr: loading gsm8k" was logged 5 times in one run (preflight, then each reader of the task)."""
+    from eglr_harness.data.loading import load_problems
+
+    (tmp_path / "gsm8k").mkdir()
+    (tmp_path / "gsm8k" / "test.jsonl").write_text('{"question": "1 + 1?", "answer": "#### 2"}\n', encoding="utf-8")
+    with caplog.at_level("INFO", logger="eglr_harness.data.loading"):
+        for _ in range(3):
+            load_problems("gsm8k", data_dir=tmp_path)
+    assert [r.getMessage() for r in caplog.records].count(f"eglr: loading gsm8k from {tmp_path}/gsm8k/test.jsonl") == 1
