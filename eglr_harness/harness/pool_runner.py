@@ -47,6 +47,7 @@ class PoolRunner:
                  model_name: str, generation_config=None, max_gen_toks: int, batch_size, head_layers: float = 0.0):
         self.args, self.settings, self.decoder, self.gather = args, args.settings, decoder, gather
         self.num_layers, self.rank, self.model_name = num_layers, rank, model_name
+        self.label = "eglr-vllm" if args.engine == "vllm" else "eglr-hf"  # the model, in the plan line and the bar
         self.generation_config, self.max_gen_toks, self.batch_size = generation_config, max_gen_toks, batch_size
         self.head_layers = head_layers  # one LM-head projection in decoder layers (ModelParts.head_layers)
         self.accounts = RunAccounts(num_layers, head_layers)
@@ -68,7 +69,7 @@ class PoolRunner:
         keys = [self.decoder.key(*item) for item in items]
         self.log_plan(jobs, keys, [spec for _, spec in items])
         done = self.decoder.decode(items, stats_for=lambda config: self.accounts.stats_for(Cell(config.L, config.T)),
-                                   desc="eglr-hf generation", disable_tqdm=disable_tqdm, keys=keys)
+                                   desc=f"{self.label} generation", disable_tqdm=disable_tqdm, keys=keys)
         self.accounts.reused.update(spec.cell for spec in done.reused)
         self.gathered_accounts = self.accounts.gathered(self.gather)
         for r, j in zip(done.records, jobs):
@@ -166,8 +167,8 @@ class PoolRunner:
             engine = ", ".join(f"{name} for {n}" for name, n in sorted(routed.items())) if len(routed) > 1 \
                 else next(iter(routed), "none (all stored)")
             max_tokens = max(int(jobs[i].gen_kwargs.get("max_gen_toks", self.max_gen_toks)) for i in mine)
-            logger.info("eglr-hf plan, task %s: %s, %d distinct (deterministic cells once), %d stored, %d to decode, "
-                        "at most %d new tokens each, batch %s, engine %s; %s",
+            logger.info("%s plan, task %s: %s, %d distinct (deterministic cells once), %d stored, %d to decode, "
+                        "at most %d new tokens each, batch %s, engine %s; %s", self.label,
                         task, pool_size_text(len({jobs[i].doc_id for i in mine}), [c.label for c in cells], len(mine),
                                              self.seed_range()),
                         distinct, stored, distinct - stored, max_tokens, self.batch_size, engine,
@@ -235,7 +236,7 @@ class PoolRunner:
         done = self.decoder.decode([(p, greedy) for p in prompts], reuse=False, calibration=True,
                                    disable_tqdm=disable_tqdm,
                                    stats_for=lambda _config: self.accounts.calibration_for(task),
-                                   desc=f"eglr-hf tau_h calibration ({len(prompts)} greedy prompts)")
+                                   desc=f"{self.label} tau_h calibration ({len(prompts)} greedy prompts)")
         return [e for outcome in done.outcomes if outcome is not None for e in outcome.entropies]
 
 
