@@ -30,6 +30,7 @@ from eglr_harness.analysis.sections.section import (  # the registry (sections/s
     register_section,
 )
 from eglr_harness.core.errors import OutputError
+from eglr_harness.core.interrupt import held_interrupts
 from eglr_harness.core.outputs import atomic_write_text, remedy
 
 __all__ = [
@@ -103,8 +104,9 @@ def write_report(ctx: ReportContext, out_dir: Path) -> Path:
                 write_csv(staging / table.file, table.header, table.rows)
             figs.update(section.figures(ctx, ctx.results[name], staging))
         atomic_write_text(staging / "report.md", render_markdown(ctx, figs))
-        for made in sorted(staging.iterdir(), key=lambda p: p.name == "report.md"):  # report.md last
-            os.replace(made, out / made.name)
+        with held_interrupts():  # a signal between two renames left 3 new files beside 23 old ones
+            for made in sorted(staging.iterdir(), key=lambda p: p.name == "report.md"):  # report.md last
+                os.replace(made, out / made.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     logger.info("report written to %s", out)

@@ -77,14 +77,15 @@ def _main(argv: list[str] | None = None) -> int:
             raise ValueError(f"`--calib_limit`={args.calib_limit} is not allowed; allowed: an int >= 1 (prompts per "
                              f"task; default {DEFAULT_CALIB_LIMIT}).")
         _check_tasks([t.strip() for t in args.tasks.split(",") if t.strip()], args.tasks)
-        from eglr_harness.data.loading import check_local_data  # noqa: PLC0415
-
-        check_local_data([t.strip() for t in args.tasks.split(",") if t.strip()])  # data that cannot be had: now
         if not args.no_write:
             if target.is_dir():  # found only when the whole calibration was done
                 raise ValueError(f"`--out`={str(target)!r} is a folder; allowed: the preset YAML file to write "
                                  "(created if missing, its comments kept if it exists).")
             check_writable(target.parent, "--out")
+        from eglr_harness.data.loading import check_local_data  # noqa: PLC0415
+
+        # data that cannot be had: now, after what was typed (a fresh clone without data meets its --out first)
+        check_local_data([t.strip() for t in args.tasks.split(",") if t.strip()])
     except (ValueError, OutputError) as err:
         print(f"eglr-calibrate: error: {err}", file=sys.stderr)
         return 2

@@ -97,7 +97,13 @@ def _main(argv=None) -> None:
             groups.append(run_group(name, rollout, args, problems, first_policy if i == 0 else _policy(model_args)))
         unfinished = None
     finally:  # a partial run keeps the summary of the groups that finished
-        _write_summary(args, argv, groups, problems, unfinished)
+        try:
+            _write_summary(args, argv, groups, problems, unfinished)
+        except UserError as err:
+            if unfinished is None:
+                raise
+            # the group's own error is the one to see: a summary that cannot be written never hides it
+            logger.error("%s (group %s stopped with the error below)", err, unfinished)
 
 
 def _checked(args, task_problems) -> tuple[dict, dict[str, EglrRollout], list[dict]]:
@@ -123,6 +129,10 @@ def _checked(args, task_problems) -> tuple[dict, dict[str, EglrRollout], list[di
                                          batch_size=args.batch_size, **eglr)
         except ValueError as err:
             raise ValueError(f"`--group`={text!r}: {err}") from None
+        if len(rollouts[name].cells) < 2:  # TRL refuses it, but only once the policy has loaded (minutes)
+            raise ValueError(f"`--group`={text!r}: the pool has {len(rollouts[name].cells)} cell (one completion per "
+                             "problem); allowed: a pool of at least 2 cells (GRPO's advantage compares the completions "
+                             "of a group: TRL's num_generations >= 2).")
     # the model args as eglr-hf checks them, and every group's L against the layers its config declares:
     # before the policy loads (`--group a:L=99` loaded the policy first)
     from eglr_harness.harness.preflight import check_run_args  # noqa: PLC0415
@@ -152,6 +162,7 @@ def _write_summary(args, argv, groups: list[dict], problems: list[dict], unfinis
         settings["unfinished"] = (f"group {unfinished} stopped with an error (see the log); the groups after it "
                                   "did not run")
     command = "eglr-grpo " + " ".join(_quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    Path(args.output_dir).mkdir(parents=True, exist_ok=True)  # check_writable leaves no folder it made
     atomic_write_text(Path(args.output_dir) / "summary.md", summary_markdown(groups, command, settings))
     logger.info("wrote %s", Path(args.output_dir) / "summary.md")
 

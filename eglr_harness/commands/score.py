@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from eglr_harness.core.errors import OutputError
-from eglr_harness.core.interrupt import run_interruptible
+from eglr_harness.core.interrupt import note_stored, run_interruptible
 from eglr_harness.core.outputs import check_writable, refuse_writing_into
 from eglr_harness.harness.rescore import rescore_file, samples_files
 
@@ -40,6 +40,7 @@ def _main(argv: list[str] | None = None) -> int:
         except (ValueError, OutputError) as err:
             print(f"eglr-score: error: {err}", file=sys.stderr)
             return 2
+        note_stored(f"scored samples files in {args.output_path}", [str(path)])  # an interrupt after it says so
         print(f"{task} ({path.name})")
         for key, value in metrics.items():
             print(f"  {key:<24} {value:.4f}" if isinstance(value, float) else f"  {key:<24} {value}")

@@ -76,6 +76,17 @@ def _main(argv: Sequence[str] | None, executor: Executor) -> int:
     except ValueError as err:
         print(f"eglr-sweep: error: {err}", file=sys.stderr)
         return 2
+    try:
+        return _run_points(args, opts, points, bool(rules), tasks[0], executor)
+    except ValueError as err:  # a finished point's files that are not allowed (FileFormatError: FILE:LINE)
+        print(f"eglr-sweep: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _run_points(args: argparse.Namespace, opts: LeaderboardOptions, points: list, rules: bool, task: str,
+                executor: Executor) -> int:
+    """Run the unfinished points (or print them with --dry_run), then the report: 0 when every point finished, 1
+    otherwise."""
     failed = []
     for p in points:
         argv_run = build_command(p.run, opts)
@@ -103,7 +114,7 @@ def _main(argv: Sequence[str] | None, executor: Executor) -> int:
         from eglr_harness.analysis.report import build_report  # noqa: PLC0415
 
         sections = ("runs", "ablation", "rules") if rules else ("runs", "ablation")
-        out = build_report(done, Path(args.output_dir) / "report", task=tasks[0], sections=sections)
+        out = build_report(done, Path(args.output_dir) / "report", task=task, sections=sections)
         print(out / "report.md")
     return 0
 

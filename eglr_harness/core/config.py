@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from eglr_harness.core.cell import Cell
@@ -16,6 +17,29 @@ DEFAULT_TOP_P = 1.0
 DEFAULT_SEED = 1333
 DEFAULT_L = 4  # the paper's ablation setting; tasks and presets usually name their own
 TAU_H_CAP = 2.5  # nats: the calibrated threshold never exceeds this
+# the largest magnitude of a number a run records (a setting, a count, a figure): every int up to it is exact as
+# a float, so readers sum and divide them exactly. eglr-hf accepts no setting beyond it and every reader
+# (core/run_format.py) refuses one, so that whatever a run was made with, its files can be read.
+HUGE = 2**53
+
+
+@dataclass(frozen=True)
+class SettingRule:
+    """How one number setting is checked, the same by eglr-hf before the load (:class:`EglrConfig`) and by
+    every reader of a run's ``config.eglr.settings`` (``core/run_format.NUMERIC_SETTINGS``).
+
+    integer: an int (never a bool, a float or a string); else an int or a float. ok: the range, on a number
+    already known to be finite and within +/-``HUGE``. allowed: the range, as an error message says it.
+    """
+
+    integer: bool
+    ok: Callable[[float], bool]
+    allowed: str
+
+    def accepts(self, value) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float)):
+            return False
+        return abs(value) <= HUGE and self.ok(value)  # inf (1e309) and NaN are never within HUGE
 
 
 @dataclass(frozen=True)
@@ -44,20 +68,36 @@ class StopRule:
     hits_needed: int = 1
     first_hit: int = 1
 
-    def accepts(self, value: float) -> bool:
-        return 0.0 <= value <= 1.0 if self.name == "margin" else value >= 0.0
+    @property
+    def setting(self) -> SettingRule:
+        """The threshold's check (:class:`SettingRule`): finite, in its range."""
+        return SettingRule(False, (lambda v: 0.0 <= v <= 1.0) if self.name == "margin" else (lambda v: v >= 0.0),
+                           self.allowed)
 
 
 DEFAULT_STOP = "kl"  # the paper's rule
 STOP_RULES = {rule.name: rule for rule in (
-    StopRule("kl", "tau_kl", DEFAULT_TAU_KL, "a float >= 0"),
-    StopRule("latent", "tau_latent", 0.03, "a float >= 0", head_per_iteration=False),
-    StopRule("accel", "tau_accel", 0.03, "a float >= 0", head_per_iteration=False, hits_needed=2, first_hit=2),
+    StopRule("kl", "tau_kl", DEFAULT_TAU_KL, "a finite float in [0, 2**53]"),
+    StopRule("latent", "tau_latent", 0.03, "a finite float in [0, 2**53]", head_per_iteration=False),
+    StopRule("accel", "tau_accel", 0.03, "a finite float in [0, 2**53]", head_per_iteration=False, hits_needed=2,
+             first_hit=2),
     StopRule("margin", "tau_margin", 0.5, "a float in [0, 1]", exits_above=True),
-    StopRule("entropy", "tau_entropy", 1e-3, "a float >= 0 nats"),
+    StopRule("entropy", "tau_entropy", 1e-3, "a finite float in [0, 2**53] nats"),
 )}
 # the thresholds of the rules other than the paper's, as EglrConfig fields and model args
 STOP_THRESHOLD_ARGS = tuple(rule.threshold_arg for rule in STOP_RULES.values() if rule.name != DEFAULT_STOP)
+
+# the number settings of a run (EglrConfig's fields but L, T and tau_h, which have their own checks) -> their rule:
+# the one table eglr-hf checks them by and the readers read ``config.eglr.settings`` by
+SETTING_RULES: dict[str, SettingRule] = {
+    "alpha": SettingRule(False, lambda v: 0.0 <= v <= 1.0, "a float in [0, 1]"),
+    "k_max": SettingRule(True, lambda v: v >= 1, "an int in [1, 2**53]"),
+    "top_k": SettingRule(True, lambda v: v >= 0, "an int in [0, 2**53] (0 disables top-k)"),
+    "top_p": SettingRule(False, lambda v: 0.0 < v <= 1.0, "a float in (0, 1]"),
+    "seed": SettingRule(True, lambda v: True, "an int in [-2**53, 2**53] (every seed of the run, seed + seeds - 1 "
+                                              "included)"),
+    **{rule.threshold_arg: rule.setting for rule in STOP_RULES.values()},
+}
 
 
 def check_stop(value) -> str:
@@ -127,17 +167,11 @@ class EglrConfig:
     def __post_init__(self) -> None:
         _check_int("L", self.L, lo=0, allowed="0..N (N = the model's decoder layer count)")
         Cell.of(self.L, self.T)  # the one check of a cell's (L, T)
-        _check_real("alpha", self.alpha, allowed="[0, 1]", ok=lambda v: 0.0 <= v <= 1.0)
-        _check_int("k_max", self.k_max, lo=1, allowed="an int >= 1")
-        _check_real("tau_kl", self.tau_kl, allowed="tau_kl >= 0", ok=lambda v: v >= 0)
         check_tau_h(self.tau_h)
-        _check_int("top_k", self.top_k, lo=0, allowed="an int >= 0 (0 disables top-k)")
-        _check_real("top_p", self.top_p, allowed="(0, 1]", ok=lambda v: 0.0 < v <= 1.0)
-        _check_int("seed", self.seed, lo=None, allowed="an int")
         if self.stop not in STOP_RULES:
             check_stop(self.stop)
-        for rule in STOP_RULES.values():
-            _check_real(rule.threshold_arg, getattr(self, rule.threshold_arg), allowed=rule.allowed, ok=rule.accepts)
+        for name in SETTING_RULES:
+            check_setting_value(name, getattr(self, name))
 
     @property
     def stop_rule(self) -> StopRule:
@@ -188,17 +222,21 @@ def _check_int(name: str, value, *, lo, allowed: str) -> None:
         raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {allowed}.")
 
 
-def _check_real(name: str, value, *, allowed: str, ok) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not ok(float(value)):
-        raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {allowed}.")
+def check_setting_value(name: str, value) -> None:
+    """``value`` of the setting ``name`` against :data:`SETTING_RULES`; one line naming the value otherwise."""
+    rule = SETTING_RULES[name]
+    if not rule.accepts(value):
+        raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {rule.allowed}.")
 
 
-TAU_H_ALLOWED = "a float >= 0 nats, 'inf', or 'auto'"
+TAU_H_ALLOWED = "a float in [0, 2**53] nats, 'inf', or 'auto'"
 
 
 def check_tau_h(value) -> float:
-    """The one check of a concrete tau_h (nats): a real >= 0, ``inf`` allowed; one line naming the value."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
+    """The one check of a concrete tau_h (nats): a real in [0, 2**53], ``inf`` allowed (no gate); one line naming
+    the value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0 or (
+            value != math.inf and value > HUGE):
         raise ValueError(f"`tau_h`={value!r} is not allowed; allowed: {TAU_H_ALLOWED}.")
     return float(value)
 

@@ -14,15 +14,16 @@ A leaf: standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
-__all__ = ["QUIET_ENV", "Terminated", "interrupted_line", "note_stored", "print_interrupted", "run_interruptible",
-           "sigterm_as_interrupt"]
+__all__ = ["QUIET_ENV", "Terminated", "held_interrupts", "interrupted_line", "note_stored", "print_interrupted",
+           "run_interruptible", "sigterm_as_interrupt"]
 
 QUIET_ENV = "EGLR_INTERRUPT_QUIET"  # set in a child whose parent prints the interrupt line
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143  # 128 + the signal number, as a shell reports them
@@ -86,6 +87,26 @@ def print_interrupted(prog: str, err: BaseException, argv: Sequence[str] | None 
 
 def _raise_terminated(signum, frame):
     raise Terminated()
+
+
+@contextlib.contextmanager
+def held_interrupts() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block ends, then raise the first (KeyboardInterrupt, :class:`Terminated`):
+    for a few steps that must all happen or none (a report's renames into place). Outside the main thread
+    (where no signal arrives) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: caught.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if caught:
+        raise Terminated() if caught[0] == signal.SIGTERM else KeyboardInterrupt()
 
 
 def sigterm_as_interrupt() -> None:

@@ -133,13 +133,21 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 def refuse_writing_into(targets: Iterable[str | Path], inputs: Iterable[str | Path], what: str) -> None:
     """Raise :class:`OutputError` when a path a command would write (``targets``) is, or lies inside,
     one of its ``inputs`` (run folders or files), with links resolved: a command never writes over or
-    into what it reads. ``what`` names the argument (``--out``). Call it before anything is loaded."""
-    roots = [(Path(p), Path(p).expanduser().resolve()) for p in inputs]
+    into what it reads. ``what`` names the argument (``--out``). Call it before anything is loaded.
+
+    An input that is a file (a run named by its ``results_*.json``) stands for the folder that holds it: the
+    command reads the files beside it too (the run's samples), so none of them is written over."""
+    roots = []
+    for given in inputs:
+        root = Path(given).expanduser().resolve()
+        roots.append((str(given), root.parent, True) if root.is_file() else (str(given), root, False))
     for target in targets:
         resolved = Path(target).expanduser().resolve()
-        for given, root in roots:
+        for given, root, a_file in roots:
             if resolved == root or root in resolved.parents:
                 inside = "is" if resolved == root else "lies inside"
-                raise OutputError(f"{what}={str(target)!r} {inside} the input {str(given)!r}"
+                of = f"the folder of the input {given!r} (the run's files beside it)" if a_file else \
+                    f"the input {given!r}"
+                raise OutputError(f"{what}={str(target)!r} {inside} {of}"
                                   f"{'' if resolved == Path(target).absolute() else f' (as {resolved})'}: the command "
                                   "never writes over or into what it reads; allowed: a path outside every input.")

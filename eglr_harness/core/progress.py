@@ -48,7 +48,8 @@ class RolloutProgress:
         from tqdm import tqdm  # noqa: PLC0415 -- only where a bar is shown
 
         self.rollouts, self.finished_rollouts = len(budgets), 0
-        self.bar = tqdm(total=sum(budgets), desc=desc, disable=disable, unit="tok", unit_scale=True,
+        # whole tokens (unit_scale printed "4.00/4.10k": a count is an int)
+        self.bar = tqdm(total=sum(budgets), desc=desc, disable=disable, unit="tok",
                         file=file)
         self._postfix()
 

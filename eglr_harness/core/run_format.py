@@ -12,19 +12,24 @@ untouched (a newer writer's fields).
 optional but ``correct``; a later writer's field is one more entry (say ``ROLLOUT_FIELDS["verifier"]
 = FieldRule(_optional(_number), "a number or null")``), checked wherever a rollout is read.
 
-A leaf: it imports only :mod:`eglr_harness.core.jsonl`, :mod:`eglr_harness.core.cell` and the errors.
+A leaf: it imports only :mod:`eglr_harness.core.jsonl`, :mod:`eglr_harness.core.cell`, the errors and
+:mod:`eglr_harness.core.config`, whose :data:`~eglr_harness.core.config.SETTING_RULES` eglr-hf checks the settings
+by before the load: the readers read them by the same table, so whatever a run was made with can be read back.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from eglr_harness.core.cell import Cell
+from eglr_harness.core.config import HUGE, SETTING_RULES, STOP_RULES
+from eglr_harness.core.specs import MAX_AXIS_VALUES
 from eglr_harness.core.errors import FileFormatError
 from eglr_harness.core.jsonl import iter_jsonl
 
@@ -37,9 +42,8 @@ SAMPLE_LINE = "one lm-eval sample (a JSON object) per line"
 CONTRACT = "docs/run-format.md"
 
 
-# the largest count or figure a run can hold: every int up to it is exact as a float, so sums and ratios
-# of figures stay finite and exact (a bigger one is a corrupt or hand-made file)
-HUGE = 2**53
+# HUGE (core/config.py), the largest count, figure or setting a run can hold: every int up to it is exact as a
+# float, so sums and ratios of figures stay finite and exact (a bigger one is a corrupt or hand-made file)
 LOGPROB_SLACK = 1e-6  # a log-probability is <= 0; float rounding of log_softmax may leave a hair above
 
 
@@ -104,8 +108,8 @@ ROLLOUT_FIELDS: dict[str, FieldRule] = {
     "signals": FieldRule(_signals, "null or a dict of finite numbers (or nulls), `mean_logprob` <= 0; "
                                    "eglr_harness/core/signals.py"),
     "engine": FieldRule(lambda v: v in (None, "continuous", "hf"), "'continuous', 'hf' or null"),
-    "seed": FieldRule(lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and abs(v) <= HUGE),
-                      "an int (the seed the rollout's repeat of the pool ran under, `seeds=`) or null"),
+    "seed": FieldRule(_optional(SETTING_RULES["seed"].accepts), f"{SETTING_RULES['seed'].allowed}: the seed the "
+                      "rollout's repeat of the pool ran under (`seeds=`), or null"),
     "verifier_scores": FieldRule(_optional(_verifier_scores), "spec -> {steps: [numbers], last, min, prod: finite "
                                  "numbers}, as eglr-verify writes it (docs/verifiers.md), or null"),
 }
@@ -260,12 +264,16 @@ def _dict_or_none(v) -> bool:
     return v is None or isinstance(v, dict)
 
 
-# settings the readers use as numbers (the ablation's axes, the export's columns)
-NUMERIC_SETTINGS = ("alpha", "k_max", "tau_kl", "top_k", "top_p", "seed")
-
-
-def _settings(v) -> bool:
-    return v is None or (isinstance(v, dict) and all(v.get(k) is None or _finite(v[k]) for k in NUMERIC_SETTINGS))
+# setting of config.eglr.settings -> rule: the numbers by eglr-hf's own table (core/config.SETTING_RULES: the
+# same limits as before the load), the exit rule by name, `seeds` as the model arg allows it; absent or null: not
+# recorded (older runs); keys not declared here are kept and passed on
+NUMERIC_SETTINGS: dict[str, FieldRule] = {name: FieldRule(rule.accepts, rule.allowed)
+                                          for name, rule in SETTING_RULES.items()}
+SETTING_FIELDS: dict[str, FieldRule] = {
+    **NUMERIC_SETTINGS,
+    "stop": FieldRule(lambda v: isinstance(v, str) and v in STOP_RULES, f"one of {', '.join(STOP_RULES)}"),
+    "seeds": FieldRule(lambda v: _count(v) and 1 <= v <= MAX_AXIS_VALUES, f"an int in 1..{MAX_AXIS_VALUES}"),
+}
 
 
 def _tau_h(v) -> bool:
@@ -278,7 +286,8 @@ def _tau_h(v) -> bool:
 # key of config.eglr -> rule (docs/run-format.md, "Results JSON"); absent keys are fine (older runs)
 EGLR_FIELDS: dict[str, FieldRule] = {
     "num_layers": FieldRule(_optional(_count), "an int >= 0 or null"),
-    "settings": FieldRule(_settings, f"a dict whose {', '.join(NUMERIC_SETTINGS)} are finite numbers (or null)"),
+    "settings": FieldRule(_dict_or_none, f"a dict of the settings ({', '.join(SETTING_FIELDS)}), each as "
+                                         f"{__name__}.SETTING_FIELDS says"),
     "tau_h": FieldRule(_tau_h, "a dict task -> tau_h (a number >= 0, or null), or one such number (older runs)"),
     "stats": FieldRule(_dict_or_none, "a dict with `total` and `cells`"),
     "engines": FieldRule(_dict_or_none, "a dict task -> {cell: engine}"),
@@ -309,8 +318,8 @@ _FIGURE = "a finite number in [0, 2**53]"
 
 def _hist(v) -> bool:
     """``{str(k*): count}`` with k* an int >= 1 written as a string and the count an int >= 0."""
-    return isinstance(v, dict) and all(isinstance(k, str) and k.isdigit() and int(k) >= 1 and _count(x)
-                                       for k, x in v.items())
+    return isinstance(v, dict) and all(isinstance(k, str) and re.fullmatch(r"[0-9]+", k) and int(k) >= 1
+                                       and _count(x) for k, x in v.items())  # not isdigit(): "²" is a digit
 
 
 # figure of config.eglr.stats.total / .cells[label] / .calibration[task].compute -> rule (docs/run-format.md);
@@ -325,6 +334,9 @@ STATS_FIGURES: dict[str, FieldRule] = {
     "batched_flop_ratio": FieldRule(_ratio, "a number in [1, 2**53]"),
     "steps": FieldRule(_int_count, _COUNT),
     "p_step_gated": FieldRule(_share, "a finite number in [0, 1]"),
+    "flop_ratio_with_head": FieldRule(_ratio, "a number in [1, 2**53]"),
+    "head_layers": FieldRule(_finite_nonneg, _FIGURE),
+    "head_projections": FieldRule(_int_count, _COUNT),
     "wall_time_s": FieldRule(_finite_nonneg, _FIGURE),
 }
 # field of config.eglr.stats.calibration[task] -> rule
@@ -398,9 +410,11 @@ def _check_sum(keys: list[str], parts: Mapping, total: Any, what: str) -> None:
 
 def _check_stats(stats: dict) -> None:
     """Every number of ``config.eglr.stats`` (docs/run-format.md): raises :class:`_Problem`."""
-    for name in ("total", "reused_rollouts", "calibration"):
+    for name in ("total", "calibration"):
         if not _dict_or_none(stats.get(name)):
             raise _Problem([name], stats.get(name), "a dict of figures")
+    if "reused_rollouts" in stats and not isinstance(stats["reused_rollouts"], dict):  # eglr-hf writes a dict
+        raise _Problem(["reused_rollouts"], stats["reused_rollouts"], "a dict {total, cells}, or absent (older runs)")
     cells = stats.get("cells")
     if not _dict_or_none(cells):
         raise _Problem(["cells"], cells, "a dict 'L=<int>,T=<float>' -> figures")
@@ -474,6 +488,12 @@ def check_results(data: Any, path: str | Path, text: str = "") -> dict:
         if eglr and name in eglr and not rule.check(eglr[name]):
             raise FileFormatError(f"{path}:{_line_of(text, ['config', 'eglr', name])}: `config.eglr.{name}` is "
                                   f"{_shown(eglr[name])}; allowed: {rule.allowed} ({CONTRACT}).")
+    for name, rule in SETTING_FIELDS.items():
+        value = ((eglr or {}).get("settings") or {}).get(name)
+        if value is not None and not rule.check(value):
+            raise FileFormatError(f"{path}:{_line_of(text, ['config', 'eglr', 'settings', name])}: "
+                                  f"`config.eglr.settings.{name}` is {_shown(value)}; allowed: {rule.allowed} "
+                                  f"({CONTRACT}).")
     try:
         if eglr and isinstance(eglr.get("stats"), dict):
             _check_stats(eglr["stats"])

@@ -45,7 +45,7 @@ def _numbered_rows(path: Path) -> list[tuple[int, dict]]:
         raise FileNotFoundError(
             f"{path}: no such file. {DATA_DIR_ENV} must point at a folder laid out as "
             f"<folder>/<benchmark>/test.jsonl for benchmarks {', '.join(BENCHMARKS)} "
-            f"(like ../shared/data); unset {DATA_DIR_ENV} to download from the hub instead."
+            f"(each a JSON line per problem); unset {DATA_DIR_ENV} to download from the hub instead."
         )
     rows = list(iter_jsonl(path, "one JSON object (a problem) per line"))
     if not rows:
@@ -66,12 +66,23 @@ def hub_refusal(name: str, split: str, err: BaseException) -> str:
             "per line; tasks/README.md).")
 
 
+_SAID: set[tuple[str, str]] = set()  # (benchmark, where) already logged by this process
+
+
+def _say_loading(name: str, where) -> None:
+    """Log "eglr: loading NAME from WHERE" once per process (a run's preflight and tasks read a benchmark several
+    times: the line was logged 5 times)."""
+    if (name, str(where)) not in _SAID:
+        _SAID.add((name, str(where)))
+        logger.info("eglr: loading %s from %s", name, where)
+
+
 def _hub_rows(name: str, split: str) -> tuple[list[dict], str]:
     source = benchmark(name)
     import datasets  # heavy; only on the hub path
 
     where = f"hub dataset {source.hub_path}" + (f" ({source.hub_config})" if source.hub_config else "")
-    logger.info("eglr: loading %s from the %s (or its cache)", name, where)
+    _say_loading(name, f"the {where} (or its cache)")
     unreachable = hub_unreachable()  # then the cache only: datasets would retry the hub for a minute first
     try:
         with _cache_only(unreachable is not None):
@@ -130,7 +141,7 @@ def load_problems(
         path = folder / source.name / f"{split}.jsonl"
         numbered = _numbered_rows(path)
         rows, wheres = [row for _n, row in numbered], [f"{path}:{n}" for n, _row in numbered]
-        logger.info("eglr: loading %s from %s", name, path)
+        _say_loading(name, path)
     else:
         rows, where = _hub_rows(name, split)
         wheres = [f"{where}, row {i + 1}" for i in range(len(rows))]

@@ -42,11 +42,24 @@ class _PostImportLoader(importlib.abc.Loader):
         return getattr(self._wrapped, name)
 
 
+def _lm_eval_cli() -> bool:
+    """Whether this process is the ``lm_eval`` command (its console script, or ``python -m lm_eval``)."""
+    program = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return os.path.basename(program) == "lm_eval" or os.path.basename(os.path.dirname(program)) == "lm_eval"
+
+
 class _PostImportFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
         hook = POST_IMPORT.get(fullname)
         if hook is None:
             return None
+        if _lm_eval_cli():  # Ctrl-C while lm-eval imports torch (its first ~15 s) is one line, not a traceback
+            try:
+                from eglr_harness.harness.output import install_user_error_hook  # noqa: PLC0415 -- light
+
+                install_user_error_hook()
+            except Exception as err:  # never break lm_eval itself
+                print(f"eglr_harness autoload could not install its interrupt line: {err!r}", file=sys.stderr)
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
             return None

@@ -192,11 +192,12 @@ def patch_fail_fast(evaluator_module) -> None:
         ours = _is_ours(model)
         if not ours and not _names_our_tasks(tasks):
             return original(*args, **kwargs)
-        from eglr_harness.data.loading import check_local_data
         from eglr_harness.harness.output import check_output_path, install_user_error_hook
+
+        install_user_error_hook()  # first: Ctrl-C during the imports below (torch: seconds) is one line too
+        from eglr_harness.data.loading import check_local_data
         from eglr_harness.harness.preflight import check_run_args, check_run_tasks
 
-        install_user_error_hook()
         hf_run = model == MODEL_NAME or type(model).__name__ == "EglrHFLM"
         tracker = kwargs.get("evaluation_tracker")
         if tracker is not None:  # its folder named and its files saved as an eglr run's
@@ -242,9 +243,10 @@ def patch_task_lookup(config_module) -> None:
     def process_tasks(self, *args, **kwargs):
         model = getattr(self, "model", None)
         from eglr_harness.harness.output import check_output_path, install_user_error_hook
+
+        install_user_error_hook()  # first: Ctrl-C during preflight's import of torch (seconds) is one line too
         from eglr_harness.harness.preflight import check_run_args, check_run_tasks
 
-        install_user_error_hook()
         check_output_path(getattr(self, "output_path", None))  # as lm-eval's CLI makes the tracker, before the rest
         eglr_args = None
         if model == MODEL_NAME:  # before lm-eval indexes every task (~10 s): the run's own arguments

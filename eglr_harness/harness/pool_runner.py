@@ -47,6 +47,7 @@ class PoolRunner:
                  model_name: str, generation_config=None, max_gen_toks: int, batch_size, head_layers: float = 0.0):
         self.args, self.settings, self.decoder, self.gather = args, args.settings, decoder, gather
         self.num_layers, self.rank, self.model_name = num_layers, rank, model_name
+        self.label = "eglr-vllm" if args.engine == "vllm" else "eglr-hf"  # the model, in the plan line and the bar
         self.generation_config, self.max_gen_toks, self.batch_size = generation_config, max_gen_toks, batch_size
         self.head_layers = head_layers  # one LM-head projection in decoder layers (ModelParts.head_layers)
         self.accounts = RunAccounts(num_layers, head_layers)
@@ -68,7 +69,7 @@ class PoolRunner:
         keys = [self.decoder.key(*item) for item in items]
         self.log_plan(jobs, keys, [spec for _, spec in items])
         done = self.decoder.decode(items, stats_for=lambda config: self.accounts.stats_for(Cell(config.L, config.T)),
-                                   desc="eglr-hf generation", disable_tqdm=disable_tqdm, keys=keys)
+                                   desc=f"{self.label} generation", disable_tqdm=disable_tqdm, keys=keys)
         self.accounts.reused.update(spec.cell for spec in done.reused)
         self.gathered_accounts = self.accounts.gathered(self.gather)
         for r, j in zip(done.records, jobs):
@@ -166,11 +167,16 @@ class PoolRunner:
             engine = ", ".join(f"{name} for {n}" for name, n in sorted(routed.items())) if len(routed) > 1 \
                 else next(iter(routed), "none (all stored)")
             max_tokens = max(int(jobs[i].gen_kwargs.get("max_gen_toks", self.max_gen_toks)) for i in mine)
-            logger.info("eglr-hf plan, task %s: %s, %d distinct (deterministic cells once), %d stored, %d to decode, "
-                        "at most %d new tokens each, batch %s, engine %s; %s",
-                        task, pool_size_text(len({jobs[i].doc_id for i in mine}), [c.label for c in cells], len(mine)),
+            logger.info("%s plan, task %s: %s, %d distinct (deterministic cells once), %d stored, %d to decode, "
+                        "at most %d new tokens each, batch %s, engine %s; %s", self.label,
+                        task, pool_size_text(len({jobs[i].doc_id for i in mine}), [c.label for c in cells], len(mine),
+                                             self.seed_range()),
                         distinct, stored, distinct - stored, max_tokens, self.batch_size, engine,
                         self.tau_h_said(task, cells))
+
+    def seed_range(self) -> range:
+        """The seeds the pool repeats under: the base seed and the ``seeds - 1`` after it."""
+        return range(self.settings.base.seed, self.settings.base.seed + self.settings.seeds)
 
     def tau_h_said(self, task, cells) -> str:
         """The plan line's tau_h part: where the task's tau_h came from."""
@@ -230,15 +236,18 @@ class PoolRunner:
         done = self.decoder.decode([(p, greedy) for p in prompts], reuse=False, calibration=True,
                                    disable_tqdm=disable_tqdm,
                                    stats_for=lambda _config: self.accounts.calibration_for(task),
-                                   desc=f"eglr-hf tau_h calibration ({len(prompts)} greedy prompts)")
+                                   desc=f"{self.label} tau_h calibration ({len(prompts)} greedy prompts)")
         return [e for outcome in done.outcomes if outcome is not None for e in outcome.entropies]
 
 
-def pool_size_text(problems: int, cells: list[str], rollouts: int) -> str:
+def pool_size_text(problems: int, cells: list[str], rollouts: int, seeds: range = range(1)) -> str:
     """``"6 problems x 10 repeats (4 cells, each run 2-3 times: L=1,T=0.0, ...) = 60 rollouts"``: the product
     that gives the rollouts, so that a pool smaller than the task's repeats (cells cycled) does not read as
-    a miscount; ``"4 problems x 2 cells (L=1,T=0.0, L=2,T=0.0) = 8 rollouts"`` when each cell runs once."""
+    a miscount; ``"4 problems x 2 cells (L=1,T=0.0, L=2,T=0.0) = 8 rollouts"`` when each cell runs once.
+    ``seeds``: the seeds the pool repeats under (``seeds=`` model arg), said when there are several."""
     shown = ", ".join(cells[:4]) + (", ..." if len(cells) > 4 else "")
+    if len(seeds) > 1:
+        shown += f"; the pool under seeds {seeds[0]}..{seeds[-1]} (seeds={len(seeds)})"
     if problems == 0 or rollouts == problems * len(cells):
         return f"{problems} problems x {len(cells)} cells ({shown}) = {rollouts} rollouts"
     repeats = rollouts / problems

@@ -39,6 +39,7 @@ Each run's folder is ``<output_dir>/<axis>_<value>/`` (``default/`` for the defa
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +66,7 @@ AXES = {
     "tau_kl": (float, defaults.DEFAULT_TAU_KL),
     "tau_h": (float, None),  # the preset's value (or the run's calibration)
     "L": (int, defaults.DEFAULT_L),
-    "stop": (str, defaults.DEFAULT_STOP),  # the exit rule (eglr-method.md §2)
+    "stop": (lambda text: text.strip().lower(), defaults.DEFAULT_STOP),  # the exit rule, as eglr-hf reads it
     "seed": (int, defaults.DEFAULT_SEED),  # repeats of the whole run under other seeds: the re-sampling yardstick
     **{rule.threshold_arg: (float, rule.default) for rule in defaults.STOP_RULES.values()
        if rule.threshold_arg in defaults.STOP_THRESHOLD_ARGS},
@@ -276,7 +277,7 @@ def _same(a, b) -> bool:
         return a is b
     if isinstance(a, str) or isinstance(b, str):
         return a == b
-    return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(a)))
+    return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9)  # inf is not 5e-4
 
 
 def finished_point(p: SweepPoint):

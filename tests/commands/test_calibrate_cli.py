@@ -93,6 +93,8 @@ import pytest  # noqa: E402
     (["--tasks", "gsm8k_eglrr"], "`--tasks`='gsm8k_eglrr': no task gsm8k_eglrr (neither eglr-harness's nor "
      "lm-eval's); gsm8k_eglrr -> did you mean gsm8k_eglr"),  # loaded the model first
     (["EGLR_DATA_DIR={folder}"], "{folder}/gsm8k/test.jsonl: no such file"),  # data that cannot be had
+    # issue 55, item 16: a fresh clone (no data) got the data's refusal before its own --out's
+    (["--out", "{folder}", "EGLR_DATA_DIR={folder}"], "is a folder; allowed: the preset YAML file to write"),
 ])
 def test_eglr_calibrate_refuses_before_the_model_loads(tmp_path, extra, message):
     """Issue 47: the console script, on a preset whose model cannot load: the refusal must come first."""

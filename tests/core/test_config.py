@@ -49,9 +49,9 @@ def test_the_layer_rule_names_the_value_as_written():
         EglrConfig(L=5).validate_for_model(4)
 
 
-@pytest.mark.parametrize("bad", [-1, math.nan, "abc", "-0.5"])
+@pytest.mark.parametrize("bad", [-1, math.nan, "abc", "-0.5", 1e300])  # 1e300: no reader reads it (issue 55)
 def test_tau_h_is_checked_once_the_same_way_as_a_model_arg_and_in_a_config(bad):
-    message = r"`tau_h`=.* is not allowed; allowed: a float >= 0 nats, 'inf', or 'auto'\."
+    message = r"`tau_h`=.* is not allowed; allowed: a float in \[0, 2\*\*53\] nats, 'inf', or 'auto'\."
     with pytest.raises(ValueError, match=message):
         parse_tau_h(bad)
     if not isinstance(bad, str):

@@ -51,3 +51,19 @@ def test_a_link_at_the_output_is_replaced_not_written_through(tmp_path):
     outputs.atomic_write_text(link, "the report\n")
     assert target.read_text() == "not yours\n"
     assert not link.is_symlink() and link.read_text() == "the report\n"
+
+
+def test_a_link_given_as_the_input_is_followed_to_the_run_it_names(tmp_path):
+    """Issue 55 (a surviving mutant): the guard resolved links on the output side only. The run is read through a
+    link; the output, written by its real path, lands inside it."""
+    run = tmp_path / "run"
+    (run / "model").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(run)
+    with pytest.raises(OutputError, match="lies inside the input"):
+        outputs.refuse_writing_into([run / "model" / "pool.jsonl"], [tmp_path / "link"], "--out")
+    results = run / "model" / "results_2026-01-01T00-00-00.json"
+    results.write_text("{}")
+    (tmp_path / "results_link.json").symlink_to(results)  # a results file named through a link: its folder is read
+    with pytest.raises(OutputError, match="lies inside the folder of the input"):
+        outputs.refuse_writing_into([run / "model" / "samples_x.jsonl"], [tmp_path / "results_link.json"], "--out")
+    outputs.refuse_writing_into([tmp_path / "elsewhere.jsonl"], [tmp_path / "link"], "--out")  # outside: allowed

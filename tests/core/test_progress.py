@@ -73,3 +73,12 @@ def test_start_up_says_what_it_is_doing(tiny_lm, caplog):
     loading = next(i for i, m in enumerate(said) if m.startswith("eglr-hf: loading ") and "(weights, tokenizer)" in m)
     loaded = next(i for i, m in enumerate(said) if m.startswith("eglr-hf: model loaded in "))
     assert loading < loaded and "building engine=" in said[loaded]
+
+
+def test_the_token_bar_counts_whole_tokens():
+    """Issue 55, item 20: the bar read "4.00/4.10k" (tqdm's unit_scale on a count of tokens)."""
+    bar = RolloutProgress([4000, 100], desc="eglr-hf generation", file=io.StringIO())
+    with counting_tokens(bar.tokens):
+        tokens_emitted(4)
+    assert " 4/4100 " in str(bar.bar) and ".00" not in str(bar.bar), str(bar.bar)
+    bar.close()

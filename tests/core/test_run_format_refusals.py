@@ -134,7 +134,19 @@ def test_a_duplicated_document_line_is_refused(tmp_path, capsys, command):
     ("eglr.tau_h", {"gsm8k_eglr_sc": "high"}, "tau_h", "`config.eglr.tau_h` is {'gsm8k_eglr_sc': 'high'}"),
     ("eglr.stats.cells", {"L4": {}}, "L4", "`config.eglr.stats.cells.L4` is {}; allowed: cell labels"),
     # issue 47: non-finite settings were read, and exported as `Infinity` literals
-    ("eglr.settings", {"alpha": float("inf")}, "settings", "`config.eglr.settings` is {'alpha': inf}"),
+    ("eglr.settings.alpha", float("inf"), "alpha", "`config.eglr.settings.alpha` is inf; allowed: a float in [0, 1]"),
+    # issue 55: the settings by eglr-hf's own limits (core/config.SETTING_RULES), each named with its line
+    ("eglr.settings.tau_latent", "0.01", "tau_latent", "`config.eglr.settings.tau_latent` is '0.01'; allowed: a "
+     "finite float in [0, 2**53]"),
+    ("eglr.settings.stop", ["latent"], "stop", "`config.eglr.settings.stop` is ['latent']; allowed: one of kl, "
+     "latent"),
+    ("eglr.settings.k_max", -3, "k_max", "`config.eglr.settings.k_max` is -3; allowed: an int in [1, 2**53]"),
+    ("eglr.settings.seed", 10**23, "seed", "`config.eglr.settings.seed` is 100000000000000000000000; allowed: an int "
+     "in [-2**53, 2**53]"),
+    ("eglr.stats.total.flop_ratio_with_head", 0.5, "flop_ratio_with_head",
+     "`config.eglr.stats.total.flop_ratio_with_head` is 0.5; allowed: a number in [1, 2**53]"),
+    ("eglr.stats.reused_rollouts", None, "reused_rollouts", "`config.eglr.stats.reused_rollouts` is None; allowed: "
+     "a dict {total, cells}"),
     ("eglr.tau_h", {"gsm8k_eglr_sc": float("nan")}, "tau_h", "`config.eglr.tau_h` is {'gsm8k_eglr_sc': nan}"),
     ("eglr.tau_h", 1e308, "tau_h", "`config.eglr.tau_h` is 1e+308"),
 ])

@@ -82,7 +82,7 @@ def test_refinement_done_is_the_kl_rule_with_one_hit():
 @pytest.mark.parametrize("args, message", [
     (dict(stop="kld"), "`stop`='kld' is not allowed; allowed: kl, latent, accel, margin, entropy."),
     (dict(stop="margin", tau_margin=1.5), "`tau_margin`=1.5 is not allowed; allowed: a float in [0, 1]."),
-    (dict(tau_latent=-0.1), "`tau_latent`=-0.1 is not allowed; allowed: a float >= 0."),
+    (dict(tau_latent=-0.1), "`tau_latent`=-0.1 is not allowed; allowed: a finite float in [0, 2**53]."),
     (dict(tau_entropy="abc"), "`tau_entropy`='abc' is not allowed"),
 ])
 def test_a_bad_rule_or_threshold_is_one_line(args, message):

@@ -70,3 +70,23 @@ def test_stock_models_stay_available_beside_ours():
 def test_our_filters_are_registered_for_task_yamls():
     out = _python("from lm_eval.api.registry import filter_registry; print(' '.join(filter_registry.keys()))")
     assert {"eglr_extract_answer", "eglr_majority_vote", "eglr_oracle"} <= set(out.split())
+
+
+@pytest.mark.parametrize("argv0, installed", [("/venv/lib/python3.11/site-packages/lm_eval/__main__.py", True),
+                                              ("/venv/bin/lm_eval", True), ("/home/me/my_script.py", False)])
+def test_the_lm_eval_command_gets_its_interrupt_line_before_lm_eval_imports_torch(monkeypatch, argv0, installed):
+    """Issue 55, item 18: Ctrl-C in lm_eval's first ~15 s (importing torch, before any eglr code ran) printed a
+    36-48-line traceback. The hook goes in when lm-eval imports its first module that the project patches."""
+    import signal
+    import sys
+
+    from eglr_harness.harness import autoload
+
+    monkeypatch.setattr(sys, "argv", [argv0, "run"])
+    monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        autoload._PostImportFinder().find_spec("lm_eval.api.registry", None)
+        assert getattr(sys.excepthook, "_eglr_user_errors", False) is installed
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -112,8 +112,8 @@ def test_cli_refuses_a_typo_before_indexing_tasks():
 
 
 @pytest.mark.parametrize("args, message", [
-    ({"k_max": 2.5}, r"`k_max`=2\.5 is not allowed; allowed: an int >= 1"),
-    ({"top_k": 2.7}, r"`top_k`=2\.7 is not allowed; allowed: an int >= 0"),
+    ({"k_max": 2.5}, r"`k_max`=2\.5 is not allowed; allowed: an int in \[1, 2\*\*53\]"),
+    ({"top_k": 2.7}, r"`top_k`=2\.7 is not allowed; allowed: an int in \[0, 2\*\*53\]"),
     ({"seed": 1.5}, r"`seed`=1\.5 is not allowed; allowed: an int"),
     ({"seed": "abc"}, r"`seed`='abc' is not allowed; allowed: an int"),
     ({"k_max": "2.5"}, r"`k_max`='2\.5' is not allowed"),

@@ -24,3 +24,23 @@ def test_one_rollout_per_cell_says_cells():
     text = pool_size_text(4, ["L=1,T=0.0", "L=2,T=0.0"], 8)
     assert text == "4 problems x 2 cells (L=1,T=0.0, L=2,T=0.0) = 8 rollouts" and _product_holds(text)
     assert pool_size_text(2, [f"L={L},T=0.0" for L in range(1, 11)], 20).endswith("L=4,T=0.0, ...) = 20 rollouts")
+
+
+def test_a_pool_repeated_under_seeds_says_the_seeds():
+    """Issue 55, item 15: ``seeds=3`` read "1 cells, each run 10 times" and named no seed."""
+    text = pool_size_text(4, ["L=0,T=0.7"], 40, range(1333, 1336))
+    assert text == ("4 problems x 10 repeats (1 cells, each run 10 times: L=0,T=0.7; the pool under seeds 1333..1335 "
+                    "(seeds=3)) = 40 rollouts") and _product_holds(text)
+
+
+def test_the_plan_line_and_the_bar_name_the_model_that_runs():
+    """Issue 55, item 19: eglr-vllm's plan line and progress bar were labelled "eglr-hf"."""
+    from types import SimpleNamespace
+
+    from eglr_harness.harness.pool_runner import PoolRunner
+
+    def runner(engine):
+        return PoolRunner(SimpleNamespace(settings=None, engine=engine), None, num_layers=4, gather=None, rank=0,
+                          model_name="m", max_gen_toks=8, batch_size=1)
+
+    assert runner("vllm").label == "eglr-vllm" and runner("continuous").label == runner("hf").label == "eglr-hf"

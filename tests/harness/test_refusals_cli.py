@@ -73,6 +73,13 @@ def test_the_unloadable_model_fails_at_its_load(unloadable, shared_data_dir):
     (",zzz=1", [], "unknown eglr-hf model arg `zzz`."),
     (",stop=kld", [], "`stop`='kld' is not allowed; allowed: kl, latent, accel, margin, entropy."),
     (",stop=margin,tau_margin=2", [], "`tau_margin`=2.0 is not allowed; allowed: a float in [0, 1]."),
+    # issue 55: accepted, then written as null (an ablation of "tau_kl 0.0005 vs None"), or refused by every reader
+    (",tau_kl=inf", [], "`tau_kl`=inf is not allowed; allowed: a finite float in [0, 2**53]."),
+    (",tau_kl=1e309", [], "`tau_kl`=inf is not allowed; allowed: a finite float in [0, 2**53]."),
+    (",stop=latent,tau_latent=inf", [], "`tau_latent`=inf is not allowed; allowed: a finite float in [0, 2**53]."),
+    (",seed=99999999999999999999999,seeds=10", [], "`seed`=99999999999999999999999 is not allowed; allowed: an int "
+     "in [-2**53, 2**53]"),
+    (",seed=9007199254740992,seeds=3", [], "`seed`=9007199254740992 with `seeds`=3 is not allowed"),
     ("", ["--use_cache", "lm_cache"], "eglr-hf does not support lm-eval's --use_cache"),
     # lm-eval would call the model with `device` twice (a TypeError after indexing the tasks)
     (",device=cpu", [], "`device=cpu` in --model_args: lm-eval passes its own --device (cpu) to every model; "

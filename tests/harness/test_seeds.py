@@ -30,6 +30,9 @@ def test_seeds_repeat_the_whole_pool_each_rollout_labelled_and_resumed(llama_dir
     assert [str(o) for o in plain] == [str(doc[0]), str(doc[1]), str(out[6]), str(out[7])]
     assert plain[0].seed is None
     assert len({str(o) for o in out[::2]}) > 1  # T = 0.5 under three seeds, two documents: not one text
+    # issue 55 (a surviving mutant): seed 1334's store key was seed 1333's, and its texts 1333's; cell by cell
+    # each seed draws its own (the texts of a tiny random model at T >= 0.5 never coincide here)
+    assert all(str(doc[i]) != str(doc[i + 2]) != str(doc[i + 4]) != str(doc[i]) for i in range(2))
     assert first.get_model_info()["eglr"]["settings"]["seeds"] == 3
 
     # killed and rerun with one more seed: only the new seed's rollouts are decoded

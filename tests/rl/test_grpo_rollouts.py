@@ -278,6 +278,10 @@ def _grpo_argv(model_dir, out, *groups, extra=()):
     (["ok:L=0,T=0|0.7"], ["--prompts_per_step", "0"], "`--prompts_per_step`=0 is not allowed"),
     (["ok:L=0,T=0|0.7"], ["--max_completion_length", "0"], "`--max_completion_length`=0 is not allowed"),
     (["ok:L=0,T=0|0.7"], ["--batch_size", "0"], "`--batch_size`=0 is not allowed"),
+    # issue 55, item 9: TRL refused it once the policy had loaded (7 minutes with SmolLM2), then the summary's
+    # write hid that refusal
+    (["one:L=0,T=0.7"], [], "`--group`='one:L=0,T=0.7': the pool has 1 cell (one completion per problem); allowed: "
+     "a pool of at least 2 cells"),
 ])
 def test_grpo_run_checks_every_group_before_training(digit_model_dir, shared_data_dir, tmp_path, monkeypatch, capsys,
                                                      groups, extra, message):
@@ -330,6 +334,22 @@ def test_a_partial_grpo_run_keeps_the_groups_that_finished_and_its_summary(digit
     summary = (out / "summary.md").read_text()
     assert "## first: L×T = L=0,T=0.0, L=0,T=0.7" in summary and "## second" not in summary
     assert "unfinished: group second stopped with an error" in summary
+
+
+def test_a_group_that_fails_before_writing_anything_shows_its_own_error(digit_model_dir, shared_data_dir, tmp_path,
+                                                                         monkeypatch):
+    """Issue 55, item 9: the summary was written into a folder that check_writable had removed again, and its
+    "cannot be written" replaced the group's own error."""
+    from eglr_harness.commands import grpo as grpo_run
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("TRL refused the group")
+
+    monkeypatch.setattr(grpo_run, "run_group", refused)
+    out = tmp_path / "new" / "grpo"
+    with pytest.raises(RuntimeError, match="TRL refused the group"):
+        grpo_run.main(_grpo_argv(digit_model_dir, out, "first:L=0,T=0|0.7"))
+    assert "unfinished: group first stopped with an error" in (out / "summary.md").read_text()
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -46,17 +46,21 @@ def _figures(lm) -> dict:
             for part, figures in [("total", stats["total"]), *stats["cells"].items()]}
 
 
-@pytest.mark.parametrize("engine", ["continuous", "hf"])
-def test_a_run_killed_midway_and_resumed_reports_the_uninterrupted_runs_steps(tiny_lm, tmp_path, monkeypatch, engine):
+# latent: a rule that projects the LM head once per gated token (a stored rollout that kept no head_projections
+# was counted as kl's k* projections: issue 55, a surviving mutant)
+@pytest.mark.parametrize("engine, rule", [("continuous", {}), ("hf", {}),
+                                          ("continuous", {"stop": "latent", "tau_latent": 0.0})])
+def test_a_run_killed_midway_and_resumed_reports_the_uninterrupted_runs_steps(tiny_lm, tmp_path, monkeypatch, engine,
+                                                                              rule):
     requests = requests_for(CONTEXTS[:3], POOL, repeats=4)  # 3 documents x 4 cells, one row at a time
-    whole = tiny_lm(engine=engine, batch_size=1, rollout_cache=str(tmp_path / "whole"))
+    whole = tiny_lm(engine=engine, batch_size=1, rollout_cache=str(tmp_path / "whole"), **rule)
     expected = whole.generate_until(requests)
 
     restore = _killed_after(monkeypatch, 5)
     with pytest.raises(KeyboardInterrupt):
-        tiny_lm(engine=engine, batch_size=1, rollout_cache=str(tmp_path / "resumed")).generate_until(requests)
+        tiny_lm(engine=engine, batch_size=1, rollout_cache=str(tmp_path / "resumed"), **rule).generate_until(requests)
     restore()
-    resumed = tiny_lm(engine=engine, batch_size=1, rollout_cache=str(tmp_path / "resumed"))
+    resumed = tiny_lm(engine=engine, batch_size=1, rollout_cache=str(tmp_path / "resumed"), **rule)
     got = resumed.generate_until(requests)
 
     assert [str(x) for x in got] == [str(x) for x in expected]

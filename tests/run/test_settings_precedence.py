@@ -116,3 +116,15 @@ def test_preset_tau_h_is_looked_up_by_task_then_benchmark_then_default(preset, t
         assert got not in table.values()
     else:
         assert got == expected
+
+
+@pytest.mark.parametrize("name", defaults.STOP_THRESHOLD_ARGS)
+def test_an_exit_rules_threshold_comes_from_model_args_then_preset_then_default(name):
+    """Issue 55 (a surviving mutant): the preset's threshold won over the model arg, and no test saw it."""
+    from eglr_harness.run.settings import RunSettings
+
+    rule = next(r for r in defaults.STOP_RULES.values() if r.threshold_arg == name)
+    preset = {"eglr": {name: 0.25}}
+    assert getattr(RunSettings.from_args({}).base, name) == rule.default
+    assert getattr(RunSettings.from_args(preset).base, name) == 0.25
+    assert getattr(RunSettings.from_args(preset, **{name: "0.125"}).base, name) == 0.125

@@ -115,6 +115,9 @@ def test_two_tasks_of_one_run_keep_both_results(predict_only_run, tmp_path, caps
     data["results"]["toy2_eglr_sc"] = {"alias": "toy2_eglr_sc", "bypass,pool": 999}
     results.write_text(json.dumps(data))
     assert main([str(predict_only_run), "--output_path", str(tmp_path / "scored")]) == 0
-    scored = json.loads((tmp_path / "scored" / "smollm2" / f"results_{STAMP}.json").read_text())["results"]
+    written = json.loads((tmp_path / "scored" / "smollm2" / f"results_{STAMP}.json").read_text())
+    scored = written["results"]
     assert set(scored) == {"toy_eglr_sc", "toy2_eglr_sc"}
     assert all("maj@3,pool" in scored[task] for task in scored), scored
+    # issue 55 (a surviving mutant): the second task's scoring dropped the first task's per-cell accuracies
+    assert set(written["eglr_cell_accuracies"]) == {"toy_eglr_sc", "toy2_eglr_sc"}

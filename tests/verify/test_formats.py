@@ -89,3 +89,13 @@ def test_bad_specs_are_refused(bad):
 def test_good_specs():
     assert parse_spec("qwen-prm:/m/prm").key == "qwen-prm:/m/prm"
     assert parse_spec("self:p_true").is_self and parse_spec("self:certainty").target == "certainty"
+
+
+def test_two_verifiers_on_the_same_weights_keep_two_scores():
+    """Issue 55 (a surviving mutant of the round before): a score's key left out the verifier spec, so two
+    verifiers of one model shared each other's scores."""
+    from eglr_harness.verify.store import score_key
+
+    same = ("fp", "float32", "question", "prompt", "solution")
+    assert score_key("self:p_true", *same) != score_key("qwen-prm:/models/prm", *same)
+    assert score_key("self:p_true", *same) == score_key("self:p_true", *same)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 from eglr_harness.analysis.load.files import find_runs, read_results
@@ -26,12 +27,49 @@ VOTE_STRINGS = "exact answer strings (the runs log no cluster ids)"
 VOTE_MIXED = "equivalence clusters where the runs log them (exact answer strings elsewhere)"
 
 
+def rollout_key(row: RolloutRow, base_seed: int | None) -> tuple:
+    """What makes a rollout one rollout: ``(doc, L, T, seed, cycle)`` (the module docstring). A sampled rollout of
+    another seed (``seeds=``) is another rollout, an unlabelled one ran under its run's ``base_seed``; a
+    deterministic cell's text is the same under every seed (seed None)."""
+    seed = (row.seed if row.seed is not None else base_seed) if row.T else None
+    return (row.doc_id, row.L, row.T, seed, row.cycle if row.cycle is not None else row.repeat)
+
+
 @dataclass(frozen=True)
 class RunPart:
-    """One task's samples from one run, with that run's facts."""
+    """One task's samples from one run, with that run's facts. :attr:`rollouts` is the one view of them that
+    every table reads: each rollout once."""
 
     info: RunInfo
     samples: TaskSamples
+
+    @cached_property
+    def _unique(self) -> tuple[tuple[RolloutRow, ...], int]:
+        base_seed = ((self.info.eglr or {}).get("settings") or {}).get("seed")
+        seen: set[tuple] = set()
+        kept: list[RolloutRow] = []
+        for row in self.samples.rollouts:
+            if row.cell is None:  # a model other than eglr-hf: nothing to key it by (the grid leaves it out)
+                kept.append(row)
+                continue
+            key = rollout_key(row, base_seed)
+            if key not in seen:
+                seen.add(key)
+                kept.append(replace(row, seed=key[3]) if row.T else row)
+        return tuple(kept), len(self.samples.rollouts) - len(kept)
+
+    @property
+    def rollouts(self) -> tuple[RolloutRow, ...]:
+        """The run's rollouts, each ``(doc, L, T, seed, cycle)`` (:func:`rollout_key`) once, in file order: a
+        deterministic cell the task repeats (eglr-hf decodes it once), or a copy, counts once (a sampled
+        rollout's ``seed`` filled in: its label, else the run's base seed). The grid, the runs, exit-rules and
+        ablation tables all read these."""
+        return self._unique[0]
+
+    @property
+    def repeated(self) -> int:
+        """The rollouts of the file that :attr:`rollouts` leaves out (they repeat one of it)."""
+        return self._unique[1]
 
 
 @dataclass(frozen=True)
@@ -155,7 +193,6 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
     other_settings: dict[str, set] = {}  # setting -> values, of rollouts repeated by runs of other settings
     settings = [_decoding_settings(part, task) for part in parts]
     for index, part in enumerate(parts):
-        base_seed = ((part.info.eglr or {}).get("settings") or {}).get("seed")
         for doc_id, doc_hash in part.samples.doc_hashes.items():
             first = doc_hashes.setdefault(doc_id, (doc_hash, part.samples.path))
             if doc_hash and first[0] and first[0] != doc_hash:
@@ -163,26 +200,21 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
                     f"doc {doc_id} differs between {first[1]} and {part.samples.path} (doc_hash "
                     f"{first[0]} vs {doc_hash}); merge only runs over the same data."
                 )
-        for row in part.samples.rollouts:
+        repeated += part.repeated  # within one run: each rollout once (RunPart.rollouts)
+        for row in part.rollouts:
             if row.cell is None:
                 unplaced += 1
                 continue
-            # a sampled rollout of another seed (``seeds=``) is another rollout; an unlabelled one ran under its
-            # run's base seed; a deterministic cell's text is the same under every seed
-            seed = (row.seed if row.seed is not None else base_seed) if row.T else None
-            key = (row.doc_id, row.L, row.T, seed, row.cycle if row.cycle is not None else row.repeat)
-            if key in seen:
-                if seen[key] == index:
-                    repeated += 1
-                else:
-                    duplicates += 1
-                    first = settings[seen[key]]
-                    for name in sorted(set(first) | set(settings[index])):
-                        if first.get(name) != settings[index].get(name):
-                            other_settings.setdefault(name, set()).update({first.get(name), settings[index].get(name)})
+            key = rollout_key(row, None)  # a sampled row's seed is filled in already
+            if key in seen:  # an earlier run's
+                duplicates += 1
+                first = settings[seen[key]]
+                for name in sorted(set(first) | set(settings[index])):
+                    if first.get(name) != settings[index].get(name):
+                        other_settings.setdefault(name, set()).update({first.get(name), settings[index].get(name)})
                 continue
             seen[key] = index
-            kept.setdefault(row.doc_id, []).append((index, replace(row, seed=seed) if row.T else row))
+            kept.setdefault(row.doc_id, []).append((index, row))
 
     cells: dict[Cell, dict[int, list[RolloutRow]]] = {}
     for doc_id, rows in kept.items():

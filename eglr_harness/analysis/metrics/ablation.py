@@ -76,7 +76,7 @@ def point_settings(part: RunPart, task: str) -> dict[str, object]:
     tau_h = eglr.get("tau_h")
     if isinstance(tau_h, Mapping):
         tau_h = tau_h.get(task, next(iter(tau_h.values()), None) if len(tau_h) == 1 else None)
-    Ls = {r.L for r in part.samples.rollouts if r.L is not None}
+    Ls = {r.L for r in part.rollouts if r.L is not None}
     return {
         "alpha": settings.get("alpha"),
         "k_max": settings.get("k_max"),
@@ -108,7 +108,7 @@ def _default_value(key: str, values: Sequence) -> object:
 def per_doc_accuracy(part: RunPart) -> dict[int, float]:
     """doc_id -> the share of its rollouts in ``part`` that are correct."""
     per_doc: dict[int, list[int]] = {}
-    for r in part.samples.rollouts:
+    for r in part.rollouts:
         per_doc.setdefault(r.doc_id, []).append(r.correct)
     return {d: sum(v) / len(v) for d, v in per_doc.items()}
 
@@ -131,7 +131,7 @@ def _accuracy(part: RunPart) -> tuple[int, int, int, float, float, float]:
     """(docs, rollouts, correct, accuracy, low, high): Wilson over problems when each problem has one
     rollout, else a bootstrap over problems of the per-problem accuracy."""
     per_doc: dict[int, list[int]] = {}
-    for r in part.samples.rollouts:
+    for r in part.rollouts:
         per_doc.setdefault(r.doc_id, []).append(r.correct)
     docs, rollouts = len(per_doc), sum(len(v) for v in per_doc.values())
     correct = sum(sum(v) for v in per_doc.values())

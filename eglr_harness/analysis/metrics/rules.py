@@ -79,7 +79,7 @@ def rule_point(part: RunPart) -> RulePoint:
     threshold = settings.get(rule.threshold_arg) if rule is not None else None
     per_doc = per_doc_accuracy(part)
     compute = run_compute(part.info)
-    rows = part.samples.rollouts
+    rows = part.rollouts
     return RulePoint(part.info.name or part.info.path.name, name, None if threshold is None else float(threshold),
                      len(per_doc), len(rows), sum(r.correct for r in rows),
                      compute.flop_ratio if compute else None, compute.flop_ratio_with_head if compute else None,

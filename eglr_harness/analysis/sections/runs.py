@@ -16,7 +16,7 @@ class Runs(Section):
                 p.info.model_source,
                 p.samples.filter,
                 len(p.samples.doc_hashes),
-                len(p.samples.rollouts),
+                len(p.rollouts),
                 None if p.info.limit is None else f"{p.info.limit:g}",
             ]
             for p in ctx.grid.parts
