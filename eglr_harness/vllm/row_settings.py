@@ -57,6 +57,8 @@ _PLAIN = EglrConfig(L=0, tau_h=math.inf)
 # same config object) looks it up. A re-built input batch re-creates its logits processors: the
 # newest wins.
 _TRACKERS: dict[int, "EglrRowSettings"] = {}
+# the signal tags admitted by this process's front end (``admit_tag``): a few bytes per tagged request
+_ADMITTED_TAGS: set[str] = set()
 
 
 def request_settings(extra_args: dict | None) -> dict | None:
@@ -180,6 +182,7 @@ class EglrRowSettings(LogitsProcessor):
     @classmethod
     def validate_params(cls, sampling_params) -> None:
         request_config(sampling_params.extra_args, cls.served)
+        admit_tag(request_tag(sampling_params.extra_args), sampling_params.n)
 
     def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
         check_admits_served(self.served, vllm_config.model_config.hf_config)
@@ -240,6 +243,20 @@ class EglrRowSettings(LogitsProcessor):
 def request_tag(extra_args: dict | None) -> str | None:
     """The request's signal tag (``tag`` in either form of ``request_settings``), or None."""
     return (request_settings(extra_args) or {}).get("tag")
+
+
+def admit_tag(tag: str | None, n: int = 1) -> None:
+    """Admission of a signal tag: each tag names one request's record, so a tag this process admitted before, or a
+    request of ``n`` > 1 completions (vLLM's children share its parameters, tag included), is refused (one line):
+    two requests writing one record would hand one of them the other's signals."""
+    if tag is None:
+        return
+    if n != 1:
+        raise ValueError(f"`tag`={tag!r} with n={n} is not allowed; allowed: n=1 (each completion needs a tag of "
+                         "its own: send n requests).")
+    if tag in _ADMITTED_TAGS:
+        raise ValueError(f"`tag`={tag!r} is already in use; allowed: a tag no earlier request of this process used.")
+    _ADMITTED_TAGS.add(tag)
 
 
 def check_admits_served(admitted: frozenset[int] | None, hf_config) -> None:
