@@ -31,15 +31,12 @@ record nothing.
 
 from __future__ import annotations
 
-import logging
 import math
 
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
 from eglr_harness.core.config import DEFAULT_STOP, EglrConfig, has_gate, parse_tau_h
-
-logger = logging.getLogger(__name__)
 
 EXTRA_ARGS_KEY = "eglr"
 FLAT_PREFIX = "eglr_"  # vllm_xargs' flat form: extra_args["eglr_L"] is extra_args["eglr"]["L"]

@@ -68,7 +68,8 @@ def test_v1_loader_builds_eglr_processor_only_for_the_eglr_engine(tmp_path):
 
     def processors(**more):
         config = EngineArgs(**base, **more).create_engine_config()
-        built = build_logitsprocs(config, torch.device("cpu"), False, False, config.model_config.logits_processors or ())
+        built = build_logitsprocs(config, torch.device("cpu"), False, False,
+                                  config.model_config.logits_processors or ())
         return [p for p in built.all if isinstance(p, EglrRowSettings)], built
 
     stock, stock_built = processors()

@@ -30,7 +30,8 @@ POISON = 77  # a token id that only the poisoned prompt holds: the hook turns it
 REFUSED = [
     (dict(REFINING, L=1), "`L`=1 is not served by this engine; allowed: 0, 2."),
     (dict(REFINING, L=LAYERS + 1), f"`L`={LAYERS + 1} is not served by this engine; allowed: 0, 2."),
-    (dict(REFINING, k_max=10**9, tau_kl=0.0), f"`k_max`=1000000000 is not allowed inside vLLM; allowed: 1..{MAX_K_MAX}"),
+    (dict(REFINING, k_max=10**9, tau_kl=0.0),
+     f"`k_max`=1000000000 is not allowed inside vLLM; allowed: 1..{MAX_K_MAX}"),
     ({"L": LAYERS // 2}, f"`L`={LAYERS // 2} needs `tau_h`; allowed: a float >= 0 nats or 'inf'"),
     (dict(REFINING, tau_kl=math.nan), "`tau_kl`=nan is not allowed"),
     (dict(REFINING, stop="latent"), "`stop`='latent' is not allowed inside vLLM; allowed: 'kl'"),
