@@ -61,7 +61,8 @@ class EglrVLLM(VLLM):
         vllm_args = dict(self.args.load_args)
         with model_arg_errors():
             trust = bool(vllm_args.get("trust_remote_code", False))
-            vllm_args.update(engine_args(_architecture(vllm_args["pretrained"], trust), spans=_served_spans(self.args)))
+            vllm_args.update(engine_args(_architecture(vllm_args["pretrained"], trust), spans=_served_spans(self.args),
+                                         num_layers=self.args.declared_layers))
         super().__init__(**vllm_args)
         fingerprint = _fingerprint(vllm_args, self.args.settings.base.as_dict(), self.max_length, self.add_bos_token)
         self.engines = [VllmEngine(self.model)]

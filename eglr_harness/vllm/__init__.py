@@ -2,9 +2,12 @@
 (``row_settings.py``).
 
 vLLM loads ``register`` through the ``vllm.general_plugins`` entry point (pyproject.toml) in every
-process it starts; it registers one EGLR architecture per supported family. A model is served
-with EGLR by naming that architecture in ``hf_overrides`` (``engine_overrides``): L = 0 (or no
-EGLR settings on a request) is stock vLLM's forward, token for token.
+process it starts; it registers one EGLR architecture per supported family, and nothing else: an engine
+that names none of them runs exactly as without the project. A model is served with EGLR by the
+arguments of ``engine_args``: that architecture in ``hf_overrides``, the row-settings logits processor
+in ``logits_processors`` (named here, not by an entry point: vLLM loads those into every engine, and Model
+Runner V2 refuses V1-interface classes), the worker extension. L = 0 (or no EGLR settings on a request) is
+stock vLLM's forward, token for token.
 
 Nothing here imports vLLM at package import time: ``register`` and the model module do.
 """
@@ -31,12 +34,15 @@ def register() -> None:
             ModelRegistry.register_model(eglr_arch, target)
 
 
-def engine_args(architecture: str | None, spans=None) -> dict:
+def engine_args(architecture: str | None, spans=None, num_layers: int | None = None) -> dict:
     """``LLM`` keyword arguments that serve a checkpoint of ``architecture`` with EGLR and hand its per-token
     signals back from vLLM's workers (``worker.py``), in whatever processes vLLM runs them.
 
     spans: the L values the engine refines with (None: every L in 1..N). The compiled normal pass hands out the
     anchor of each (a (T, D) copy per span and step), so an engine that serves one L keeps only that one.
+    num_layers: the checkpoint's decoder layer count N. With it (or with ``spans``) the row-settings processor
+    refuses an L the engine does not serve when the request arrives (vLLM's ``validate_params``: HTTP 400 behind
+    a server); without either, such a request is refused at its step, which stops the engine.
     One-line ValueError for a family the plugin does not cover.
 
     CUDA graphs: piecewise only (``compilation_config``; a platform without graphs, the CPU, ignores it). A full
@@ -44,10 +50,14 @@ def engine_args(architecture: str | None, spans=None) -> dict:
     capture, where no request refines, and replay that: the model refuses such a mode (``models.py``). To set more
     of the compilation config, pass your own with ``cudagraph_mode`` PIECEWISE or NONE instead of this one.
     """
+    from eglr_harness.vllm.row_settings import processor_name
     from eglr_harness.vllm.worker import WORKER_EXTENSION
 
-    return {"hf_overrides": engine_overrides(architecture, spans), "worker_extension_cls": WORKER_EXTENSION,
-            "compilation_config": {"cudagraph_mode": "PIECEWISE"}}
+    if spans is None and num_layers is not None:
+        spans = range(1, num_layers + 1)
+    overrides = engine_overrides(architecture, spans)
+    return {"hf_overrides": overrides, "logits_processors": [processor_name(overrides.get("eglr_spans"))],
+            "worker_extension_cls": WORKER_EXTENSION, "compilation_config": {"cudagraph_mode": "PIECEWISE"}}
 
 
 def engine_overrides(architecture: str | None, spans=None) -> dict:

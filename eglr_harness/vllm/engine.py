@@ -84,12 +84,20 @@ def _outcome(completion, signals: list[tuple[float, int, float]]) -> Outcome:
                            "(one per token expected; none: the engine was not built with "
                            "eglr_harness.vllm.engine_args).")
     logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs or [], tokens)]
-    finish = ("length" if completion.finish_reason == "length"
-              else "stop" if completion.stop_reason is not None else "eos")
+    finish = finish_of(completion.finish_reason, completion.stop_reason)
     iterations = Counter(k for _, k, _ in signals if k > 0)
     return Outcome(tokens=tokens, finish=finish, gated=sum(iterations.values()), iterations=iterations,
                    entropies=[e for e, _, _ in signals], logprobs=logprobs,
                    final_kls=[kl for _, _, kl in signals], token_iterations=[k for _, k, _ in signals])
+
+
+def finish_of(finish_reason: str | None, stop_reason) -> str:
+    """An ``Outcome.finish`` from vLLM's ``finish_reason`` and ``stop_reason``: "stop" with no stop reason is the
+    EOS token ("eos"), with one a stop string or token ("stop"); "length" stays; any other reason vLLM gives
+    ("abort", ...) is passed on as it is, never read as an EOS."""
+    if finish_reason == "stop":
+        return "stop" if stop_reason is not None else "eos"
+    return str(finish_reason)
 
 
 def _account(stats: EglrStats, outcome: Outcome, L: int) -> None:

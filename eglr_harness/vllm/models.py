@@ -45,6 +45,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import logging
 
 import torch
 from vllm.forward_context import ForwardContext, get_forward_context, override_forward_context
@@ -58,12 +59,22 @@ from vllm.v1.attention.backend import CommonAttentionMetadata
 
 from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.functional import (
-    entropy_gate, entropy_of_log_probs, fuse, kl_divergence, norm_match, raise_on_nan_rows, refinement_done,
+    entropy_gate, entropy_of_log_probs, fuse, kl_divergence, norm_match, refinement_done,
 )
 from eglr_harness.vllm.row_settings import settings_for
 
 # set in the forward context's additional_kwargs while refinement rows run (what a hook may look for)
 REFINEMENT_KEY = "eglr_refinement"
+
+logger = logging.getLogger(__name__)
+
+
+def _warn_on_nan_rows(values: torch.Tensor, where: str) -> None:
+    """Log (warning) the rows whose ``values`` (entropies or KLs, (R,)) are NaN: non-finite logits."""
+    rows = values.isnan().nonzero()[:, 0].tolist()
+    if rows:
+        logger.warning("eglr-vllm: non-finite logits at %s (rows %s of the step); those rows decode as stock vLLM "
+                       "would. Try dtype=float32 or bfloat16 instead of float16.", where, rows)
 
 
 def sampled_rows() -> torch.Tensor | None:
@@ -125,9 +136,8 @@ class EglrForCausalLMMixin:
             return None
         tracker = settings_for(self._eglr_vllm_config)
         if tracker is None:
-            raise RuntimeError("eglr-vllm: the EglrRowSettings logits processor is not loaded in this engine: "
-                               "install eglr-harness (its vllm.logits_processors entry point) or pass "
-                               "logits_processors=['eglr_harness.vllm.row_settings:EglrRowSettings'].")
+            raise RuntimeError("eglr-vllm: the EglrRowSettings logits processor is not loaded in this engine; "
+                               "allowed: an engine built with eglr_harness.vllm.engine_args (its logits_processors).")
         configs = tracker.configs(rows.numel())
         if not any(config.refines for config in configs) and not tracker.records(rows.numel()):
             return None
@@ -195,7 +205,9 @@ class EglrForCausalLMMixin:
         final_stream = streams[num_layers][rows]  # (R, D) h^(N), before the final norm
         logits, logp = self._logits_and_logprobs(normed[rows])  # (R, V) each
         entropies = entropy_of_log_probs(logp)  # (R,)
-        raise_on_nan_rows([r for r, bad in enumerate(entropies.isnan().tolist()) if bad], "the normal pass")
+        # a row with non-finite logits decodes as stock vLLM would (its gate stays shut: NaN > tau_h is false);
+        # raising here would stop the engine and every other request with it
+        _warn_on_nan_rows(entropies, "the normal pass")
         tau_h = torch.tensor([config.tau_h for config in configs], dtype=torch.float64, device=entropies.device)
         normed = normed.clone()
         iterations = torch.zeros(len(configs), dtype=torch.long, device=entropies.device)  # (R,) k*, 0 ungated
@@ -267,9 +279,14 @@ class EglrForCausalLMMixin:
                 normed, _ = self.model.norm(hidden, residual)
                 logits, logp = self._logits_and_logprobs(normed)
                 kl = kl_divergence(logp, logp_prev[active])
-                raise_on_nan_rows([int(active[r]) for r, bad in enumerate(kl.isnan().tolist()) if bad],
-                                  "a refinement")
-                chosen[active], chosen_logits[active], iterations[active], last_kl[active] = normed, logits, k, kl
+                # an iteration with a non-finite KL is not taken: its row keeps its last finite one and stops
+                # (refinement_done ends a NaN KL), rather than stopping the engine for every request
+                keep = ~kl.isnan()
+                if not bool(keep.all()):
+                    _warn_on_nan_rows(kl, "a refinement")
+                taken = active[keep]
+                chosen[taken], chosen_logits[taken] = normed[keep], logits[keep]
+                iterations[taken], last_kl[taken] = k, kl[keep]
                 running[active] = ~refinement_done(kl, tau_kl[active], k, k_max[active])  # each row's own exit
                 logp_prev[active] = logp
                 if not bool(running.any()):

@@ -1,12 +1,21 @@
-"""Per-request EGLR settings inside a vLLM engine: ``SamplingParams(extra_args={"eglr": {...}})``.
+"""Per-request EGLR settings inside a vLLM engine: ``SamplingParams(extra_args={"eglr": {...}})`` offline, or the
+flat keys ``eglr_L``, ``eglr_tau_h``, ... (``vllm_xargs`` of vLLM's OpenAI server, which takes flat scalars only).
 
 vLLM's v1 engine tells its logits processors which request sits in which row of the persistent
 batch (``update_state``, called before every forward pass); the model's forward has no such
 view. ``EglrRowSettings`` is a logits processor that changes no logits and keeps, per batch row,
 the ``EglrConfig`` of the request in that row, for the EGLR model of the same engine to read
-(``settings_for``). vLLM loads it for every engine through the ``vllm.logits_processors`` entry
-point (pyproject.toml), and calls ``validate_params`` on each request as it arrives, so a bad
-setting is refused with a one-line error before it reaches the engine.
+(``settings_for``). The EGLR engine names it in its own arguments (``engine_args``: vLLM's
+``logits_processors=``), never through the ``vllm.logits_processors`` entry point, which vLLM loads into
+every engine and whose V1-interface classes Model Runner V2 refuses (it would stop every engine of an
+environment with the project installed). vLLM calls ``validate_params`` on each request as it arrives,
+so a bad setting is refused with a one-line error (HTTP 400 behind a server) before it reaches the engine.
+
+The engine's served spans are part of the class vLLM is given: ``processor_name(spans)`` names
+``EglrRowSettings_L_<spans>``, a subclass this module makes on first lookup (``__getattr__``) whose
+``validate_params`` also refuses an ``L`` the engine does not serve. ``validate_params`` is a classmethod
+called in the front end with the request's parameters only, so what it checks must travel in the class:
+a name survives vLLM's processes (the engine core and workers import it again) and its CLI.
 
 The request's temperature, top-k, top-p and seed stay vLLM's own sampling parameters: EGLR only
 changes the logits they are applied to (eglr-method.md §2, step 4).
@@ -16,7 +25,8 @@ entropy, its refinement iterations k* and its last KL recorded under that tag, k
 position in the request's output (the length of vLLM's live output list when the step runs: a chunked
 prefill's earlier chunks and a preempted request's recomputation write the position again, and the
 last write, the step whose token vLLM keeps, stays). The record lives in the worker's process: the
-caller takes it through vLLM's RPC (``worker.py``) and ``take_signals`` removes it.
+caller takes it through vLLM's RPC (``worker.py``) and ``take_signals`` removes it. Untagged requests
+record nothing.
 """
 
 from __future__ import annotations
@@ -26,55 +36,153 @@ import math
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-from eglr_harness.core.config import EglrConfig, parse_tau_h
+from eglr_harness.core.config import DEFAULT_STOP, EglrConfig, has_gate, parse_tau_h
 
 EXTRA_ARGS_KEY = "eglr"
+FLAT_PREFIX = "eglr_"  # vllm_xargs' flat form: extra_args["eglr_L"] is extra_args["eglr"]["L"]
 # what a request may set, and what it gets when it sets nothing (plain decoding)
-REQUEST_KEYS = ("L", "tau_h", "alpha", "k_max", "tau_kl", "tag")
+REQUEST_KEYS = ("L", "tau_h", "alpha", "k_max", "tau_kl", "stop", "tag")
+# a request's refinement budget: every row of a step waits for the slowest one's iterations, so one request's
+# k_max=10**9 (with tau_kl=0) would stall the whole batch. The paper's ablation spans k_max 1..5 (eglr-method.md
+# §3); 16 leaves room for studies without letting one request hold the engine.
+MAX_K_MAX = 16
+PROCESSOR_CLASS = "EglrRowSettings"
+NO_SPANS = "none"  # the name's spans part for an engine that refines with no L (plain decoding only)
 _PLAIN = EglrConfig(L=0, tau_h=math.inf)
 
 # id(vllm_config) -> the engine's tracker; the model of the same engine (same worker process,
 # same config object) looks it up. A re-built input batch re-creates its logits processors: the
 # newest wins.
 _TRACKERS: dict[int, "EglrRowSettings"] = {}
+# the signal tags admitted by this process's front end (``admit_tag``): a few bytes per tagged request
+_ADMITTED_TAGS: set[str] = set()
 
 
-def request_config(extra_args: dict | None) -> EglrConfig:
-    """The EGLR settings of one request, validated; plain decoding when it names none.
-
-    extra_args: ``SamplingParams.extra_args``; its ``"eglr"`` entry is a dict of ``REQUEST_KEYS``.
-    ValueError (one line) for an unknown key or a value outside its range.
-    """
-    given = (extra_args or {}).get(EXTRA_ARGS_KEY)
-    if given is None:
-        return _PLAIN
-    if not isinstance(given, dict):
-        raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}]={given!r} is not allowed; allowed: a dict with keys "
+def request_settings(extra_args: dict | None) -> dict | None:
+    """The EGLR settings a request names, as a dict of ``REQUEST_KEYS``, from either form of ``extra_args``:
+    nested (``{"eglr": {"L": 4, ...}}``) or flat (``{"eglr_L": 4, ...}``); None when it names none.
+    ValueError (one line) for a key outside ``REQUEST_KEYS`` or both forms at once."""
+    extra_args = extra_args or {}
+    flat = {key[len(FLAT_PREFIX):]: value for key, value in extra_args.items()
+            if isinstance(key, str) and key.startswith(FLAT_PREFIX)}
+    nested = extra_args.get(EXTRA_ARGS_KEY)
+    if nested is not None and flat:
+        raise ValueError(f"extra_args has both {EXTRA_ARGS_KEY!r} and {FLAT_PREFIX}* keys "
+                         f"({FLAT_PREFIX}{sorted(flat)[0]}); allowed: one of the two forms.")
+    if nested is None and not flat:
+        return None
+    if nested is not None and not isinstance(nested, dict):
+        raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}]={nested!r} is not allowed; allowed: a dict with keys "
                          f"{', '.join(REQUEST_KEYS)}.")
+    given, where = (nested, f"extra_args[{EXTRA_ARGS_KEY!r}] key ") if nested is not None else (flat, "extra_args key ")
     unknown = sorted(set(given) - set(REQUEST_KEYS))
     if unknown:
-        raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}] key {unknown[0]!r} is not allowed; allowed: "
-                         f"{', '.join(REQUEST_KEYS)}.")
-    settings = dict(given)
+        prefix = "" if nested is not None else FLAT_PREFIX
+        raise ValueError(f"{where}{prefix + unknown[0]!r} is not allowed; allowed: "
+                         f"{', '.join(prefix + key for key in REQUEST_KEYS)}.")
+    return dict(given)
+
+
+def request_config(extra_args: dict | None, served: frozenset[int] | None = None) -> EglrConfig:
+    """The EGLR settings of one request, validated; plain decoding when it names none.
+
+    extra_args: ``SamplingParams.extra_args`` (``request_settings``'s two forms); served: the spans L the engine
+    refines with (None: not known here, checked at the step). ValueError (one line) for an unknown key, a value
+    outside its range, an L > 0 without ``tau_h`` (the spec's default is calibrated per task, which a single
+    request cannot do), a ``k_max`` above ``MAX_K_MAX``, an exit rule other than the paper's, or an L not served.
+    """
+    settings = request_settings(extra_args)
+    if settings is None:
+        return _PLAIN
     tag = settings.pop("tag", None)
     if tag is not None and not isinstance(tag, str):
-        raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}]['tag']={tag!r} is not allowed; allowed: a str.")
+        raise ValueError(f"`tag`={tag!r} is not allowed; allowed: a str.")
+    stop = settings.pop("stop", DEFAULT_STOP)
+    if stop != DEFAULT_STOP:
+        raise ValueError(f"`stop`={stop!r} is not allowed inside vLLM; allowed: {DEFAULT_STOP!r} (the other exit "
+                         "rules run in eglr-hf only).")
     if "tau_h" in settings:
         settings["tau_h"] = parse_tau_h(settings["tau_h"])
         if settings["tau_h"] == "auto":
-            raise ValueError("extra_args['eglr']['tau_h']='auto' is not allowed inside vLLM; allowed: a float >= 0 "
-                             "nats or 'inf' (calibrate first: eglr-calibrate, or lm_eval --model eglr-vllm).")
-    return EglrConfig(**{"L": 0, "tau_h": math.inf, **settings})
+            raise ValueError("`tau_h`='auto' is not allowed inside vLLM; allowed: a float >= 0 nats or 'inf' "
+                             "(calibrate first: eglr-calibrate, or lm_eval --model eglr-vllm).")
+    config = EglrConfig(**{"L": 0, "tau_h": math.inf, **settings})
+    if has_gate(config.L) and "tau_h" not in settings:
+        raise ValueError(f"`L`={config.L} needs `tau_h`; allowed: a float >= 0 nats or 'inf' (the spec's default "
+                         "is calibrated per task: eglr-calibrate, or lm_eval --model eglr-vllm).")
+    if config.k_max > MAX_K_MAX:
+        raise ValueError(f"`k_max`={config.k_max!r} is not allowed inside vLLM; allowed: 1..{MAX_K_MAX} (every row "
+                         "of a step waits for its slowest refinement).")
+    if served is not None and config.L > 0 and config.L not in served:
+        raise ValueError(f"`L`={config.L} is not served by this engine; allowed: "
+                         f"{', '.join(['0', format_spans(served)] if served else ['0'])}.")
+    return config
+
+
+def format_spans(spans) -> str:
+    """``[1, 2, 3, 4, 10]`` -> ``'1-4, 10'`` (runs of consecutive spans as ranges)."""
+    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in _runs(spans))
+
+
+def _runs(spans) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for span in sorted(set(spans)):
+        if runs and span == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], span)
+        else:
+            runs.append((span, span))
+    return runs
+
+
+def processor_name(spans) -> str:
+    """The fully qualified name (vLLM's ``module:Class``) of the row-settings processor of an engine that serves
+    ``spans`` (None: spans unknown; the step checks them): what ``engine_args`` passes as ``logits_processors``."""
+    if spans is None:
+        return f"{__name__}:{PROCESSOR_CLASS}"
+    runs = "_".join(f"{a}to{b}" if a != b else str(a) for a, b in _runs(spans)) or NO_SPANS
+    return f"{__name__}:{PROCESSOR_CLASS}_L_{runs}"
+
+
+def _spans_of(name: str) -> frozenset[int] | None:
+    """The spans of a ``processor_name`` class name; None when it is not one."""
+    prefix = f"{PROCESSOR_CLASS}_L_"
+    if not name.startswith(prefix):
+        return None
+    if name == prefix + NO_SPANS:
+        return frozenset()
+    spans: set[int] = set()
+    for part in name[len(prefix):].split("_"):
+        low, _, high = part.partition("to")
+        if not (low.isdigit() and (high or low).isdigit()):
+            return None
+        spans.update(range(int(low), int(high or low) + 1))
+    return frozenset(spans) if spans and min(spans) >= 1 else None
+
+
+def __getattr__(name: str):
+    """``EglrRowSettings_L_<spans>``: the row-settings class of an engine serving those spans, made once per process
+    (vLLM's loaders and pickle look the class up by this name in each of vLLM's processes)."""
+    spans = _spans_of(name)
+    if spans is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    cls = type(name, (EglrRowSettings,), {"served": spans, "__module__": __name__, "__qualname__": name})
+    globals()[name] = cls
+    return cls
 
 
 class EglrRowSettings(LogitsProcessor):
-    """Tracks each batch row's ``EglrConfig``; leaves the logits alone."""
+    """Tracks each batch row's ``EglrConfig``; leaves the logits alone. ``served``: the spans the engine refines
+    with, checked at admission (None here: the subclasses ``processor_name`` names set it)."""
+
+    served: frozenset[int] | None = None
 
     @classmethod
     def validate_params(cls, sampling_params) -> None:
-        request_config(sampling_params.extra_args)
+        request_config(sampling_params.extra_args, cls.served)
+        admit_tag(request_tag(sampling_params.extra_args), sampling_params.n)
 
     def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
+        check_admits_served(self.served, vllm_config.model_config.hf_config)
         self._rows: dict[int, EglrConfig] = {}
         self._tags: dict[int, str] = {}
         self._outputs: dict[int, list[int]] = {}  # row -> the request's live output token ids (vLLM's list)
@@ -130,9 +238,37 @@ class EglrRowSettings(LogitsProcessor):
 
 
 def request_tag(extra_args: dict | None) -> str | None:
-    """The request's signal tag (``extra_args["eglr"]["tag"]``), or None."""
-    given = (extra_args or {}).get(EXTRA_ARGS_KEY)
-    return given.get("tag") if isinstance(given, dict) else None
+    """The request's signal tag (``tag`` in either form of ``request_settings``), or None."""
+    return (request_settings(extra_args) or {}).get("tag")
+
+
+def admit_tag(tag: str | None, n: int = 1) -> None:
+    """Admission of a signal tag: each tag names one request's record, so a tag this process admitted before, or a
+    request of ``n`` > 1 completions (vLLM's children share its parameters, tag included), is refused (one line):
+    two requests writing one record would hand one of them the other's signals."""
+    if tag is None:
+        return
+    if n != 1:
+        raise ValueError(f"`tag`={tag!r} with n={n} is not allowed; allowed: n=1 (each completion needs a tag of "
+                         "its own: send n requests).")
+    if tag in _ADMITTED_TAGS:
+        raise ValueError(f"`tag`={tag!r} is already in use; allowed: a tag no earlier request of this process used.")
+    _ADMITTED_TAGS.add(tag)
+
+
+def check_admits_served(admitted: frozenset[int] | None, hf_config) -> None:
+    """At engine start: the spans the processor admits (``admitted``; None: not checked at admission) must be ones
+    the model serves (its config's ``eglr_spans``, else every L in 1..N), or a request admitted here would stop the
+    engine at its step. One-line ValueError naming both."""
+    if admitted is None:
+        return
+    num_layers = getattr(getattr(hf_config, "text_config", None) or hf_config, "num_hidden_layers", None)
+    served = getattr(hf_config, "eglr_spans", None)
+    served = set(served) if served is not None else set(range(1, (num_layers or 0) + 1))
+    extra = sorted(admitted - served)
+    if extra:
+        raise ValueError(f"eglr-vllm: the row-settings processor admits L={extra[0]}, which the model does not serve; "
+                         f"allowed: {format_spans(served) or 'none'} (engine_args names both from one span list).")
 
 
 def take_signals(tag: str) -> list[tuple[float, int, float]]:

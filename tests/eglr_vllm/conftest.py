@@ -9,5 +9,25 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 # before vLLM is imported: a small K/V cache (V1 multiprocessing stays as vLLM defaults it: on)
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+@pytest.fixture(scope="module")
+def tiny_chat_model(tmp_path_factory, smollm2_tokenizer_dir):
+    """A tiny random Llama with SmolLM2's tokenizer and chat template, saved as fp32 safetensors (vLLM's CPU
+    attention takes head sizes in multiples of 32); its unembedding sharpened so that greedy decoding is not a chain
+    of near-ties, which float noise between two implementations would break."""
+    from helpers.tiny_models import build_tiny_model
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir)
+    model = build_tiny_model("llama", vocab_size=len(tokenizer), num_layers=4, seed=3, sharpen=60.0, hidden_size=128,
+                             intermediate_size=256, pad_token_id=tokenizer.pad_token_id,
+                             bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    out = tmp_path_factory.mktemp("tiny_chat_llama")
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out

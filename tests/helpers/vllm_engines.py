@@ -40,14 +40,15 @@ def save_tiny_model(arch: str, folder):
     return model
 
 
-def make_engine(folder, *, eglr: bool, architecture: str | None = None, **options):
+def make_engine(folder, *, eglr: bool, architecture: str | None = None, spans=None, **options):
     """A vLLM engine (fp32, eager; its engine core and workers in processes of their own, as vLLM defaults them)
-    over ``folder``; EGLR's architecture and worker extension when ``eglr``. ``options``: more ``LLM`` arguments."""
+    over ``folder``; EGLR's engine arguments when ``eglr`` (serving ``spans``, default every L in 1..LAYERS).
+    ``options``: more ``LLM`` arguments."""
     from vllm import LLM
 
     from eglr_harness.vllm import engine_args
 
-    eglr_args = engine_args(architecture) if eglr else {}
+    eglr_args = engine_args(architecture, spans=spans, num_layers=LAYERS) if eglr else {}
     return LLM(**{**dict(model=str(folder), dtype="float32", enforce_eager=True, skip_tokenizer_init=True,
                          max_model_len=128, seed=0), **eglr_args, **options})
 

