@@ -47,6 +47,10 @@ def test_pool_rollouts_equal_the_hf_engine(tiny_lm, L):
     hf_cells = hf.get_model_info()["eglr"]["stats"]["cells"]
     ours = continuous.get_model_info()["eglr"]
     assert ours["engine"] == "continuous"
+    # a pool prefills each prompt once (issue 56): as many rollouts of each of 3 contexts, 3 prompts prefilled
+    prefill = ours["prefill_report"]
+    assert prefill["rows"] - prefill["shared_rows"] == 3 and prefill["rows"] in (15, 30)  # greedy cells: 5 each
+    assert prefill["prompt_tokens"] == prefill["rows"] // 3 * prefill["prefilled_tokens"]
     for label, stats in ours["stats"]["cells"].items():
         for key in ("tokens", "gated_tokens", "iteration_hist"):
             assert stats[key] == hf_cells[label][key], (label, key)
