@@ -535,14 +535,13 @@ class _Run:
         source's prompt K/V and the prompt's state: its anchor at its own entry layer N - L, and the last position's
         h^(N) (F, D) and logits (F, V), returned for its first settle. Returns the followers, now past their
         prompt."""
-        by_length: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        targets: dict[int, list[int]] = defaultdict(list)  # source -> its followers (one prompt, one length)
         for source, follower in copies:
             if source != follower:  # else its own slot kept the prompt's K/V
-                by_length[len(self.rows[follower].request.prompt)].append((source, follower))
-        for length, pairs in by_length.items():
-            sources, targets = zip(*pairs)
-            self.cache.copy_prompt(torch.tensor(sources, device=self.device), torch.tensor(targets, device=self.device),
-                                   length)
+                targets[source].append(follower)
+        for source, followers in targets.items():
+            length = len(self.rows[followers[0]].request.prompt)
+            self.cache.copy_prompt(source, torch.tensor(followers, device=self.device), length)
         followers = [follower for _, follower in copies]
         states = [self.prompt_states[self.rows[f].request.prompt] for f in followers]
         if self.invariants.entry_layers:
