@@ -4,6 +4,8 @@ tokens they decoded when each prefilled its own prompt (``share_prompts=False``,
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from helpers.inputs import random_prompts
 from helpers.tiny_models import build_tiny_model
@@ -112,3 +114,24 @@ def test_a_freed_slot_keeps_its_prompt_for_the_next_request_of_that_prompt():
     s.retire(0)
     assert s.admit() == [0] and s.rows[0].request.prompt == b and s.rows[0].source is None
     assert s.holders == {b: 0}  # a's K/V is overwritten: no longer held
+
+
+@pytest.mark.slow
+def test_smollm2_decodes_a_pool_byte_for_byte_with_its_prompts_shared(smollm2_path):
+    """The real SmolLM2-135M GGUF (fp32), a ten-cell pool (L and T cells, seeds) over two GSM8K-style prompts in a
+    batch of four: the same tokens, so the same texts byte for byte, as every row prefilling its own prompt."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, gguf = smollm2_path
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype="float32").eval()
+    texts = ["Question: Janet has 16 eggs and eats 3. How many are left?\nAnswer:",
+             "Question: A robe takes 2 bolts of blue fiber and half that much white fiber. How many bolts?\nAnswer:"]
+    prompts = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    requests = [dataclasses.replace(r, stop_strings=("Question:",)) for r in pool_requests(prompts, new=(12, 1, 16))]
+    engine = dict(max_batch=4, tokenizer=tokenizer)
+    alone, _ = decode(model, requests, False, **engine)
+    shared, report = decode(model, requests, True, **engine)
+    assert_same_decoding(shared, alone)
+    assert [tokenizer.decode(o.tokens) for o in shared] == [tokenizer.decode(o.tokens) for o in alone]
+    assert report["prefilled_tokens"] == sum(len(p) for p in prompts) and report["shared_rows"] == 18

@@ -21,8 +21,8 @@ forward, a prompt longer than the budget is prefilled in chunks, each attending 
 earlier columns, and decoding steps go on between chunks. No forward processes more prompt tokens
 than the budget, so its activations do not grow with the prompts.
 
-A prompt is prefilled once while a row of it is in a slot (``share_prompts``; the scheduler's "shared
-prompts"): the other rows of that prompt (a pool's cells, cycles and seeds) get a copy of its K/V in their
+A prompt is prefilled once while a slot holds it (a row of it, or the freed slot of its last row;
+``share_prompts``, the scheduler's "shared prompts"): the other rows of that prompt (a pool's cells, cycles and seeds) get a copy of its K/V in their
 slots and its prompt state (the last position's h^(N) and logits, its hidden state at each entry layer N - L,
 taken as the holder's prefill computed them), and each draws its first token from its own settings and seed.
 Copied rather than shared read-only: a slot's columns are then its own, as every step's attention expects, and
@@ -124,8 +124,8 @@ class ContinuousEngine:
             ones ride along in the top L layers.
         kv_bucket: the smallest K/V length bucket (columns); a step reads ``step_key.length_bucket`` columns.
         prefill_tokens: the most prompt tokens one forward processes (rows x padded chunk length).
-        share_prompts: prefill each distinct prompt once while a row of it is in a slot, and copy its K/V and
-            prompt state to the others (False: every row prefills its own prompt, as before issue 56).
+        share_prompts: prefill each distinct prompt once while a slot holds it, and copy its K/V and prompt
+            state to the others (False: every row prefills its own prompt, as before issue 56).
         compile: compile the decoder layer once (``step_graphs.py``), the step's row counts padded to
             buckets (powers of two from 2, ``max_batch``, the slot count); ``compile_mode``
             ``"reduce-overhead"`` also records one CUDA graph per (rows, width) bucket (CUDA only);
