@@ -115,6 +115,13 @@ def test_a_freed_slot_keeps_its_prompt_for_the_next_request_of_that_prompt():
     assert s.admit() == [0] and s.rows[0].request.prompt == b and s.rows[0].source is None
     assert s.holders == {b: 0}  # a's K/V is overwritten: no longer held
 
+    b = (8, 9, 10, 11)  # longer: admitted first
+    s = scheduler([b, a, a], num_slots=2)
+    assert s.admit() == [0, 1] and s.holders == {b: 0, a: 1}
+    s.retire(0)  # b's freed slot keeps b
+    assert s.admit() == [0] and s.rows[0].source == 1  # the only free slot: a's copy overwrites b there
+    assert s.holders == {a: 1}
+
 
 @pytest.mark.slow
 def test_smollm2_decodes_a_pool_byte_for_byte_with_its_prompts_shared(smollm2_path):

@@ -101,7 +101,8 @@ class Scheduler:
         self.waiting = deque(sorted(range(len(requests)), key=self._admission_order()))
         self.rows: list[Row | None] = [None] * num_slots
         self.prefilling: deque[int] = deque()  # slots whose prompt is not all in the K/V yet, in admission order
-        self.holders: dict[tuple[int, ...], int] = {}  # prompt -> the live slot holding its K/V (shared prompts)
+        # shared prompts: prompt -> the slot whose K/V holds it (a live row's, or a freed slot's until reused)
+        self.holders: dict[tuple[int, ...], int] = {}
         self.copying: list[int] = []  # followers waiting for their holder's prompt to be complete
         self._prefill_next = True  # where the round is: its admission and prefill next, else its step
 
@@ -165,10 +166,11 @@ class Scheduler:
             free.remove(slot)
             slots.append(slot)
             row = self.rows[slot] = Row(request, self.outcomes[index], index, position=len(request.prompt) - 1)
+            if slot != holder:
+                self._forget_prompts_in(slot)  # its prefill or copy overwrites the prompt a freed slot kept
             if holder is None:
                 self.prefilling.append(slot)
                 if self.share_prompts:
-                    self._forget_prompts_in(slot)
                     self.holders[request.prompt] = slot
             else:
                 row.source = holder
@@ -176,7 +178,7 @@ class Scheduler:
         return slots
 
     def _forget_prompts_in(self, slot: int) -> None:
-        """``slot`` is about to be overwritten: a prompt its freed K/V kept is no longer held."""
+        """``slot`` is given to a request of another prompt: a prompt its freed K/V kept is no longer held."""
         for prompt in [prompt for prompt, holder in self.holders.items() if holder == slot]:
             del self.holders[prompt]
 
