@@ -22,11 +22,12 @@ earlier columns, and decoding steps go on between chunks. No forward processes m
 than the budget, so its activations do not grow with the prompts.
 
 A prompt is prefilled once while a slot holds it (a row of it, or the freed slot of its last row;
-``share_prompts``, the scheduler's "shared prompts"): the other rows of that prompt (a pool's cells, cycles and seeds) get a copy of its K/V in their
-slots and its prompt state (the last position's h^(N) and logits, its hidden state at each entry layer N - L,
-taken as the holder's prefill computed them), and each draws its first token from its own settings and seed.
-Copied rather than shared read-only: a slot's columns are then its own, as every step's attention expects, and
-the copy costs a few milliseconds against a prefill's seconds (``prefill_report``, benchmarks/README.md).
+``share_prompts``, the scheduler's "shared prompts"): the other rows of that prompt (a pool's cells, cycles
+and seeds) get a copy of its K/V in their slots and its prompt state (the last position's h^(N) and logits,
+its hidden state at each entry layer N - L, as the holder's prefill computed them), and each settles its first
+token with its own settings and seed. Copied rather than shared read-only: a slot's columns are then its own,
+as every step's attention expects, and the copies cost a few per cent of the one prefill that remains
+(``prefill_report``; benchmarks/README.md).
 
 The step itself (``fixed_step.decode_step``) is a function of fixed-shape tensors: the per-slot
 state (``step_state.py``), K/V storage (``Workspace``, kept for the next run when it fits; allocated
@@ -508,11 +509,11 @@ class _Run:
         last = takes_t[picked] - 1
         done_slots = slots_t[picked]
         entry = self.stack.num_layers - torch.tensor([rows[g].request.config.L for g in done], device=self.device)
-        entry_inputs = []  # (G', D) per entry layer: the prompt state of the rows that share these prompts
+        entry_inputs = {}  # entry layer -> (G', D): the prompt state of the rows that share these prompts
         for index in range(self.stack.num_layers):
             if index in self.invariants.entry_layers and done:
-                entry_inputs.append(hidden[picked, last])
-                save_anchors(self.state.anchor, done_slots, entry_inputs[-1], entry, index)
+                entry_inputs[index] = hidden[picked, last]
+                save_anchors(self.state.anchor, done_slots, entry_inputs[index], entry, index)
             kind = self.stack.layer_kinds[index]
             hidden = self.stack.layer(index, hidden, views[kind], angles[kind], positions, cache)
         self.prefill_counts.forwards += 1
@@ -524,7 +525,8 @@ class _Run:
         last_hidden = hidden[picked, last]  # (G', D)
         raw = self.stack.logits(last_hidden)  # (G', V)
         if self.engine.share_prompts:
-            anchors = torch.stack(entry_inputs, dim=1) if entry_inputs else None  # (G', E, D)
+            anchors = (torch.stack([entry_inputs[layer] for layer in self.invariants.entry_layers], dim=1)
+                       if entry_inputs else None)  # (G', E, D)
             for i, g in enumerate(done):
                 self.prompt_states[rows[g].request.prompt] = PromptState(
                     None if anchors is None else anchors[i], last_hidden[i], raw[i])
