@@ -9,10 +9,10 @@ alternate (before, after, before, after, ...); the best run of each counts. Repo
 copies' seconds), prompt tokens served per prefill second, the run's wall time and generated tokens per
 second; and whether the two modes decoded the same tokens (they must).
 
-Prompts: lm-eval's ``gsm8k`` few-shot format ("Question: ...\\nAnswer: <worked answer>" shots, "\\n\\n" between,
-the problem last, ~900 tokens with 8 shots), no chat template. ``$EGLR_DATA_DIR/gsm8k`` holds the test split
-only (no train split to draw shots from), so the first ``--shots`` test problems are the shots and the problems
-decoded are the ones after them.
+Prompts: lm-eval's ``gsm8k`` few-shot format ("Question: ...\\nAnswer: <worked answer>" shots, "\\n\\n"
+between, the problem last: about 1,600 tokens with 8 shots and SmolLM2's tokenizer), no chat template.
+``$EGLR_DATA_DIR/gsm8k`` holds the test split only (no train split to draw shots from), so the first ``--shots``
+test problems are the shots and the problems decoded are the ones after them.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_prefill.py --problems 3 --max_new_tokens 32 \\
         --out benchmarks/results/smollm2_cpu_pool_prefill.json
