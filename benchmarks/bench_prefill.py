@@ -14,7 +14,7 @@ between, the problem last: about 1,600 tokens with 8 shots and SmolLM2's tokeniz
 ``$EGLR_DATA_DIR/gsm8k`` holds the test split only (no train split to draw shots from), so the first ``--shots``
 test problems are the shots and the problems decoded are the ones after them.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_prefill.py --problems 3 --max_new_tokens 32 \\
+    OMP_NUM_THREADS=1 python benchmarks/bench_prefill.py --problems 2 --max_new_tokens 24 \\
         --out benchmarks/results/smollm2_cpu_pool_prefill.json
 """
 
