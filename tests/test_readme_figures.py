@@ -117,3 +117,19 @@ def test_benchmarks_history_quotes_issue_57s_gpu_runs():
         quoted = [_first_number(pool[row][column]) for row in ("captured L=0, ms per engine step",
                                                                "the pool L=1..10, ms per engine step")]
         assert quoted == pytest.approx([figures["cL0c"], figures["cpoolc"]], abs=0.006)
+
+
+def test_benchmarks_readme_quotes_the_pool_prefill_json():
+    """The numbers table's row of issue 56 (a pool prefills each prompt once) quotes its JSON: prefill seconds and
+    prompt tokens before and after, the wall, new tokens per second and their ratios, and the same tokens."""
+    data = _benchmark_json("smollm2_cpu_pool_prefill.json")
+    before, after, summary = data["best"]["before"], data["best"]["after"], data["summary"]
+    row = next(line for line in (ROOT / "benchmarks/README.md").read_text().splitlines()
+               if "smollm2_cpu_pool_prefill.json" in line)
+    for quoted in (f"{before['seconds']:.1f} s -> {after['seconds']:.1f} s ({summary['prefill_speedup']:.2f}x)",
+                   f"{before['prefilled_tokens']:,} prompt tokens run before, {after['prefilled_tokens']:,} after",
+                   f"wall {before['wall_s']:.1f} -> {after['wall_s']:.1f} s",
+                   f"{before['tokens_per_s']:.2f} -> {after['tokens_per_s']:.2f} new tokens/s",
+                   f"{summary['throughput_ratio']:.2f}x", f"the copies {after['copy_seconds']:.2f} s"):
+        assert quoted in row, quoted
+    assert summary["same_tokens"] and "the same tokens" in row

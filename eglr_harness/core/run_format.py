@@ -292,6 +292,7 @@ EGLR_FIELDS: dict[str, FieldRule] = {
     "stats": FieldRule(_dict_or_none, "a dict with `total` and `cells`"),
     "engines": FieldRule(_dict_or_none, "a dict task -> {cell: engine}"),
     "compile_report": FieldRule(_dict_or_none, "a dict of the continuous engine's compile figures, or null"),
+    "prefill_report": FieldRule(_dict_or_none, "a dict of the continuous engine's prefill figures, or null"),
 }
 
 

@@ -120,7 +120,7 @@ class PoolRunner:
     def engine_info(self, engines: list[Engine], requested: str, used: str, compile_choice: CompileChoice) -> dict:
         """eglr-hf's engine entries of ``config.eglr``: the engine(s) that decoded the rollouts (mixed: some
         cells or rollouts each), per task and cell; what the continuous engine's step ran as and what compiling
-        and capturing cost it (late compilations included: should be 0)."""
+        and capturing cost it (late compilations included: should be 0); what its prefills ran."""
         engine = self.engines_said() or used  # nothing decoded yet: the engine preferred
         continuous = [e for e in engines if engine_name(e) == "continuous"]
         return {
@@ -132,6 +132,8 @@ class PoolRunner:
             "compile_requested": compile_choice.requested,
             # the continuous engine's warmup_report() (this rank's), None when it is not among the engines
             "compile_report": continuous[0].warmup_report() if continuous else None,
+            # what its prefills ran (prompt tokens needed and run, rows that took a shared prompt's copy, seconds)
+            "prefill_report": continuous[0].prefill_report() if continuous else None,
         }
 
     def engines_said(self) -> str | None:

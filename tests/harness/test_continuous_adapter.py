@@ -47,6 +47,10 @@ def test_pool_rollouts_equal_the_hf_engine(tiny_lm, L):
     hf_cells = hf.get_model_info()["eglr"]["stats"]["cells"]
     ours = continuous.get_model_info()["eglr"]
     assert ours["engine"] == "continuous"
+    # a pool prefills each prompt once (issue 56): as many rollouts of each of 3 contexts, 3 prompts prefilled
+    prefill = ours["prefill_report"]
+    assert prefill["rows"] - prefill["shared_rows"] == 3 and prefill["rows"] in (15, 30)  # greedy cells: 5 each
+    assert prefill["prompt_tokens"] == prefill["rows"] // 3 * prefill["prefilled_tokens"]
     for label, stats in ours["stats"]["cells"].items():
         for key in ("tokens", "gated_tokens", "iteration_hist"):
             assert stats[key] == hf_cells[label][key], (label, key)
@@ -294,3 +298,25 @@ def test_a_run_interrupted_and_resumed_reports_an_uninterrupted_runs_figures(tin
     assert batch_independent(ours["stats"]) == batch_independent(theirs["stats"])
     assert theirs["stats"]["total"]["gated_tokens"] > 0
     assert (ours["engine"], ours["engines"]) == (theirs["engine"], theirs["engines"])
+
+
+@pytest.mark.parametrize("engine, stop", [("continuous", "latent"), ("hf", "latent"), ("continuous", "accel")])
+def test_a_run_served_whole_from_the_store_reports_a_fresh_runs_figures_under_every_exit_rule(tiny_lm, tmp_path,
+                                                                                               engine, stop):
+    """Issue 56, item 1: a run whose every rollout comes from the store (rerun into the store a fresh run filled)
+    counts each rollout as decoded, with its full record: tokens, gates, k*, layer evaluations and the exit
+    rule's LM-head projections (one per gated token for latent and accel, not k*), so config.eglr.stats equals the
+    fresh run's but for the batch-dependent figures."""
+    settings = dict(engine=engine, batch_size=2, tau_h=0.0, k_max=4, stop=stop, rollout_cache=str(tmp_path))
+    requests = requests_for(CONTEXTS[:3], {**GREEDY, "eglr_L": "1-3", "eglr_T": 0}, repeats=3)
+    fresh = tiny_lm(**settings)
+    expected = fresh.generate_until(requests)
+    resumed = tiny_lm(**settings)
+    got = resumed.generate_until(requests)
+    assert [str(x) for x in got] == [str(x) for x in expected]
+    ours, theirs = (lm.get_model_info()["eglr"]["stats"] for lm in (resumed, fresh))
+    assert ours["reused_rollouts"] == {"total": 0, "cells": {}}  # every rollout restored with its record
+    assert batch_independent(ours) == batch_independent(theirs)
+    total = theirs["total"]
+    assert 0 < total["head_projections"] == total["gated_tokens"] < sum(
+        int(k) * n for k, n in total["iteration_hist"].items())

@@ -21,6 +21,14 @@ forward, a prompt longer than the budget is prefilled in chunks, each attending 
 earlier columns, and decoding steps go on between chunks. No forward processes more prompt tokens
 than the budget, so its activations do not grow with the prompts.
 
+A prompt is prefilled once while a slot holds it (a row of it, or the freed slot of its last row;
+``share_prompts``, the scheduler's "shared prompts"): the other rows of that prompt (a pool's cells, cycles
+and seeds) get a copy of its K/V in their slots and its prompt state (the last position's h^(N) and logits,
+its hidden state at each entry layer N - L, as the holder's prefill computed them), and each settles its first
+token with its own settings and seed. Copied rather than shared read-only: a slot's columns are then its own,
+as every step's attention expects, and the copies cost a few per cent of the one prefill that remains
+(``prefill_report``; benchmarks/README.md).
+
 The step itself (``fixed_step.decode_step``) is a function of fixed-shape tensors: the per-slot
 state (``step_state.py``), K/V storage (``Workspace``, kept for the next run when it fits; allocated
 once at the run's longest request when steps are captured, grown by buckets when eager) of which a
@@ -117,6 +125,8 @@ class ContinuousEngine:
             ones ride along in the top L layers.
         kv_bucket: the smallest K/V length bucket (columns); a step reads ``step_key.length_bucket`` columns.
         prefill_tokens: the most prompt tokens one forward processes (rows x padded chunk length).
+        share_prompts: prefill each distinct prompt once while a slot holds it, and copy its K/V and prompt
+            state to the others (False: every row prefills its own prompt, as before issue 56).
         compile: compile the decoder layer once (``step_graphs.py``), the step's row counts padded to
             buckets (powers of two from 2, ``max_batch``, the slot count); ``compile_mode``
             ``"reduce-overhead"`` also records one CUDA graph per (rows, width) bucket (CUDA only);
@@ -125,8 +135,8 @@ class ContinuousEngine:
 
     def __init__(self, model, *, max_batch: int, eos_token_ids: Sequence[int] = (), tokenizer=None,
                  admit_at: int | None = None, refine_headroom: float = 0.5, kv_bucket: int = 128,
-                 prefill_tokens: int = PREFILL_TOKENS, compile: bool = False, compile_mode: str | None = None,
-                 compile_backend: str = "inductor"):
+                 prefill_tokens: int = PREFILL_TOKENS, share_prompts: bool = True, compile: bool = False,
+                 compile_mode: str | None = None, compile_backend: str = "inductor"):
         if max_batch != "auto" and (isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1):
             raise ValueError(f"`max_batch`={max_batch!r} is not allowed; allowed: an int >= 1 or 'auto'.")
         self.stack = ModelStack.of(model)
@@ -144,6 +154,8 @@ class ContinuousEngine:
         if isinstance(prefill_tokens, bool) or not isinstance(prefill_tokens, int) or prefill_tokens < 1:
             raise ValueError(f"`prefill_tokens`={prefill_tokens!r} is not allowed; allowed: an int >= 1.")
         self.prefill_tokens = prefill_tokens
+        self.share_prompts = share_prompts
+        self.prefill_totals = PrefillCounts()  # over the engine's runs
         self.compile = compile
         capture = compile and compile_mode == CUDA_GRAPHS
         if capture and self.stack.device.type != "cuda":
@@ -195,6 +207,8 @@ class ContinuousEngine:
             run.decode()
         self._say_eager_steps(before)
         self._say_captures(self.runner.report.capture_keys[captured_before:])
+        self.prefill_totals.add(run.prefill_counts)
+        logger.info("continuous engine: %s", run.prefill_counts.said())
         if stats_for is not None:
             run.account(stats_for, time.perf_counter() - started)
         return run.outcomes
@@ -217,6 +231,12 @@ class ContinuousEngine:
         if self.runner.capture:
             logger.info("continuous engine: this run captured %d step keys (advancing rows, refining rows, K/V "
                         "width)%s", len(keys), ": " + ", ".join(key.said() for key in keys) if keys else "")
+
+    def prefill_report(self) -> dict:
+        """What prefilling has cost this engine over its runs (``PrefillCounts``): the rows, the prompt tokens
+        they needed and the tokens prefill forwards ran, the rows that took a copy of another row's prompt, the
+        forwards, and the seconds (copies included, and apart)."""
+        return dataclasses.asdict(self.prefill_totals)
 
     def warmup_report(self) -> dict:
         """What compiling and capturing the step has cost this engine: ``compiles``, ``captures``,
@@ -336,6 +356,44 @@ def prefill_bytes(stack: ModelStack, tokens: int, capacity: int) -> int:
     return tokens * per_token + gathered + masks + logits
 
 
+@dataclass
+class PrefillCounts:
+    """The prefill work of a run (or, summed, of an engine's runs). rows: rows whose prompt went into a slot;
+    shared_rows: those among them that took a copy of another row's prompt instead of a forward; prompt_tokens:
+    their prompts' tokens; prefilled_tokens: the prompt tokens prefill forwards ran (padding not counted);
+    forwards: prefill forwards; seconds: the host's time in prefills (forwards, copies, the first token's
+    settle; on a GPU what the host waited for); copy_seconds: the copies' share of it."""
+
+    rows: int = 0
+    shared_rows: int = 0
+    prompt_tokens: int = 0
+    prefilled_tokens: int = 0
+    forwards: int = 0
+    seconds: float = 0.0
+    copy_seconds: float = 0.0
+
+    def add(self, other: PrefillCounts) -> None:
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+    def said(self) -> str:
+        return (f"prefilled {self.prefilled_tokens:,} of {self.prompt_tokens:,} prompt tokens in {self.forwards} "
+                f"forwards, {self.seconds:.2f} s; {self.shared_rows} of {self.rows} rows took a copy of a prompt "
+                f"another row prefilled ({self.copy_seconds:.3f} s)")
+
+
+@dataclass
+class PromptState:
+    """What a prompt's prefill leaves for the rows that share the prompt, as its holder's forward computed it.
+    anchors: (E, D) the last position's input of each entry layer N - L of the run (``invariants.entry_layers``
+    order; None when no config refines); last_hidden: (D,) its h^(N) before the final norm; raw: (V,) its logits
+    before any soft-cap."""
+
+    anchors: torch.Tensor | None
+    last_hidden: torch.Tensor
+    raw: torch.Tensor
+
+
 class _Run:
     """The state of one ``ContinuousEngine.run``: slots, rows, device state, accounting."""
 
@@ -348,7 +406,9 @@ class _Run:
         self.num_slots = slot_count(max_batch, engine.refine_headroom, any(c.refines for c in configs), len(requests))
         self.scheduler = Scheduler(requests, self.outcomes, num_slots=self.num_slots, max_advancing=max_batch,
                                    admit_at=engine.admit_at or max(1, max_batch // 8),
-                                   prefill_tokens=engine.prefill_tokens)
+                                   prefill_tokens=engine.prefill_tokens, share_prompts=engine.share_prompts)
+        self.prompt_states: dict[tuple[int, ...], PromptState] = {}  # of the prompts a live row holds
+        self.prefill_counts = PrefillCounts()
         self.rows = self.scheduler.rows  # the scheduler's, by slot
         self.device = self.stack.device
         parts = self.stack.parts
@@ -385,12 +445,40 @@ class _Run:
         if not slots:
             return
         rows = [self.rows[s] for s in slots]
+        for prompt in [p for p in self.prompt_states if p not in self.scheduler.holders]:
+            del self.prompt_states[prompt]  # no slot keeps its K/V any more: no row will copy it
         self.state.admit(slots, [r.request.config for r in rows], [r.request.seed for r in rows],
                          [r.request.prompt for r in rows], [self.options[r.index] for r in rows])
 
     def prefill(self, work: Prefill) -> None:
-        """One prefill forward: the next chunk of each prompt the scheduler picked, right-padded to Q positions,
-        within the token budget; rows whose prompt is complete get their first distribution (gate, token)."""
+        """Prefill work: one forward of the next chunk of the prompts the scheduler picked (``forward_prompts``),
+        then the copies of complete prompts to their followers (``copy_prompts``); every row whose prompt is now
+        complete gets its first distribution (gate, token) in one settle."""
+        started = time.perf_counter()
+        done, hidden, raw = self.forward_prompts(work) if work.slots else ([], None, None)
+        followers = []
+        if work.copies:
+            copy_started = time.perf_counter()
+            followers, copied_hidden, copied_raw = self.copy_prompts(work.copies)
+            self.prefill_counts.copy_seconds += time.perf_counter() - copy_started
+            hidden = copied_hidden if hidden is None else torch.cat([hidden, copied_hidden])
+            raw = copied_raw if raw is None else torch.cat([raw, copied_raw])
+        ready = done + followers
+        counts = self.prefill_counts
+        counts.rows += len(ready)
+        counts.shared_rows += len(followers)
+        counts.prompt_tokens += sum(len(self.rows[s].request.prompt) for s in ready)
+        if ready:
+            slots = torch.tensor(ready, device=self.device)
+            read = settle(self.stack, self.invariants, self.state, slots, 0, hidden, raw)
+            self.absorb(read.tolist(), ready)  # rows that end at their first token retire here
+        counts.seconds += time.perf_counter() - started
+
+    def forward_prompts(self, work: Prefill) -> tuple[list[int], torch.Tensor | None, torch.Tensor | None]:
+        """One prefill forward: the next chunk of each prompt of ``work.slots``, right-padded to Q positions, within
+        the token budget. Returns the slots whose prompt is now complete, their last position's h^(N) (G', D) and
+        logits (G', V) (None, None when none is); with shared prompts their ``PromptState`` is kept for the rows
+        of the same prompt."""
         slots, chunk = work.slots, work.chunk
         rows = [self.rows[s] for s in slots]
         starts = [row.prefilled for row in rows]
@@ -421,18 +509,52 @@ class _Run:
         last = takes_t[picked] - 1
         done_slots = slots_t[picked]
         entry = self.stack.num_layers - torch.tensor([rows[g].request.config.L for g in done], device=self.device)
+        entry_inputs = {}  # entry layer -> (G', D): the prompt state of the rows that share these prompts
         for index in range(self.stack.num_layers):
             if index in self.invariants.entry_layers and done:
-                save_anchors(self.state.anchor, done_slots, hidden[picked, last], entry, index)
+                entry_inputs[index] = hidden[picked, last]
+                save_anchors(self.state.anchor, done_slots, entry_inputs[index], entry, index)
             kind = self.stack.layer_kinds[index]
             hidden = self.stack.layer(index, hidden, views[kind], angles[kind], positions, cache)
+        self.prefill_counts.forwards += 1
+        self.prefill_counts.prefilled_tokens += sum(takes)
         advancing = self.scheduler.prefilled(slots, takes)  # finished prompts decode, the others wait their turn
         assert advancing == [slots[g] for g in done]  # the forward anchored exactly these rows
-        if done:
-            last_hidden = hidden[picked, last]  # (G', D)
-            read = settle(self.stack, self.invariants, self.state, done_slots, 0, last_hidden,
-                          self.stack.logits(last_hidden))
-            self.absorb(read.tolist(), advancing)
+        if not done:
+            return [], None, None
+        last_hidden = hidden[picked, last]  # (G', D)
+        raw = self.stack.logits(last_hidden)  # (G', V)
+        if self.engine.share_prompts:
+            anchors = (torch.stack([entry_inputs[layer] for layer in self.invariants.entry_layers], dim=1)
+                       if entry_inputs else None)  # (G', E, D)
+            for i, g in enumerate(done):
+                self.prompt_states[rows[g].request.prompt] = PromptState(
+                    None if anchors is None else anchors[i], last_hidden[i], raw[i])
+        return advancing, last_hidden, raw
+
+    def copy_prompts(self, copies: list[tuple[int, int]]) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+        """Give each follower of ``copies`` ((source slot, follower slot) pairs, the source's prompt complete) the
+        source's prompt K/V and the prompt's state: its anchor at its own entry layer N - L, and the last position's
+        h^(N) (F, D) and logits (F, V), returned for its first settle. Returns the followers, now past their
+        prompt."""
+        targets: dict[int, list[int]] = defaultdict(list)  # source -> its followers (one prompt, one length)
+        for source, follower in copies:
+            if source != follower:  # else its own slot kept the prompt's K/V
+                targets[source].append(follower)
+        for source, followers in targets.items():
+            length = len(self.rows[followers[0]].request.prompt)
+            self.cache.copy_prompt(source, torch.tensor(followers, device=self.device), length)
+        followers = [follower for _, follower in copies]
+        states = [self.prompt_states[self.rows[f].request.prompt] for f in followers]
+        if self.invariants.entry_layers:
+            slots = torch.tensor(followers, device=self.device)
+            entry = self.stack.num_layers - torch.tensor([self.rows[f].request.config.L for f in followers],
+                                                         device=self.device)
+            anchors = torch.stack([state.anchors for state in states])  # (F, E, D)
+            for e, layer in enumerate(self.invariants.entry_layers):
+                save_anchors(self.state.anchor, slots, anchors[:, e], entry, layer)
+        return (self.scheduler.copied(followers), torch.stack([state.last_hidden for state in states]),
+                torch.stack([state.raw for state in states]))
 
     def step(self, work: Step) -> None:
         """One decoding step: advancing rows feed their newest token, refining rows run one iteration."""

@@ -120,6 +120,15 @@ class SlotCache:
                 store[layer_idx] = new
         self.capacity = capacity
 
+    def copy_prompt(self, source: int, targets: torch.Tensor, length: int) -> None:
+        """Copy positions 0..length-1 (columns 1..length) of every layer's slot ``source`` into the slots
+        ``targets`` (P,): rows take the K/V of a prompt that another row's prefill computed (shared prompts,
+        ``scheduler.py``). One source broadcast to its targets: no gathered copy of the source in between. The
+        scratch column is left: a row writes it before it reads it."""
+        for store in (self.keys, self.values):
+            for storage in store.values():
+                storage[targets, :, 1:length + 1] = storage[source, :, 1:length + 1]
+
     def layer(self, layer_idx: int, rows: torch.Tensor, columns: torch.Tensor) -> LayerWrite:
         """What decoder layer ``layer_idx`` of a decoding step writes into: its storage at (rows, columns) (G,)."""
         return LayerWrite(self.keys[layer_idx], self.values[layer_idx], rows, columns)

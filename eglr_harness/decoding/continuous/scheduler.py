@@ -18,6 +18,13 @@ The policy, as vLLM's and SGLang's schedulers have one:
   Rows at their first chunk are packed together; a row further into a long prompt goes alone (its chunk
   attends to up to its whole prompt), and a row whose prompt is not done after a forward goes to the
   back of the line, so a long prompt does not hold the short ones up.
+- **Shared prompts.** With ``share_prompts``, a prompt is prefilled once while a row of it is in a slot: an
+  admitted request whose prompt a live row holds (prefilled, or being prefilled) is that row's follower; it
+  runs no prefill forward, and the engine copies the holder's prompt K/V and prompt state into its slot once
+  the holder's prompt is complete (``Prefill.copies``). Waiting requests of one prompt are kept together, so
+  that the rows of a pool's prompt (every cell, cycle and seed) find their holder in a slot. When a holder
+  retires, a complete follower holds the prompt in its place, or else its freed slot keeps holding it (the
+  next request of that prompt takes that slot back; a request of another prompt takes it last).
 - **Rounds.** Each round admits, runs one prefill forward when a prompt waits, then one decoding step when
   some row is past its prompt.
 - **Retirement.** A row leaves its slot when it ends (EOS, a stop string, its length); the slot is free
@@ -26,6 +33,7 @@ The policy, as vLLM's and SGLang's schedulers have one:
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +55,7 @@ class Row:
     position: int
     phase: RowPhase = RowPhase.PREFILL
     prefilled: int = 0
+    source: int | None = None  # the slot whose prompt K/V it copies instead of a prefill (shared prompts)
 
     @property
     def prompt_left(self) -> int:
@@ -56,11 +65,14 @@ class Row:
 @dataclass(frozen=True)
 class Prefill:
     """A prefill forward: the next chunk (``chunk`` positions) of the prompts of ``slots``; ``admitted``: the
-    slots filled since the last work (their requests' settings go into the slot state first)."""
+    slots filled since the last work (their requests' settings go into the slot state first); ``copies``:
+    (source slot, follower slot) pairs whose source's prompt is complete after this forward: the follower gets
+    the source's prompt K/V and prompt state instead of a forward of its own (``slots`` may then be empty)."""
 
     admitted: list[int]
     slots: list[int]
     chunk: int
+    copies: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -76,29 +88,47 @@ class Scheduler:
 
     requests, outcomes: the run's, in request order. num_slots: rows that can run at once (advancing and
     refining); max_advancing: rows that may advance together; admit_at: admit once this many can go in
-    (or the batch is empty); prefill_tokens: the most prompt tokens one prefill forward takes.
+    (or the batch is empty); prefill_tokens: the most prompt tokens one prefill forward takes; share_prompts:
+    prefill a prompt once while a row of it is in a slot (the policy's "shared prompts").
     """
 
     def __init__(self, requests: Sequence[Request], outcomes: Sequence[Outcome], *, num_slots: int,
-                 max_advancing: int, admit_at: int, prefill_tokens: int):
+                 max_advancing: int, admit_at: int, prefill_tokens: int, share_prompts: bool = False):
         self.requests, self.outcomes = requests, outcomes
         self.num_slots, self.max_advancing = num_slots, max_advancing
         self.admit_at, self.prefill_tokens = admit_at, prefill_tokens
-        self.waiting = deque(sorted(range(len(requests)), key=lambda i: -len(requests[i].prompt)))
+        self.share_prompts = share_prompts
+        self.waiting = deque(sorted(range(len(requests)), key=self._admission_order()))
         self.rows: list[Row | None] = [None] * num_slots
         self.prefilling: deque[int] = deque()  # slots whose prompt is not all in the K/V yet, in admission order
+        # shared prompts: prompt -> the slot whose K/V holds it (a live row's, or a freed slot's until reused)
+        self.holders: dict[tuple[int, ...], int] = {}
+        self.copying: list[int] = []  # followers waiting for their holder's prompt to be complete
         self._prefill_next = True  # where the round is: its admission and prefill next, else its step
+
+    def _admission_order(self) -> Callable[[int], tuple[int, int]]:
+        """Longest prompt first; with shared prompts, the requests of one prompt together (at its first
+        request's place), so that they are admitted while its holder is in a slot."""
+        first: dict[tuple[int, ...], int] = {}
+        for i, request in enumerate(self.requests):
+            first.setdefault(request.prompt, i)
+        if self.share_prompts:
+            return lambda i: (-len(self.requests[i].prompt), first[self.requests[i].prompt])
+        return lambda i: (-len(self.requests[i].prompt), 0)
 
     # ---------------------------------------------------------------- the one question
     def next_work(self) -> Prefill | Step | None:
         """What runs now (None: every request has finished). A round admits, prefills one chunk when a prompt
-        waits, then steps when some row is past its prompt (the rows a prefill just completed included)."""
+        waits (and copies the prompts that are complete to their followers), then steps when some row is past
+        its prompt (the rows a prefill just completed included)."""
         while self.busy():
             if self._prefill_next:
                 self._prefill_next = False
                 admitted = self.admit()
-                if self.prefilling:
-                    return Prefill(admitted, *self.next_chunk())
+                slots, chunk = self.next_chunk() if self.prefilling else ([], 0)
+                copies = self.ready_copies(slots, chunk)
+                if slots or copies:
+                    return Prefill(admitted, slots, chunk, copies)
             else:
                 self._prefill_next = True
                 if self.decoding():
@@ -125,13 +155,32 @@ class Scheduler:
         admit = min(len(free), self.max_advancing - advancing, len(self.waiting))
         if admit <= 0 or (admit < min(self.admit_at, len(self.waiting)) and len(free) < self.num_slots):
             return []
-        slots = free[:admit]
-        for slot in slots:
+        kept = set(self.holders.values())  # shared prompts: slots whose K/V holds a prompt, live or freed
+        free.sort(key=lambda slot: slot in kept)  # a freed slot that keeps a prompt is given away last
+        slots = []
+        for _ in range(admit):
             index = self.waiting.popleft()
             request = self.requests[index]
-            self.rows[slot] = Row(request, self.outcomes[index], index, position=len(request.prompt) - 1)
-            self.prefilling.append(slot)
+            holder = self.holders.get(request.prompt)
+            slot = holder if holder in free else free[0]  # a freed slot that keeps this prompt takes it back
+            free.remove(slot)
+            slots.append(slot)
+            row = self.rows[slot] = Row(request, self.outcomes[index], index, position=len(request.prompt) - 1)
+            if slot != holder:
+                self._forget_prompts_in(slot)  # its prefill or copy overwrites the prompt a freed slot kept
+            if holder is None:
+                self.prefilling.append(slot)
+                if self.share_prompts:
+                    self.holders[request.prompt] = slot
+            else:
+                row.source = holder
+                self.copying.append(slot)
         return slots
+
+    def _forget_prompts_in(self, slot: int) -> None:
+        """``slot`` is given to a request of another prompt: a prompt its freed K/V kept is no longer held."""
+        for prompt in [prompt for prompt, holder in self.holders.items() if holder == slot]:
+            del self.holders[prompt]
 
     # ---------------------------------------------------------------- prefill
     def next_chunk(self) -> tuple[list[int], int]:
@@ -145,6 +194,27 @@ class Scheduler:
                     break
                 chosen.append(slot)
         return chosen, chunk
+
+    def ready_copies(self, slots: list[int], chunk: int) -> list[tuple[int, int]]:
+        """The (source, follower) pairs whose source's prompt is complete once the prefill of ``slots`` by
+        ``chunk`` positions has run; they leave the followers' line."""
+        def complete(source: int) -> bool:
+            row = self.rows[source]
+            # a row's own slot kept the prompt (source is itself), or it is past its prompt, or will be
+            return (row.source == source or row.phase != RowPhase.PREFILL
+                    or (source in slots and row.prompt_left <= chunk))
+
+        ready = [slot for slot in self.copying if complete(self.rows[slot].source)]
+        self.copying = [slot for slot in self.copying if slot not in ready]
+        return [(self.rows[slot].source, slot) for slot in ready]
+
+    def copied(self, followers: list[int]) -> list[int]:
+        """After their prompt K/V and state were copied in: ``followers`` are past their prompt (they advance
+        next, as rows whose prefill completed do)."""
+        for slot in followers:
+            row = self.rows[slot]
+            row.prefilled, row.phase = len(row.request.prompt), RowPhase.ADVANCE
+        return followers
 
     def prefilled(self, slots: list[int], takes: list[int]) -> list[int]:
         """After a prefill forward that took ``takes`` prompt positions of ``slots``: the slots whose prompt is
@@ -208,6 +278,14 @@ class Scheduler:
         return finished
 
     def retire(self, slot: int) -> Row:
-        """Free ``slot``; returns the row that ran there."""
+        """Free ``slot``; returns the row that ran there. A holder of a shared prompt hands it to a row of the
+        same prompt whose K/V is complete, if one is in a slot (a holder retires only past its prompt, after its
+        followers of the round were copied); else the freed slot keeps holding it until it is given to a request
+        of another prompt (``admit``)."""
         row, self.rows[slot] = self.rows[slot], None
+        prompt = row.request.prompt
+        if self.holders.get(prompt) == slot:
+            heirs = (s for s, other in enumerate(self.rows)
+                     if other is not None and other.phase != RowPhase.PREFILL and other.request.prompt == prompt)
+            self.holders[prompt] = next(heirs, slot)
         return row
