@@ -15,14 +15,15 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 LIMIT=${LIMIT:-5}
 HERE=results/qwen2.5-coder-1.5b-instruct/gsm8k_sc
 MODEL=$(python results/qwen2.5-coder-1.5b-instruct/get_model.py --print_dir)
-LOAD=pretrained=$MODEL,gguf_file=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf,dtype=bfloat16,device=cpu
+LOAD=pretrained=$MODEL,gguf_file=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf,dtype=bfloat16
 grep -q "^  gsm8k:" model_configs/qwen2.5-coder-1.5b-instruct.yaml || eglr-calibrate \
-  --model_config qwen2.5-coder-1.5b-instruct --model_args $LOAD --tasks gsm8k_eglr --apply_chat_template \
+  --model_config qwen2.5-coder-1.5b-instruct --model_args $LOAD,device=cpu --tasks gsm8k_eglr --apply_chat_template \
   --calib_limit 16 --gen_kwargs max_gen_toks=128 --batch_size 16
 ARGS=model_config=qwen2.5-coder-1.5b-instruct,$LOAD,rollout_cache=results/qwen2.5-coder-1.5b-instruct/rollouts
-COMMON="--tasks gsm8k_eglr_sc --limit $LIMIT --gen_kwargs max_gen_toks=640 --apply_chat_template --log_samples"
+COMMON="--tasks gsm8k_eglr_sc --limit $LIMIT --gen_kwargs max_gen_toks=640 --apply_chat_template --device cpu --log_samples"
 [ -d $HERE/sc_L_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS $COMMON --batch_size 100 \
   --output_path $HERE/sc_L_$LIMIT
 [ -d $HERE/greedy_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS,L=0,T=0 $COMMON --batch_size 24 \
   --output_path $HERE/greedy_$LIMIT
 python -m eglr_harness.analysis.portable $HERE
+eglr-report $HERE/sc_L_$LIMIT $HERE/greedy_$LIMIT --out $HERE/report_$LIMIT
