@@ -90,3 +90,21 @@ def test_vllm_doc_table_quotes_its_json():
             assert float(quoted[1]) == pytest.approx(per_token(names[label]) / per_token("vL0"), abs=0.0006), label
             assert float(quoted[2]) == pytest.approx(mode["paper_bound_per_row"], abs=0.0006), label
             assert f"rho {100 * mode['rho']:.1f} %, k_bar {mode['k_bar']:.2f}" in label, label
+
+
+def test_results_readme_qwen_budget_table_matches_cutoff_md():
+    """The cut-off shares and greedy's accuracy that chose the Qwen2.5-Coder budget are cutoff.md's."""
+    quoted = _table_after(ROOT / "results/README.md", "### Budget: how many greedy answers are cut off?")
+    written = _table_after(ROOT / "results/qwen2.5-coder-1.5b-instruct/budget/cutoff.md", "| run |")
+    by_budget = {cells[0]: cells for cells in written.values()}
+    assert set(quoted) == set(by_budget) == {"640", "512"}
+    for budget, cells in quoted.items():  # problems, cut off, solved, median / max tokens
+        assert cells[:4] == by_budget[budget][1:5]
+        assert cells[4].replace(",", "") == by_budget[budget][5]
+
+
+def test_results_readme_qwen_sc_table_matches_the_report():
+    row = _table_after(ROOT / "results/README.md", "| of 5 problems | greedy |")["solved"]
+    with open(ROOT / "results/qwen2.5-coder-1.5b-instruct/gsm8k_sc/report_5/intervals.csv") as f:
+        wilson = {r["quantity"]: r["estimate"] for r in csv.DictReader(f) if r["method"] == "Wilson"}
+    assert row[:3] == [wilson["greedy (L=0, T=0)"], wilson["SC L pool (B=10)"], wilson["oracle L pool (B=10)"]]
