@@ -103,8 +103,9 @@ def test_results_readme_qwen_budget_table_matches_cutoff_md():
         assert cells[4].replace(",", "") == by_budget[budget][5]
 
 
-def test_results_readme_qwen_sc_table_matches_the_report():
-    row = _table_after(ROOT / "results/README.md", "| of 5 problems | greedy |")["solved"]
-    with open(ROOT / "results/qwen2.5-coder-1.5b-instruct/gsm8k_sc/report_5/intervals.csv") as f:
+@pytest.mark.parametrize("n", [5, 10])
+def test_results_readme_qwen_sc_table_matches_the_report(n):
+    row = _table_after(ROOT / "results/README.md", "| problems solved | greedy |")[f"of {n} problems"]
+    with open(ROOT / f"results/qwen2.5-coder-1.5b-instruct/gsm8k_sc/report_{n}/intervals.csv") as f:
         wilson = {r["quantity"]: r["estimate"] for r in csv.DictReader(f) if r["method"] == "Wilson"}
     assert row[:3] == [wilson["greedy (L=0, T=0)"], wilson["SC L pool (B=10)"], wilson["oracle L pool (B=10)"]]

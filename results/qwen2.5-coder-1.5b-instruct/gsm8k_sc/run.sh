@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 export EGLR_DATA_DIR=${EGLR_DATA_DIR:-../shared/data}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-LIMIT=${LIMIT:-5}
+LIMIT=${LIMIT:-10}
 HERE=results/qwen2.5-coder-1.5b-instruct/gsm8k_sc
 MODEL=$(python results/qwen2.5-coder-1.5b-instruct/get_model.py --print_dir)
 LOAD=pretrained=$MODEL,gguf_file=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf,dtype=bfloat16
