@@ -133,3 +133,22 @@ def test_benchmarks_readme_quotes_the_pool_prefill_json():
                    f"{summary['throughput_ratio']:.2f}x", f"the copies {after['copy_seconds']:.2f} s"):
         assert quoted in row, quoted
     assert summary["same_tokens"] and "the same tokens" in row
+
+
+def test_results_readme_qwen_budget_table_matches_cutoff_md():
+    """The cut-off shares and greedy's accuracy that chose the Qwen2.5-Coder budget are cutoff.md's."""
+    quoted = _table_after(ROOT / "results/README.md", "### Budget: how many greedy answers are cut off?")
+    written = _table_after(ROOT / "results/qwen2.5-coder-1.5b-instruct/budget/cutoff.md", "| run |")
+    by_budget = {cells[0]: cells for cells in written.values()}
+    assert set(quoted) == set(by_budget) == {"640", "512"}
+    for budget, cells in quoted.items():  # problems, cut off, solved, median / max tokens
+        assert cells[:4] == by_budget[budget][1:5]
+        assert cells[4].replace(",", "") == by_budget[budget][5]
+
+
+@pytest.mark.parametrize("n", [5, 10])
+def test_results_readme_qwen_sc_table_matches_the_report(n):
+    row = _table_after(ROOT / "results/README.md", "| problems solved | greedy |")[f"of {n} problems"]
+    with open(ROOT / f"results/qwen2.5-coder-1.5b-instruct/gsm8k_sc/report_{n}/intervals.csv") as f:
+        wilson = {r["quantity"]: r["estimate"] for r in csv.DictReader(f) if r["method"] == "Wilson"}
+    assert row[:3] == [wilson["greedy (L=0, T=0)"], wilson["SC L pool (B=10)"], wilson["oracle L pool (B=10)"]]

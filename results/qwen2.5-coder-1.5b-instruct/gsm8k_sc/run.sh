@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Issue 59, item 2 (begun): greedy against EGLR-SC_L (L = 1..10 at T = 0, B = 10, majority vote) on GSM8K's first
+# LIMIT test problems, 640 new tokens (the budget chosen in ../budget: under 5 % of greedy answers cut off there),
+# Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF de-quantised to bf16; ../get_model.py), CPU, one thread.
+# tau_h: eglr-calibrate (the paper's rule: 95th percentile of greedy token entropies, capped at 2.5 nats) on the
+# first 128 new tokens of GSM8K's first 16 problems (2,048 token entropies; shorter than the paper's whole answers,
+# to fit the CPU), written into the preset (model_configs/qwen2.5-coder-1.5b-instruct.yaml, tau_h.gsm8k), skipped
+# when the preset has it. Resumable: every finished rollout goes to the rollout store ../rollouts; rerun the same
+# command (a larger LIMIT too) after a stop and only what is missing is decoded (greedy at 640 tokens comes from
+# ../budget's run, through the store).
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+export EGLR_DATA_DIR=${EGLR_DATA_DIR:-../shared/data}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+LIMIT=${LIMIT:-10}
+HERE=results/qwen2.5-coder-1.5b-instruct/gsm8k_sc
+MODEL=$(python results/qwen2.5-coder-1.5b-instruct/get_model.py --print_dir)
+LOAD=pretrained=$MODEL,gguf_file=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf,dtype=bfloat16
+grep -q "^  gsm8k:" model_configs/qwen2.5-coder-1.5b-instruct.yaml || eglr-calibrate \
+  --model_config qwen2.5-coder-1.5b-instruct --model_args $LOAD,device=cpu --tasks gsm8k_eglr --apply_chat_template \
+  --calib_limit 16 --gen_kwargs max_gen_toks=128 --batch_size 16
+ARGS=model_config=qwen2.5-coder-1.5b-instruct,$LOAD,rollout_cache=results/qwen2.5-coder-1.5b-instruct/rollouts
+COMMON="--tasks gsm8k_eglr_sc --limit $LIMIT --gen_kwargs max_gen_toks=640 --apply_chat_template --device cpu --log_samples"
+[ -d $HERE/sc_L_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS $COMMON --batch_size 100 \
+  --output_path $HERE/sc_L_$LIMIT
+[ -d $HERE/greedy_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS,L=0,T=0 $COMMON --batch_size 24 \
+  --output_path $HERE/greedy_$LIMIT
+python -m eglr_harness.analysis.portable $HERE
+eglr-report $HERE/sc_L_$LIMIT $HERE/greedy_$LIMIT --out $HERE/report_$LIMIT
