@@ -5,12 +5,9 @@
 # thread. Then cutoff.py counts the answers that reached the budget. Resumable: each finished rollout is in
 # the rollout store ../rollouts, and a budget whose run folder exists is skipped.
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
-export EGLR_DATA_DIR=${EGLR_DATA_DIR:-../shared/data}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+source "$(dirname "$0")/../env.sh"
 HERE=results/qwen2.5-coder-1.5b-instruct/budget
-MODEL=$(python results/qwen2.5-coder-1.5b-instruct/get_model.py --print_dir)
-ARGS=model_config=qwen2.5-coder-1.5b-instruct,pretrained=$MODEL,gguf_file=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf,dtype=bfloat16,L=0,T=0,rollout_cache=results/qwen2.5-coder-1.5b-instruct/rollouts
+ARGS=model_config=qwen2.5-coder-1.5b-instruct,$LOAD,L=0,T=0,rollout_cache=results/qwen2.5-coder-1.5b-instruct/rollouts
 LIMIT=${LIMIT:-24}
 for TOKENS in 640 512; do
   OUT=$HERE/greedy_$TOKENS

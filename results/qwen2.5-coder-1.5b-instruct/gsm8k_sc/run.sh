@@ -9,13 +9,9 @@
 # command (a larger LIMIT too) after a stop and only what is missing is decoded (greedy at 640 tokens comes from
 # ../budget's run, through the store).
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
-export EGLR_DATA_DIR=${EGLR_DATA_DIR:-../shared/data}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+source "$(dirname "$0")/../env.sh"
 LIMIT=${LIMIT:-10}
 HERE=results/qwen2.5-coder-1.5b-instruct/gsm8k_sc
-MODEL=$(python results/qwen2.5-coder-1.5b-instruct/get_model.py --print_dir)
-LOAD=pretrained=$MODEL,gguf_file=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf,dtype=bfloat16
 grep -q "^  gsm8k:" model_configs/qwen2.5-coder-1.5b-instruct.yaml || eglr-calibrate \
   --model_config qwen2.5-coder-1.5b-instruct --model_args $LOAD,device=cpu --tasks gsm8k_eglr --apply_chat_template \
   --calib_limit 16 --gen_kwargs max_gen_toks=128 --batch_size 16

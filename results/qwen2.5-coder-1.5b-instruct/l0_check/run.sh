@@ -4,12 +4,8 @@
 # de-quantised), CPU: lm-eval's own `hf` model, then eglr-hf at L = 0 through each engine (continuous, hf);
 # then compare.py checks that the three logged answers are the same text, problem by problem.
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
-export EGLR_DATA_DIR=${EGLR_DATA_DIR:-../shared/data}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+source "$(dirname "$0")/../env.sh"
 HERE=results/qwen2.5-coder-1.5b-instruct/l0_check
-MODEL=$(python results/qwen2.5-coder-1.5b-instruct/get_model.py --print_dir)
-LOAD=pretrained=$MODEL,gguf_file=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf,dtype=bfloat16
 COMMON="--tasks gsm8k_eglr --limit 4 --gen_kwargs max_gen_toks=32 --apply_chat_template --batch_size 4 --device cpu --log_samples"
 [ -d $HERE/plain_hf ] || lm_eval --model hf --model_args $LOAD $COMMON --output_path $HERE/plain_hf
 for ENGINE in continuous hf; do
