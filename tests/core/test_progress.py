@@ -5,6 +5,7 @@ rollout ends, and shows tokens/s."""
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from helpers.continuous_checks import EOS, LENGTHS, VOCAB
@@ -80,5 +81,6 @@ def test_the_token_bar_counts_whole_tokens():
     bar = RolloutProgress([4000, 100], desc="eglr-hf generation", file=io.StringIO())
     with counting_tokens(bar.tokens):
         tokens_emitted(4)
-    assert " 4/4100 " in str(bar.bar) and ".00" not in str(bar.bar), str(bar.bar)
+    # the count field alone ("| n/total ["): the rate beside it may print ".00" by chance
+    assert re.search(r"\| (\S+)/(\S+) \[", str(bar.bar)).groups() == ("4", "4100"), str(bar.bar)
     bar.close()
