@@ -126,7 +126,8 @@ class ModelArg:
     one value or a pool axis, ``tau_h``, ``text``); allowed: its values, as the docs say them; default: its value
     when not given (text where the default comes from elsewhere); consumer: the module that reads it;
     read: ``(name, value) -> value`` checked and normalised, ``ValueError`` naming the value otherwise;
-    hf_only: eglr-hf takes it and eglr-vllm does not; one_value: a list is refused (all but the pool axes L, T);
+    hf_only: eglr-hf takes it and eglr-vllm does not; one_value: a list is refused with a pointer to eglr-sweep (the
+    settings a sweep varies; L and T are pool axes, and the others refuse a list as any value they cannot read);
     setting: one of ``RunSettings``' (``run/settings.RunSettings.from_args``), not read by the model itself.
     """
 

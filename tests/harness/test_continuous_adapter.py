@@ -25,7 +25,7 @@ def test_L0_matches_lm_eval_hf(tiny_lm, llama_dir):
 
 
 @pytest.mark.parametrize("L", [None, 2])  # the task's L pool at T=0, or L pinned: T = 0.1..1.0 sampled
-def test_pool_rollouts_equal_the_hf_engine(tiny_lm, L):
+def test_pool_rollouts_equal_the_hook_engine(tiny_lm, L):
     # tau_kl=0: no KL exit, whose knife-edge cases float noise between batch compositions could flip
     # (the engine tests check the exit against the naive reference, with margins)
     settings = dict(tau_h=0.0, tau_kl=0.0, **({"L": L} if L else {}))
@@ -98,7 +98,7 @@ def test_batch_size_auto_takes_slots_from_free_memory(tiny_lm, caplog):
 
 
 @pytest.mark.parametrize("L", [0, 2, 4])
-def test_a_qwen_generation_config_penalty_decodes_continuously_as_hf(tiny_lm, tiny_model_dir, tmp_path, L):
+def test_a_qwen_generation_config_penalty_decodes_continuously_as_the_hook_engine(tiny_lm, tiny_model_dir, tmp_path, L):
     """Qwen2.5-Instruct ships repetition_penalty 1.05: engine=auto keeps the continuous engine, with the
     texts of engine=hook, greedy and sampled, and signals from both."""
     from transformers import AutoModelForCausalLM
@@ -121,7 +121,7 @@ def test_a_qwen_generation_config_penalty_decodes_continuously_as_hf(tiny_lm, ti
     assert all(x.signals for x in a) and all(x.signals for x in b)
 
 
-def test_auto_is_the_default_and_falls_back_to_hf_saying_why(tiny_lm, llama_dir, tiny_model_dir, caplog):
+def test_auto_is_the_default_and_falls_back_to_hook_saying_why(tiny_lm, llama_dir, tiny_model_dir, caplog):
     default = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=2, L=0)
     info = default.get_model_info()["eglr"]
     assert (info["engine"], info["engine_requested"]) == ("continuous", "auto")
@@ -147,20 +147,20 @@ def test_auto_is_the_default_and_falls_back_to_hf_saying_why(tiny_lm, llama_dir,
     assert info["engines"] == {"a": {"L=0,T=0.0": "hook"}, "b": {"L=0,T=0.0": "continuous"}}
     plans = {r.getMessage().split("task ")[1].split(":")[0]: r.getMessage() for r in caplog.records
              if "eglr-hf plan" in r.getMessage()}
-    assert "engine hf;" in plans["a"] and "engine continuous;" in plans["b"]
+    assert "engine hook;" in plans["a"] and "engine continuous;" in plans["b"]
 
 
 @pytest.mark.parametrize("engine", ["auto", "hook"])
-def test_results_say_hf_when_every_request_went_through_generate(tiny_lm, engine, caplog):
+def test_results_say_hook_when_every_request_went_through_generate(tiny_lm, engine, caplog):
     """Issue 35: typical_p under engine=auto decodes every rollout with generate; the results said continuous."""
     lm = tiny_lm(engine=engine, batch_size=2, L=2, tau_h=0.0)
     with caplog.at_level("INFO", logger="eglr_harness"):
         got = lm.generate_until(requests_for(CONTEXTS[:2], {**GREEDY, "typical_p": 0.9}))
     info = lm.get_model_info()["eglr"]
-    assert (info["engine"], info["engines"], info["engine_requested"]) == ("hook", {"unit_task": {"L=2,T=0.0": "hook"}},
-                                                                           engine)
+    assert (info["engine"], info["engines"], info["engine_requested"]) == (
+        "hook", {"unit_task": {"L=2,T=0.0": "hook"}}, engine)
     assert [x.engine for x in got] == ["hook", "hook"] and all(rollout_meta(x)["engine"] == "hook" for x in got)
-    assert any("eglr-hf plan" in r.getMessage() and "engine hf;" in r.getMessage() for r in caplog.records)
+    assert any("eglr-hf plan" in r.getMessage() and "engine hook;" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize("options, message", [
@@ -231,7 +231,7 @@ def test_an_option_of_the_models_generation_config_the_continuous_engine_does_no
         tiny_lm(pretrained=folder, engine="continuous", batch_size=2, L=0)
     auto = tiny_lm(pretrained=folder, engine="auto", batch_size=2, L=0, T=0.7)
     got = auto.generate_until(requests_for(CONTEXTS[:2], GREEDY))
-    assert [x.engine for x in got] == ["hf", "hf"] and auto.get_model_info()["eglr"]["engine"] == "hf"
+    assert [x.engine for x in got] == ["hook", "hook"] and auto.get_model_info()["eglr"]["engine"] == "hook"
 
 
 def test_a_compiled_run_records_what_compiling_cost_in_its_results(tiny_lm):
