@@ -1,6 +1,6 @@
 """EGLR decoding benchmarks on SmolLM2-135M (CPU or GPU), reported as ratios measured in one run.
 
-Modes: `hf` = lm-eval's HFLM; `L0`, `L10` = eglr-hf (engine=hf) at L=0 / L=10; `cL0`, `cL10` =
+Modes: `hf` = lm-eval's HFLM; `L0`, `L10` = eglr-hf (engine=hook) at L=0 / L=10; `cL0`, `cL10` =
 eglr-hf with engine=continuous (refinement folded into the batch, continuous batching); `oL0`,
 `oL10` = the same with the eglr_harness of another checkout (``--other_checkout``, e.g. a git
 worktree of an earlier commit), to time an engine against its earlier self in one run (the JSON
@@ -8,7 +8,7 @@ records its commit, not its path); `pL0`, `pL10` = the continuous engine with
 ``repetition_penalty=1.05`` (what Qwen2.5-Instruct's generation config asks for): the processors' cost.
 
 1. eglr-hf at L=0 vs lm-eval's `hf` (greedy): throughput ratio, per engine (targets: >= 1.0 for
-   engine=hf, >= 1.3 for engine=continuous).
+   engine=hook, >= 1.3 for engine=continuous).
 2. eglr-hf at L=10 with a calibrated tau_h vs L=0, per engine: wall-time ratio, set against the
    per-row bound 1 + rho*k*L/N and the batched bound 1 + P(any row gated)*k*L/N (target <= 1.15).
    Each mode is timed `--repeats` times in one warm process; the best run counts.
@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODES = {"hf": None, "L0": ("hf", 0), "L10": ("hf", 10), "cL0": ("continuous", 0), "cL10": ("continuous", 10),
+MODES = {"hf": None, "L0": ("hook", 0), "L10": ("hook", 10), "cL0": ("continuous", 0), "cL10": ("continuous", 10),
          "oL0": ("continuous", 0), "oL10": ("continuous", 10), "pL0": ("continuous", 0), "pL10": ("continuous", 10)}
 # p* modes: the continuous engine with Qwen2.5-Instruct's generation-config penalty, as a gen kwarg
 PENALTY = {"repetition_penalty": 1.05}

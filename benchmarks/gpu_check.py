@@ -22,7 +22,7 @@ Checks (``--checks``, all by default):
    CUDA: the anchor), the continuous engine's step captured (``cL0c``/``cL10c``: ``--compile``,
    auto = reduce-overhead, CUDA graphs per bucket; skipped where it resolves to eager), the
    continuous engine eager (``cL0``/``cL10``), transformers' dynamic ``generate`` (what lm-eval's
-   ``hf`` calls), and the hook engine (``L0``/``L10``, engine=hf). Each mode is warmed up over the
+   ``hf`` calls), and the hook engine (``L0``/``L10``, engine=hook). Each mode is warmed up over the
    full length (``warmup_s``: compilation included), then timed ``--repeats`` times: the median
    and the min are reported, ratios use the medians; ms per step. Also rho, P(step gated), mean
    iterations, the FLOP ratio, the per-row and batched bounds from ``EglrStats``, whether the

@@ -362,7 +362,7 @@ def read_results(output_path: Path) -> dict | None:
 
 
 # ------------------------------------------------------------------------------------- probe
-PLAN_MARKERS = ("eglr-hf plan", "pool of", "batch_size=auto", "decoding with engine=hf", "tau_h")
+PLAN_MARKERS = ("eglr-hf plan", "pool of", "batch_size=auto", "decoding with engine=hook", "tau_h")
 
 
 def probe(out_path: str, argv: list[str]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -37,9 +38,49 @@ class SettingRule:
     allowed: str
 
     def accepts(self, value) -> bool:
+        """Whether ``value``, as a program or a run file holds it (a number, never its text), is in range."""
         if isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float)):
             return False
         return abs(value) <= HUGE and self.ok(value)  # inf (1e309) and NaN are never within HUGE
+
+    def check(self, name: str, value) -> None:
+        """``accepts``, or ``ValueError``: one line naming ``name``, the value and what is allowed."""
+        if not self.accepts(value):
+            raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {self.allowed}.")
+
+    def read(self, name: str, value) -> int | float:
+        """A number as a user wrote it (a model arg, a preset's value: lm-eval hands over ints, floats or their
+        text), checked: the one reader of written numbers. An int setting takes 3, 3.0 and "3" (never 2.5, "2.5"
+        or True: nothing is truncated); a real one any finite number or its text, as a float. ``ValueError``
+        naming the value as written otherwise."""
+        number = _number_written(value, self.integer)
+        if number is None or not self.accepts(number):
+            raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {self.allowed}.")
+        return number
+
+
+def _number_written(value, integer: bool) -> int | float | None:
+    """``value`` (a number or its text) as an int (``integer``: only an integral value) or a float; None if it is
+    neither. An int's text is read as an int exactly (float("99999999999999999999999") is another number)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if re.fullmatch(r"[+-]?\d+", text):
+            value = int(text)
+        else:
+            try:
+                value = float(text)
+            except ValueError:
+                return None
+    if not isinstance(value, (int, float)):
+        return None
+    if integer:
+        return int(value) if isinstance(value, int) or value.is_integer() else None
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond a float's range
+        return None
 
 
 @dataclass(frozen=True)
@@ -86,6 +127,9 @@ STOP_RULES = {rule.name: rule for rule in (
 )}
 # the thresholds of the rules other than the paper's, as EglrConfig fields and model args
 STOP_THRESHOLD_ARGS = tuple(rule.threshold_arg for rule in STOP_RULES.values() if rule.name != DEFAULT_STOP)
+
+# the layer span of one cell (its upper bound, the model's N, is ``check_layer_span``'s)
+LAYER_SPAN_RULE = SettingRule(True, lambda v: v >= 0, "0..N (N = the model's decoder layer count)")
 
 # the number settings of a run (EglrConfig's fields but L, T and tau_h, which have their own checks) -> their rule:
 # the one table eglr-hf checks them by and the readers read ``config.eglr.settings`` by
@@ -165,7 +209,7 @@ class EglrConfig:
     tau_entropy: float = STOP_RULES["entropy"].default
 
     def __post_init__(self) -> None:
-        _check_int("L", self.L, lo=0, allowed="0..N (N = the model's decoder layer count)")
+        LAYER_SPAN_RULE.check("L", self.L)
         Cell.of(self.L, self.T)  # the one check of a cell's (L, T)
         check_tau_h(self.tau_h)
         if self.stop not in STOP_RULES:
@@ -217,16 +261,9 @@ class EglrConfig:
         return values
 
 
-def _check_int(name: str, value, *, lo, allowed: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or (lo is not None and value < lo):
-        raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {allowed}.")
-
-
 def check_setting_value(name: str, value) -> None:
     """``value`` of the setting ``name`` against :data:`SETTING_RULES`; one line naming the value otherwise."""
-    rule = SETTING_RULES[name]
-    if not rule.accepts(value):
-        raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {rule.allowed}.")
+    SETTING_RULES[name].check(name, value)
 
 
 TAU_H_ALLOWED = "a float in [0, 2**53] nats, 'inf', or 'auto'"

@@ -11,7 +11,7 @@ it is never a reason to fall back to another engine.
 
 A valid option that the continuous engine does not apply (beams, typical-p, ...) is a different
 thing: :func:`continuous_refusals` names it, and under ``engine=auto`` the request decodes with
-``engine=hf`` (one log line per reason); ``engine=continuous`` refuses it.
+``engine=hook`` (one log line per reason); ``engine=continuous`` refuses it.
 
 Light on purpose (no torch): the autoload hook calls it before the model loads.
 """
@@ -174,5 +174,5 @@ def refuse_for_continuous(refused: list[str], source: str) -> None:
     if refused:
         raise GenerationOptionError(
             f"engine=continuous does not apply the generation setting(s) {', '.join(refused)} ({source}); it applies "
-            f"{', '.join(APPLIED_BY_CONTINUOUS)} and temperature/top_k/top_p. Use engine=hf (any option of generate) "
+            f"{', '.join(APPLIED_BY_CONTINUOUS)} and temperature/top_k/top_p. Use engine=hook (any option of generate) "
             "or engine=auto (continuous for the requests whose options it applies, hf for the others).")

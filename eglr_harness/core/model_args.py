@@ -1,10 +1,16 @@
-"""What ``--model_args`` of ``eglr-hf`` may hold, checked before anything is loaded.
+"""What ``--model_args`` of ``eglr-hf`` and ``eglr-vllm`` may hold, checked before anything is loaded.
 
-``eglr-hf`` takes its own arguments (:data:`EGLR_ARGS`), every argument of lm-eval's ``HFLM`` and
-the loading options of transformers' ``from_pretrained`` (HFLM forwards its extra keyword
-arguments there). Anything else would reach the model's constructor after the weights have been
-read (``l=4`` -> ``TypeError: LlamaForCausalLM.__init__() got an unexpected keyword argument``),
-so it is refused up front with the accepted names and the closest ones.
+:data:`MODEL_ARGS` is the one table of eglr's own model args: for each its name, how it is written, the values
+allowed, its default and the layer that consumes it; :func:`read_model_arg` is the one checker of their values
+(numbers by ``core/config.SettingRule.read``, the same limits every reader of a run's files applies). Each
+refusal is one line naming the value and what is allowed.
+
+``eglr-hf`` also takes every argument of lm-eval's ``HFLM`` and the loading options of transformers'
+``from_pretrained`` (HFLM forwards its extra keyword arguments there). Anything else would reach the model's
+constructor after the weights have been read (``l=4`` -> ``TypeError: LlamaForCausalLM.__init__() got an
+unexpected keyword argument``), so it is refused up front with the accepted names and the closest ones
+(:func:`check_model_args`); the loading values HFLM would refuse only once it loads are read by
+:data:`LOAD_RULES`.
 
 Light on purpose (no torch, no lm_eval): the autoload hook imports it at lm_eval's start.
 """
@@ -12,27 +18,187 @@ Light on purpose (no torch, no lm_eval): the autoload hook imports it at lm_eval
 from __future__ import annotations
 
 import difflib
+import functools
+import logging
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
-from eglr_harness.core.config import STOP_THRESHOLD_ARGS
+from eglr_harness.core.config import (
+    DEFAULT_ALPHA,
+    DEFAULT_K_MAX,
+    DEFAULT_SEED,
+    DEFAULT_STOP,
+    DEFAULT_TAU_KL,
+    DEFAULT_TOP_K,
+    DEFAULT_TOP_P,
+    SETTING_RULES,
+    STOP_RULES,
+    STOP_THRESHOLD_ARGS,
+    SettingRule,
+    check_stop,
+    parse_tau_h,
+)
 from eglr_harness.core.errors import ModelArgError
+from eglr_harness.core.specs import MAX_AXIS_VALUES, parse_L_spec, parse_T_spec
 
-# eglr's own model args, the one list of their names: both models' constructors take these (and
-# ``pretrained``) apart from what lm-eval's model gets (``harness/eglr_args.EglrArgs.split``), and
-# ``run/settings.RunSettings.from_args`` takes the settings among them. A new model arg is one entry here
-# (and its reading where it is used).
-EGLR_ARGS = ("L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "seeds", "model_config",
-             "calib_limit", "rollout_cache", "engine", "compile", "stop", *STOP_THRESHOLD_ARGS)
+logger = logging.getLogger(__name__)
+
+# engine=auto|continuous|hook: which engine decodes an eglr-hf run (harness/engine_choice.py); a run records the
+# one that decoded each rollout by the same names
+ENGINES = ("auto", "continuous", "hook")
+DEFAULT_ENGINE = "auto"
+RECORDED_ENGINES = ("continuous", "hook")  # what decoded a rollout (auto chooses one of them)
+# earlier names of an engine -> its name: accepted as a model arg for a release (with a warning) and read in
+# run files for good (``engine: hf`` in results, samples and rollout stores written before the rename)
+RENAMED_ENGINES = {"hf": "hook"}
+COMPILE_SETTINGS = ("auto", "none", "reduce-overhead", "default")  # decoding/compile_setting.py resolves them
+DEFAULT_COMPILE = "auto"
+DEFAULT_CALIB_LIMIT = 64  # prompts of a task that tau_h=auto calibrates on
+SEEDS_RULE = SettingRule(True, lambda v: 1 <= v <= MAX_AXIS_VALUES,
+                         f"an int in 1..{MAX_AXIS_VALUES}, a count (seeds=3 repeats the whole pool under seed, "
+                         "seed + 1, seed + 2; `seed` sets the first)")
+CALIB_LIMIT_RULE = SettingRule(True, lambda v: v >= 1, "an int >= 1")
+
+
+def one_value(name: str, value):
+    """``value`` unchanged, or ``ValueError`` when a model arg that takes one value per run is a list."""
+    if isinstance(value, (list, tuple)) or (isinstance(value, str) and any(sep in value for sep in "|;,")):
+        raise ValueError(
+            f"`{name}`={value!r} is a list; eglr-hf decodes one {name} per run (only L and T are pool axes). "
+            f"To compare values, run `eglr-sweep --sweep {name}=...` (one lm_eval run per value, e.g. "
+            f"eglr-sweep --model_args ... --tasks ... --sweep {name}=v1,v2)."
+        )
+    return value
+
+
+def read_engine(value) -> str:
+    """The ``engine`` model arg: one of :data:`ENGINES`; ``hf`` (the hook engine's earlier name) is read as
+    ``hook`` with one deprecation warning per process."""
+    name = value.strip().lower() if isinstance(value, str) else value
+    if name in RENAMED_ENGINES:
+        _warn_renamed_engine(name)
+        return RENAMED_ENGINES[name]
+    if name not in ENGINES:
+        raise ValueError(f"`engine`={value!r} is not allowed; allowed: {', '.join(ENGINES)} (auto: continuous "
+                         "where it can drive the model, else hook; continuous: refinement folded into the batch; "
+                         "hook: transformers' generate with EGLR hooks).")
+    return name
+
+
+@functools.cache
+def _warn_renamed_engine(old: str) -> None:
+    logger.warning("eglr-hf: `engine=%s` is now `engine=%s`; %s is accepted for this release only.", old,
+                   RENAMED_ENGINES[old], old)
+
+
+def engine_named(name: str | None) -> str | None:
+    """The engine a run file names (``continuous``, ``hook``, ``vllm``...), under its current name (``hf`` ->
+    ``hook``): what readers show, whatever release wrote the file."""
+    return RENAMED_ENGINES.get(name, name)
+
+
+def read_compile(value) -> str:
+    """The ``compile`` model arg normalised (stripped, lower case; None -> ``auto``), or ``ValueError`` naming
+    ``compile``, the value and what is allowed."""
+    if value is None:
+        return DEFAULT_COMPILE
+    if isinstance(value, str) and value.strip().lower() in COMPILE_SETTINGS:
+        return value.strip().lower()
+    hint = ""
+    if isinstance(value, bool):  # lm-eval turns compile=true/false into a bool
+        hint = f" (for {'CUDA graphs write compile=reduce-overhead' if value else 'eager write compile=none'})"
+    written = str(value).lower() if isinstance(value, bool) else repr(value)  # as typed: compile=true
+    raise ValueError(f"`compile`={written} is not allowed; allowed: {', '.join(COMPILE_SETTINGS)}{hint}.")
+
+
+def _as_written(name: str, value):
+    """A text arg (a preset's name, a folder): its consumer checks it (run/presets, run/stores)."""
+    return value
+
+
+@dataclass(frozen=True)
+class ModelArg:
+    """One of eglr's own model args, a row of :data:`MODEL_ARGS`.
+
+    name: as written in ``--model_args``; kind: how its value is written (``int``, ``real``, ``choice``, ``axis``:
+    one value or a pool axis, ``tau_h``, ``text``); allowed: its values, as the docs say them; default: its value
+    when not given (text where the default comes from elsewhere); consumer: the module that reads it;
+    read: ``(name, value) -> value`` checked and normalised, ``ValueError`` naming the value otherwise;
+    hf_only: eglr-hf takes it and eglr-vllm does not; one_value: a list is refused with a pointer to eglr-sweep (the
+    settings a sweep varies; L and T are pool axes, and the others refuse a list as any value they cannot read);
+    setting: one of ``RunSettings``' (``run/settings.RunSettings.from_args``), not read by the model itself.
+    """
+
+    name: str
+    kind: str
+    allowed: str
+    default: object
+    consumer: str
+    read: Callable[[str, object], object]
+    hf_only: bool = False
+    one_value: bool = True
+    setting: bool = True
+
+
+def _number(name: str, rule: SettingRule, default, consumer: str, *, one_value: bool = False) -> ModelArg:
+    return ModelArg(name, "int" if rule.integer else "real", rule.allowed, default, consumer, rule.read,
+                    one_value=one_value)
+
+
+_GATE = "decoding (the entropy gate and refinement)"
+# eglr's own model args, the one table: both models' constructors take these (and ``pretrained``) apart from what
+# lm-eval's model gets (``harness/eglr_args.EglrArgs.split``), ``RunSettings.from_args`` takes the settings among
+# them, and every value is read by its row. A new model arg is one row here (and its reading where it is used).
+MODEL_ARGS: dict[str, ModelArg] = {arg.name: arg for arg in (
+    ModelArg("L", "axis", "0..N (the model's decoder layers): 4, a list 1|4|7 or a range 1-10",
+             "the task's pool, else the preset's, else 4", "run/pool (the pool's L axis)",
+             lambda name, value: parse_L_spec(value, name=name), one_value=False),
+    ModelArg("T", "axis", "a float >= 0 (0 = greedy): 0.7, a list 0.1|0.5 or a range 0.1-1.0:0.1",
+             "the task's pool, else the preset's, else 0", "run/pool (the pool's T axis)",
+             lambda name, value: parse_T_spec(value, name=name), one_value=False),
+    _number("alpha", SETTING_RULES["alpha"], DEFAULT_ALPHA, _GATE, one_value=True),
+    _number("k_max", SETTING_RULES["k_max"], DEFAULT_K_MAX, _GATE, one_value=True),
+    _number("tau_kl", SETTING_RULES["tau_kl"], DEFAULT_TAU_KL, _GATE + ", stop=kl", one_value=True),
+    ModelArg("tau_h", "tau_h", "a float in [0, 2**53] nats, 'inf', or 'auto'", "the preset's, else auto",
+             "run/calibration (auto), " + _GATE, lambda name, value: parse_tau_h(value)),
+    _number("top_k", SETTING_RULES["top_k"], DEFAULT_TOP_K, "decoding/sampling (T > 0)"),
+    _number("top_p", SETTING_RULES["top_p"], DEFAULT_TOP_P, "decoding/sampling (T > 0)"),
+    _number("seed", SETTING_RULES["seed"], DEFAULT_SEED, "decoding/sampling (T > 0)"),
+    _number("seeds", SEEDS_RULE, 1, "run/pool (repeats of the pool)"),
+    ModelArg("model_config", "text", "a preset of model_configs/ or a YAML path", None, "run/presets", _as_written,
+             one_value=False, setting=False),
+    _number("calib_limit", CALIB_LIMIT_RULE, DEFAULT_CALIB_LIMIT, "run/calibration (tau_h=auto)"),
+    ModelArg("rollout_cache", "text", "a writable folder", None, "run/stores", _as_written, one_value=False,
+             setting=False),
+    ModelArg("engine", "choice", ", ".join(ENGINES), DEFAULT_ENGINE, "harness/engine_choice",
+             lambda name, value: read_engine(value), hf_only=True, one_value=False, setting=False),
+    ModelArg("compile", "choice", ", ".join(COMPILE_SETTINGS), DEFAULT_COMPILE, "decoding/compile_setting",
+             lambda name, value: read_compile(value), hf_only=True, one_value=False, setting=False),
+    ModelArg("stop", "choice", ", ".join(STOP_RULES), DEFAULT_STOP, _GATE + " (the exit rule)",
+             lambda name, value: check_stop(value)),
+    *(_number(rule.threshold_arg, rule.setting, rule.default, _GATE + f", stop={rule.name}", one_value=True)
+      for rule in STOP_RULES.values() if rule.threshold_arg in STOP_THRESHOLD_ARGS),
+)}
+EGLR_ARGS = tuple(MODEL_ARGS)
 # eglr-hf's engine choice: eglr-vllm has one engine, and takes neither
-HF_ONLY_ARGS = ("engine", "compile")
-# read by the model itself, not by the settings
-MODEL_ARGS_NOT_SETTINGS = ("model_config", "rollout_cache", *HF_ONLY_ARGS)
+HF_ONLY_ARGS = tuple(name for name, arg in MODEL_ARGS.items() if arg.hf_only)
 # RunSettings' arguments (``RunSettings.from_args``): the settings of a run's cells and its calibration
-SETTINGS_ARGS = tuple(name for name in EGLR_ARGS if name not in MODEL_ARGS_NOT_SETTINGS)
+SETTINGS_ARGS = tuple(name for name, arg in MODEL_ARGS.items() if arg.setting)
 # eglr-vllm's own model args
 VLLM_ARGS = tuple(name for name in EGLR_ARGS if name not in HF_ONLY_ARGS)
+
+
+def read_model_arg(name: str, value):
+    """The one checker of eglr's model args: ``value`` of ``name`` (as written, or a preset's) checked by its row of
+    :data:`MODEL_ARGS` and normalised (a number's type, an axis's values, ``engine=hf`` as ``hook``);
+    ``ValueError``, one line naming the value and what is allowed, otherwise."""
+    arg = MODEL_ARGS[name]
+    if arg.one_value:
+        one_value(name, value)
+    return arg.read(name, value)
+
 
 # Keyword arguments that transformers' from_pretrained reads itself (besides its named parameters)
 # and the bitsandbytes options lm-eval's HFLM reads from them.
@@ -81,41 +247,38 @@ def check_model_args(given: Mapping[str, object] | Iterable[str], passthrough: I
 DTYPES = ("auto", "float32", "float", "float16", "half", "bfloat16", "float64", "double")
 
 
-def _int_at_least(value, low: int) -> bool:
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, str):
-        value = value.strip()
-        if not re.fullmatch(r"[+-]?\d+", value):
-            return False
-        value = int(value)
-    if isinstance(value, float) and value.is_integer():  # lm-eval reads "-5" as -5.0
-        value = int(value)
-    return isinstance(value, int) and value >= low
+# HFLM's loading values that it would refuse only once it loads (or, for ``max_length``, never: ``abc`` was taken as
+# "not given" and ``-5`` asked for 1..-6), read by the one reader of written numbers
+LOAD_RULES = {
+    "max_length": SettingRule(True, lambda v: v >= 2, "an int >= 2 (the prompt and at least one generated token), "
+                                                      "or leave it out to use the model's own"),
+    "batch_size": SettingRule(True, lambda v: v >= 1, "an int >= 1 or auto, auto:N"),
+    "max_batch_size": SettingRule(True, lambda v: v >= 1, "an int >= 1"),
+}
 
 
-def check_load_values(args: Mapping[str, object]) -> None:
-    """Raise :class:`ModelArgError` for a loading value the model would refuse only once it loads (or,
-    for ``max_length``, never: ``abc`` was taken as "not given" and ``-5`` asked for 1..-6):
-    ``dtype``/``torch_dtype``, ``max_length``, ``batch_size``, ``max_batch_size``."""
+def check_load_values(args: Mapping[str, object]) -> dict:
+    """The loading values among ``args`` that HFLM would refuse only once it loads, read: ``dtype``/``torch_dtype``
+    (a name of :data:`DTYPES`), ``max_length``, ``batch_size`` (or ``auto``, ``auto:N``), ``max_batch_size``
+    (:data:`LOAD_RULES`). Returns the numbers among them as ints (``max_length=2048.0`` -> 2048, which HFLM slices
+    by); :class:`ModelArgError` naming the value otherwise."""
     for name in ("dtype", "torch_dtype"):
         value = args.get(name)
         if value is None or type(value).__name__ == "dtype":  # a torch.dtype, passed by a program
             continue
         if not isinstance(value, str) or value.removeprefix("torch.") not in DTYPES:
             raise ModelArgError(f"`{name}`={value!r} is not allowed; allowed: {', '.join(DTYPES)}. Nothing was loaded.")
-    value = args.get("max_length")
-    if value is not None and not _int_at_least(value, 2):
-        raise ModelArgError(f"`max_length`={value!r} is not allowed; allowed: an int >= 2 (the prompt and at least one "
-                            "generated token), or leave it out to use the model's own. Nothing was loaded.")
-    for name in ("batch_size", "max_batch_size"):
+    numbers = {}
+    for name, rule in LOAD_RULES.items():
         value = args.get(name)
-        if value is None or _int_at_least(value, 1):
+        if value is None or (name == "batch_size" and isinstance(value, str)
+                             and re.fullmatch(r"auto(:\d+)?", value.strip())):
             continue
-        if name == "batch_size" and isinstance(value, str) and re.fullmatch(r"auto(:\d+)?", value.strip()):
-            continue
-        raise ModelArgError(f"`{name}`={value!r} is not allowed; allowed: an int >= 1"
-                            f"{' or auto, auto:N' if name == 'batch_size' else ''}. Nothing was loaded.")
+        try:
+            numbers[name] = rule.read(name, value)
+        except ValueError as err:
+            raise ModelArgError(f"{err} Nothing was loaded.") from None
+    return numbers
 
 
 # What the hub takes as a model id: ``name`` or ``namespace/name`` (huggingface_hub's rule).

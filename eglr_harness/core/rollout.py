@@ -1,7 +1,7 @@
-"""Generated texts that remember which (L, T) cell and cycle produced them, and the model's signals.
+"""A rollout's text that remembers which (L, T) cell, cycle and seed produced it, and the model's signals.
 
-``eglr-hf`` returns :class:`Rollout` objects from ``generate_until``. They are plain ``str``
-for lm-eval (filters, caching, JSON), and the task code reads :func:`rollout_meta` to know
+``eglr-hf`` returns :class:`RolloutText` objects from ``generate_until``. They are plain ``str``
+for lm-eval (its filters receive strings; caching, JSON), and the task code reads :func:`rollout_meta` to know
 the configuration of each repeat and, when the engine recorded them, the rollout's signals
 (``eglr_harness.core.signals``: entropies, log-probabilities, refinement). Texts from other models have
 no metadata (``None``).
@@ -10,9 +10,10 @@ no metadata (``None``).
 from __future__ import annotations
 
 
-class Rollout(str):
-    """A ``str`` with ``L``, ``T``, ``cycle``, ``signals`` (a dict, or None when not recorded),
-    ``engine`` (``continuous`` or ``hf``: which engine decoded it; None when not recorded) and ``seed``
+class RolloutText(str):
+    """One rollout's text (a ``str``, so that lm-eval's filters and metrics take it as they take any response)
+    with its metadata: ``L``, ``T`` (its cell), ``cycle``, ``signals`` (a dict, or None when not recorded),
+    ``engine`` (``continuous`` or ``hook``: which engine decoded it; None when not recorded) and ``seed``
     (the seed its repeat of the pool ran under when the run has ``seeds`` > 1; None otherwise)."""
 
     L: int
@@ -23,7 +24,7 @@ class Rollout(str):
     seed: int | None
 
     def __new__(cls, text: str, *, L: int, T: float, cycle: int = 0, signals: dict | None = None,
-                engine: str | None = None, seed: int | None = None) -> "Rollout":
+                engine: str | None = None, seed: int | None = None) -> "RolloutText":
         obj = super().__new__(cls, text)
         obj.L, obj.T, obj.cycle, obj.signals, obj.engine = int(L), float(T), int(cycle), signals, engine
         obj.seed = None if seed is None else int(seed)
@@ -45,17 +46,17 @@ class Rollout(str):
 
 
 def _rebuild(text: str, L: int, T: float, cycle: int, signals: dict | None = None,
-             engine: str | None = None, seed: int | None = None) -> Rollout:
-    return Rollout(text, L=L, T=T, cycle=cycle, signals=signals, engine=engine, seed=seed)
+             engine: str | None = None, seed: int | None = None) -> RolloutText:
+    return RolloutText(text, L=L, T=T, cycle=cycle, signals=signals, engine=engine, seed=seed)
 
 
 def rollout_meta(response) -> dict | None:
     """``{"L", "T", "cycle"[, "signals"][, "engine"][, "seed"]}``
     of a response from eglr-hf, or ``None`` for a plain string."""
-    return response.meta() if isinstance(response, Rollout) else None
+    return response.meta() if isinstance(response, RolloutText) else None
 
 
 def with_meta(text: str, like) -> str:
     """Return ``text`` carrying the metadata of ``like`` (e.g. after a filter rewrote it)."""
     meta = rollout_meta(like)
-    return Rollout(text, **meta) if meta is not None else text
+    return RolloutText(text, **meta) if meta is not None else text

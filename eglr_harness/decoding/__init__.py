@@ -1,13 +1,13 @@
 """EGLR decoding. This folder: what both engines share (the pure tensor maths in ``functional``, the seeded
 sampler, logits processors, model introspection, the engine contract, decode statistics, the ``compile``
-setting); ``hook/``: the hook engine (engine=hf, ``eglr_generate`` inside transformers' ``generate``);
+setting); ``hook/``: the hook engine (engine=hook, ``eglr_generate`` inside transformers' ``generate``);
 ``continuous/``: the continuous engine (one compile-once step over K/V slots).
 
 Imports only ``eglr_harness.core`` (tests/test_layers.py): never lm_eval, never the run layer.
 
 Shape letters, one legend for every module of the package:
 
-- B the batch: the rows of a ``generate`` batch (engine=hf), the continuous engine's slots (+1 trash slot)
+- B the batch: the rows of a ``generate`` batch (engine=hook), the continuous engine's slots (+1 trash slot)
 - G the rows taking part in one call (a refinement pass, a layer, a prefill chunk, a step's settle);
   in a continuous step G = A + R, A advancing rows and R refining rows
 - Q query positions of a call, S key positions (the keys' sequence length)

@@ -13,7 +13,7 @@ How it is compiled (once per process, whatever the runs) and captured: ``step_gr
 ``auto`` is eager off CUDA because compiling the step gains nothing on a CPU (SmolLM2, batch 16:
 7.1-8.0 s compiled against 6.9 s eager, after 84 s of compilation); on a GPU the step is bound by
 kernel launches and host work, which CUDA graphs remove. Only the continuous engine's step can be
-compiled: ``engine=hf`` decodes through transformers' ``generate`` with EGLR module hooks, which
+compiled: ``engine=hook`` decodes through transformers' ``generate`` with EGLR module hooks, which
 ``torch.compile`` cannot see into, so an explicit ``compile`` there is refused
 (``check_compile_for_engine``); ``auto`` and ``none`` mean eager there.
 
@@ -21,11 +21,11 @@ What ran is recorded beside what was asked (``CompileChoice.recorded`` / ``.requ
 results record ``engine`` beside ``engine_requested``.
 
 The adapter's sequence: ``check_compile_setting(value)`` and ``check_compile_for_engine(value,
-engine)`` before the model loads (bad values, and an explicit compile with ``engine=hf``, are
+engine)`` before the model loads (bad values, and an explicit compile with ``engine=hook``, are
 refused before any weight is read); ``resolve_compile(value, model.device, engine)`` once the
 device is known (``reduce-overhead`` off CUDA refused there), its ``engine_kwargs()`` passed to
-``ContinuousEngine``; if ``engine=auto`` falls back to ``hf``, ``resolve_compile(value, device,
-"hf")`` again (an explicit compile is then refused, ``auto`` records ``none``).
+``ContinuousEngine``; if ``engine=auto`` falls back to ``hook``, ``resolve_compile(value, device,
+"hook")`` again (an explicit compile is then refused, ``auto`` records ``none``).
 """
 
 from __future__ import annotations
@@ -34,11 +34,12 @@ from dataclasses import dataclass
 
 import torch
 
+from eglr_harness.core.model_args import COMPILE_SETTINGS, DEFAULT_COMPILE
+from eglr_harness.core.model_args import read_compile as check_compile_setting  # the model arg's one reading
+
 __all__ = ["COMPILE_SETTINGS", "DEFAULT_COMPILE", "CompileChoice", "check_compile_for_engine", "check_compile_setting",
            "compile_refusal", "resolve_compile"]
 
-COMPILE_SETTINGS = ("auto", "none", "reduce-overhead", "default")
-DEFAULT_COMPILE = "auto"
 CUDA_GRAPHS = "reduce-overhead"  # the torch.compile mode that captures CUDA graphs
 ENGINES_THAT_COMPILE = ("continuous",)
 UNDECIDED_ENGINE = "auto"  # engine=auto before it has chosen: the plan is the continuous engine's
@@ -66,20 +67,6 @@ class CompileChoice:
         return {"compile": self.compile, "compile_mode": self.mode}
 
 
-def check_compile_setting(value) -> str:
-    """The setting normalised (stripped, lower case; None -> ``auto``), or ``ValueError`` naming
-    ``compile``, the value and what is allowed."""
-    if value is None:
-        return DEFAULT_COMPILE
-    if isinstance(value, str) and value.strip().lower() in COMPILE_SETTINGS:
-        return value.strip().lower()
-    hint = ""
-    if isinstance(value, bool):  # lm-eval turns compile=true/false into a bool
-        hint = f" (for {'CUDA graphs write compile=reduce-overhead' if value else 'eager write compile=none'})"
-    written = str(value).lower() if isinstance(value, bool) else repr(value)  # as typed: compile=true
-    raise ValueError(f"`compile`={written} is not allowed; allowed: {', '.join(COMPILE_SETTINGS)}{hint}.")
-
-
 def _device_type(device) -> str:
     if isinstance(device, torch.device):
         return device.type
@@ -91,8 +78,8 @@ def _device_type(device) -> str:
 
 def resolve_compile(setting, device, engine: str = "continuous") -> CompileChoice:
     """The step's compilation for ``setting`` on ``device`` (a ``torch.device`` or its name) with
-    ``engine`` (the engine that decodes: ``continuous`` or ``hf``; ``auto`` before it has chosen,
-    which resolves as ``continuous``: call again with ``hf`` if it falls back).
+    ``engine`` (the engine that decodes: ``continuous`` or ``hook``; ``auto`` before it has chosen,
+    which resolves as ``continuous``: call again with ``hook`` if it falls back).
 
     ``auto``: CUDA graphs on CUDA, eager elsewhere; ``reduce-overhead`` off CUDA: ``ValueError``
     (CUDA graphs need a CUDA device), naming what is allowed there; an explicit compilation with

@@ -12,8 +12,8 @@ at gated tokens), after the entropy gate and the KL exit have read the raw distr
 
 Every other active processor (beams, bad words, sequence bias, typical-p, ...) is named by
 :func:`not_applied` (``eglr_harness/core/generation_options.py`` holds the list and the one check of every
-option's value), so a request never decodes other text than ``engine=hf`` would: the engine refuses it
-and ``engine=auto`` hands it to ``engine=hf``. An invalid value is an error, never such a reason.
+option's value), so a request never decodes other text than ``engine=hook`` would: the engine refuses it
+and ``engine=auto`` hands it to ``engine=hook``. An invalid value is an error, never such a reason.
 
 Where the engines can differ (documented, not hidden): ``generate`` counts ``min_length`` on the
 left-padded prompt of its batch and lets ``no_repeat_ngram_size`` see the padding; the continuous

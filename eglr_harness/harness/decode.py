@@ -139,7 +139,7 @@ class RolloutMemory:
 class EngineRouter:
     """Which engine decodes a request: the first of ``engines`` (in order of preference, continuous first
     under auto) that supports it (``Engine.unsupported``), or the first always when ``strict``
-    (engine=continuous then refuses what it cannot do, naming engine=hf). Each new reason to pass an
+    (engine=continuous then refuses what it cannot do, naming engine=hook). Each new reason to pass an
     engine by is logged once."""
 
     def __init__(self, engines: list[Engine], names: list[str], codec: TextCodec, *, strict: bool):
@@ -178,7 +178,7 @@ class RolloutDecoder:
     Its parts: ``memory`` (``RolloutMemory``: store and reuse), ``router`` (``EngineRouter``: which engine
     decodes a request) and the accounting of ``run/accounting.py`` (each rollout's figures, an engine
     run's shared out). engines: in order of preference; ``strict``: the first always; names: the engines'
-    names (``continuous``, ``hf``), recorded with each rollout it decodes (``record["engine"]``).
+    names (``continuous``, ``hook``), recorded with each rollout it decodes (``record["engine"]``).
     """
 
     def __init__(self, codec: TextCodec, engines: list[Engine], fingerprint: dict, store=None, *,

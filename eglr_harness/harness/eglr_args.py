@@ -1,23 +1,12 @@
 """The arguments of an ``eglr-hf`` or ``eglr-vllm`` run: one frozen object, validated once, before the load.
 
-:class:`EglrArgs` is built from the model args, the preset and (where lm-eval's CLI gives them) the
-``--gen_kwargs``; the model reads everything from it after. Each mistake is one line naming the value
-and what is allowed (a :class:`~eglr_harness.core.errors.UserError`). Where each check lives:
-
-=========================================  =============================================  ==================
-check                                      rule (one place)                               when
-=========================================  =============================================  ==================
-unknown model arg (own, preset's)          ``core/model_args.check_model_args``           ``EglrArgs.for_hf``
-``pretrained`` given, path exists          ``core/model_args.check_pretrained_path``      ``EglrArgs.for_hf``
-``engine``, ``compile`` (and the device)   ``engine_choice``, ``compile_setting``         ``EglrArgs.for_hf``
-L, T, alpha, ..., calib_limit, the preset  ``run/settings.RunSettings.from_args``         ``EglrArgs.for_*``
-L against the config's layers              ``core/config.check_layer_span``               before and after
-a task's pool against the layers           ``core/config.check_layer_span``               pool resolution
-``rollout_cache`` writable                 ``run/stores.check_rollout_cache``             ``EglrArgs.for_*``
-``--gen_kwargs`` values, pool keys, length ``core/generation_options``, ``pool.task_axes``  ``EglrArgs.for_hf``
-the model's ``generation_config``          ``core/generation_options``                    ``check_loaded``
-a task's generation options                ``core/generation_options``                    ``check_task_options``
-=========================================  =============================================  ==================
+:class:`EglrArgs` resolves three things and nothing else: the preset (``model_config``: its model args under
+the given ones), the engine (``engine`` and ``compile``, against the device the model will load on) and the load
+(what lm-eval's ``HFLM`` or ``VLLM`` is built with: unknown names refused, ``pretrained`` found, the layer count
+and ``max_length`` read from the config without the weights). Every value of eglr's own model args is read by
+the one table of them and its one checker (``core/model_args.MODEL_ARGS``, ``read_model_arg``; the settings
+through ``run/settings.RunSettings.from_args``); the generation options by ``harness/gen_options.py``. Each
+mistake is one line naming the value and what is allowed (a :class:`~eglr_harness.core.errors.UserError`).
 
 ``harness/preflight.py`` builds it when lm-eval's CLI resolves the task names and when
 ``simple_evaluate`` starts (then checks what the tasks say); ``EglrHFLM`` and ``EglrVLLM`` build it
@@ -35,19 +24,23 @@ from lm_eval.models.huggingface import HFLM
 from transformers import PreTrainedModel
 
 from eglr_harness.core.config import DEFAULT_STOP
-from eglr_harness.core.errors import GenerationOptionError, model_arg_errors
-from eglr_harness.core.generation_options import (
-    LENGTH_OPTIONS,
-    check_generation_options,
-    continuous_refusals,
-    generation_config_options,
-    refuse_for_continuous,
+from eglr_harness.core.errors import model_arg_errors
+from eglr_harness.core.model_args import (
+    DEFAULT_CALIB_LIMIT,
+    DEFAULT_COMPILE,
+    DEFAULT_ENGINE,
+    EGLR_ARGS,
+    SETTINGS_ARGS,
+    VLLM_ARGS,
+    check_load_values,
+    check_model_args,
+    check_pretrained_path,
+    read_model_arg,
 )
-from eglr_harness.core.model_args import EGLR_ARGS, SETTINGS_ARGS, VLLM_ARGS, check_model_args, check_pretrained_path
-from eglr_harness.run.pool import TASK_POOL_KEYS, task_axes
+from eglr_harness.harness import gen_options
 from eglr_harness.run.settings import RunSettings
 
-__all__ = ["EglrArgs", "check_eglr_model_args", "declared_limits", "parse_args_string"]
+__all__ = ["EglrArgs", "check_eglr_model_args", "declared_limits"]
 
 # what HFLM takes by name, and what it forwards to from_pretrained
 _PASSTHROUGH_ARGS = (*inspect.signature(HFLM.__init__).parameters,
@@ -81,9 +74,7 @@ class EglrArgs:
     def for_hf(cls, own: Mapping, load_args: Mapping, *, gen_kwargs=None) -> EglrArgs:
         """eglr-hf's arguments: ``own`` (``EGLR_ARGS`` and ``pretrained``), ``load_args`` (everything else,
         for HFLM and from_pretrained); ``gen_kwargs`` (``--gen_kwargs``: a dict or its text) where known."""
-        from eglr_harness.decoding.compile_setting import DEFAULT_COMPILE, check_compile_setting, resolve_compile
-        from eglr_harness.harness.engine_choice import DEFAULT_ENGINE, check_engine
-        from eglr_harness.run.calibration import DEFAULT_CALIB_LIMIT
+        from eglr_harness.decoding.compile_setting import resolve_compile
 
         with model_arg_errors():  # one line each in the CLI
             check_eglr_model_args(load_args)
@@ -93,32 +84,22 @@ class EglrArgs:
             if "pretrained" not in hf_args:
                 raise ValueError("eglr-hf needs `pretrained` (a hub id or folder) or `model_config` (a preset name).")
             check_pretrained_path(hf_args["pretrained"])
-            engine = check_engine(_given(own, "engine", DEFAULT_ENGINE))
-            compile_setting = check_compile_setting(_given(own, "compile", DEFAULT_COMPILE))
+            hf_args.update(check_load_values(hf_args))  # max_length=2048.0 reaches HFLM as 2048
+            engine = read_model_arg("engine", _given(own, "engine", DEFAULT_ENGINE))
+            compile_setting = read_model_arg("compile", _given(own, "compile", DEFAULT_COMPILE))
             if compile_setting not in ("auto", "none"):  # an explicit compile refused before the load
                 resolve_compile(compile_setting, _intended_device(hf_args), engine)
-            settings = _settings(preset, own, DEFAULT_CALIB_LIMIT)
+            settings = _settings(preset, own)
             layers, max_length = declared_limits(hf_args)
             settings.check_layers(layers)  # where the config says it without the weights
             _check_rollout_cache(own.get("rollout_cache"))
-        options = _gen_kwargs_of(gen_kwargs)
-        if options:
-            from eglr_harness.run.model_names import parse_model_args
-
-            check_gen_options(options, "--gen_kwargs",
-                              written=parse_model_args(gen_kwargs) if isinstance(gen_kwargs, str) else None)
-            check_length(options, "--gen_kwargs", max_length)
-            if engine == "continuous":
-                refuse_for_continuous(
-                    continuous_refusals({k: v for k, v in options.items() if k not in TASK_POOL_KEYS}), "--gen_kwargs")
+        options = gen_options.check_cli_gen_kwargs(gen_kwargs, engine, max_length)
         return cls(preset, hf_args, settings, engine, compile_setting, own.get("rollout_cache") or None, layers,
                    max_length, options)
 
     @classmethod
     def for_vllm(cls, own: Mapping, load_args: Mapping) -> EglrArgs:
         """eglr-vllm's arguments (its own and lm-eval VLLM's); vLLM takes no GGUF and no data parallel."""
-        from eglr_harness.run.calibration import DEFAULT_CALIB_LIMIT
-
         with model_arg_errors():  # every check before the weights load
             preset = _preset(own.get("model_config"))
             vllm_args = _merged(preset, load_args, own.get("pretrained"))
@@ -131,7 +112,7 @@ class EglrArgs:
             if int(vllm_args.get("data_parallel_size", 1)) != 1:
                 raise ValueError(f"`data_parallel_size`={vllm_args['data_parallel_size']!r} is not allowed with "
                                  "eglr-vllm; allowed: 1 (tensor_parallel_size is taken).")
-            settings = _settings(preset, own, DEFAULT_CALIB_LIMIT)
+            settings = _settings(preset, own)
             if settings.base.stop != DEFAULT_STOP:
                 raise ValueError(f"`stop`={settings.base.stop!r} is not allowed with eglr-vllm; allowed: "
                                  f"{DEFAULT_STOP} (the other exit rules run in eglr-hf).")
@@ -145,19 +126,12 @@ class EglrArgs:
         options (checked as ``--gen_kwargs`` were before the load)."""
         with model_arg_errors():
             self.settings.check_layers(num_layers)
-            check_generation_options(generation_config_options(generation_config), "the model's generation_config")
-            if self.engine == "continuous":
-                refuse_for_continuous(continuous_refusals({}, generation_config), "the model's generation_config")
+        gen_options.check_loaded_options(generation_config, self.engine)
 
     def check_task_options(self, task, gen_kwargs: Mapping, generation_config=None) -> None:
         """A task's generation options (its YAML merged with ``--gen_kwargs``), before any of its rollouts
-        decodes: invalid values, and with ``engine=continuous`` the valid ones it does not apply."""
-        source = f"generation_kwargs of task {task}"
-        with model_arg_errors():
-            check_generation_options(gen_kwargs, source, ignore=TASK_POOL_KEYS)
-            if self.engine == "continuous":
-                options = {k: v for k, v in gen_kwargs.items() if k not in TASK_POOL_KEYS}
-                refuse_for_continuous(continuous_refusals(options, generation_config), source)
+        decodes (``gen_options.check_task_options`` with this run's engine)."""
+        gen_options.check_task_options(task, gen_kwargs, self.engine, generation_config)
 
     @classmethod
     def split(cls, model_args: Mapping, own_names=EGLR_ARGS) -> tuple[dict, dict]:
@@ -201,9 +175,9 @@ def _given(own: Mapping, name: str, default):
     return own.get(name, default)
 
 
-def _settings(preset: Mapping, own: Mapping, default_calib_limit: int) -> RunSettings:
+def _settings(preset: Mapping, own: Mapping) -> RunSettings:
     given = {k: own[k] for k in SETTINGS_ARGS if k != "calib_limit" and own.get(k) is not None}  # None: not given
-    return RunSettings.from_args(preset, **given, calib_limit=_given(own, "calib_limit", default_calib_limit))
+    return RunSettings.from_args(preset, **given, calib_limit=_given(own, "calib_limit", DEFAULT_CALIB_LIMIT))
 
 
 def _check_rollout_cache(folder) -> None:
@@ -259,38 +233,3 @@ def _vllm_layers(pretrained: str, trust_remote_code: bool) -> int | None:
     config = AutoConfig.from_pretrained(pretrained, trust_remote_code=trust_remote_code)
     config = getattr(config, "text_config", None) or config
     return getattr(config, "num_hidden_layers", None)
-
-
-def parse_args_string(text: str) -> dict:
-    """``key=value,...`` as lm-eval parses ``--model_args`` and ``--gen_kwargs`` (``4`` an int, ``true`` a bool)."""
-    from lm_eval.utils import simple_parse_args_string
-
-    return simple_parse_args_string(text)
-
-
-def _gen_kwargs_of(gen_kwargs) -> dict:
-    if not gen_kwargs:
-        return {}
-    return parse_args_string(gen_kwargs) if isinstance(gen_kwargs, str) else dict(gen_kwargs)
-
-
-def check_gen_options(options: Mapping, source: str, written: Mapping | None = None) -> None:
-    """Generation options and the pool keys among them (``eglr_L=abc``), one line each."""
-    check_generation_options(options, source, ignore=TASK_POOL_KEYS, written=written)
-    try:
-        task_axes(dict(options))
-    except ValueError as err:
-        raise GenerationOptionError(f"{err} ({source})") from None
-
-
-def check_length(options: Mapping, source: str, max_length: int | None) -> None:
-    """A length limit that leaves the prompt no room in the model's ``max_length``."""
-    if max_length is None:
-        return
-    for name in LENGTH_OPTIONS:
-        value = options.get(name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= max_length:
-            shown = int(value) if float(value).is_integer() else value
-            raise GenerationOptionError(
-                f"`{name}`={shown} ({source}) leaves no room for the prompt in the model's max_length={max_length}; "
-                f"allowed: 1..{max_length - 1} (or a larger max_length model arg, if the model takes it).")

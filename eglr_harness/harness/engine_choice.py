@@ -1,9 +1,10 @@
-"""Which engine decodes an ``eglr-hf`` run (``engine=auto|continuous|hf``), and how a run names them.
+"""Which engine decodes an ``eglr-hf`` run (``engine=auto|continuous|hook``), and how a run names them.
 
 ``auto`` takes the continuous engine wherever it can drive the model and the hook engine
 (``generate`` with EGLR hooks) for the rest: the whole model (another family, a split device_map)
 with one log line, single requests with valid options the continuous engine does not apply (beams,
-...) with one line per reason (``harness/decode.py``). ``continuous`` refuses those, naming engine=hf.
+...) with one line per reason (``harness/decode.py``). ``continuous`` refuses those, naming engine=hook.
+The setting is read by ``core/model_args`` (``engine=hf``, the hook engine's earlier name, is read as ``hook``).
 The plan line, ``config.eglr`` and the samples say which engine decoded each task, cell and rollout.
 """
 
@@ -16,17 +17,7 @@ from eglr_harness.decoding.continuous.engine import ContinuousEngine
 from eglr_harness.decoding.contract import Engine
 from eglr_harness.decoding.hook.engine import HookEngine
 
-ENGINES = ("auto", "continuous", "hf")
-DEFAULT_ENGINE = "auto"
 logger = logging.getLogger(__name__)
-
-
-def check_engine(engine: str) -> str:
-    if engine not in ENGINES:
-        raise ValueError(f"`engine`={engine!r} is not allowed; allowed: {', '.join(ENGINES)} (auto: continuous "
-                         "where it can drive the model, else hf; continuous: refinement folded into the batch; "
-                         "hf: transformers' generate).")
-    return engine
 
 
 def build_engines(lm, engine: str, compile_setting: str) -> tuple[list[Engine], str, CompileChoice]:
@@ -36,8 +27,8 @@ def build_engines(lm, engine: str, compile_setting: str) -> tuple[list[Engine], 
     hook = HookEngine(lm.model, batch_size=_hook_batch_size(lm), pad_token_id=lm.tokenizer.pad_token_id,
                       tokenizer=lm.tokenizer, device=lm.device, autocast_dtype=getattr(lm, "mixed_precision_dtype",
                                                                                        None))
-    if engine == "hf":
-        return [hook], "hf", resolve_compile(compile_setting, lm.device, "hf")
+    if engine == "hook":
+        return [hook], "hook", resolve_compile(compile_setting, lm.device, "hook")
     choice = resolve_compile(compile_setting, lm.device, engine)
     try:
         continuous = ContinuousEngine(lm.model, max_batch=lm.batch_size, eos_token_ids=_eos_ids(lm),
@@ -45,18 +36,18 @@ def build_engines(lm, engine: str, compile_setting: str) -> tuple[list[Engine], 
     except ValueError as err:
         if engine == "continuous":
             raise
-        logger.info("eglr-hf: decoding with engine=hf: %s", err)
-        return [hook], "hf", resolve_compile(compile_setting, lm.device, "hf")
+        logger.info("eglr-hf: decoding with engine=hook: %s", err)
+        return [hook], "hook", resolve_compile(compile_setting, lm.device, "hook")
     return [continuous, hook], "continuous", choice
 
 
 def engine_name(engine: Engine) -> str:
-    """The name a run records for ``engine``: ``continuous`` or ``hf``."""
-    return "continuous" if isinstance(engine, ContinuousEngine) else "hf"
+    """The name a run records for ``engine``: ``continuous`` or ``hook``."""
+    return "continuous" if isinstance(engine, ContinuousEngine) else "hook"
 
 
 def engines_said(names) -> str | None:
-    """One name for the engines that decoded something (``continuous``, ``hf``, or ``mixed``), None for none."""
+    """One name for the engines that decoded something (``continuous``, ``hook``, or ``mixed``), None for none."""
     names = set(names) - {None}
     return next(iter(names)) if len(names) == 1 else "mixed" if names else None
 

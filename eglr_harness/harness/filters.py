@@ -1,11 +1,11 @@
-"""lm-eval filters over a document's repeats; each keeps the input order and the Rollout metadata.
+"""lm-eval filters over a document's repeats; each keeps the input order and the RolloutText metadata.
 
 Compose them in a task's ``filter_list`` (registered names in parentheses)::
 
     filter_list:
       - name: maj4_first4            # majority over the first 4 configs
         filter:
-          - function: take_first_k   # lm-eval's own; slicing keeps Rollout objects
+          - function: take_first_k   # lm-eval's own; slicing keeps RolloutText objects
             k: 4
           - function: eglr_extract_answer
           - function: eglr_majority_vote

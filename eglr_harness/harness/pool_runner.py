@@ -3,7 +3,7 @@ and ``eglr-vllm``.
 
 ``generate`` reads top to bottom: lm-eval instances -> jobs with their ``Cell`` (``run/pool.py``) -> tau_h
 per task (``run/calibration.py``) -> one ``RolloutSpec`` per job -> texts (``harness/decode.py``, either
-engine) -> a ``rollout.Rollout`` per instance; compute accounting (``run/accounting.py``) and the engines
+engine) -> a ``rollout.RolloutText`` per instance; compute accounting (``run/accounting.py``) and the engines
 that decoded each (task, cell) land in the results JSON under ``config.eglr`` (:meth:`eglr_info`).
 """
 
@@ -14,7 +14,7 @@ from collections import Counter
 
 from eglr_harness.core.cell import Cell
 from eglr_harness.core.config import STOP_THRESHOLD_ARGS, has_gate
-from eglr_harness.core.rollout import Rollout
+from eglr_harness.core.rollout import RolloutText
 from eglr_harness.harness.decode import RolloutDecoder
 from eglr_harness.harness.eglr_args import EglrArgs
 from eglr_harness.decoding.compile_setting import CompileChoice
@@ -60,8 +60,8 @@ class PoolRunner:
         self._warned_loglikelihood = False
 
     # ------------------------------------------------------------------ generate_until
-    def generate(self, requests, disable_tqdm: bool = False) -> list[Rollout]:
-        """A ``Rollout`` per lm-eval instance (``generate_until``'s answer)."""
+    def generate(self, requests, disable_tqdm: bool = False) -> list[RolloutText]:
+        """A ``RolloutText`` per lm-eval instance (``generate_until``'s answer)."""
         jobs = self.jobs(requests)
         self.ensure_tau_h_of(jobs, disable_tqdm, every_task=self.calibrate_always)
         items = [(j.context, self.settings.rollout(j.gen_kwargs, j.cell, j.cycle, self.tau_h_by_task.get(j.task),
@@ -76,7 +76,7 @@ class PoolRunner:
             self.engines_by_cell.setdefault((j.task, j.cell), set()).add(r.get("engine"))
         self.gathered_engines = self.gather(self.engines_by_cell)  # every rank's rollouts (collective)
         seed = self.settings.base.seed  # a pool under several seeds labels each rollout with its own (pool.py)
-        return [Rollout(r["text"], L=j.cell.L, T=j.cell.T, cycle=j.cycle, signals=r.get("signals"),
+        return [RolloutText(r["text"], L=j.cell.L, T=j.cell.T, cycle=j.cycle, signals=r.get("signals"),
                         engine=r.get("engine"), seed=seed + j.seed_index if j.seeds > 1 else None)
                 for r, j in zip(done.records, jobs)]
 
@@ -128,7 +128,7 @@ class PoolRunner:
             "engines": self.engines_by_task(),
             "engine_requested": requested,
             # what the continuous engine's step ran as; none when every rollout went through generate
-            "compile": "none" if engine == "hf" else compile_choice.recorded,
+            "compile": "none" if engine == "hook" else compile_choice.recorded,
             "compile_requested": compile_choice.requested,
             # the continuous engine's warmup_report() (this rank's), None when it is not among the engines
             "compile_report": continuous[0].warmup_report() if continuous else None,
@@ -137,12 +137,12 @@ class PoolRunner:
         }
 
     def engines_said(self) -> str | None:
-        """The engine(s) that decoded every rank's rollouts so far (``continuous``, ``hf``, ``mixed``), None for
+        """The engine(s) that decoded every rank's rollouts so far (``continuous``, ``hook``, ``mixed``), None for
         none."""
         return engines_said(n for part in self.gathered_engines for names in part.values() for n in names)
 
     def engines_by_task(self) -> dict:
-        """``{task: {cell label: continuous | hf | mixed}}`` of every rank's rollouts (the engine recorded
+        """``{task: {cell label: continuous | hook | mixed}}`` of every rank's rollouts (the engine recorded
         with each; rollouts stored before the engine was recorded are left out)."""
         merged: dict = {}
         for part in self.gathered_engines:
@@ -158,7 +158,7 @@ class PoolRunner:
     # ------------------------------------------------------------------ the plan line
     def log_plan(self, jobs: list[Job], keys: list[str], specs) -> None:
         """Say once, before the first token, what this call will decode and with which engine (per request:
-        ``engine=auto`` hands requests with options the continuous engine does not apply to ``hf``): a long
+        ``engine=auto`` hands requests with options the continuous engine does not apply to ``hook``): a long
         run should not look hung."""
         for task in sorted({j.task for j in jobs}, key=str):
             mine = [i for i, j in enumerate(jobs) if j.task == task]

@@ -28,14 +28,8 @@ from eglr_harness.core.errors import RunArgError, model_arg_errors
 from eglr_harness.core.generation_options import LENGTH_OPTIONS
 from eglr_harness.core.model_args import USE_CACHE_REFUSAL
 from eglr_harness.core.resources import names_of_tasks
-from eglr_harness.harness.eglr_args import (
-    EglrArgs,
-    _gen_kwargs_of,
-    check_gen_options,
-    check_length,
-    declared_limits,
-    parse_args_string,
-)
+from eglr_harness.harness.eglr_args import EglrArgs, declared_limits
+from eglr_harness.harness.gen_options import check_gen_options, check_length, gen_kwargs_of, parse_args_string
 
 __all__ = ["check_run_args", "check_run_tasks", "declared_limits", "parse_args_string"]
 
@@ -58,7 +52,7 @@ def check_run_args(model_args, *, gen_kwargs=None, limit=None, use_cache=None, p
             raise RunArgError(f"`{name}={args[name]}` in --model_args: lm-eval passes its own --{name} ({value}) to "
                               f"every model; give it as `--{name} {args[name]}` instead.")
     if model_args is None:  # a model object: built already, with its arguments checked; the gen kwargs still
-        options = _gen_kwargs_of(gen_kwargs)
+        options = gen_kwargs_of(gen_kwargs)
         if options:
             from eglr_harness.run.model_names import parse_model_args  # noqa: PLC0415
 

@@ -37,8 +37,9 @@ from typing import Any
 
 from eglr_harness.core.errors import FileFormatError
 from eglr_harness.core.jsonl import dumps
+from eglr_harness.core.model_args import engine_named
 from eglr_harness.core.outputs import atomic_writer
-from eglr_harness.core.rollout import Rollout, with_meta
+from eglr_harness.core.rollout import RolloutText, with_meta
 from eglr_harness.core.run_format import read_results, read_samples_file
 from eglr_harness.scoring.doc_scores import GRID_SUB_POOLS, best_cfg_acc, cell_accuracies, score_document
 from eglr_harness.scoring.extraction import ANSWER_MODES, extract_answer
@@ -152,10 +153,11 @@ def score_sample(sample: dict, task: str, config: dict | None, where: str = "sam
         raise FileFormatError(f"{where}: doc {sample.get('doc_id')} has {len(texts)} texts in `resps` but "
                               f"{len(sample['rollouts'])} logged rollouts; allowed: one text per rollout.")
     if logged is not None and all(r.get("L") is not None and r.get("T") is not None for r in logged):
-        texts = [Rollout(text, L=r["L"], T=r["T"], cycle=r.get("cycle") or 0, signals=r.get("signals"),
-                         engine=r.get("engine"), seed=r.get("seed")) for text, r in zip(texts, logged)]
+        texts = [RolloutText(text, L=r["L"], T=r["T"], cycle=r.get("cycle") or 0, signals=r.get("signals"),
+                             engine=engine_named(r.get("engine")), seed=r.get("seed"))
+                 for text, r in zip(texts, logged)]
     elif (cells := pool_cells(config, task, _gen_kwargs(sample), len(texts))) is not None:
-        texts = [Rollout(text, L=L, T=T, cycle=cycle, seed=seed) for text, (L, T, cycle, seed) in zip(texts, cells)]
+        texts = [RolloutText(text, L=L, T=T, cycle=cycle, seed=seed) for text, (L, T, cycle, seed) in zip(texts, cells)]
     answers = [with_meta(extract_answer(text, mode) or "", text) for text in texts]
     scores = score_document(str(doc["answer"]), answers,
                             sub_pools=GRID_SUB_POOLS if task.endswith(GRID_SUFFIX) else None)

@@ -280,7 +280,9 @@ def check_flags(opts: LeaderboardOptions) -> None:
 
     for flag, value in (("--batch_size", opts.batch_size), ("--beam_batch_size", opts.beam_batch_size)):
         try:
-            check_load_values({"batch_size": value})
+            read = check_load_values({"batch_size": value}).get("batch_size")
+            if read is not None and str(read) != str(value).strip():  # each run hands lm-eval the text: 3.0 fails
+                raise ValueError
         except ValueError:
             raise ValueError(f"`{flag}`={value!r} is not allowed; allowed: an int >= 1, auto or auto:N.") from None
     given = parse_model_args(opts.model_args)  # as written: a preset's device gives way to a flag, by design

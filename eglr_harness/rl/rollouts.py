@@ -61,13 +61,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from eglr_harness.core.cell import Cell
+from eglr_harness.core.config import SettingRule
 from eglr_harness.core.generation_options import check_generation_options
-from eglr_harness.decoding.compile_setting import check_compile_setting, resolve_compile
-from eglr_harness.harness.engine_choice import DEFAULT_ENGINE, check_engine
-from eglr_harness.run.calibration import DEFAULT_CALIB_LIMIT
+from eglr_harness.core.model_args import DEFAULT_CALIB_LIMIT, DEFAULT_ENGINE, read_model_arg
+from eglr_harness.decoding.compile_setting import resolve_compile
 from eglr_harness.run.pool import TASK_POOL_KEYS, ResolvedPool
 from eglr_harness.run.presets import load_preset
-from eglr_harness.run.settings import RunSettings, as_int
+from eglr_harness.run.settings import RunSettings
 from eglr_harness.scoring.equivalence import DEFAULT_TIMEOUT_S, is_equivalent
 from eglr_harness.scoring.extraction import ANSWER_MODES, extract_answer
 
@@ -80,6 +80,9 @@ INSTALL_HINT = 'pip install "eglr-harness[rl]"  (TRL, for GRPOTrainer)'
 # (num_generations) is the budget, checked on its own (EglrRollout.check_group_size).
 _NO_REPEAT_LIMIT = sys.maxsize
 _NO_PRESET = {"model_args": {}, "eglr": {}, "tau_h": {}, "name": None}
+
+
+_ROWS = SettingRule(True, lambda v: v >= 1, "an int >= 1 (rows decoded together)")
 
 
 @dataclass(frozen=True)
@@ -119,12 +122,9 @@ class EglrRollout:
                  k_max=None, tau_kl=None, tau_h=None, top_k=None, top_p=None, seed=None, gen_kwargs: dict | None = None,
                  engine: str = DEFAULT_ENGINE, batch_size: int = 16, compile: str = "none", progress: bool = False):
         self.model_config, self.task = model_config, task
-        self.engine = check_engine(engine)
-        self.compile = check_compile_setting(compile)
-        self.batch_size = as_int("batch_size", batch_size, "an int >= 1 (rows decoded together)")
-        if self.batch_size < 1:
-            raise ValueError(f"`batch_size`={batch_size!r} is not allowed; allowed: an int >= 1 (rows decoded "
-                             "together).")
+        self.engine = read_model_arg("engine", engine)
+        self.compile = read_model_arg("compile", compile)
+        self.batch_size = _ROWS.read("batch_size", batch_size)
         self.progress = progress
         self.eglr_args = {k: v for k, v in dict(L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h,
                                                 top_k=top_k, top_p=top_p, seed=seed).items() if v is not None}

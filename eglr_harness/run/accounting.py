@@ -82,7 +82,7 @@ def row_shares(accounting: dict, engine: str | None, k_max: int) -> dict:
     replaces it with its share of the run's figures (``batch_shares``): a run killed in between, or a
     second process reading the store meanwhile, then counts every rollout it reuses. The continuous
     engine steps a row once per emitted token after the prompt's pass and once per refinement
-    iteration, and its refining passes hold the refining rows only; ``generate`` (engine=hf) steps a
+    iteration, and its refining passes hold the refining rows only; ``generate`` (engine=hook) steps a
     row once per token and refines the gated rows of a step ``k_max`` times. For a run of one row at a
     time (``batch_size=1``) these are the batch figures exactly; with more rows a step is shared, so
     they count the steps a row took part in as if it had run alone.

@@ -24,10 +24,10 @@ import torch
 
 from eglr_harness.core.config import TAU_H_CAP
 from eglr_harness.core.distributed import Gather, local_gather
+from eglr_harness.core.model_args import DEFAULT_CALIB_LIMIT  # noqa: F401 -- the model arg's default, read here too
 
 logger = logging.getLogger(__name__)
 CALIBRATION_QUANTILE = 0.95
-DEFAULT_CALIB_LIMIT = 64
 # A 95th percentile from fewer token entropies than this moves a lot with the prompts drawn.
 MIN_TRUSTED_TOKENS = 1000
 

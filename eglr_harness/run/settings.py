@@ -10,72 +10,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from dataclasses import dataclass, field
 
 from eglr_harness.core import config as defaults
 from eglr_harness.core.benchmark_names import benchmark_of
 from eglr_harness.core.cell import Cell
-from eglr_harness.core.config import EglrConfig, check_layer_span, has_gate, parse_tau_h
-from eglr_harness.core.model_args import SETTINGS_ARGS
-from eglr_harness.core.specs import MAX_AXIS_VALUES, parse_L_spec, parse_T_spec
+from eglr_harness.core.config import EglrConfig, check_layer_span, has_gate
+from eglr_harness.core.model_args import DEFAULT_CALIB_LIMIT, MODEL_ARGS, SETTINGS_ARGS, read_model_arg
+from eglr_harness.core.specs import parse_L_spec, parse_T_spec
 from eglr_harness.decoding.sampling import row_seed
-from eglr_harness.run.calibration import DEFAULT_CALIB_LIMIT
 from eglr_harness.run.pool import TASK_POOL_KEYS, ResolvedPool, resolve_pool, task_axes
-
-
-def one_value(name: str, value):
-    """``value`` unchanged, or ``ValueError`` when a model arg that takes one value per run is a list."""
-    if isinstance(value, (list, tuple)) or (isinstance(value, str) and any(sep in value for sep in "|;,")):
-        raise ValueError(
-            f"`{name}`={value!r} is a list; eglr-hf decodes one {name} per run (only L and T are pool axes). "
-            f"To compare values, run `eglr-sweep --sweep {name}=...` (one lm_eval run per value, e.g. "
-            f"eglr-sweep --model_args ... --tasks ... --sweep {name}=v1,v2)."
-        )
-    return value
-
-
-def check_seeds(value) -> int:
-    """The ``seeds`` model arg: how many times the pool repeats under successive seeds, an int in
-    1..MAX_AXIS_VALUES; one line naming the value otherwise (before the load)."""
-    allowed = (f"an int in 1..{MAX_AXIS_VALUES}, a count (seeds=3 repeats the whole pool under seed, seed + 1, "
-               "seed + 2; `seed` sets the first)")
-    count = as_int("seeds", value, allowed)
-    if not 1 <= count <= MAX_AXIS_VALUES:
-        raise ValueError(f"`seeds`={value!r} is not allowed; allowed: {allowed}.")
-    return count
 
 
 def first(*values):
     """The first value that is not None (the precedence rule)."""
     return next((v for v in values if v is not None), None)
-
-
-def as_int(name: str, value, allowed: str) -> int:
-    """An integer model arg (lm-eval passes ints, floats or strings): 3, 3.0 and "3" are 3; 2.5, "2.5"
-    and "abc" are refused naming the argument, never truncated."""
-    number = value
-    if isinstance(value, str):
-        text = value.strip()
-        try:  # an int's text exactly (float("99999999999999999999999") is another number), else "3.0"
-            number = int(text) if re.fullmatch(r"[+-]?\d+", text) else float(text) if text else value
-        except ValueError:
-            number = value
-    if isinstance(number, bool) or not isinstance(number, (int, float)) or (
-            isinstance(number, float) and not number.is_integer()):
-        raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {allowed}.")
-    return int(number)
-
-
-def as_float(name: str, value, allowed: str) -> float:
-    """A real model arg: a number or its text; "abc" (or an int too big for a float) is refused naming the argument.
-    Its range, finite included, is the setting's own rule (``core/config.SETTING_RULES``)."""
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        return float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"`{name}`={value!r} is not allowed; allowed: {allowed}.") from None
 
 
 @dataclass(frozen=True)
@@ -159,42 +108,29 @@ class RunSettings:
         if unknown:
             raise TypeError(f"RunSettings.from_args() got unexpected keyword arguments {unknown}; "
                             f"allowed: {', '.join(SETTINGS_ARGS)}.")
-        L, T, alpha, k_max, tau_kl, tau_h, top_k, top_p, seed, seeds, stop = (given.get(name) for name in (
-            "L", "T", "alpha", "k_max", "tau_kl", "tau_h", "top_k", "top_p", "seed", "seeds", "stop"))
-        calib_limit = given.get("calib_limit", DEFAULT_CALIB_LIMIT)  # None given is refused below
         pe = preset.get("eglr", {})
-        alpha, k_max, tau_kl, tau_h, stop = (one_value(n, v) for n, v in (
-            ("alpha", alpha), ("k_max", k_max), ("tau_kl", tau_kl), ("tau_h", tau_h), ("stop", stop)))
-        allowed = {name: rule.allowed for name, rule in defaults.SETTING_RULES.items()}
-        thresholds = {rule.threshold_arg: as_float(rule.threshold_arg, one_value(rule.threshold_arg, first(
-            given.get(rule.threshold_arg), pe.get(rule.threshold_arg), rule.default)), rule.allowed)
-            for rule in defaults.STOP_RULES.values() if rule.threshold_arg in defaults.STOP_THRESHOLD_ARGS}
-        seeds = check_seeds(1 if seeds is None else seeds)
-        calib_limit = as_int("calib_limit", calib_limit, "an int >= 1")
-        if calib_limit < 1:
-            raise ValueError(f"`calib_limit`={calib_limit!r} is not allowed; allowed: an int >= 1.")
-        base = EglrConfig(
-            L=0, alpha=as_float("alpha", first(alpha, pe.get("alpha"), defaults.DEFAULT_ALPHA), allowed["alpha"]),
-            k_max=as_int("k_max", first(k_max, pe.get("k_max"), defaults.DEFAULT_K_MAX), allowed["k_max"]),
-            tau_kl=as_float("tau_kl", first(tau_kl, pe.get("tau_kl"), defaults.DEFAULT_TAU_KL), allowed["tau_kl"]),
-            top_k=as_int("top_k", first(top_k, pe.get("top_k"), defaults.DEFAULT_TOP_K), allowed["top_k"]),
-            top_p=as_float("top_p", first(top_p, pe.get("top_p"), defaults.DEFAULT_TOP_P), allowed["top_p"]),
-            seed=as_int("seed", first(seed, pe.get("seed"), defaults.DEFAULT_SEED), allowed["seed"]),
-            stop=defaults.check_stop(first(stop, pe.get("stop"), defaults.DEFAULT_STOP)), **thresholds,
-        )
+        # each setting by its row of core/model_args.MODEL_ARGS: given > preset > default (seeds and calib_limit
+        # come from the model args alone; a None given is "not given", calib_limit's is refused)
+        read = {name: read_model_arg(name, first(given.get(name), pe.get(name), MODEL_ARGS[name].default))
+                for name in SETTINGS_ARGS if name not in ("L", "T", "tau_h", "seeds", "calib_limit")}
+        seeds = read_model_arg("seeds", first(given.get("seeds"), 1))
+        calib_limit = read_model_arg("calib_limit", given.get("calib_limit", DEFAULT_CALIB_LIMIT))
+        L, T, tau_h = (given.get(name) for name in ("L", "T", "tau_h"))
+        base = EglrConfig(L=0, **read)
         if base.seed + seeds - 1 > defaults.HUGE:  # the last repeat's seed is recorded too (rollouts[i].seed)
             raise ValueError(f"`seed`={base.seed} with `seeds`={seeds} is not allowed: the last repeat runs under "
-                             f"seed + seeds - 1 = {base.seed + seeds - 1}; allowed: {allowed['seed']}.")
+                             f"seed + seeds - 1 = {base.seed + seeds - 1}; allowed: "
+                             f"{defaults.SETTING_RULES['seed'].allowed}.")
         return cls(
             base=base,
-            user_L=parse_L_spec(L) if L is not None else None,
-            user_T=parse_T_spec(T) if T is not None else None,
+            user_L=read_model_arg("L", L) if L is not None else None,
+            user_T=read_model_arg("T", T) if T is not None else None,
             default_L=parse_L_spec(pe.get("L", defaults.DEFAULT_L), name="preset L")[0],
             default_T=parse_T_spec(pe.get("T", 0.0), name="preset T")[0],
-            tau_h=parse_tau_h(tau_h) if tau_h is not None else None,
+            tau_h=read_model_arg("tau_h", tau_h) if tau_h is not None else None,
             preset_tau_h=dict(preset.get("tau_h", {})),
             calib_limit=calib_limit,
-            explicit_sampling={k: v for k, v in (("top_k", top_k), ("top_p", top_p)) if v is not None},
+            explicit_sampling={k: read[k] for k in ("top_k", "top_p") if given.get(k) is not None},
             preset_sampling={k: pe[k] for k in ("top_k", "top_p") if k in pe},
             L_given=L,
             seeds=seeds,

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from eglr_harness.core.errors import OutputError
 from eglr_harness.core.interrupt import note_stored
+from eglr_harness.core.model_args import RECORDED_ENGINES, RENAMED_ENGINES, engine_named
 
 logger = logging.getLogger(__name__)
 
@@ -327,8 +328,8 @@ def _rollout_problem(value) -> str | None:
         return "expected {'text': str, 'signals': dict or None}"
     if value.get("signals") is not None and not isinstance(value["signals"], dict):
         return "signals must be a dict or None"
-    if value.get("engine") not in (None, "continuous", "hf"):
-        return "engine must be 'continuous', 'hf' or absent"
+    if value.get("engine") is not None and value["engine"] not in (*RECORDED_ENGINES, *RENAMED_ENGINES):
+        return "engine must be 'continuous', 'hook' (or its earlier name 'hf') or absent"
     accounting = value.get("accounting")
     if accounting is not None and not _sound_accounting(accounting):
         return "accounting must be {'tokens': int >= 0, 'iterations': {k: int}, 'L': int >= 0[, 'shares': {...}]}"
@@ -350,7 +351,7 @@ def _sound_accounting(accounting) -> bool:
 
 
 class RolloutStore(_SqliteTable):
-    """``key -> {"text": str, "signals": dict or None, "engine": "continuous" | "hf", "accounting": dict}``
+    """``key -> {"text": str, "signals": dict or None, "engine": "continuous" | "hook", "accounting": dict}``
     (``engine`` and ``accounting`` since 2026-11-25: which engine decoded the rollout, and its compute
     accounting, ``decoding/stats.py``; a record without them is reused with no figures), one file per
     rank, written per rollout as it finishes (with its own part of the batch figures, ``shares``:
@@ -364,6 +365,14 @@ class RolloutStore(_SqliteTable):
     def __init__(self, folder: str | Path, rank: int = 0):
         super().__init__(Path(folder) / f"rollouts_rank{rank}.sqlite", "rollouts_v2", _rollout_problem)
         logger.info("EGLR rollout store %s: %d rollouts", self.path.name, len(self))
+
+    def get(self, key: str):
+        """The stored rollout, its engine under its current name (a store written before the hook engine's
+        rename says ``hf``)."""
+        value = super().get(key)
+        if value is not None and value.get("engine") in RENAMED_ENGINES:
+            value = {**value, "engine": engine_named(value["engine"])}
+        return value
 
 
 def valid_tau_h(value) -> bool:

@@ -4,11 +4,11 @@ The per-document keys (docs/run-format.md) come from :func:`score_document`:
 
 - ``rollouts``: one record per repeat, in repeat order: ``{"repeat", "L", "T", "cycle",
   "answer", "correct", "cluster", "signals"}`` (``answer`` = extracted answer or ``None``; ``L``/``T``/``cycle``
-  are ``None`` for responses that carry no :class:`~eglr_harness.core.rollout.Rollout` metadata;
+  are ``None`` for responses that carry no :class:`~eglr_harness.core.rollout.RolloutText` metadata;
   ``cluster`` = index of the answer's equivalence cluster among the document's rollouts, clusters
   numbered in order of first appearance, ``None`` for no answer — so a reader can redo the vote
   without any equivalence check; ``signals`` = the rollout's :mod:`eglr_harness.core.signals` dict, or
-  ``None`` when the model recorded none; ``engine`` = ``continuous`` or ``hf``, the engine that decoded it,
+  ``None`` when the model recorded none; ``engine`` = ``continuous`` or ``hook``, the engine that decoded it,
   present only when the model recorded it).
 - ``acc``: the accuracy of one rollout, averaged over the document's ``B`` rollouts (correct / B).
   The same meaning in every task: for a one-rollout task it is that rollout's correctness; for a
@@ -59,7 +59,7 @@ Equivalence = Callable[[str, str], bool]
 
 
 def answer_or_none(value: Any) -> str | None:
-    """Filter outputs carry the invalid answer as ``""`` (so it can keep Rollout metadata)."""
+    """Filter outputs carry the invalid answer as ``""`` (so it can keep RolloutText metadata)."""
     if value is None:
         return None
     text = str(value).strip()
@@ -151,7 +151,7 @@ def score_document(
 
     Args:
         gold: the reference answer (``doc["answer"]``).
-        responses: extracted answers in repeat order (``str``, :class:`Rollout`, ``""``/``None``
+        responses: extracted answers in repeat order (``str``, :class:`RolloutText`, ``""``/``None``
             for invalid). A single string is treated as one repeat.
         sub_pools: named sub-pools scored from the same rollouts (``acc_<name>``,
             ``maj@n_<name>``, ``oracle@n_<name>``; n = the sub-pool's rollouts), so that a grid

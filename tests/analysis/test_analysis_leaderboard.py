@@ -519,6 +519,7 @@ def test_committed_results_are_never_overwritten_nor_taken_for_the_users_runs(tm
     (["--beams", "0"], "`--beams`='0': '0' is not a beam count; allowed: ints >= 2 (e.g. 4,11) or 'none'."),
     (["--batch_size", "-3"], "`--batch_size`='-3' is not allowed; allowed: an int >= 1, auto or auto:N."),
     (["--beam_batch_size", "x"], "`--beam_batch_size`='x' is not allowed"),
+    (["--batch_size", "3.0"], "`--batch_size`='3.0' is not allowed"),  # each run hands lm-eval the text: int("3.0")
     # a batch size or device in the model args that a flag contradicts was dropped silently
     (["--model_args", MODEL_ARGS + ",batch_size=2", "--batch_size", "8"],
      "`batch_size=2` in --model_args contradicts `--batch_size 8`"),

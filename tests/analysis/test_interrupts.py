@@ -104,7 +104,7 @@ def test_the_stock_lm_eval_cli_says_how_many_rollouts_were_stored(tmp_path):
         install_user_error_hook()
         sys.argv = ["lm_eval", "--model", "eglr-hf", "--model_args", "model_config=x,rollout_cache=cache"]
         store = RolloutStore("cache")
-        record = {"text": "42", "signals": None, "engine": "hf",
+        record = {"text": "42", "signals": None, "engine": "hook",
                    "accounting": {"tokens": 1, "iterations": {}, "L": 0}}
         store.put_many({"a": record, "b": record})
         store.put("a", record)  # rewritten with its batch's shares: still one rollout

@@ -24,7 +24,7 @@ def test_every_settings_arg_is_read_by_the_settings(name):
 
 def test_the_settings_take_no_other_name():
     with pytest.raises(TypeError, match="unexpected keyword arguments \\['engine'\\]"):
-        RunSettings.from_args({}, engine="hf")
+        RunSettings.from_args({}, engine="hook")
 
 
 def test_the_config_fields_are_settings_args_and_vllm_takes_all_but_the_engine_choice():

@@ -74,7 +74,7 @@ SAMPLE_CASES = [
     ("T_as_list", _rollout(1, "T", [1]), "`T` is [1]; allowed: a finite number >= 0", list(COMMANDS)),
     ("negative_L", _rollout(0, "L", -3), "`L` is -3; allowed: an int >= 0", list(COMMANDS)),
     ("rollout_not_a_dict", _replace_rollout, "rollout #3 is 'L=4: 18'; expected a dict", list(COMMANDS)),
-    ("engine_unknown", _rollout(0, "engine", "vllm"), "`engine` is 'vllm'; allowed: 'continuous', 'hf'",
+    ("engine_unknown", _rollout(0, "engine", "vllm"), "`engine` is 'vllm'; allowed: 'continuous', 'hook'",
      list(COMMANDS)),
     ("signals_not_numbers", _rollout(0, "signals", {"mean_logprob": "high"}), "`signals` is", list(COMMANDS)),
     # issue 47: exp(800) overflowed in eglr-score and the selection report ("math range error")

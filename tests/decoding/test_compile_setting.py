@@ -69,19 +69,20 @@ def test_a_device_that_is_not_one_is_refused():
 
 @pytest.mark.parametrize("setting", ["reduce-overhead", "default"])
 def test_an_explicit_compile_is_refused_with_the_hook_engine(setting):
-    message = compile_refusal(setting, "hf")
-    assert message and f"`compile`={setting!r}" in message and "engine=continuous" in message and "engine=hf" in message
+    message = compile_refusal(setting, "hook")
+    assert message and f"`compile`={setting!r}" in message and "engine=continuous" in message
+    assert "engine=hook" in message
     with pytest.raises(ValueError, match=r"applies to engine=continuous only"):
-        check_compile_for_engine(setting, "hf")
+        check_compile_for_engine(setting, "hook")
     with pytest.raises(ValueError, match=r"applies to engine=continuous only"):
-        resolve_compile(setting, "cuda", engine="hf")
+        resolve_compile(setting, "cuda", engine="hook")
 
 
 @pytest.mark.parametrize("setting", ["auto", "none", None])
 def test_auto_and_none_mean_eager_with_the_hook_engine(setting):
-    assert compile_refusal(setting, "hf") is None
-    check_compile_for_engine(setting, "hf")
-    plan = resolve_compile(setting, "cuda", engine="hf")
+    assert compile_refusal(setting, "hook") is None
+    check_compile_for_engine(setting, "hook")
+    plan = resolve_compile(setting, "cuda", engine="hook")
     assert plan == CompileChoice(requested=setting or "auto", compile=False, mode=None)
     assert plan.recorded == "none"
 
@@ -98,7 +99,7 @@ def test_engine_auto_before_it_chooses_resolves_as_the_continuous_engine(setting
     assert resolve_compile(setting, "cuda", engine="auto") == resolve_compile(setting, "cuda")
     if setting in ("reduce-overhead", "default"):
         with pytest.raises(ValueError, match="applies to engine=continuous only"):
-            resolve_compile(setting, "cuda", engine="hf")
+            resolve_compile(setting, "cuda", engine="hook")
 
 
 def test_the_plan_is_what_the_engine_takes():

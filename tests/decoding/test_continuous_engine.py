@@ -103,7 +103,7 @@ def test_unsupported_models_and_bad_requests_are_refused():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=2, n_head=2)).eval()
-    with pytest.raises(ValueError, match="model_type='gpt2'.*engine=hf"):
+    with pytest.raises(ValueError, match="model_type='gpt2'.*engine=hook"):
         ContinuousEngine(gpt2, max_batch=2)
     model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=LAYERS)
     with pytest.raises(ValueError, match="max_batch"):

@@ -232,9 +232,9 @@ def test_the_accounting_counts_the_lm_head_projections_each_rule_makes(model, ru
     config = EglrConfig(L=2, k_max=K_MAX, tau_h=0.0, stop=rule)
     layer = sum(p.numel() for p in model.model.layers[0].parameters())
     head_layers = VOCAB * model.config.hidden_size / layer  # the unembedding's weights over one layer's
-    for engine in ("hf", "continuous"):
+    for engine in ("hook", "continuous"):
         stats = EglrStats()
-        if engine == "hf":
+        if engine == "hook":
             for prompt in prompts:
                 ids = torch.tensor([prompt])
                 model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_NEW, do_sample=False,

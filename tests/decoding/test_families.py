@@ -1,8 +1,8 @@
 """The continuous engine on the families beyond Llama/Mistral/Qwen/Gemma (``stack.FAMILIES``), each a tiny
 random model with the features that set its family apart (``tiny_models.MORE_ARCHS``), against the naive
 uncached reference (greedy and sampled rows, L in {1, N/2, N}) and transformers' ``generate`` (L=0); the
-logit-scaled families also through engine=hf; and the models the engine refuses, which engine=auto sends
-to engine=hf with one log line naming why.
+logit-scaled families also through engine=hook; and the models the engine refuses, which engine=auto sends
+to engine=hook with one log line naming why.
 
 The checks themselves are those of test_continuous_engine.py and test_engine_vs_naive.py
 (tests/helpers/continuous_checks.py, hook_checks.py), run here on these models."""
@@ -78,7 +78,7 @@ def test_sampled_rows_of_every_L_match_naive_reference_draw_for_draw(model):
 
 @pytest.mark.parametrize("arch", ["granite", "cohere"])
 def test_the_hf_engine_gates_on_the_scaled_logits(arch):
-    """engine=hf hooks the unembedding, whose output the model scales afterwards (model_parts.LOGIT_SCALES):
+    """engine=hook hooks the unembedding, whose output the model scales afterwards (model_parts.LOGIT_SCALES):
     its gate and KL exit read the scaled logits, as the naive reference and the continuous engine do."""
     model = build_tiny_model(arch, vocab_size=VOCAB, num_layers=LAYERS, seed=1)
     assert arch in LOGIT_SCALES
@@ -108,14 +108,14 @@ def _gpt2():
 ], ids=["other-family", "phi3-longrope", "llama-dynamic-rope"])
 def test_refused_models_fall_back_to_hf_with_one_log_line(build, reason, caplog):
     model = build()
-    with pytest.raises(ValueError, match=rf"{re.escape(reason)}.*use engine=hf"):
+    with pytest.raises(ValueError, match=rf"{re.escape(reason)}.*use engine=hook"):
         ContinuousEngine(model, max_batch=2)
     lm = SimpleNamespace(model=model, batch_size=2, device="cpu",
                          tokenizer=SimpleNamespace(pad_token_id=0, eos_token_id=2))
     with caplog.at_level(logging.INFO, logger="eglr_harness"):
         engines, used, compiled = build_engines(lm, "auto", "auto")
-    assert used == "hf" and [type(e).__name__ for e in engines] == ["HookEngine"] and compiled.recorded == "none"
+    assert used == "hook" and [type(e).__name__ for e in engines] == ["HookEngine"] and compiled.recorded == "none"
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("eglr_harness")]
-    assert len(lines) == 1 and lines[0].startswith("eglr-hf: decoding with engine=hf: ") and reason in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("eglr-hf: decoding with engine=hook: ") and reason in lines[0]
     with pytest.raises(ValueError, match=re.escape(reason)):
         build_engines(lm, "continuous", "auto")

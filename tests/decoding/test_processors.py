@@ -120,7 +120,7 @@ def test_settings_it_does_not_apply_are_refused_by_name(model):
         assert named in engine.unsupported(request)
         with pytest.raises(ValueError, match=named) as err:
             engine.run([request])
-        assert "engine=hf" in str(err.value)
+        assert "engine=hook" in str(err.value)
     model.generation_config.bad_words_ids = [[5]]
     try:
         with pytest.raises(ValueError, match="bad_words_ids"):
@@ -139,7 +139,7 @@ def test_settings_it_does_not_apply_are_refused_by_name(model):
 ])
 def test_an_invalid_value_is_an_error_never_a_reason_to_fall_back(model, options, message):
     """Issue 35: ``unsupported`` (what engine=auto falls back on) raises for an invalid value instead of
-    returning it as a reason, so engine=auto never hands it to engine=hf to fail there, or to be ignored."""
+    returning it as a reason, so engine=auto never hands it to engine=hook to fail there, or to be ignored."""
     with pytest.raises(GenerationOptionError, match=message):
         LogitsOptions.resolve(None, options)
     engine = ContinuousEngine(model, max_batch=1, eos_token_ids=[EOS])

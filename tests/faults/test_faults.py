@@ -158,9 +158,18 @@ def test_a_rollout_with_an_invalid_accounting_is_not_stored(tmp_path, accounting
     """The accounting a resumed run adds to its figures (issue 35) is checked like the rest of a record."""
     store = RolloutStore(tmp_path)
     store.put("bad", {"text": "t", "signals": None, "engine": "continuous", "accounting": accounting})
-    store.put("good", {"text": "t", "signals": None, "engine": "hf",
+    store.put("good", {"text": "t", "signals": None, "engine": "hook",
                        "accounting": {"tokens": 3, "iterations": {"2": 1}, "L": 2, "shares": {"steps": 1.5}}})
     assert store.get("bad") is None and store.get("good")["accounting"]["shares"] == {"steps": 1.5}
+
+
+def test_a_store_written_before_the_hook_engine_was_renamed_reads_as_hook(tmp_path):
+    """A rollout stored with ``engine: hf`` (the hook engine's name until issue 56) is reused, under its name now:
+    a resumed run's samples and ``config.eglr.engines`` say ``hook``, not both names."""
+    store = RolloutStore(tmp_path)
+    store.put("old", {"text": "t", "signals": None, "engine": "hf"})
+    store.put("odd", {"text": "t", "signals": None, "engine": "fast"})
+    assert store.get("old") == {"text": "t", "signals": None, "engine": "hook"} and store.get("odd") is None
 
 
 def test_a_rollout_store_in_a_folder_that_cannot_be_created_names_it(tmp_path):

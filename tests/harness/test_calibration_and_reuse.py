@@ -20,7 +20,7 @@ from eglr_harness.harness.model import EglrHFLM
 GREEDY = {"until": ["@@@@@@"], "max_gen_toks": 8, "do_sample": False}
 TINY = dict(device="cpu", dtype="float32")
 # the tests that count generate's rows run the hf engine (the reuse logic is the same for both engines)
-TINY_HF = {**TINY, "engine": "hf"}
+TINY_HF = {**TINY, "engine": "hook"}
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +134,7 @@ def test_rollout_store_never_serves_other_settings(model_dirs, tmp_path, monkeyp
         assert counter.rows == 2 and totals[1] > 0
 
 
-@pytest.mark.parametrize("engine", ["hf", "continuous"])
+@pytest.mark.parametrize("engine", ["hook", "continuous"])
 def test_calibration_is_accounted_apart_from_the_pool(model_dirs, tmp_path, monkeypatch, caplog, capsys, engine):
     # pool L = 1..2 at T = 0 (no L=0 cell): calibration decodes 3 greedy prompts that are not in the pool
     monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path))

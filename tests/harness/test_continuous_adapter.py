@@ -1,6 +1,6 @@
-"""eglr-hf with engine=continuous: the same rollouts as engine=hf (and lm-eval's hf at L=0), the same
+"""eglr-hf with engine=continuous: the same rollouts as engine=hook (and lm-eval's hf at L=0), the same
 accounting and signals, the rollout store, generation-config processors, batch_size=auto, and the
-errors that send a user back to engine=hf."""
+errors that send a user back to engine=hook."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ def test_L0_matches_lm_eval_hf(tiny_lm, llama_dir):
 
 
 @pytest.mark.parametrize("L", [None, 2])  # the task's L pool at T=0, or L pinned: T = 0.1..1.0 sampled
-def test_pool_rollouts_equal_the_hf_engine(tiny_lm, L):
+def test_pool_rollouts_equal_the_hook_engine(tiny_lm, L):
     # tau_kl=0: no KL exit, whose knife-edge cases float noise between batch compositions could flip
     # (the engine tests check the exit against the naive reference, with margins)
     settings = dict(tau_h=0.0, tau_kl=0.0, **({"L": L} if L else {}))
-    hf = tiny_lm(engine="hf", batch_size=4, **settings)
+    hf = tiny_lm(engine="hook", batch_size=4, **settings)
     continuous = tiny_lm(engine="continuous", batch_size=3, **settings)
     a = hf.generate_until(requests_for(CONTEXTS[:3], POOL, repeats=10))
     b = continuous.generate_until(requests_for(CONTEXTS[:3], POOL, repeats=10))
@@ -59,7 +59,7 @@ def test_pool_rollouts_equal_the_hf_engine(tiny_lm, L):
 
 def test_calibration_and_store_work_through_the_engine(tiny_lm, tmp_path, monkeypatch):
     monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path / "cache"))
-    hf = tiny_lm(engine="hf", batch_size=4, L=3, tau_h="auto", calib_limit=4)
+    hf = tiny_lm(engine="hook", batch_size=4, L=3, tau_h="auto", calib_limit=4)
     continuous = tiny_lm(engine="continuous", batch_size=2, L=3, tau_h="auto", calib_limit=4,
                          rollout_cache=str(tmp_path / "store"))
     monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path / "cache2"))  # no cached value: both calibrate
@@ -79,10 +79,10 @@ def test_calibration_and_store_work_through_the_engine(tiny_lm, tmp_path, monkey
 
 
 def test_bad_engine_settings_are_refused(tiny_lm):
-    with pytest.raises(ValueError, match="`engine`='vllm' is not allowed; allowed: auto, continuous, hf"):
+    with pytest.raises(ValueError, match="`engine`='vllm' is not allowed; allowed: auto, continuous, hook"):
         tiny_lm(engine="vllm")
     lm = tiny_lm(engine="continuous", batch_size=2, L=0)
-    with pytest.raises(ValueError, match=r"num_beams=2.*engine=hf"):
+    with pytest.raises(ValueError, match=r"num_beams=2.*engine=hook"):
         lm.generate_until(requests_for(CONTEXTS[:1], {**GREEDY, "num_beams": 2}))
 
 
@@ -98,9 +98,9 @@ def test_batch_size_auto_takes_slots_from_free_memory(tiny_lm, caplog):
 
 
 @pytest.mark.parametrize("L", [0, 2, 4])
-def test_a_qwen_generation_config_penalty_decodes_continuously_as_hf(tiny_lm, tiny_model_dir, tmp_path, L):
+def test_a_qwen_generation_config_penalty_decodes_continuously_as_the_hook_engine(tiny_lm, tiny_model_dir, tmp_path, L):
     """Qwen2.5-Instruct ships repetition_penalty 1.05: engine=auto keeps the continuous engine, with the
-    texts of engine=hf, greedy and sampled, and signals from both."""
+    texts of engine=hook, greedy and sampled, and signals from both."""
     from transformers import AutoModelForCausalLM
 
     folder = tmp_path / "qwen_penalised"
@@ -112,7 +112,7 @@ def test_a_qwen_generation_config_penalty_decodes_continuously_as_hf(tiny_lm, ti
     settings = dict(L=L, T="0|0.7", tau_h=0.0, tau_kl=0.0)
     requests = requests_for(CONTEXTS[:3], {**GREEDY, "max_gen_toks": 16}, repeats=2)
     auto = tiny_lm(pretrained=str(folder), engine="auto", batch_size=2, **settings)
-    hf = tiny_lm(pretrained=str(folder), engine="hf", batch_size=2, **settings)
+    hf = tiny_lm(pretrained=str(folder), engine="hook", batch_size=2, **settings)
     plain = tiny_lm(pretrained=str(tiny_model_dir("qwen2")), engine="auto", batch_size=2, **settings)
     assert auto.get_model_info()["eglr"]["engine"] == "continuous"
     a, b, c = (lm.generate_until(requests) for lm in (auto, hf, plain))
@@ -121,14 +121,14 @@ def test_a_qwen_generation_config_penalty_decodes_continuously_as_hf(tiny_lm, ti
     assert all(x.signals for x in a) and all(x.signals for x in b)
 
 
-def test_auto_is_the_default_and_falls_back_to_hf_saying_why(tiny_lm, llama_dir, tiny_model_dir, caplog):
+def test_auto_is_the_default_and_falls_back_to_hook_saying_why(tiny_lm, llama_dir, tiny_model_dir, caplog):
     default = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=2, L=0)
     info = default.get_model_info()["eglr"]
     assert (info["engine"], info["engine_requested"]) == ("continuous", "auto")
 
     # a request with an option the continuous engine does not apply goes through generate, the others not
     lm = tiny_lm(engine="auto", batch_size=2, L=0)
-    hf = tiny_lm(engine="hf", batch_size=2, L=0)
+    hf = tiny_lm(engine="hook", batch_size=2, L=0)
     beams = {**GREEDY, "num_beams": 2}
     caplog.clear()
     with caplog.at_level("INFO", logger="eglr_harness"):
@@ -138,28 +138,29 @@ def test_auto_is_the_default_and_falls_back_to_hf_saying_why(tiny_lm, llama_dir,
                                  requests_for(CONTEXTS[2:4], GREEDY, task="b"))
     assert [str(x) for x in mixed] == [str(x) for x in expected]
     assert all(x.signals for x in mixed)  # both engines record signals
-    said = [r.getMessage() for r in caplog.records if "decode with engine=hf" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "decode with engine=hook" in r.getMessage()]
     assert len(said) == 1 and "num_beams=2" in said[0]
     # which engine decoded is said per rollout, cell and task (issue 35), and in the plan line
-    assert [x.engine for x in mixed] == ["hf", "hf", "continuous", "continuous"]
+    assert [x.engine for x in mixed] == ["hook", "hook", "continuous", "continuous"]
     info = lm.get_model_info()["eglr"]
-    assert info["engine"] == "mixed" and info["engines"] == {"a": {"L=0,T=0.0": "hf"}, "b": {"L=0,T=0.0": "continuous"}}
+    assert info["engine"] == "mixed"
+    assert info["engines"] == {"a": {"L=0,T=0.0": "hook"}, "b": {"L=0,T=0.0": "continuous"}}
     plans = {r.getMessage().split("task ")[1].split(":")[0]: r.getMessage() for r in caplog.records
              if "eglr-hf plan" in r.getMessage()}
-    assert "engine hf;" in plans["a"] and "engine continuous;" in plans["b"]
+    assert "engine hook;" in plans["a"] and "engine continuous;" in plans["b"]
 
 
-@pytest.mark.parametrize("engine", ["auto", "hf"])
-def test_results_say_hf_when_every_request_went_through_generate(tiny_lm, engine, caplog):
+@pytest.mark.parametrize("engine", ["auto", "hook"])
+def test_results_say_hook_when_every_request_went_through_generate(tiny_lm, engine, caplog):
     """Issue 35: typical_p under engine=auto decodes every rollout with generate; the results said continuous."""
     lm = tiny_lm(engine=engine, batch_size=2, L=2, tau_h=0.0)
     with caplog.at_level("INFO", logger="eglr_harness"):
         got = lm.generate_until(requests_for(CONTEXTS[:2], {**GREEDY, "typical_p": 0.9}))
     info = lm.get_model_info()["eglr"]
-    assert (info["engine"], info["engines"], info["engine_requested"]) == ("hf", {"unit_task": {"L=2,T=0.0": "hf"}},
-                                                                           engine)
-    assert [x.engine for x in got] == ["hf", "hf"] and all(rollout_meta(x)["engine"] == "hf" for x in got)
-    assert any("eglr-hf plan" in r.getMessage() and "engine hf;" in r.getMessage() for r in caplog.records)
+    assert (info["engine"], info["engines"], info["engine_requested"]) == (
+        "hook", {"unit_task": {"L=2,T=0.0": "hook"}}, engine)
+    assert [x.engine for x in got] == ["hook", "hook"] and all(rollout_meta(x)["engine"] == "hook" for x in got)
+    assert any("eglr-hf plan" in r.getMessage() and "engine hook;" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize("options, message", [
@@ -172,10 +173,10 @@ def test_results_say_hf_when_every_request_went_through_generate(tiny_lm, engine
     ({"top_k": -3}, r"`top_k`=-3 .*allowed: an int >= 0"),  # at T=0 too, where it is not used
     ({"typical_p": 1.5}, r"`typical_p`=1\.5 "),
 ])
-@pytest.mark.parametrize("engine", ["auto", "continuous", "hf"])
+@pytest.mark.parametrize("engine", ["auto", "continuous", "hook"])
 def test_an_invalid_generation_option_is_an_error_before_anything_decodes(tiny_lm, monkeypatch, engine, options,
                                                                           message):
-    """Issue 35: never a fallback to engine=hf (where transformers raised, or ignored the value)."""
+    """Issue 35: never a fallback to engine=hook (where transformers raised, or ignored the value)."""
     from eglr_harness.core.errors import GenerationOptionError
     from eglr_harness.decoding.continuous.engine import ContinuousEngine
     from eglr_harness.decoding.hook.engine import HookEngine
@@ -194,7 +195,7 @@ def test_engine_continuous_refuses_an_option_it_does_not_apply_before_decoding(t
 
     lm = tiny_lm(engine="continuous", batch_size=2, L=0)
     monkeypatch.setattr(ContinuousEngine, "run", lambda *a, **k: pytest.fail("decoding started"))
-    with pytest.raises(GenerationOptionError, match=rf"engine=continuous does not apply .*{named}.*engine=hf"):
+    with pytest.raises(GenerationOptionError, match=rf"engine=continuous does not apply .*{named}.*engine=hook"):
         lm.generate_until(requests_for(CONTEXTS[:1], {**GREEDY, **options}))
 
 
@@ -210,7 +211,7 @@ def _with_generation_config(tiny_model_dir, folder, **settings):
     return str(folder)
 
 
-@pytest.mark.parametrize("engine", ["auto", "continuous", "hf"])
+@pytest.mark.parametrize("engine", ["auto", "continuous", "hook"])
 def test_an_invalid_value_in_the_models_generation_config_is_refused_right_after_the_load(tiny_lm, tiny_model_dir,
                                                                                           tmp_path, engine):
     from eglr_harness.core.errors import GenerationOptionError
@@ -230,7 +231,7 @@ def test_an_option_of_the_models_generation_config_the_continuous_engine_does_no
         tiny_lm(pretrained=folder, engine="continuous", batch_size=2, L=0)
     auto = tiny_lm(pretrained=folder, engine="auto", batch_size=2, L=0, T=0.7)
     got = auto.generate_until(requests_for(CONTEXTS[:2], GREEDY))
-    assert [x.engine for x in got] == ["hf", "hf"] and auto.get_model_info()["eglr"]["engine"] == "hf"
+    assert [x.engine for x in got] == ["hook", "hook"] and auto.get_model_info()["eglr"]["engine"] == "hook"
 
 
 def test_a_compiled_run_records_what_compiling_cost_in_its_results(tiny_lm):
@@ -247,7 +248,7 @@ def test_a_compiled_run_records_what_compiling_cost_in_its_results(tiny_lm):
     assert info["compile"] == "default" and report["compiles"] >= 1 and report["steps"] > 0
     assert report["late_compiles"] == report["eager_steps"] == 0
     assert [str(g) for g in got] == [str(e) for e in eager]
-    assert tiny_lm(engine="hf", batch_size=2, L=0).get_model_info()["eglr"]["compile_report"] is None
+    assert tiny_lm(engine="hook", batch_size=2, L=0).get_model_info()["eglr"]["compile_report"] is None
     torch._dynamo.reset()
 
 
@@ -258,7 +259,7 @@ def test_the_compile_arg_is_resolved_recorded_and_refused_where_it_cannot_apply(
     with pytest.raises(ValueError, match=r"`compile`='reduce-overhead' captures CUDA graphs and needs a CUDA device"):
         tiny_lm(engine="continuous", batch_size=2, compile="reduce-overhead")
     with pytest.raises(ValueError, match=r"`compile`='default' applies to engine=continuous only"):
-        tiny_lm(engine="hf", batch_size=2, compile="default")
+        tiny_lm(engine="hook", batch_size=2, compile="default")
     with pytest.raises(ValueError, match=r"`compile`=true is not allowed.*compile=reduce-overhead"):
         tiny_lm(engine="auto", batch_size=2, compile=True)
 
@@ -300,7 +301,7 @@ def test_a_run_interrupted_and_resumed_reports_an_uninterrupted_runs_figures(tin
     assert (ours["engine"], ours["engines"]) == (theirs["engine"], theirs["engines"])
 
 
-@pytest.mark.parametrize("engine, stop", [("continuous", "latent"), ("hf", "latent"), ("continuous", "accel")])
+@pytest.mark.parametrize("engine, stop", [("continuous", "latent"), ("hook", "latent"), ("continuous", "accel")])
 def test_a_run_served_whole_from_the_store_reports_a_fresh_runs_figures_under_every_exit_rule(tiny_lm, tmp_path,
                                                                                                engine, stop):
     """Issue 56, item 1: a run whose every rollout comes from the store (rerun into the store a fresh run filled)

@@ -26,20 +26,28 @@ def weights_never_load(monkeypatch):
 
 
 def test_built_from_the_preset_and_the_model_args_and_frozen():
-    args = check_run_args(PRESET + ",L=1-3,engine=hf,max_length=512", gen_kwargs="max_gen_toks=16")
+    args = check_run_args(PRESET + ",L=1-3,engine=hook,max_length=512", gen_kwargs="max_gen_toks=16")
     assert args.load_args["max_length"] == 512 and "L" not in args.load_args and "engine" not in args.load_args
     assert args.load_args["gguf_file"].endswith(".gguf")  # the preset's model args under the given ones
-    assert (args.engine, args.compile, args.declared_layers) == ("hf", "auto", 30)
+    assert (args.engine, args.compile, args.declared_layers) == ("hook", "auto", 30)
     assert args.settings.user_L == (1, 2, 3) and args.gen_kwargs == {"max_gen_toks": 16}
     with pytest.raises(dataclasses.FrozenInstanceError):
         args.engine = "continuous"
 
 
+def test_engine_hf_is_still_taken_for_the_hook_engine_and_max_length_reaches_hflm_as_an_int():
+    """Issue 56: ``engine=hf`` is the hook engine's earlier name (a warning, core/model_args.read_engine); a
+    ``max_length`` written as a float is HFLM's int (it slices by it)."""
+    args = check_run_args({"model_config": "smollm2-135m-instruct", "engine": "hf", "max_length": 512.0})
+    assert args.engine == "hook" and args.load_args["max_length"] == 512
+    assert isinstance(args.load_args["max_length"], int)
+
+
 @pytest.mark.parametrize("extra, message", [
     (",l=4", r"unknown eglr-hf model arg `l`\. Did you mean `L`\?"),
-    (",engine=fast", r"`engine`='fast' is not allowed; allowed: auto, continuous, hf"),
+    (",engine=fast", r"`engine`='fast' is not allowed; allowed: auto, continuous, hook"),
     (",compile=fast", r"`compile`='fast' is not allowed"),
-    (",compile=default,engine=hf", r"`compile`='default' applies to engine=continuous only"),
+    (",compile=default,engine=hook", r"`compile`='default' applies to engine=continuous only"),
     (",L=99", r"`L`=99 exceeds the model's 30 decoder layers; allowed: 0\.\.30"),
     (",alpha=abc", r"`alpha`='abc' is not allowed; allowed: a float in \[0, 1\]"),
     (",calib_limit=0", r"`calib_limit`=0 is not allowed; allowed: an int >= 1"),
@@ -72,7 +80,7 @@ def test_task_options_follow_the_engine():
     with pytest.raises(UserError,
                        match=r"engine=continuous does not apply .*typical_p=0\.9 \(generation_kwargs of task t\)"):
         args.check_task_options("t", {"typical_p": 0.9, "eglr_L": "1"})
-    dataclasses.replace(args, engine="hf").check_task_options("t", {"typical_p": 0.9, "eglr_L": "1"})
+    dataclasses.replace(args, engine="hook").check_task_options("t", {"typical_p": 0.9, "eglr_L": "1"})
     with pytest.raises(UserError, match=r"`typical_p`=2\.0 \(generation_kwargs of task t\) is not allowed"):
         dataclasses.replace(args, engine="vllm").check_task_options("t", {"typical_p": 2.0})
 

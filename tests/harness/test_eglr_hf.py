@@ -6,7 +6,7 @@ import pytest
 from helpers.inputs import CONTEXTS, batch_independent, requests_for
 from lm_eval.models.huggingface import HFLM
 
-from eglr_harness.core.rollout import Rollout, rollout_meta
+from eglr_harness.core.rollout import RolloutText, rollout_meta
 from eglr_harness.decoding.continuous.engine import ContinuousEngine
 from eglr_harness.decoding.hook.engine import HookEngine
 from eglr_harness.harness.model import EglrHFLM
@@ -51,7 +51,7 @@ def test_gated_decoding_differs_and_is_accounted(eglr_lm):
     assert list(info["stats"]["cells"]) == ["L=4,T=0.0"]
 
 
-@pytest.mark.parametrize("engine", ["hf", "continuous"])
+@pytest.mark.parametrize("engine", ["hook", "continuous"])
 def test_an_exit_rule_is_recorded_and_its_lm_head_projections_counted(eglr_lm, engine):
     """stop=latent through eglr-hf: config.eglr names the rule and its threshold, one LM-head projection per
     gated token is counted (none per iteration), and the kl run's settings name no rule (as before)."""
@@ -77,7 +77,7 @@ def test_pool_repeats_cycle_through_cells_and_share_deterministic_work(llama_dir
     lm = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=4, tau_h=0.0)
     pool = {**GREEDY, "eglr_L": "1-4", "eglr_T": 0, "eglr_budget_T": "0.1-1.0:0.1"}
     out = lm.generate_until(requests_for(CONTEXTS[:2], pool, repeats=10))
-    assert all(isinstance(o, Rollout) for o in out)
+    assert all(isinstance(o, RolloutText) for o in out)
     first_doc = out[:10]
     assert [o.L for o in first_doc] == [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
     assert [o.cycle for o in first_doc] == [0] * 10  # deterministic cells have one cycle
@@ -131,12 +131,12 @@ def test_lm_eval_use_cache_is_refused_with_a_pointer_to_rollout_cache(eglr_lm, t
 
 def test_rollout_cache_resumes_without_recomputing(llama_dir, tmp_path, monkeypatch):
     pool = {**GREEDY, "eglr_L": "1-4", "eglr_T": 0}
-    # engine=hf: the count below is of generate's batches (the resume logic is the same for both engines)
+    # engine=hook: the count below is of generate's batches (the resume logic is the same for both engines)
     first = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=2, tau_h=0.0,
-                     rollout_cache=str(tmp_path), engine="hf")
+                     rollout_cache=str(tmp_path), engine="hook")
     done = first.generate_until(requests_for(CONTEXTS[:2], pool, repeats=4))  # a run "killed" after 2 docs
     second = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=2, tau_h=0.0,
-                      rollout_cache=str(tmp_path), engine="hf")
+                      rollout_cache=str(tmp_path), engine="hook")
     calls = []
     original = HookEngine._generate
 
@@ -151,7 +151,7 @@ def test_rollout_cache_resumes_without_recomputing(llama_dir, tmp_path, monkeypa
     # the stored rollouts carry their accounting: the resumed run's figures equal an uninterrupted run's
     # (issue 35), but for those that depend on generate's batches
     whole = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", batch_size=2, tau_h=0.0,
-                     rollout_cache=str(tmp_path / "whole"), engine="hf")
+                     rollout_cache=str(tmp_path / "whole"), engine="hook")
     whole.generate_until(requests_for(CONTEXTS[:3], pool, repeats=4))
     stats, uninterrupted = (lm.get_model_info()["eglr"]["stats"] for lm in (second, whole))
     assert stats["reused_rollouts"] == uninterrupted["reused_rollouts"] == {"total": 0, "cells": {}}

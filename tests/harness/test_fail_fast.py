@@ -27,7 +27,7 @@ def test_every_eglr_arg_stays_out_of_hflm(no_loading, monkeypatch):
     seen = {}
     monkeypatch.setattr(HFLM, "__init__", lambda self, **load_args: seen.update(load_args) or _stop())
     with pytest.raises(_Stopped):
-        EglrHFLM(model_config="smollm2-135m-instruct", L=1, tau_h=0.5, calib_limit=3, engine="hf", compile="none",
+        EglrHFLM(model_config="smollm2-135m-instruct", L=1, tau_h=0.5, calib_limit=3, engine="hook", compile="none",
                  stop="kl", seed=3, attn_implementation="sdpa")
     assert seen["attn_implementation"] == "sdpa" and not set(seen) & set(EGLR_ARGS)
 
@@ -136,7 +136,7 @@ def test_integer_args_written_as_whole_numbers_pass(no_loading):
 
 @pytest.mark.parametrize("args, message", [
     ({"compile": "reduce-overhead", "device": "cpu"}, r"`compile`='reduce-overhead' captures CUDA graphs"),
-    ({"compile": "default", "engine": "hf"}, r"`compile`='default' applies to engine=continuous only"),
+    ({"compile": "default", "engine": "hook"}, r"`compile`='default' applies to engine=continuous only"),
     ({"compile": "fast"}, r"`compile`='fast' is not allowed; allowed: auto, none, reduce-overhead, default"),
     ({"compile": True}, r"`compile`=true is not allowed"),  # lm-eval parses compile=true as True: echoed as typed
 ])
@@ -154,13 +154,13 @@ def test_a_compile_that_cannot_apply_is_refused_before_loading(no_loading, args,
     ("", "top_k=-3", r"`top_k`=-3 \(--gen_kwargs\) is not allowed; allowed: an int >= 0"),
     ("", "repetiton_penalty=1.1",
      r"`repetiton_penalty`=1\.1 \(--gen_kwargs\) is not a generation option.*`repetition_penalty`"),
-    (",engine=hf", "repetition_penalty=0", r"`repetition_penalty`=0 \(--gen_kwargs\)"),  # whatever the engine
+    (",engine=hook", "repetition_penalty=0", r"`repetition_penalty`=0 \(--gen_kwargs\)"),  # whatever the engine
     (",engine=continuous", "typical_p=0.9",
-     r"engine=continuous does not apply .*typical_p=0\.9 \(--gen_kwargs\).*engine=hf"),
+     r"engine=continuous does not apply .*typical_p=0\.9 \(--gen_kwargs\).*engine=hook"),
     (",engine=continuous", "num_beams=2", r"engine=continuous does not apply .*num_beams=2 \(--gen_kwargs\)"),
 ])
 def test_gen_kwargs_are_checked_before_the_model_loads(no_loading, model_args, gen_kwargs, message):
-    """Issue 35: an invalid value is one error naming it, never a fallback to engine=hf after the load."""
+    """Issue 35: an invalid value is one error naming it, never a fallback to engine=hook after the load."""
     from lm_eval import evaluator
 
     from eglr_harness.core.errors import GenerationOptionError

@@ -43,4 +43,4 @@ def test_the_plan_line_and_the_bar_name_the_model_that_runs():
         return PoolRunner(SimpleNamespace(settings=None, engine=engine), None, num_layers=4, gather=None, rank=0,
                           model_name="m", max_gen_toks=8, batch_size=1)
 
-    assert runner("vllm").label == "eglr-vllm" and runner("continuous").label == runner("hf").label == "eglr-hf"
+    assert runner("vllm").label == "eglr-vllm" and runner("continuous").label == runner("hook").label == "eglr-hf"

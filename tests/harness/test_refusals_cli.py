@@ -72,7 +72,7 @@ def test_the_unloadable_model_fails_at_its_load(unloadable, shared_data_dir):
     (",max_length=abc", [], "`max_length`='abc' is not allowed; allowed: an int >= 2"),
     (",zzz=1", [], "unknown eglr-hf model arg `zzz`."),
     (",stop=kld", [], "`stop`='kld' is not allowed; allowed: kl, latent, accel, margin, entropy."),
-    (",stop=margin,tau_margin=2", [], "`tau_margin`=2.0 is not allowed; allowed: a float in [0, 1]."),
+    (",stop=margin,tau_margin=2", [], "`tau_margin`=2 is not allowed; allowed: a float in [0, 1]."),
     # issue 55: accepted, then written as null (an ablation of "tau_kl 0.0005 vs None"), or refused by every reader
     (",tau_kl=inf", [], "`tau_kl`=inf is not allowed; allowed: a finite float in [0, 2**53]."),
     (",tau_kl=1e309", [], "`tau_kl`=inf is not allowed; allowed: a finite float in [0, 2**53]."),

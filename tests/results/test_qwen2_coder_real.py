@@ -91,7 +91,7 @@ def test_L0_through_the_hook_engine_equals_lm_evals_hf_decoding_in_bf16(preset_l
     from lm_eval.models.huggingface import HFLM
 
     plain = HFLM(pretrained=preset_lm.model, tokenizer=preset_lm.tokenizer, batch_size=2, device="cpu")
-    ours = _lm(preset_lm, L=0, engine="hf")
+    ours = _lm(preset_lm, L=0, engine="hook")
     assert [str(t) for t in ours.generate_until(_requests(prompts))] == plain.generate_until(_requests(prompts))
     assert ours.get_model_info()["eglr"]["engine"] == "hf"
 
@@ -117,7 +117,7 @@ def test_L0_through_the_continuous_engine_equals_lm_evals_hf_decoding_in_fp32(pr
         preset_lm.model.to(torch.bfloat16)
 
 
-@pytest.mark.parametrize("engine", ["continuous", "hf"])
+@pytest.mark.parametrize("engine", ["continuous", "hook"])
 def test_tau_h_calibration_and_the_L_grid_run(preset_lm, prompts, engine, tmp_path, monkeypatch):
     """tau_h=auto calibrates on the task's prompts (capped at 2.5 nats), then L = 1, 10 and 28 refine."""
     monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path))

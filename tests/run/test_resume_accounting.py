@@ -48,7 +48,7 @@ def _figures(lm) -> dict:
 
 # latent: a rule that projects the LM head once per gated token (a stored rollout that kept no head_projections
 # was counted as kl's k* projections: issue 55, a surviving mutant)
-@pytest.mark.parametrize("engine, rule", [("continuous", {}), ("hf", {}),
+@pytest.mark.parametrize("engine, rule", [("continuous", {}), ("hook", {}),
                                           ("continuous", {"stop": "latent", "tau_latent": 0.0})])
 def test_a_run_killed_midway_and_resumed_reports_the_uninterrupted_runs_steps(tiny_lm, tmp_path, monkeypatch, engine,
                                                                               rule):
@@ -88,7 +88,7 @@ def test_a_second_process_reading_rollouts_still_running_counts_their_steps(tiny
 
 def test_a_stored_row_without_checksum_is_decoded_again(tiny_lm, tmp_path):
     requests = requests_for(CONTEXTS[:2], GREEDY)
-    first = tiny_lm(engine="hf", batch_size=2, L=0, rollout_cache=str(tmp_path))
+    first = tiny_lm(engine="hook", batch_size=2, L=0, rollout_cache=str(tmp_path))
     decoded = [str(x) for x in first.generate_until(requests)]
     db = sqlite3.connect(tmp_path / "rollouts_rank0.sqlite")
     rows = db.execute("SELECT key, value FROM rollouts_v2").fetchall()
@@ -98,7 +98,7 @@ def test_a_stored_row_without_checksum_is_decoded_again(tiny_lm, tmp_path):
                    (value.replace('"text": "', '"text": "The answer is 42. '), key))
     db.commit()
     db.close()
-    again = tiny_lm(engine="hf", batch_size=2, L=0, rollout_cache=str(tmp_path))
+    again = tiny_lm(engine="hook", batch_size=2, L=0, rollout_cache=str(tmp_path))
     got = [str(x) for x in again.generate_until(requests)]
     assert got == decoded and not any("42" in text for text in got)  # today: the forged texts come back
     assert again.get_model_info()["eglr"]["stats"]["total"]["tokens"] > 0  # decoded, not reused

@@ -28,7 +28,7 @@ CALIB = 3  # calibration's prompts: the first 3 of the 4 documents
 
 
 # tiny_lm's model args here (tests/conftest.py)
-LM_DEFAULTS = dict(engine="hf", batch_size=2, tau_h="auto", calib_limit=CALIB)
+LM_DEFAULTS = dict(engine="hook", batch_size=2, tau_h="auto", calib_limit=CALIB)
 
 
 class RowCounter:
@@ -47,7 +47,7 @@ class RowCounter:
         monkeypatch.setattr(RolloutDecoder, "_run", staticmethod(counted))
 
 
-@pytest.mark.parametrize("engine", ["hf", "continuous"])
+@pytest.mark.parametrize("engine", ["hook", "continuous"])
 def test_greedy_rollouts_decoded_by_calibration_count_as_reused_in_the_pool(tiny_lm, llama_dir, tmp_path, monkeypatch,
                                                                             engine):
     monkeypatch.setenv("EGLR_CACHE_DIR", str(tmp_path / "cache"))
@@ -90,14 +90,14 @@ def test_a_rerun_from_the_store_reports_the_calibrated_runs_figures(tiny_lm, tmp
 def test_rollouts_repeated_within_the_run_count_as_reused_and_stored_ones_as_decoded(llama_dir, tmp_path):
     """This run's memory: reused (no compute counted twice); the store with accounting: decoded."""
     requests = requests_for(CONTEXTS[:2], POOL, repeats=2)
-    lm = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", engine="hf", batch_size=2, tau_h=0.5,
+    lm = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", engine="hook", batch_size=2, tau_h=0.5,
                   rollout_cache=str(tmp_path))
     lm.generate_until(requests)
     lm.generate_until(requests)  # the same requests again in the same run: from its memory
     stats = lm.get_model_info()["eglr"]["stats"]
     assert stats["reused_rollouts"] == {"total": 4, "cells": {"L=0,T=0.0": 2, "L=1,T=0.0": 2}}
     assert stats["total"]["tokens"] == 4 * TOKENS  # counted once
-    fresh = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", engine="hf", batch_size=2, tau_h=0.5,
+    fresh = EglrHFLM(pretrained=llama_dir, device="cpu", dtype="float32", engine="hook", batch_size=2, tau_h=0.5,
                      rollout_cache=str(tmp_path))
     fresh.generate_until(requests)
     fresh_stats = fresh.get_model_info()["eglr"]["stats"]

@@ -1,7 +1,7 @@
 """Where each eglr-hf setting comes from: model args > gen kwargs > preset > built-in default, and
 the preset's tau_h looked up by task, then benchmark, then ``default``.
 
-Read through public behaviour only: each Rollout's cell, the results' ``config.eglr``
+Read through public behaviour only: each RolloutText's cell, the results' ``config.eglr``
 (``get_model_info``), and what the rollouts say (a sampled rollout with top_k = 1 is the greedy one).
 """
 

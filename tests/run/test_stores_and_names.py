@@ -34,9 +34,9 @@ def _decoded_rows(monkeypatch) -> list:
     return rows
 
 
-# tiny_lm's model args here (tests/conftest.py). engine=hf: the tests count generate's rows (the store and its
+# tiny_lm's model args here (tests/conftest.py). engine=hook: the tests count generate's rows (the store and its
 # keys are the same for both engines)
-LM_DEFAULTS = dict(batch_size=3, L=2, tau_h=0.0, engine="hf")
+LM_DEFAULTS = dict(batch_size=3, L=2, tau_h=0.0, engine="hook")
 
 
 @pytest.mark.parametrize("change", ["decoding_version", "attn_implementation", "weights", "dtype"])

@@ -1,6 +1,6 @@
 """End-to-end lm-eval runs of the eglr tasks: stock `hf` on a tiny model, and a fake eglr model.
 
-The fake model returns :class:`~eglr_harness.core.rollout.Rollout` objects with the cell the pool rule
+The fake model returns :class:`~eglr_harness.core.rollout.RolloutText` objects with the cell the pool rule
 assigns to each repeat, as eglr-hf does; it checks that (L, T, cycle) reach the logged samples
 and that the sub-pool filters and aggregations compute the paper's numbers.
 """
@@ -12,7 +12,7 @@ import json
 import pytest
 
 from eglr_harness.core.config import DEFAULT_L
-from eglr_harness.core.rollout import Rollout
+from eglr_harness.core.rollout import RolloutText
 from eglr_harness.run.pool import resolve_pool, task_axes
 
 
@@ -127,7 +127,7 @@ class FakeEglrLM:
                         text = f"Step by step... so the answer is $\\boxed{{{gold}}}$."
                     else:
                         text = f"So the answer is $\\boxed{{{1000 + L}}}$."
-                    out.append(Rollout(text, L=L, T=T, cycle=cycle))
+                    out.append(RolloutText(text, L=L, T=T, cycle=cycle))
                 return out
 
             def loglikelihood(self, requests):

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 import eglr_harness.harness.registry as reg
-from eglr_harness.core.rollout import Rollout, rollout_meta
+from eglr_harness.core.rollout import RolloutText, rollout_meta
 from eglr_harness.harness.filters import ExtractAnswerFilter, MajorityVoteFilter, OracleFilter, SelectCellsFilter
 from eglr_harness.scoring.doc_scores import (
     CellSelector, best_cfg_acc, cell_accuracies, cluster_answers, majority_index, pass_at_k, rollout_count,
@@ -16,7 +16,7 @@ from eglr_harness.scoring.doc_scores import (
 
 
 def R(text, L, T, cycle=0):
-    return Rollout(text, L=L, T=T, cycle=cycle)
+    return RolloutText(text, L=L, T=T, cycle=cycle)
 
 
 # --------------------------------------------------------------------------- majority rule

@@ -117,10 +117,10 @@ def test_every_metric_a_document_gets_is_declared_in_the_yaml(template, repeats)
 
     yaml_text = (Path(__file__).resolve().parents[2] / "tasks" / template).read_text()
     declared = set(re.findall(r"\{metric: \"?([^\",}]+)\"?,", yaml_text))
-    from eglr_harness.core.rollout import Rollout
+    from eglr_harness.core.rollout import RolloutText
 
     cells = [(i // 11, (i % 11) / 10) for i in range(121)] if repeats == 121 else [(i + 1, 0.0) for i in range(repeats)]
-    answers = [Rollout("4", L=L, T=T, cycle=0, signals={"mean_logprob": -1.0}) for L, T in cells]
+    answers = [RolloutText("4", L=L, T=T, cycle=0, signals={"mean_logprob": -1.0}) for L, T in cells]
     kwargs = {"sub_pools": metrics.GRID_SUB_POOLS} if repeats == 121 else {}
     out = metrics.score_document("4", answers, **kwargs)
     assert set(out) - declared == set()

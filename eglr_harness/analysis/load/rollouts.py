@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RolloutRow:
-    """One repeat of one document, as the analysis reads it (not :class:`eglr_harness.core.rollout.Rollout`,
+    """One repeat of one document, as the analysis reads it (not :class:`eglr_harness.core.rollout.RolloutText`,
     the generated text). ``vote`` is the label it votes with: its answer until :func:`build_grid`
     labels the document's votes (:func:`vote_labels`); None never votes."""
 

@@ -1,6 +1,6 @@
 """The continuous engine: EGLR with refinement folded into the batch, and continuous batching.
 
-``generate`` (the ``hf`` engine, ``generate.py``) refines inside a decoding step: the step waits
+``generate`` (the hook engine, ``engine=hook``, ``generate.py``) refines inside a decoding step: the step waits
 while its gated rows re-run the top L layers, and a pass over a few rows costs about what the
 whole batch's step costs, since the layers' weights are read once per call either way. Here every
 running row is, at each step, either

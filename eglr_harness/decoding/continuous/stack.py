@@ -22,7 +22,7 @@ and whose rotary angles depend on the position alone:
 
 A logit scale is applied wherever the engine makes logits (``ModelStack.logits``), so the entropy
 gate, the KL exit and the draw read the logits ``generate`` reads. Everything else is refused,
-naming ``engine=hf``, which drives any model through ``generate`` (under ``engine=auto`` with one log
+naming ``engine=hook``, which drives any model through ``generate`` (under ``engine=auto`` with one log
 line): other families, bidirectional attention, rotary scalings whose angles depend on the longest
 position in the batch (``dynamic``, ``longrope``: Phi-3 128k / Phi-3.5), a model split over devices.
 
@@ -63,11 +63,11 @@ FAMILIES: dict[str, Preamble] = {
     **{family: Preamble(embedding_multiplier="embedding_multiplier") for family in ("granite", "granitemoe")},
 }
 """model_type -> its preamble: the families the continuous engine drives. Their logit scales (Granite,
-Cohere) are ``model_parts.LOGIT_SCALES``'s, shared with engine=hf."""
+Cohere) are ``model_parts.LOGIT_SCALES``'s, shared with engine=hook."""
 SUPPORTED_FAMILIES = tuple(FAMILIES)
 # rotary scalings whose angles follow the largest position of the call (the batch), not each row's own
 POSITION_DEPENDENT_ROPE = ("dynamic", "longrope")
-FALLBACK = "use engine=hf, which decodes any transformers causal LM through generate"
+FALLBACK = "use engine=hook, which decodes any transformers causal LM through generate"
 
 
 
