@@ -13,11 +13,13 @@ environment, the features asked for):
 - Model Runner V2 (MRV2, ``vllm/v1/worker/gpu/``): ``add_request`` per slot (MRV2 tells a processor of no
   removal: a freed slot's next ``add_request`` overwrites every field, as its interface asks). Its forward's
   batch position i holds slot ``idx_mapping[i]``, which MRV2 hands its logits processors only at sampling,
-  after the forward; the model gets it through its own MRV2 model state (``model_state.py``). The EGLR engine names it in its own arguments (``engine_args``: vLLM's
-``logits_processors=``), never through the ``vllm.logits_processors`` entry point, which vLLM loads into
-every engine and whose V1-interface classes Model Runner V2 refuses (it would stop every engine of an
-environment with the project installed). vLLM calls ``validate_params`` on each request as it arrives,
-so a bad setting is refused with a one-line error (HTTP 400 behind a server) before it reaches the engine.
+  after the forward; the model gets it through its own MRV2 model state (``model_state.py``).
+
+The EGLR engine names it in its own arguments (``engine_args``: vLLM's ``logits_processors=``), never through
+the ``vllm.logits_processors`` entry point, which vLLM loads into every engine (MRV2 refuses V1-interface classes
+there: the entry point the project had stopped every engine of an environment with the project installed).
+vLLM calls ``validate_params`` on each request as it arrives, so a bad setting is refused with a one-line error
+(HTTP 400 behind a server) before it reaches the engine.
 
 The engine's served spans are part of the class vLLM is given: ``processor_name(spans)`` names
 ``EglrRowSettings_L_<spans>``, a subclass this module makes on first lookup (``__getattr__``) whose

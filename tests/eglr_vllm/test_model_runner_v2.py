@@ -171,9 +171,9 @@ def test_mrv2_slot_adds_removals_and_reorders_map_each_row_to_its_settings(vllm_
 
 def test_the_model_reads_its_rows_settings_through_its_mrv2_model_state(vllm_config):
     """vLLM's resolver picks the EGLR model state for the EGLR model; on MRV2's input batch of a step its
-    ``prepare_inputs`` hands the forward the step's slots, and the model's plan reads each sampled row's own
-    request's settings. A dummy batch (profiling, a data-parallel idle step: made-up requests, ``idx_mapping``
-    0..R-1, slots live requests hold) gets no slots, and no row refines."""
+    ``prepare_inputs`` hands the forward the step's slots (which the forward keeps from the inner model), and the
+    EGLR step gets each sampled row's own request's settings. A dummy batch (profiling, a data-parallel idle
+    step: made-up requests, ``idx_mapping`` 0..R-1, slots live requests hold) gets no slots, and no row refines."""
     from vllm.forward_context import create_forward_context, override_forward_context
     from vllm.v1.worker.gpu.input_batch import InputBatch, InputBuffers
     from vllm.v1.worker.gpu.model_states import resolve_model_state_cls
@@ -195,19 +195,32 @@ def test_the_model_reads_its_rows_settings_through_its_mrv2_model_state(vllm_con
     step = dataclasses.replace(dummy, req_ids=req_ids, idx_mapping_np=idx_mapping,
                                idx_mapping=torch.from_numpy(idx_mapping))
 
-    def plan(batch):
+    def forward(batch):
+        """The EGLR model's forward on MRV2's model inputs for ``batch`` (its inner model and its EGLR step stubbed):
+        (the model-state inputs, what the inner model got beyond the usual, the plan the EGLR step got or None)."""
         inputs = state.prepare_inputs(batch, requests.req_states)
-        model = SimpleNamespace(_eglr_vllm_config=vllm_config, model=SimpleNamespace(layers=[None] * LAYERS),
-                                _eglr_spans=SPANS)
+        seen = {}
+
+        class Inner:  # the family's compiled Model.forward: (normed states, auxiliary outputs)
+            layers = [None] * LAYERS
+
+            def __call__(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, **more):
+                seen["inner"] = more
+                return input_ids, [input_ids]
+
+        model = SimpleNamespace(_eglr_vllm_config=vllm_config, model=Inner(), _eglr_spans=SPANS,
+                                _eglr_aux_layers=(LAYERS,), _eglr_step=lambda *args: seen.setdefault("plan", args[-4:]))
+        model._eglr_plan = lambda slots: EglrForCausalLMMixin._eglr_plan(model, slots)
         metadata = {"model.layers.0.self_attn.attn": SimpleNamespace(query_start_loc=batch.query_start_loc)}
         with override_forward_context(create_forward_context(metadata, vllm_config)):
-            return inputs, EglrForCausalLMMixin._eglr_plan(model, inputs.get(REQUEST_SLOTS_ARG))
+            EglrForCausalLMMixin.forward(model, batch.input_ids, batch.positions, **inputs)
+        return inputs, seen["inner"], seen.get("plan")
 
-    inputs, (rows, configs, _tracker, slots) = plan(step)
-    assert inputs[REQUEST_SLOTS_ARG] == slots == idx_mapping.tolist()
+    inputs, inner_inputs, (rows, configs, _tracker, slots) = forward(step)
+    assert inputs[REQUEST_SLOTS_ARG] == slots == idx_mapping.tolist() and inner_inputs == {}
     assert rows.tolist() == (step.query_start_loc[1:] - 1).tolist()
     assert configs == requests.expected(req_ids)
-    inputs, dummy_plan = plan(dummy)
+    inputs, _, dummy_plan = forward(dummy)
     assert REQUEST_SLOTS_ARG not in inputs and dummy_plan is None
     assert any(c.refines for c in requests.tracker.configs(dummy.idx_mapping_np.tolist())), \
         "the dummy batch's slots hold no refining request: nothing tested"
