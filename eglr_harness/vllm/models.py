@@ -35,8 +35,10 @@ none: its EGLR normal pass runs the layers one by one outside the compiled piece
 the host decisions (the gate, which rows still run, the KL exits) run between compiled pieces, eagerly
 (docs/vllm.md: how this maps onto piecewise CUDA graphs).
 
-Settings come per request (``row_settings.py``); a batch whose requests all decode plainly runs
-stock vLLM's forward unchanged. Shape letters: T scheduled tokens of the batch, R requests (rows
+Settings come per request (``row_settings.py``), kept per slot of vLLM's persistent batch: under V1's runner
+the forward's row i holds slot i; under Model Runner V2 the forward is told its rows' slots by the model's own
+MRV2 model state (``model_state.py``). A batch whose requests all decode plainly runs stock vLLM's forward
+unchanged. Shape letters: T scheduled tokens of the batch, R requests (rows
 sampled), G gated rows, A rows still refining, D hidden, V vocabulary.
 """
 
@@ -61,7 +63,7 @@ from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.functional import (
     entropy_gate, entropy_of_log_probs, fuse, kl_divergence, norm_match, refinement_done,
 )
-from eglr_harness.vllm.row_settings import settings_for
+from eglr_harness.vllm.row_settings import REQUEST_SLOTS_ARG, settings_for
 
 # set in the forward context's additional_kwargs while refinement rows run (what a hook may look for)
 REFINEMENT_KEY = "eglr_refinement"
@@ -114,9 +116,17 @@ class EglrForCausalLMMixin:
                                                  | {num_layers}))
             self.model._set_aux_hidden_state_layers(self._eglr_aux_layers)
 
+    @staticmethod
+    def get_model_state_cls():
+        """Model Runner V2's hook for a model's own state (``vllm/v1/worker/gpu/model_states/__init__.py``): the
+        one that hands the forward its rows' slots. V1's runner never calls it."""
+        from eglr_harness.vllm.model_state import EglrModelState
+
+        return EglrModelState
+
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, **kwargs):
         self._eglr_step_logits = None  # a step's logits serve only the compute_logits call right after it
-        plan = self._eglr_plan()
+        plan = self._eglr_plan(kwargs.pop(REQUEST_SLOTS_ARG, None))
         if self._eglr_aux_layers is None:  # Gemma-3: stock forward, or the EGLR normal pass layer by layer
             if plan is None:
                 return super().forward(input_ids, positions, intermediate_tensors, inputs_embeds, **kwargs)
@@ -128,9 +138,10 @@ class EglrForCausalLMMixin:
             streams = dict(zip(self._eglr_aux_layers, aux))
         return self._eglr_step(input_ids, positions, inputs_embeds, normed, streams, *plan)
 
-    def _eglr_plan(self) -> tuple[torch.Tensor, list[EglrConfig], object] | None:
-        """(sampled rows, their requests' settings, the tracker), or None when no row can refine and
-        none records signals (stock forward)."""
+    def _eglr_plan(self, request_slots: list[int] | None = None
+                   ) -> tuple[torch.Tensor, list[EglrConfig], object, list[int]] | None:
+        """(sampled rows, their requests' settings, the tracker, the rows' slots), or None when no row can refine
+        and none records signals (stock forward). request_slots: MRV2's slot of each row (``model_state.py``)."""
         rows = sampled_rows()
         if rows is None:
             return None
@@ -138,8 +149,11 @@ class EglrForCausalLMMixin:
         if tracker is None:
             raise RuntimeError("eglr-vllm: the EglrRowSettings logits processor is not loaded in this engine; "
                                "allowed: an engine built with eglr_harness.vllm.engine_args (its logits_processors).")
-        configs = tracker.configs(rows.numel())
-        if not any(config.refines for config in configs) and not tracker.records(rows.numel()):
+        slots = tracker.batch_slots(rows.numel(), request_slots)
+        if slots is None:
+            return None
+        configs = tracker.configs(slots)
+        if not any(config.refines for config in configs) and not tracker.records(slots):
             return None
         num_layers = len(self.model.layers)
         for config in configs:
@@ -147,7 +161,7 @@ class EglrForCausalLMMixin:
             if config.refines and config.L not in self._eglr_spans:
                 raise ValueError(f"eglr-vllm: L={config.L} is not served by this engine; allowed: "
                                  f"{', '.join(map(str, self._eglr_spans))} (engine_args(..., spans=...)).")
-        return rows, configs, tracker
+        return rows, configs, tracker, slots
 
     def _normal_pass_by_layer(self, input_ids, positions, inputs_embeds, configs):
         """The normal pass layer by layer (families without auxiliary outputs): ((T, D) final-normed states,
@@ -198,7 +212,7 @@ class EglrForCausalLMMixin:
         return logits, torch.log_softmax(logits.float(), dim=-1)
 
     def _eglr_step(self, input_ids, positions, inputs_embeds, normed, streams, rows: torch.Tensor,
-                   configs: list[EglrConfig], tracker):
+                   configs: list[EglrConfig], tracker, slots: list[int]):
         """Gate the sampled rows on the normal pass and refine the gated ones; returns (T, D) final-normed states
         (the gated rows' replaced by those of their chosen h^(N,k*))."""
         num_layers = len(self.model.layers)
@@ -226,8 +240,8 @@ class EglrForCausalLMMixin:
                 logp[gated], gated_configs)
             normed[token_rows], logits[gated] = refined, refined_logits
             iterations[gated], last_kls[gated] = k_star, kl
-        if tracker.records(len(configs)):
-            tracker.record(entropies.tolist(), iterations.tolist(), last_kls.tolist())
+        if tracker.records(slots):
+            tracker.record(slots, entropies.tolist(), iterations.tolist(), last_kls.tolist())
         self._eglr_step_logits = logits
         return normed
 

@@ -1,15 +1,25 @@
 """Per-request EGLR settings inside a vLLM engine: ``SamplingParams(extra_args={"eglr": {...}})`` offline, or the
 flat keys ``eglr_L``, ``eglr_tau_h``, ... (``vllm_xargs`` of vLLM's OpenAI server, which takes flat scalars only).
 
-vLLM's v1 engine tells its logits processors which request sits in which row of the persistent
-batch (``update_state``, called before every forward pass); the model's forward has no such
-view. ``EglrRowSettings`` is a logits processor that changes no logits and keeps, per batch row,
-the ``EglrConfig`` of the request in that row, for the EGLR model of the same engine to read
-(``settings_for``). The EGLR engine names it in its own arguments (``engine_args``: vLLM's
-``logits_processors=``), never through the ``vllm.logits_processors`` entry point, which vLLM loads into
-every engine and whose V1-interface classes Model Runner V2 refuses (it would stop every engine of an
-environment with the project installed). vLLM calls ``validate_params`` on each request as it arrives,
-so a bad setting is refused with a one-line error (HTTP 400 behind a server) before it reaches the engine.
+vLLM tells its logits processors which request holds which persistent slot of its batch; the model's
+forward has no such view. ``EglrRowSettings`` is a logits processor that changes no logits and keeps, per
+slot, the ``EglrConfig`` of the request in it, for the EGLR model of the same engine to read
+(``settings_for``). One class has both of vLLM's logits-processor interfaces, so one ``engine_args`` serves
+whichever model runner vLLM picks at engine start (``VllmConfig.use_v2_model_runner``: Triton, the
+environment, the features asked for):
+
+- V1's runner: ``update_state`` (rows removed, added, moved; called before every forward pass). Its slot is
+  its persistent-batch row, and the forward's row i is batch row i (V1 condenses its batch).
+- Model Runner V2 (MRV2, ``vllm/v1/worker/gpu/``): ``add_request`` per slot (MRV2 tells a processor of no
+  removal: a freed slot's next ``add_request`` overwrites every field, as its interface asks). Its forward's
+  batch position i holds slot ``idx_mapping[i]``, which MRV2 hands its logits processors only at sampling,
+  after the forward; the model gets it through its own MRV2 model state (``model_state.py``).
+
+The EGLR engine names it in its own arguments (``engine_args``: vLLM's ``logits_processors=``), never through
+the ``vllm.logits_processors`` entry point, which vLLM loads into every engine (MRV2 refuses V1-interface classes
+there: the entry point the project had stopped every engine of an environment with the project installed).
+vLLM calls ``validate_params`` on each request as it arrives, so a bad setting is refused with a one-line error
+(HTTP 400 behind a server) before it reaches the engine.
 
 The engine's served spans are part of the class vLLM is given: ``processor_name(spans)`` names
 ``EglrRowSettings_L_<spans>``, a subclass this module makes on first lookup (``__getattr__``) whose
@@ -35,6 +45,9 @@ import math
 
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
+# MRV2's interface module is import-light (vLLM's front end loads it to validate requests): no Triton needed
+from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as RunnerV2LogitsProcessor
+from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcRequestState
 
 from eglr_harness.core.config import DEFAULT_STOP, EglrConfig, has_gate, parse_tau_h
 
@@ -48,6 +61,8 @@ REQUEST_KEYS = ("L", "tau_h", "alpha", "k_max", "tau_kl", "stop", "tag")
 MAX_K_MAX = 16
 PROCESSOR_CLASS = "EglrRowSettings"
 NO_SPANS = "none"  # the name's spans part for an engine that refines with no L (plain decoding only)
+# MRV2: the keyword argument of the model's forward that carries the slot of each of its rows (model_state.py)
+REQUEST_SLOTS_ARG = "eglr_request_slots"
 _PLAIN = EglrConfig(L=0, tau_h=math.inf)
 
 # id(vllm_config) -> the engine's tracker; the model of the same engine (same worker process,
@@ -170,9 +185,12 @@ def __getattr__(name: str):
     return cls
 
 
-class EglrRowSettings(LogitsProcessor):
-    """Tracks each batch row's ``EglrConfig``; leaves the logits alone. ``served``: the spans the engine refines
-    with, checked at admission (None here: the subclasses ``processor_name`` names set it)."""
+class EglrRowSettings(LogitsProcessor, RunnerV2LogitsProcessor):
+    """Tracks each slot's ``EglrConfig``; leaves the logits alone. ``served``: the spans the engine refines with,
+    checked at admission (None here: the subclasses ``processor_name`` names set it).
+
+    Both runners feed one slot table (slot -> settings, tag, where its output position is read); the model asks
+    it for the slots of its forward's rows (``batch_slots``) and reads those slots' settings."""
 
     served: frozenset[int] | None = None
 
@@ -181,21 +199,31 @@ class EglrRowSettings(LogitsProcessor):
         request_config(sampling_params.extra_args, cls.served)
         admit_tag(request_tag(sampling_params.extra_args), sampling_params.n)
 
-    def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
+    def __init__(self, vllm_config, device_or_request_state, is_pin_memory: bool | None = None) -> None:
+        # V1 builds it as (vllm_config, device, is_pin_memory), MRV2 as (vllm_config, LogitsProcRequestState)
         check_admits_served(self.served, vllm_config.model_config.hf_config)
-        self._rows: dict[int, EglrConfig] = {}
+        self._request_state = (device_or_request_state
+                               if isinstance(device_or_request_state, LogitsProcRequestState) else None)
+        self._rows: dict[int, EglrConfig] = {}  # slot -> settings
         self._tags: dict[int, str] = {}
-        self._outputs: dict[int, list[int]] = {}  # row -> the request's live output token ids (vLLM's list)
+        self._outputs: dict[int, list[int]] = {}  # V1: slot -> the request's live output token ids (vLLM's list)
         self.signals: dict[str, dict[int, tuple[float, int, float]]] = {}  # tag -> {output position: signals}
         _TRACKERS[id(vllm_config)] = self
 
-    def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        return logits
+    def apply(self, logits: torch.Tensor, ctx=None) -> torch.Tensor:
+        return logits  # V1 calls apply(logits), MRV2 apply(logits, ctx)
 
     def is_argmax_invariant(self) -> bool:
         return True  # it changes nothing, greedy rows included
 
+    def add_request(self, req_idx: int, sampling_params) -> bool:
+        """MRV2: the request entering slot ``req_idx`` (a recycled slot's previous occupant is overwritten whole).
+        False: it modifies no logits (MRV2's sampler then skips its logits-processing copy for such a batch)."""
+        self._set_slot(req_idx, sampling_params.extra_args, None)
+        return False
+
     def update_state(self, batch_update: BatchUpdate | None) -> None:
+        """V1: the step's batch changes (its rows are the slots)."""
         if batch_update is None:
             return
         for index in batch_update.removed:  # vLLM's order: removed, added, moved
@@ -203,13 +231,7 @@ class EglrRowSettings(LogitsProcessor):
             self._tags.pop(index, None)
             self._outputs.pop(index, None)
         for index, params, _prompt, output in batch_update.added:
-            self._rows[index] = request_config(params.extra_args)
-            self._outputs[index] = output
-            tag = request_tag(params.extra_args)
-            if tag is None:
-                self._tags.pop(index, None)
-            else:
-                self._tags[index] = tag
+            self._set_slot(index, params.extra_args, output)
         for a, b, direction in batch_update.moved:
             for table in (self._rows, self._tags, self._outputs):
                 moved_a = table.pop(a, None)
@@ -220,21 +242,52 @@ class EglrRowSettings(LogitsProcessor):
                 if moved_a is not None:
                     table[b] = moved_a
 
-    def configs(self, num_rows: int) -> list[EglrConfig]:
-        """The settings of batch rows 0..num_rows-1 (plain decoding for a row it never saw)."""
-        return [self._rows.get(row, _PLAIN) for row in range(num_rows)]
+    def _set_slot(self, slot: int, extra_args: dict | None, output: list[int] | None) -> None:
+        """Every field of ``slot`` from its new request, nothing left of the one before."""
+        self._rows[slot] = request_config(extra_args)
+        tag = request_tag(extra_args)
+        for table, value in ((self._tags, tag), (self._outputs, output)):
+            if value is None:
+                table.pop(slot, None)
+            else:
+                table[slot] = value
 
-    def records(self, num_rows: int) -> bool:
-        """Whether any of batch rows 0..num_rows-1 has its signals recorded."""
-        return any(row < num_rows for row in self._tags)
+    def batch_slots(self, num_rows: int, request_slots: list[int] | None) -> list[int] | None:
+        """The slot of each of the forward's rows 0..num_rows-1; None when they are not known (no row refines).
 
-    def record(self, entropies: list[float], iterations: list[int], kls: list[float]) -> None:
-        """One step's signals of batch rows 0..R-1 (each list R long); kept for the tagged rows, at the position
-        of the token the step samples for each."""
-        for row, tag in self._tags.items():
-            if row < len(entropies):
-                position = len(self._outputs.get(row) or ())
-                self.signals.setdefault(tag, {})[position] = (entropies[row], iterations[row], kls[row])
+        request_slots: MRV2's ``idx_mapping`` of the step, as its model state hands it to the forward (None in
+        its dummy runs, whose made-up requests hold no slot). V1 passes none: its row i is its slot i."""
+        if self._request_state is None:
+            return list(range(num_rows))
+        if request_slots is None or len(request_slots) != num_rows:
+            return None
+        return list(request_slots)
+
+    def configs(self, slots: list[int]) -> list[EglrConfig]:
+        """The settings of the requests in ``slots`` (plain decoding for a slot it never saw)."""
+        return [self._rows.get(slot, _PLAIN) for slot in slots]
+
+    def records(self, slots: list[int]) -> bool:
+        """Whether any request in ``slots`` has its signals recorded."""
+        return any(slot in self._tags for slot in slots)
+
+    def record(self, slots: list[int], entropies: list[float], iterations: list[int], kls: list[float]) -> None:
+        """One step's signals of the rows whose requests are in ``slots`` (each list as long); kept for the tagged
+        requests, at the position of the token the step samples for each."""
+        tagged = [row for row, slot in enumerate(slots) if slot in self._tags]
+        for row, position in zip(tagged, self._output_positions([slots[row] for row in tagged])):
+            self.signals.setdefault(self._tags[slots[row]], {})[position] = (entropies[row], iterations[row],
+                                                                              kls[row])
+
+    def _output_positions(self, slots: list[int]) -> list[int]:
+        """The output position of the token each request in ``slots`` samples this step: the length of its live
+        output list (V1), or MRV2's committed tokens less its prompt (``total_len - prompt_len``, as vLLM's own
+        trace replay reads it; total_len grows after sampling, so during the forward it counts the tokens before)."""
+        if self._request_state is None:
+            return [len(self._outputs.get(slot) or ()) for slot in slots]
+        index = torch.tensor(slots, dtype=torch.long)
+        total = self._request_state.total_len.gpu[index.to(self._request_state.total_len.gpu.device)].cpu()
+        return (total - torch.from_numpy(self._request_state.prompt_len.np[index.numpy()])).tolist()
 
 
 def request_tag(extra_args: dict | None) -> str | None:

@@ -1,4 +1,5 @@
-"""Installing the project changes nothing for vLLM engines that do not ask for EGLR, on either model runner.
+"""Installing the project changes nothing for vLLM engines that do not ask for EGLR, on either model runner, and the
+EGLR engine's processor passes both runners' loaders.
 
 vLLM loads every ``vllm.logits_processors`` entry point into every engine, and Model Runner V2 (vLLM's default
 wherever Triton has a backend) refuses V1-interface classes there, so such an entry point would stop every engine of
@@ -80,16 +81,25 @@ def test_v1_loader_builds_eglr_processor_only_for_the_eglr_engine(tmp_path):
     assert type(full[0]).served == frozenset(range(1, LAYERS + 1))
 
 
-def test_mrv2_refuses_only_the_eglr_engine_in_its_own_words():
-    """Under MRV2 the EGLR engine's processor (V1 interface) is refused by vLLM's loader when that engine starts,
-    naming the class: the refusal reaches no other engine (docs/vllm.md, "Model Runner V2")."""
-    from vllm.v1.worker.gpu.sample.logits_processor.loader import build_custom_logits_processors_params_validator
+def test_mrv2_loader_takes_the_eglr_engines_processor():
+    """Under MRV2 the EGLR engine's processor (it has both of vLLM's interfaces) passes vLLM's loader when that engine
+    starts, and its front-end validator refuses a bad request in the one line of V1's (docs/vllm.md, "Model Runner
+    V2"; tests/eglr_vllm/test_model_runner_v2.py: the rest of MRV2's interfaces)."""
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
+    from vllm.v1.worker.gpu.sample.logits_processor.loader import (
+        _load_v2_logitsprocs, build_custom_logits_processors_params_validator,
+    )
 
     from eglr_harness.vllm import engine_args
 
-    with pytest.raises(ValueError, match="EglrRowSettings_L_1to4 is not a subclass of vllm.v1.worker.gpu"):
-        build_custom_logits_processors_params_validator(
-            tuple(engine_args("LlamaForCausalLM", num_layers=LAYERS)["logits_processors"]))
+    names = tuple(engine_args("LlamaForCausalLM", num_layers=LAYERS)["logits_processors"])
+    assert [cls.__name__ for cls in _load_v2_logitsprocs(names)] == [f"EglrRowSettings_L_1to{LAYERS}"]
+    validate = build_custom_logits_processors_params_validator(names)
+    validate(SamplingParams(extra_args={"eglr": {"L": LAYERS, "tau_h": 1.0}}))
+    with pytest.raises(VLLMValidationError) as refused:
+        validate(SamplingParams(extra_args={"eglr": {"L": LAYERS + 1, "tau_h": 1.0}}))
+    assert str(refused.value) == f"`L`={LAYERS + 1} is not served by this engine; allowed: 0, 1-{LAYERS}."
 
 
 # hides the project's entry points from importlib.metadata in every process of the run (vLLM's engine core and
