@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from lm_eval.models.huggingface import HFLM
 from transformers import PreTrainedModel
 
-from eglr_harness.core.config import DEFAULT_STOP
 from eglr_harness.core.errors import model_arg_errors
 from eglr_harness.core.model_args import (
     DEFAULT_CALIB_LIMIT,
@@ -113,9 +112,6 @@ class EglrArgs:
                 raise ValueError(f"`data_parallel_size`={vllm_args['data_parallel_size']!r} is not allowed with "
                                  "eglr-vllm; allowed: 1 (tensor_parallel_size is taken).")
             settings = _settings(preset, own)
-            if settings.base.stop != DEFAULT_STOP:
-                raise ValueError(f"`stop`={settings.base.stop!r} is not allowed with eglr-vllm; allowed: "
-                                 f"{DEFAULT_STOP} (the other exit rules run in eglr-hf).")
             layers = _vllm_layers(vllm_args["pretrained"], bool(vllm_args.get("trust_remote_code", False)))
             settings.check_layers(layers)
             _check_rollout_cache(own.get("rollout_cache"))

@@ -72,7 +72,7 @@ class EglrVLLM(VLLM):
         self.runner = PoolRunner(self.args, self.decoder, num_layers=self.args.declared_layers, gather=local_gather,
                                  rank=self.rank, max_gen_toks=self.max_gen_toks, batch_size=self.batch_size,
                                  model_name=model_name({k: v for k, v in vllm_args.items() if isinstance(v, str)})
-                                 or vllm_args["pretrained"])
+                                 or vllm_args["pretrained"], head_layers=_head_layers(vllm_args["pretrained"], trust))
         self.settings, self.tau_h_by_task = self.args.settings, self.runner.tau_h_by_task
 
     @property
@@ -94,6 +94,20 @@ class EglrVLLM(VLLM):
         fields = {"engine": ENGINE_NAME, "engines": self.runner.engines_by_task(), "engine_requested": ENGINE_NAME,
                   "compile": "none", "compile_requested": "none"}
         return {**info, "eglr": self.runner.eglr_info(fields)}
+
+
+def _head_layers(pretrained: str, trust_remote_code: bool) -> float:
+    """One LM-head projection in decoder layers (``ModelParts.head_layers``, eglr-hf's figure), from the
+    checkpoint's transformers model built on the meta device: its shapes, no weights read, no memory."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from eglr_harness.decoding.model_parts import find_model_parts
+
+    config = AutoConfig.from_pretrained(pretrained, trust_remote_code=trust_remote_code)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    return find_model_parts(model).head_layers
 
 
 def _served_spans(args: EglrArgs) -> list[int] | None:

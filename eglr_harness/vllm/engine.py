@@ -1,15 +1,16 @@
 """The engine contract (``decoding/contract.py``) over a vLLM ``LLM`` whose model is an EGLR architecture.
 
 Every request goes to vLLM in one ``generate`` call (vLLM batches and schedules them); the EGLR
-settings of each travel in its ``SamplingParams.extra_args`` (``row_settings.py``), temperature,
-top-k, top-p and the row seed in vLLM's own parameters. Per token, the entropy, k* and last KL come
+settings of each (its exit rule and threshold included) travel in its ``SamplingParams.extra_args``
+(``row_settings.py``), temperature, top-k, top-p and the row seed in vLLM's own parameters. Per token, the
+entropy, k* and last exit signal (the KL with ``stop=kl``) come
 from the workers' record (a tag per request), taken through vLLM's RPC in whatever process the workers
 run (``worker.py``), the emitted token's log-probability from vLLM's own ``logprobs=0`` (raw: the
 refined logits, temperature 1).
 
 Accounting: vLLM decides the batch of each step, which this side never sees; each rollout's figures
-are its own (rows = its tokens, the refinement cost = its gated tokens' iterations x L), as the
-continuous engine counts a row.
+are its own (rows = its tokens, the refinement cost = its gated tokens' iterations x L, the LM-head projections
+as its exit rule makes them), as the continuous engine counts a row.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class VllmEngine:
         config = request.config
         sampled = config.sampled
         settings = {"L": config.L, "alpha": config.alpha, "k_max": config.k_max, "tau_kl": config.tau_kl,
-                    "tau_h": config.tau_h, "tag": tag}
+                    "tau_h": config.tau_h, "stop": config.stop,
+                    config.stop_rule.threshold_arg: config.stop_threshold, "tag": tag}
         return SamplingParams(
             temperature=config.T if sampled else 0.0,
             top_k=(config.top_k or -1) if sampled else -1, top_p=config.top_p if sampled else 1.0,
@@ -69,7 +71,7 @@ class VllmEngine:
         for i, (request, tag, output) in enumerate(zip(requests, tags, outputs)):
             outcome = _outcome(output.outputs[0], records[tag])
             if stats_for is not None:
-                _account(stats_for(request.config), outcome, request.config.L)
+                _account(stats_for(request.config), outcome, request.config)
             outcomes.append(outcome)
             if on_finish is not None:
                 on_finish(i, outcome)
@@ -100,9 +102,11 @@ def finish_of(finish_reason: str | None, stop_reason) -> str:
     return str(finish_reason)
 
 
-def _account(stats: EglrStats, outcome: Outcome, L: int) -> None:
-    """One rollout's figures, counted as its own rows (vLLM's batches are not visible here)."""
+def _account(stats: EglrStats, outcome: Outcome, config: EglrConfig) -> None:
+    """One rollout's figures, counted as its own rows (vLLM's batches are not visible here); its LM-head
+    projections as its exit rule makes them (``StopRule.head_per_iteration``: k* each, or one per gated token)."""
     tokens = len(outcome.tokens)
     stats.add_batch(steps=tokens, gated_steps=outcome.gated, row_steps=tokens, tokens=tokens,
-                    iterations=dict(outcome.iterations), L=L,
-                    pass_row_iterations=sum(k * n for k, n in outcome.iterations.items()))
+                    iterations=dict(outcome.iterations), L=config.L,
+                    pass_row_iterations=sum(k * n for k, n in outcome.iterations.items()),
+                    head_per_iteration=config.stop_rule.head_per_iteration)

@@ -11,6 +11,10 @@ logits as vLLM's sampler reads them (``compute_logits``: the family's scale and 
 gated rows it runs the refinement loop with the project's pure functions
 (``eglr_harness.decoding.functional``) and returns, for those rows, the final norm of the chosen
 ``h^(N,k*)``, from which vLLM computes the logits it samples (temperature, top-k, seed: vLLM's).
+Each row ends by its request's own exit rule (``stop``: the paper's KL, or latent, accel, margin, entropy;
+their signals, hits and two-hit streak are ``functional``'s), so one batch mixes rules: each rule's signal is
+computed on its own rows only, and only the rows whose rule reads a distribution (kl, margin, entropy) project
+the LM head at every iteration; latent's and accel's project it once, at their exit.
 
 Only the gated rows pay. A refinement iteration runs layers N-L..N-1 on the rows still refining and
 nothing else: one one-token query per row, at the row's own position, under a forward context of its
@@ -32,7 +36,7 @@ Mistral, Qwen2, Qwen3: the EAGLE-3 hook of their ``Model.forward``) is the famil
 ``Model.forward``, compiled as vLLM compiles it; the anchors come out as its auxiliary outputs (fixed
 at build time: the layers ``N - L`` of the spans the engine serves, ``eglr_spans``). Gemma-3's has
 none: its EGLR normal pass runs the layers one by one outside the compiled piece. The refinement and
-the host decisions (the gate, which rows still run, the KL exits) run between compiled pieces, eagerly
+the host decisions (the gate, which rows still run, the exit rules) run between compiled pieces, eagerly
 (docs/vllm.md: how this maps onto piecewise CUDA graphs).
 
 Settings come per request (``row_settings.py``), kept per slot of vLLM's persistent batch: under V1's runner
@@ -59,9 +63,9 @@ from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
 from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
 from vllm.v1.attention.backend import CommonAttentionMetadata
 
-from eglr_harness.core.config import EglrConfig
+from eglr_harness.core.config import STOP_RULES, EglrConfig
 from eglr_harness.decoding.functional import (
-    entropy_gate, entropy_of_log_probs, fuse, kl_divergence, norm_match, refinement_done,
+    entropy_gate, entropy_of_log_probs, exit_done, exit_hit, exit_signal, fuse, hit_streak, norm_match,
 )
 from eglr_harness.vllm.row_settings import REQUEST_SLOTS_ARG, settings_for
 
@@ -225,7 +229,8 @@ class EglrForCausalLMMixin:
         tau_h = torch.tensor([config.tau_h for config in configs], dtype=torch.float64, device=entropies.device)
         normed = normed.clone()
         iterations = torch.zeros(len(configs), dtype=torch.long, device=entropies.device)  # (R,) k*, 0 ungated
-        last_kls = torch.zeros(len(configs), dtype=torch.float32, device=entropies.device)  # (R,)
+        # (R,) each row's last exit signal (the KL with stop=kl; what the signal record calls its last KL), 0 ungated
+        last_kls = torch.zeros(len(configs), dtype=torch.float32, device=entropies.device)
         refines = torch.tensor([config.refines for config in configs], device=entropies.device)
         # the G gated requests, deepest span first: the rows that run a layer are then a prefix of those still refining
         order = sorted(entropy_gate(entropies, tau_h, refines).nonzero()[:, 0].tolist(), key=lambda i: -configs[i].L)
@@ -235,11 +240,11 @@ class EglrForCausalLMMixin:
             firsts = [num_layers - config.L for config in gated_configs]
             token_rows = rows[gated]
             anchors = self._anchors(input_ids, inputs_embeds, streams, firsts, token_rows)
-            refined, refined_logits, k_star, kl = self._refine(
+            refined, refined_logits, k_star, signal = self._refine(
                 positions, anchors, firsts, gated, token_rows, final_stream[gated], normed[token_rows], logits[gated],
                 logp[gated], gated_configs)
             normed[token_rows], logits[gated] = refined, refined_logits
-            iterations[gated], last_kls[gated] = k_star, kl
+            iterations[gated], last_kls[gated] = k_star, signal
         if tracker.records(slots):
             tracker.record(slots, entropies.tolist(), iterations.tolist(), last_kls.tolist())
         self._eglr_step_logits = logits
@@ -247,7 +252,8 @@ class EglrForCausalLMMixin:
 
     def _refine(self, positions, anchors, firsts: list[int], requests, token_rows, final_stream, normed0, logits0,
                 logp0, configs):
-        """The refinement loop of the G gated rows, every span in one pass per iteration.
+        """The refinement loop of the G gated rows, every span in one pass per iteration, each row ending by its own
+        exit rule (``EglrConfig.stop``, its threshold and k_max).
 
         anchors: (G, D) each row's anchor a, the input of its layer ``firsts[g]`` (= N-L), ``firsts`` ascending (the
         deepest span first); requests: (G,) their requests' indices in the step's batch; token_rows: (G,) their
@@ -255,29 +261,38 @@ class EglrForCausalLMMixin:
         and p^(0). An iteration runs each layer on the rows still refining whose span covers it, only them: a row
         joins the pass at its own first layer (as the residual stream u, the fused state: its residual part zero),
         and the A rows still refining share one final norm and one LM head product (a pool of spans pays its
-        deepest span's weights once per iteration, not once per span). Returns (G, D) the final norm of h^(N,k*),
-        the state vLLM's logits come from, (G, V) those logits, (G,) k* and (G,) the KL of each row's last iteration.
+        deepest span's weights once per iteration, not once per span). Only the rows whose rule reads a
+        distribution (``StopRule.head_per_iteration``: kl, margin, entropy) project the head at every iteration;
+        latent's and accel's rows project it once, on their state at the exit. Returns (G, D) the final norm of
+        h^(N,k*), the state vLLM's logits come from, (G, V) those logits, (G,) k* and (G,) the exit signal of each
+        row's last iteration (the KL with ``stop=kl``).
         """
         device = anchors.device
         num_layers = len(self.model.layers)
         alpha = torch.tensor([c.alpha for c in configs], dtype=torch.float32, device=device)
         one_minus_alpha = torch.tensor([1.0 - c.alpha for c in configs], dtype=torch.float32, device=device)
-        tau_kl = torch.tensor([c.tau_kl for c in configs], dtype=torch.float64, device=device)
+        threshold = torch.tensor([c.stop_threshold for c in configs], dtype=torch.float64, device=device)
         k_max = torch.tensor([c.k_max for c in configs], device=device)
-        state, logp_prev, chosen, chosen_logits = final_stream.clone(), logp0.clone(), normed0.clone(), logits0.clone()
+        rules = [c.stop for c in configs]
+        state = final_stream.clone()  # (G, D) h^(N,k) of each row's last iteration
+        state_before = final_stream.clone()  # (G, D) h^(N,k-1) (accel's second difference; any value at k = 1)
+        logp_prev, chosen, chosen_logits = logp0.clone(), normed0.clone(), logits0.clone()
+        exit_state = final_stream.clone()  # (G, D) h^(N,k*) of the rows that project the head once, at the exit
         running = torch.ones(len(configs), dtype=torch.bool, device=device)
         iterations = torch.zeros(len(configs), dtype=torch.long, device=device)
-        last_kl = torch.zeros(len(configs), dtype=torch.float32, device=device)
+        streak = torch.zeros(len(configs), dtype=torch.long, device=device)  # consecutive hits (accel needs 2)
+        last_signal = torch.zeros(len(configs), dtype=torch.float32, device=device)
         with contextlib.ExitStack() as kept:
             for start, end, count in layer_segments(firsts, num_layers):
                 kept.enter_context(kept_kv_blocks(attention_layer_names(self.model.layers[start:end]),
                                                   token_rows[:count], self._eglr_vllm_config))
             for k in range(1, int(k_max.max()) + 1):
-                active = running.nonzero()[:, 0]  # (A,) ascending: still the deepest span first
+                active_rows = running.nonzero()[:, 0].tolist()  # ascending: still the deepest span first
+                active = torch.tensor(active_rows, device=device)  # (A,)
                 fused = fuse(anchors[active], norm_match(state[active], anchors[active]), alpha[active],
                              one_minus_alpha[active])  # (A, D)
                 hidden, residual, entered = None, None, 0
-                for start, end, count in layer_segments([firsts[i] for i in active.tolist()], num_layers):
+                for start, end, count in layer_segments([firsts[i] for i in active_rows], num_layers):
                     joining = fused[entered:count]
                     if hidden is None:  # the deepest rows start the pass as a stack's first layer does
                         hidden = joining
@@ -289,23 +304,72 @@ class EglrForCausalLMMixin:
                     with override_forward_context(self._sub_batch_context(requests[these], token_rows[these])):
                         for layer in self.model.layers[start:end]:
                             hidden, residual = layer(positions[token_rows[these]], hidden, residual)
-                state[active] = hidden + residual  # (A, D) h^(N,k)
-                normed, _ = self.model.norm(hidden, residual)
-                logits, logp = self._logits_and_logprobs(normed)
-                kl = kl_divergence(logp, logp_prev[active])
-                # an iteration with a non-finite KL is not taken: its row keeps its last finite one and stops
-                # (refinement_done ends a NaN KL), rather than stopping the engine for every request
-                keep = ~kl.isnan()
-                if not bool(keep.all()):
-                    _warn_on_nan_rows(kl, "a refinement")
-                taken = active[keep]
-                chosen[taken], chosen_logits[taken] = normed[keep], logits[keep]
-                iterations[taken], last_kl[taken] = k, kl[keep]
-                running[active] = ~refinement_done(kl, tau_kl[active], k, k_max[active])  # each row's own exit
-                logp_prev[active] = logp
+                new_state = hidden + residual  # (A, D) h^(N,k)
+                groups = rule_groups([rules[i] for i in active_rows])
+                heads = sorted(a for name, members in groups for a in members if STOP_RULES[name].head_per_iteration)
+                if heads:  # the head on the rows whose rule reads p_k, in one product (``heads``: their positions)
+                    if len(heads) == len(active_rows):
+                        head_at = None
+                        normed, _ = self.model.norm(hidden, residual)
+                    else:
+                        head_at = torch.tensor(heads, device=device)
+                        normed, _ = self.model.norm(hidden[head_at], residual[head_at])
+                    logits, logp = self._logits_and_logprobs(normed)  # (H, V) each: row h is active row heads[h]
+                    head_of = {a: h for h, a in enumerate(heads)}
+                signal = torch.empty(len(active_rows), dtype=torch.float32, device=device)  # (A,)
+                done = torch.empty(len(active_rows), dtype=torch.bool, device=device)  # (A,)
+                for name, members in groups:  # each rule's signal and exit, on its own rows only
+                    at = torch.tensor(members, device=device)  # positions among the active rows
+                    rows = active[at]
+                    if STOP_RULES[name].head_per_iteration:
+                        value = exit_signal(name, logp=logp[torch.tensor([head_of[a] for a in members],
+                                                                         device=device)], logp_prev=logp_prev[rows])
+                    else:
+                        value = exit_signal(name, hidden=new_state[at], hidden_prev=state[rows],
+                                            hidden_prev2=state_before[rows])
+                    signal[at] = value
+                    streak[rows] = hit_streak(exit_hit(name, value, threshold[rows], k), streak[rows])
+                    done[at] = exit_done(name, streak[rows], k, k_max[rows])
+                # an iteration with a non-finite signal is not taken: its row keeps its last finite one and stops
+                # (a NaN is a hit: exit_hit) rather than stopping the engine for every request
+                finite = ~signal.isnan()
+                if not bool(finite.all()):
+                    _warn_on_nan_rows(signal, "a refinement")
+                taken = active[finite]
+                iterations[taken], last_signal[taken] = k, signal[finite]
+                if heads:
+                    head_rows = active if head_at is None else active[head_at]
+                    head_taken = finite if head_at is None else finite[head_at]
+                    chosen[head_rows[head_taken]] = normed[head_taken]
+                    chosen_logits[head_rows[head_taken]] = logits[head_taken]
+                    logp_prev[head_rows] = logp
+                exit_state[taken] = new_state[finite]  # read only for the rows that project at the exit
+                running[active] = ~(done | ~finite)  # each row's own exit
+                state_before[active], state[active] = state[active], new_state
                 if not bool(running.any()):
                     break
-        return chosen, chosen_logits, iterations, last_kl
+        self._project_at_exit(chosen, chosen_logits, exit_state, iterations, configs)
+        return chosen, chosen_logits, iterations, last_signal
+
+    def _project_at_exit(self, chosen, chosen_logits, exit_state, iterations, configs) -> None:
+        """The one head projection of the rows whose rule reads no distribution per iteration (latent, accel), on
+        their state at the exit, written into ``chosen`` (G, D) and ``chosen_logits`` (G, V) in place.
+
+        exit_state: (G, D) each row's h^(N,k*); iterations: (G,) k* (a row with none taken keeps the normal pass's).
+        A row whose exit logits are not finite keeps the normal pass's (as stock vLLM decodes it), logged."""
+        once = [g for g, config in enumerate(configs) if not config.stop_rule.head_per_iteration]
+        if not once:
+            return
+        once = torch.tensor(once, device=exit_state.device)
+        once = once[iterations[once] > 0]
+        if not once.numel():
+            return
+        normed = self.model.norm(exit_state[once])
+        logits, logp = self._logits_and_logprobs(normed)
+        finite = ~logp.isnan().any(dim=-1)
+        if not bool(finite.all()):
+            _warn_on_nan_rows(torch.where(finite, 0.0, torch.nan), "a refinement's exit projection")
+        chosen[once[finite]], chosen_logits[once[finite]] = normed[finite], logits[finite]
 
     def _sub_batch_context(self, requests: torch.Tensor, token_rows: torch.Tensor) -> ForwardContext:
         """The step's forward context cut to one one-token query per row: row i is token ``token_rows[i]`` of
@@ -362,6 +426,18 @@ def served_spans(hf_config, num_layers: int) -> tuple[int, ...]:
     if bad:
         raise ValueError(f"eglr-vllm: eglr_spans value {bad[0]!r} is not allowed; allowed: integers 1..{num_layers}.")
     return tuple(sorted(set(spans)))
+
+
+def rule_groups(rules: list[str]) -> list[tuple[str, list[int]]]:
+    """The positions of each exit rule in ``rules`` (one per row), rules in order of first appearance.
+
+    >>> rule_groups(["kl", "latent", "kl"])
+    [('kl', [0, 2]), ('latent', [1])]
+    """
+    groups: dict[str, list[int]] = {}
+    for position, rule in enumerate(rules):
+        groups.setdefault(rule, []).append(position)
+    return list(groups.items())
 
 
 def layer_segments(firsts: list[int], num_layers: int) -> list[tuple[int, int, int]]:

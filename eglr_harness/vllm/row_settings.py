@@ -49,12 +49,12 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDi
 from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as RunnerV2LogitsProcessor
 from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcRequestState
 
-from eglr_harness.core.config import DEFAULT_STOP, EglrConfig, has_gate, parse_tau_h
+from eglr_harness.core.config import STOP_THRESHOLD_ARGS, EglrConfig, check_stop, has_gate, parse_tau_h
 
 EXTRA_ARGS_KEY = "eglr"
 FLAT_PREFIX = "eglr_"  # vllm_xargs' flat form: extra_args["eglr_L"] is extra_args["eglr"]["L"]
 # what a request may set, and what it gets when it sets nothing (plain decoding)
-REQUEST_KEYS = ("L", "tau_h", "alpha", "k_max", "tau_kl", "stop", "tag")
+REQUEST_KEYS = ("L", "tau_h", "alpha", "k_max", "tau_kl", "stop", *STOP_THRESHOLD_ARGS, "tag")
 # a request's refinement budget: every row of a step waits for the slowest one's iterations, so one request's
 # k_max=10**9 (with tau_kl=0) would stall the whole batch. The paper's ablation spans k_max 1..5 (eglr-method.md
 # §3); 16 leaves room for studies without letting one request hold the engine.
@@ -104,7 +104,9 @@ def request_config(extra_args: dict | None, served: frozenset[int] | None = None
     extra_args: ``SamplingParams.extra_args`` (``request_settings``'s two forms); served: the spans L the engine
     refines with (None: not known here, checked at the step). ValueError (one line) for an unknown key, a value
     outside its range, an L > 0 without ``tau_h`` (the spec's default is calibrated per task, which a single
-    request cannot do), a ``k_max`` above ``MAX_K_MAX``, an exit rule other than the paper's, or an L not served.
+    request cannot do), a ``k_max`` above ``MAX_K_MAX``, a ``stop`` outside ``STOP_RULES``, or an L not served.
+    ``stop`` and the rules' thresholds (``tau_latent``, ...) are checked by ``EglrConfig`` (``SETTING_RULES``, eglr-hf's
+    table); a threshold of a rule other than the request's is checked and unread, as eglr-hf takes it.
     """
     settings = request_settings(extra_args)
     if settings is None:
@@ -112,10 +114,8 @@ def request_config(extra_args: dict | None, served: frozenset[int] | None = None
     tag = settings.pop("tag", None)
     if tag is not None and not isinstance(tag, str):
         raise ValueError(f"`tag`={tag!r} is not allowed; allowed: a str.")
-    stop = settings.pop("stop", DEFAULT_STOP)
-    if stop != DEFAULT_STOP:
-        raise ValueError(f"`stop`={stop!r} is not allowed inside vLLM; allowed: {DEFAULT_STOP!r} (the other exit "
-                         "rules run in eglr-hf only).")
+    if "stop" in settings:  # as eglr-hf reads its model arg: any case, any surrounding spaces
+        settings["stop"] = check_stop(settings["stop"])
     if "tau_h" in settings:
         settings["tau_h"] = parse_tau_h(settings["tau_h"])
         if settings["tau_h"] == "auto":

@@ -2,14 +2,16 @@
 
 Tiny random models of each family, saved as fp32 safetensors, decoded greedily by vLLM: stock vLLM
 equals transformers; the EGLR architecture with L = 0 equals stock vLLM token for token (alone and
-in a batch beside refining requests); EGLR equals the naive uncached reference for L in {1, N/2, N},
-gate always open (tau_h = 0) and at the 95th percentile of the greedy run's entropies, all settings
-per request in one batch of one engine. The reference never caches keys/values, so a refinement
-that left its keys/values in vLLM's paged cache would change the later tokens of these runs.
+in a batch beside refining requests); EGLR equals the naive uncached reference, tokens and k*, for L in
+{1, N/2, N}, gate always open (tau_h = 0) and at the 95th percentile of the greedy run's entropies, and for
+every exit rule (``stop``), all settings per request in one batch of one engine. The reference never caches
+keys/values, so a refinement that left its keys/values in vLLM's paged cache would change the later tokens of
+these runs.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -22,7 +24,7 @@ import torch  # noqa: E402
 from helpers.vllm_engines import EOS, FAMILIES, LAYERS, close_engine, generate, make_engine, save_tiny_model  # noqa: E402
 from helpers.inputs import random_prompts  # noqa: E402
 
-from eglr_harness.core.config import EglrConfig  # noqa: E402
+from eglr_harness.core.config import STOP_RULES, EglrConfig  # noqa: E402
 from eglr_harness.decoding.contract import Request  # noqa: E402
 from eglr_harness.decoding.functional import entropy  # noqa: E402
 from eglr_harness.decoding.naive_reference import naive_eglr_greedy  # noqa: E402
@@ -32,6 +34,14 @@ MAX_NEW = 10
 TAU_KL = 3e-4  # as tests/decoding/test_engine_vs_naive.py: every observed KL stays > 0.1 % away from it
 KL_MARGIN = 1e-3
 SPANS = (1, LAYERS // 2, LAYERS)
+RULES = ("latent", "accel", "margin", "entropy")  # the exit rules beside the paper's kl
+# accel exits on two hits in a row from k = 2, so at k = 3 at the earliest: with k_max 3 it could not be told
+# from the budget
+RULE_K_MAX = 4
+# the families whose engine also decodes the rules: the refinement loop is every family's, and these two are the
+# two normal passes (the compiled family forward with auxiliary outputs; Gemma-3's layer by layer, its four norms)
+RULE_FAMILIES = ("llama", "gemma3")
+_TAGS = itertools.count()  # signal tags are unique per process (the front end refuses a tag used before)
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -42,12 +52,58 @@ def family(request, tmp_path_factory):
 
 
 def _reference(model, prompt, **settings):
-    kls: list[float] = []
-    tokens, logits, gated = naive_eglr_greedy(model, prompt, max_new_tokens=MAX_NEW, eos_ids={EOS}, kl_sink=kls,
-                                              **settings)
-    closest = min((abs(kl - TAU_KL) / TAU_KL for kl in kls), default=1.0)
-    assert closest > KL_MARGIN, f"a KL lies within {closest:.1e} (relative) of tau_kl: pick another TAU_KL"
-    return tokens, logits, gated
+    """The reference's (tokens, logits, gated flags, k* per token) for a request's ``settings`` (vLLM's keys: ``stop``
+    and its rule's threshold included); every value the exit rule compared must lie more than KL_MARGIN (relative)
+    from its threshold, so that float noise between vLLM and the reference cannot flip an exit."""
+    settings = dict(settings)
+    stop = settings.pop("stop", "kl")
+    threshold = settings.pop(STOP_RULES[stop].threshold_arg) if stop != "kl" else settings["tau_kl"]
+    values: list[float] = []
+    iterations: list[int] = []
+    tokens, logits, gated = naive_eglr_greedy(model, prompt, max_new_tokens=MAX_NEW, eos_ids={EOS}, kl_sink=values,
+                                              iterations_sink=iterations, stop=stop, tau_stop=threshold, **settings)
+    closest = min((abs(value - threshold) / threshold for value in values), default=1.0)
+    assert closest > KL_MARGIN, f"a {stop} signal lies within {closest:.1e} (relative) of its threshold {threshold}"
+    return tokens, logits, gated, iterations
+
+
+def _rule_settings(rule: str, threshold: float) -> dict:
+    return dict(L=LAYERS // 2, alpha=0.2, k_max=RULE_K_MAX, tau_kl=TAU_KL, tau_h=0.0, stop=rule,
+                **{STOP_RULES[rule].threshold_arg: threshold})
+
+
+def _rule_signals(model, prompts, rule: str, threshold: float) -> list[float]:
+    values: list[float] = []
+    for prompt in prompts:
+        naive_eglr_greedy(model, prompt, L=LAYERS // 2, alpha=0.2, k_max=RULE_K_MAX, tau_kl=TAU_KL, tau_h=0.0,
+                          max_new_tokens=MAX_NEW, eos_ids={EOS}, kl_sink=values, stop=rule, tau_stop=threshold)
+    return values
+
+
+def _rule_threshold(model, prompts, rule: str) -> float:
+    """A threshold of exit rule ``rule`` that ends some refinements at the first iteration it may and lets others
+    run on: halfway between two neighbouring values of that iteration's signal in the reference run that never exits
+    (every token gated, RULE_K_MAX iterations each), the pair nearest the median whose own run keeps every value
+    more than KL_MARGIN (relative) away from it. (A median over all iterations would not split the tokens: latent's
+    and accel's signals shrink by about the same factor each iteration, for every token.)"""
+    never = _rule_signals(model, prompts, rule, 1.0 if rule == "margin" else 0.0)  # no value is a hit
+    values = sorted(never[::RULE_K_MAX - STOP_RULES[rule].first_hit + 1])  # each token's first defined signal
+    middle = len(values) // 2
+    for offset in sorted(range(1 - middle, len(values) - middle), key=abs)[:8]:
+        threshold = (values[middle + offset - 1] + values[middle + offset]) / 2
+        if threshold > 0 and all(abs(v - threshold) / threshold > KL_MARGIN
+                                 for v in _rule_signals(model, prompts, rule, threshold)):
+            return threshold
+    raise AssertionError(f"no threshold of {rule} near the median of its signals keeps its values apart")
+
+
+def _generate_recorded(llm, prompts, settings_per_prompt) -> list[tuple[list[int], list[int]]]:
+    """``generate`` with each request tagged: (its tokens, its k* per token from the worker's record) each."""
+    tags = [f"rules-{next(_TAGS)}" for _ in prompts]
+    tokens = generate(llm, prompts, [{**s, "tag": tag} for s, tag in zip(settings_per_prompt, tags)],
+                      max_tokens=MAX_NEW)
+    records = llm.collective_rpc("eglr_take_signals", args=(tags,))[0]
+    return [(row, [k for _, k, _ in records[tag]]) for row, tag in zip(tokens, tags)]
 
 
 def _percentile_gate(model, prompts, q=0.95) -> float:
@@ -55,7 +111,7 @@ def _percentile_gate(model, prompts, q=0.95) -> float:
     (so float noise between vLLM and the reference cannot flip a gate decision)."""
     values = []
     for prompt in prompts:
-        _, logits, _ = _reference(model, prompt, L=0, alpha=0.2, k_max=3, tau_kl=TAU_KL, tau_h=math.inf)
+        logits = _reference(model, prompt, L=0, alpha=0.2, k_max=3, tau_kl=TAU_KL, tau_h=math.inf)[1]
         values.extend(float(e) for e in entropy(torch.stack(logits)))
     values.sort()
     index = min(int(math.ceil(q * len(values))), len(values) - 1)
@@ -88,27 +144,36 @@ def test_stock_and_eglr_l0_decode_as_transformers(family):
 
 
 def test_eglr_matches_naive_reference(family):
-    """Every (L, gate) setting per request in one batch of one engine, against the reference row by row."""
+    """Every (L, gate) setting, and (RULE_FAMILIES) every exit rule at a threshold that splits its signals, per
+    request in one batch of one engine, against the reference row by row: the tokens and each token's k*."""
     arch, model, folder = family
     prompts = random_prompts()
     percentile = _percentile_gate(model, prompts)
     cases = [(prompt, dict(L=L, alpha=0.2, k_max=3, tau_kl=TAU_KL, tau_h=tau_h))
              for L in SPANS for tau_h in (0.0, percentile) for prompt in prompts]
+    rules = RULES if arch in RULE_FAMILIES else ()
+    cases += [(prompt, _rule_settings(rule, _rule_threshold(model, prompts, rule)))
+              for rule in rules for prompt in prompts]
     expected = [_reference(model, prompt, **settings) for prompt, settings in cases]
     llm = make_engine(folder, eglr=True, architecture=model.config.architectures[0])
     try:
-        got = generate(llm, [p for p, _ in cases], [s for _, s in cases], max_tokens=MAX_NEW)
+        got = _generate_recorded(llm, [p for p, _ in cases], [s for _, s in cases])
     finally:
         close_engine(llm)
-    for (prompt, settings), (tokens, _, _), row in zip(cases, expected, got):
+    for (prompt, settings), (tokens, _, _, k_star), (row, row_k_star) in zip(cases, expected, got):
         assert row == tokens, f"{arch} {settings}: vLLM {row} != reference {tokens}"
+        assert row_k_star == k_star, f"{arch} {settings}: vLLM's k* {row_k_star} != reference's {k_star}"
     greedy = {tuple(p): _reference(model, p, L=0, alpha=0.2, k_max=3, tau_kl=TAU_KL,
                                    tau_h=math.inf)[0] for p in prompts}
     percentile_rows = [e for (p, s), e in zip(cases, expected) if s["tau_h"] > 0]
-    assert any(any(gated) for _, _, gated in percentile_rows), f"{arch}: the 95th-percentile gate never opened"
-    assert not all(all(gated) for _, _, gated in percentile_rows), f"{arch}: the 95th-percentile gate never closed"
-    changed = sum(tokens != greedy[tuple(p)] for (p, _), (tokens, _, _) in zip(cases, expected))
+    assert any(any(gated) for _, _, gated, _ in percentile_rows), f"{arch}: the 95th-percentile gate never opened"
+    assert not all(all(gated) for _, _, gated, _ in percentile_rows), \
+        f"{arch}: the 95th-percentile gate never closed"
+    changed = sum(tokens != greedy[tuple(p)] for (p, _), (tokens, _, _, _) in zip(cases, expected))
     assert changed > 0, f"{arch}: no setting changed a token: the comparison could not fail"
+    for rule in rules:  # each rule decided: it ended some refinements before k_max and let others run longer
+        k_stars = {k for (_, s), e in zip(cases, expected) if s.get("stop") == rule for k in e[3]}
+        assert len(k_stars - {0}) > 1 and min(k_stars - {0}) < RULE_K_MAX, f"{arch} {rule}: k* {sorted(k_stars)}"
 
 
 def test_exact_under_the_default_compilation(tmp_path):

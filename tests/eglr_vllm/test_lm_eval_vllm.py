@@ -1,5 +1,5 @@
 """``lm_eval --model eglr-vllm`` (the real CLI) against ``lm_eval --model eglr-hf`` on ``eglr_demo``: the same
-texts, signals and accounting at the same L, tau_h and new tokens, in the same samples/results format.
+texts, signals and accounting at the same L, tau_h, exit rule and new tokens, in the same samples/results format.
 
 On ``tiny_chat_model`` (conftest.py).
 """
@@ -34,8 +34,14 @@ def _lm_eval(model: str, model_args: str, out) -> tuple[list[dict], dict]:
     return samples, results
 
 
-def test_eglr_vllm_texts_equal_eglr_hf(tiny_chat_model, tmp_path):
-    settings = f"L={L},tau_h={TAU_H}"
+# the paper's exit rule, and latent (issue 58, item 4: no LM head per iteration, so its own head accounting) at a
+# threshold that splits these 36 tokens' first iterations (eglr-hf: 19 exit at k = 1, 17 at k = 2)
+EXIT_RULES = {"kl": "", "latent": ",stop=latent,tau_latent=0.088"}
+
+
+@pytest.mark.parametrize("rule", EXIT_RULES)
+def test_eglr_vllm_texts_equal_eglr_hf(tiny_chat_model, tmp_path, rule):
+    settings = f"L={L},tau_h={TAU_H}{EXIT_RULES[rule]}"
     hf_samples, hf_results = _lm_eval("eglr-hf", f"pretrained={tiny_chat_model},dtype=float32,{settings}",
                                       tmp_path / "hf")
     v_samples, v_results = _lm_eval("eglr-vllm", f"pretrained={tiny_chat_model},dtype=float32,max_model_len=512,"
@@ -48,9 +54,14 @@ def test_eglr_vllm_texts_equal_eglr_hf(tiny_chat_model, tmp_path):
         for name, value in hf_rollout["signals"].items():
             assert v_rollout["signals"][name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
     hf_stats, v_stats = (r["config"]["eglr"]["stats"]["total"] for r in (hf_results, v_results))
-    for name in ("tokens", "gated_tokens", "iteration_hist", "flop_ratio"):
+    for name in ("tokens", "gated_tokens", "iteration_hist", "flop_ratio", "head_projections"):
         assert v_stats[name] == hf_stats[name], name
+    assert v_stats["flop_ratio_with_head"] == pytest.approx(hf_stats["flop_ratio_with_head"], rel=1e-12)
     assert v_stats["gated_tokens"] > 0, "nothing was refined: the comparison could not fail"
+    if rule != "kl":  # latent projects the head once per gated token, kl at every iteration: here they differ
+        iterations = sum(int(k) * n for k, n in v_stats["iteration_hist"].items())
+        assert v_stats["head_projections"] == v_stats["gated_tokens"] < iterations, v_stats
+        assert len(v_stats["iteration_hist"]) > 1, "every token ran as many iterations: its exit was not tested"
 
 
 def test_unsupported_architecture_refused_before_the_engine(tmp_path):

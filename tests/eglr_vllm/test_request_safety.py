@@ -19,6 +19,7 @@ pytest.importorskip("vllm.entrypoints.llm",
 from helpers.inputs import random_prompts  # noqa: E402
 from helpers.vllm_engines import EOS, LAYERS, close_engine, generate, make_engine, save_tiny_model  # noqa: E402
 
+from eglr_harness.core.config import STOP_RULES  # noqa: E402
 from eglr_harness.vllm.engine import finish_of  # noqa: E402
 from eglr_harness.vllm.row_settings import MAX_K_MAX, request_config  # noqa: E402
 
@@ -34,7 +35,8 @@ REFUSED = [
      f"`k_max`=1000000000 is not allowed inside vLLM; allowed: 1..{MAX_K_MAX}"),
     ({"L": LAYERS // 2}, f"`L`={LAYERS // 2} needs `tau_h`; allowed: a float >= 0 nats or 'inf'"),
     (dict(REFINING, tau_kl=math.nan), "`tau_kl`=nan is not allowed"),
-    (dict(REFINING, stop="latent"), "`stop`='latent' is not allowed inside vLLM; allowed: 'kl'"),
+    (dict(REFINING, stop="median"), "`stop`='median' is not allowed; allowed: kl, latent, accel, margin, entropy."),
+    (dict(REFINING, stop="margin", tau_margin=1.5), "`tau_margin`=1.5 is not allowed; allowed: a float in [0, 1]."),
     (dict(REFINING, beta=1), "key 'beta' is not allowed; allowed: "),
 ]
 
@@ -57,6 +59,20 @@ def test_flat_keys_are_the_nested_settings():
     assert flat.L == LAYERS // 2 and flat.refines
     with pytest.raises(ValueError, match="both 'eglr' and eglr_"):
         request_config({"eglr": REFINING, "eglr_L": 1})
+
+
+def test_every_exit_rule_admitted_in_both_forms():
+    """Issue 58, item 4: ``stop`` (any case, as eglr-hf's model arg) and its threshold, nested and flat; a threshold
+    of another rule than the request's is checked by eglr-hf's rule and left unread, as eglr-hf does."""
+    for rule in STOP_RULES:
+        settings = dict(REFINING, stop=f" {rule.upper()}", **{STOP_RULES[rule].threshold_arg: 0.25})
+        nested = request_config({"eglr": settings}, frozenset(SERVED))
+        assert request_config({f"eglr_{key}": value for key, value in settings.items()}, frozenset(SERVED)) == nested
+        assert (nested.stop, nested.stop_threshold) == (rule, 0.25)
+    kl = request_config({"eglr": dict(REFINING, tau_latent=0.5)})
+    assert (kl.stop, kl.stop_threshold) == ("kl", REFINING["tau_kl"])
+    with pytest.raises(ValueError, match=r"^`tau_latent`=-1 is not allowed; allowed: a finite float in \[0, 2\*\*53\]"):
+        request_config({"eglr": dict(REFINING, tau_latent=-1)})
 
 
 def test_finish_reasons():

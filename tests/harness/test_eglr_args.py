@@ -104,6 +104,16 @@ def test_eglr_vllm_takes_the_layers_from_the_config(tiny_model_dir):
         EglrArgs.for_vllm({"pretrained": folder, "L": 5}, {})
 
 
+def test_eglr_vllm_takes_every_exit_rule(tiny_model_dir):
+    """Issue 58, item 4: eglr-vllm passes ``stop`` and its threshold to its cells as eglr-hf does (it refused every
+    rule but kl), and checks the threshold by eglr-hf's rule."""
+    folder = str(tiny_model_dir("llama", 4))
+    args = EglrArgs.for_vllm({"pretrained": folder, "L": 2, "stop": "accel", "tau_accel": 0.07}, {})
+    assert (args.settings.base.stop, args.settings.base.stop_threshold) == ("accel", 0.07)
+    with pytest.raises(ModelArgError, match=r"`tau_margin`=1\.5 is not allowed; allowed: a float in \[0, 1\]"):
+        EglrArgs.for_vllm({"pretrained": folder, "stop": "margin", "tau_margin": 1.5}, {})
+
+
 @pytest.mark.parametrize("args, message", [
     ({"dtype": "float7"}, "`dtype`='float7' is not allowed; allowed: auto, float32"),
     ({"torch_dtype": 3}, "`torch_dtype`=3 is not allowed"),
