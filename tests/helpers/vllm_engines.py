@@ -40,8 +40,14 @@ def save_tiny_model(arch: str, folder):
     return model
 
 
+# vLLM's default, multiprocessing on (its engine core in a process of its own): tests/eglr_vllm/conftest.py turns it
+# off for the engines the tests start in their own process; the tests of what it changes, and the commands run as users
+# run them, put this in their environment
+MULTIPROCESSING_ON = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+
+
 def make_engine(folder, *, eglr: bool, architecture: str | None = None, spans=None, **options):
-    """A vLLM engine (fp32, eager; its engine core and workers in processes of their own, as vLLM defaults them)
+    """A vLLM engine (fp32, eager; its engine core in this process unless ``VLLM_ENABLE_V1_MULTIPROCESSING`` is 1)
     over ``folder``; EGLR's engine arguments when ``eglr`` (serving ``spans``, default every L in 1..LAYERS).
     ``options``: more ``LLM`` arguments."""
     from vllm import LLM
