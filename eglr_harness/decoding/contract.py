@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from eglr_harness.core.config import EglrConfig
-from eglr_harness.decoding.stats import EglrStats
+from eglr_harness.decoding.stats import EglrStats, RolloutAccount
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,8 @@ class Outcome:
         of the final, refined when gated, soft-capped fp32 logits at temperature 1, before any
         logits processor or warper);
     final_kls: the KL of the token's last refinement iteration (0.0 when not gated);
-    token_iterations: the token's refinement iterations k* (0 when not gated).
+    token_iterations: the token's refinement iterations k* (0 when not gated);
+    account: its record (``decoding/stats.RolloutAccount``), emitted by its engine as it finishes.
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -70,6 +71,7 @@ class Outcome:
     logprobs: list[float] = field(default_factory=list)
     final_kls: list[float] = field(default_factory=list)
     token_iterations: list[int] = field(default_factory=list)
+    account: RolloutAccount | None = None
 
 
 class Engine(Protocol):

@@ -1,9 +1,128 @@
-"""Compute accounting of an EGLR run: tokens, trigger rate, iterations and FLOP ratios (§4)."""
+"""Compute accounting of an EGLR run: tokens, trigger rate, iterations and FLOP ratios (§4).
+
+Two kinds of figures, and who fills them:
+
+* A rollout's own figures, one ``RolloutAccount`` per rollout, emitted by the engine that decoded it on
+  ``Outcome.account`` as the rollout finishes (``own_account``): ``tokens``, ``iterations`` (the k*
+  histogram of its gated tokens; ``gated`` and ``refine_layer_evals`` follow from it and ``L``),
+  ``head_projections`` (what its exit rule projected, ``head_projections``), and ``shares``: its part of
+  the figures of the batch it ran in (``SHARED_FIGURES``). Each engine states its own rule for a row's
+  part: the hook engine (``hook/engine.py``) a step per token and ``k_max`` refinement iterations per
+  gated token, the continuous engine (``continuous/engine.py``) a step per token after the first and
+  one per refinement iteration, eglr-vllm (``vllm/engine.py``) a row's own tokens and iterations. When
+  an engine run ends, ``run/accounting.py`` replaces each rollout's ``shares`` by its share of the run's
+  real batch figures (``share_batch``) and the rollout store keeps the record (``to_json``); a resumed
+  or reused run adds the stored record back (``EglrStats.add_rollout``), so it reports what a fresh run
+  does.
+* The running totals of a cell, ``EglrStats``: the batch figures an engine measured (``add_batch``:
+  once per ``generate`` call by the hook engine, once per run by the continuous engine, once per
+  rollout by eglr-vllm) and the stored records a resumed run restored (``add_rollout``);
+  ``run/accounting.py`` merges them across cells, engine runs and ranks into ``config.eglr.stats``.
+
+Vocabulary: "own" figures are a rollout's (what the paper counts per token); "computed" figures count what
+ran, finished and discarded rows included (``computed_rows``: rows of the normal pass summed over steps;
+``computed_refine_rows``: rows of the refinement passes times the iterations they ran;
+``computed_refine_layer_evals``: L times that); "shares": a rollout's part of the computed figures.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
+
+
+# figures of a batch (a generate call, a continuous run) rather than of a row: a stored rollout keeps its share
+SHARED_FIGURES = ("steps", "gated_steps", "computed_rows", "computed_refine_layer_evals", "wall_time_s")
+# the names rollout stores written before the renames of issue 56 (item 1) gave them
+_OLD_SHARE_NAMES = {"row_steps": "computed_rows", "batched_refine_layer_evals": "computed_refine_layer_evals"}
+
+
+def head_projections(iterations: dict, head_per_iteration: bool) -> int:
+    """The refinements' LM-head projections from ``{k*: gated tokens}``: k* each when the exit rule reads a
+    distribution at every iteration, else one each (the projection at the exit)."""
+    return sum((int(k) if head_per_iteration else 1) * int(n) for k, n in iterations.items() if int(k) > 0)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutAccount:
+    """One rollout's accounting, as its engine emits it and the rollout store keeps it (``to_json``).
+
+    tokens: its generated tokens; iterations: ``((k*, gated tokens), ...)``, k* ascending, no zero counts;
+    L: its cell's layer span; head_projections: the LM-head projections its refinements made; shares: its
+    part of its batch's figures (``SHARED_FIGURES``; None in a record stored before rollouts carried them);
+    calibration: tau_h calibration decoded it (its compute is calibration's).
+    """
+
+    tokens: int
+    iterations: tuple[tuple[int, int], ...]
+    L: int
+    head_projections: int
+    shares: dict | None = None
+    calibration: bool = False
+
+    @property
+    def gated(self) -> int:
+        return sum(n for _, n in self.iterations)
+
+    @property
+    def refine_layer_evals(self) -> int:
+        """L × Σ k* over its gated tokens (the paper's refinement cost)."""
+        return self.L * sum(k * n for k, n in self.iterations)
+
+    def with_shares(self, shares: dict) -> "RolloutAccount":
+        return dataclasses.replace(self, shares=dict(shares))
+
+    def to_json(self) -> dict:
+        """The rollout store's form: ``{"tokens", "iterations": {"k*": n}, "L", "head_projections"[,
+        "calibration": true][, "shares": {...}]}``."""
+        record = {"tokens": self.tokens, "iterations": {str(k): n for k, n in self.iterations}, "L": self.L,
+                  "head_projections": self.head_projections}
+        if self.calibration:
+            record["calibration"] = True
+        if self.shares is not None:
+            record["shares"] = dict(self.shares)
+        return record
+
+    @classmethod
+    def from_json(cls, record: dict) -> "RolloutAccount":
+        """A stored record (``to_json``), also as older stores wrote it: without ``head_projections`` (k* per
+        gated token: the paper's rule, and every rollout stored before the exit rules existed), without
+        ``shares``, or with the share names before issue 56's renames."""
+        iterations = _histogram(record["iterations"])
+        shares = record.get("shares")
+        if shares is not None:
+            shares = {_OLD_SHARE_NAMES.get(name, name): value for name, value in shares.items()}
+        return cls(tokens=int(record["tokens"]), iterations=iterations, L=int(record["L"]),
+                   head_projections=int(record.get("head_projections", head_projections(dict(iterations), True))),
+                   shares=shares, calibration=bool(record.get("calibration", False)))
+
+    def own_shares(self) -> dict:
+        """Its shares, or for a record stored without them its own rows counted as if it ran alone: a step per
+        token, a refinement pass of its own k* per gated token."""
+        if self.shares is not None:
+            return self.shares
+        return {"steps": self.tokens, "gated_steps": self.gated, "computed_rows": self.tokens,
+                "computed_refine_layer_evals": self.refine_layer_evals, "wall_time_s": 0.0}
+
+
+def _histogram(iterations) -> tuple[tuple[int, int], ...]:
+    """``{k*: gated tokens}`` (keys int or str) as ``RolloutAccount.iterations``."""
+    items = iterations.items() if isinstance(iterations, dict) else iterations
+    return tuple(sorted((int(k), int(n)) for k, n in items if int(n)))
+
+
+def own_account(tokens: int, iterations: dict, config, *, steps: int, gated_steps: int,
+                computed_refine_layer_evals: int) -> RolloutAccount:
+    """A finished rollout's record as its engine emits it: its own figures, and as its ``shares`` the steps it
+    took part in and the refinement it ran, counted by its engine's rule for a row (the caller's keywords).
+    config: its ``EglrConfig`` (L and the exit rule's LM-head projections)."""
+    histogram = _histogram(iterations)
+    return RolloutAccount(
+        tokens=tokens, iterations=histogram, L=config.L,
+        head_projections=head_projections(dict(histogram), config.stop_rule.head_per_iteration),
+        shares={"steps": steps, "gated_steps": gated_steps, "computed_rows": tokens,
+                "computed_refine_layer_evals": computed_refine_layer_evals, "wall_time_s": 0.0})
 
 
 @dataclass
@@ -30,52 +149,48 @@ class EglrStats:
     refine_layer_evals: int = 0  # sum over gated tokens of L * k*
     steps: int = 0  # decoding steps (batched forward passes)
     gated_steps: int = 0  # steps in which at least one row was refined
-    row_steps: int = 0  # steps × batch rows
-    batched_refine_layer_evals: int = 0  # sum over gated steps of L × iterations run × rows of the pass
+    computed_rows: int = 0  # rows of the normal pass summed over steps (finished rows included)
+    computed_refine_layer_evals: int = 0  # sum over gated steps of L × iterations run × rows of the pass
     wall_time_s: float = 0.0
     head_layers: float = 0.0  # one LM-head projection in decoder layers (0: not known, not counted)
     head_projections: int = 0  # LM-head projections of the refinements, summed over gated tokens
 
-    def add_batch(self, *, steps: int, gated_steps: int, row_steps: int, tokens: int, iterations: dict[int, int],
-                  L: int, pass_row_iterations: int, head_per_iteration: bool = True) -> None:
+    def add_batch(self, *, steps: int, gated_steps: int, computed_rows: int, tokens: int, iterations: dict[int, int],
+                  L: int, computed_refine_rows: int, head_per_iteration: bool = True) -> None:
         """One ``generate`` call's totals, read from the device once at its end.
 
         ``iterations`` maps k* to the number of gated tokens that used k* iterations;
-        ``pass_row_iterations`` sums over gated steps the rows of the refinement pass times the
+        ``computed_refine_rows`` sums over gated steps the rows of the refinement pass times the
         iterations it ran (the batched cost); ``head_per_iteration``: the exit rule projects the LM head
         at every iteration (``StopRule.head_per_iteration``), else once per gated token.
         """
         gated = {k: c for k, c in iterations.items() if c}
         self.steps += steps
         self.gated_steps += gated_steps
-        self.row_steps += row_steps
+        self.computed_rows += computed_rows
         self.tokens += tokens
         self.gated_tokens += sum(gated.values())
         self.iterations.update(gated)
         self.refine_layer_evals += L * sum(k * c for k, c in gated.items())
-        self.batched_refine_layer_evals += L * pass_row_iterations
+        self.computed_refine_layer_evals += L * computed_refine_rows
         self.head_projections += head_projections(gated, head_per_iteration)
 
-    def add_rollout(self, accounting: dict) -> None:
-        """One stored rollout's accounting (``rollout_accounting``, with the ``shares`` of its batch's
-        figures when its engine run finished): a resumed run counts it as when it was decoded."""
-        iterations = {int(k): int(n) for k, n in accounting["iterations"].items() if int(n)}
-        evals = accounting["L"] * sum(k * n for k, n in iterations.items())
-        self.tokens += accounting["tokens"]
-        self.gated_tokens += sum(iterations.values())
-        self.iterations.update(iterations)
-        self.refine_layer_evals += evals
-        self.head_projections += accounting.get("head_projections", head_projections(iterations, True))
-        # without shares (its run was cut short): the per-row figures, as the continuous engine counts them
-        shares = accounting.get("shares") or {"row_steps": accounting["tokens"], "batched_refine_layer_evals": evals}
-        for name in BATCH_FIELDS:
+    def add_rollout(self, account: RolloutAccount) -> None:
+        """One stored rollout's record (with the ``shares`` of its batch's figures when its engine run finished):
+        a resumed run counts it as when it was decoded."""
+        self.tokens += account.tokens
+        self.gated_tokens += account.gated
+        self.iterations.update(dict(account.iterations))
+        self.refine_layer_evals += account.refine_layer_evals
+        self.head_projections += account.head_projections
+        shares = account.own_shares()
+        for name in SHARED_FIGURES:
             setattr(self, name, getattr(self, name) + shares.get(name, 0))
 
     def merge(self, other: "EglrStats") -> None:
         self.num_layers = self.num_layers or other.num_layers
         self.head_layers = self.head_layers or other.head_layers
-        for name in ("tokens", "gated_tokens", "refine_layer_evals", "steps", "gated_steps", "row_steps",
-                     "batched_refine_layer_evals", "wall_time_s", "head_projections"):
+        for name in ("tokens", "gated_tokens", "refine_layer_evals", "head_projections", *SHARED_FIGURES):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.iterations.update(other.iterations)
 
@@ -89,8 +204,8 @@ class EglrStats:
             "mean_iterations": sum(k * c for k, c in self.iterations.items()) / gated if self.gated_tokens else 0.0,
             "iteration_hist": {str(k): self.iterations[k] for k in sorted(self.iterations)},
             "flop_ratio": 1.0 + self.refine_layer_evals / (n * self.tokens) if self.tokens else 1.0,
-            "batched_flop_ratio": (1.0 + self.batched_refine_layer_evals / (n * self.row_steps) if self.row_steps
-                                   else 1.0),
+            "batched_flop_ratio": (1.0 + self.computed_refine_layer_evals / (n * self.computed_rows)
+                                   if self.computed_rows else 1.0),
             "head_layers": round(self.head_layers, 4),
             "head_projections": self.head_projections,
             "flop_ratio_with_head": 1.0 + (self.refine_layer_evals + self.head_layers * self.head_projections)
@@ -102,41 +217,3 @@ class EglrStats:
         }
 
 
-# figures of a batch (a generate call, a continuous run) rather than of a row: a stored rollout keeps its share
-BATCH_FIELDS = ("steps", "gated_steps", "row_steps", "batched_refine_layer_evals", "wall_time_s")
-
-
-def head_projections(iterations: dict, head_per_iteration: bool) -> int:
-    """The refinements' LM-head projections from ``{k*: gated tokens}``: k* each when the exit rule reads a
-    distribution at every iteration, else one each (the projection at the exit)."""
-    return sum((int(k) if head_per_iteration else 1) * int(n) for k, n in iterations.items() if int(k) > 0)
-
-
-def rollout_accounting(tokens: int, iterations: dict, L: int, head_per_iteration: bool = True) -> dict:
-    """A rollout's own accounting, as the rollout store keeps it: its generated tokens, ``{k*: gated
-    tokens}`` and layer span (what ``tokens``, rho, the iteration histogram and ``flop_ratio`` sum); with
-    an exit rule that projects the LM head once (latent, accel), its ``head_projections`` too (without
-    them, k* per gated token: the paper's rule, and every rollout stored before the rules existed)."""
-    accounting = {"tokens": tokens, "iterations": {str(k): n for k, n in sorted(iterations.items()) if n}, "L": L}
-    if not head_per_iteration:
-        accounting["head_projections"] = head_projections(iterations, False)
-    return accounting
-
-
-def batch_shares(batch: "EglrStats", rollouts: list[dict]) -> list[dict]:
-    """Each rollout's share of ``batch``'s figures (``BATCH_FIELDS``; the rollouts are the ones the batch
-    decoded, as ``rollout_accounting``): rows by tokens, refinement passes by refinement layer
-    evaluations, steps and time by all layer evaluations. The shares sum to ``batch``'s figures."""
-    n = max(batch.num_layers, 1)
-    tokens = [r["tokens"] for r in rollouts]
-    refine = [r["L"] * sum(int(k) * c for k, c in r["iterations"].items()) for r in rollouts]
-    work = [n * t + e for t, e in zip(tokens, refine)]
-
-    def split(total, weights):
-        whole = sum(weights)
-        return [total * w / whole if whole else total / len(weights) for w in weights]
-
-    parts = {"row_steps": split(batch.row_steps, tokens),
-             "batched_refine_layer_evals": split(batch.batched_refine_layer_evals, refine),
-             **{name: split(getattr(batch, name), work) for name in ("steps", "gated_steps", "wall_time_s")}}
-    return [{name: parts[name][i] for name in BATCH_FIELDS} for i in range(len(rollouts))]

@@ -23,7 +23,7 @@ from eglr_harness.core.generation_options import SAMPLING_OPTIONS
 from eglr_harness.core.progress import RolloutProgress, counting_tokens
 from eglr_harness.core.signals import rollout_signals
 from eglr_harness.decoding.contract import Engine, Outcome, Request
-from eglr_harness.run.accounting import EngineRunAccounts, restored_accounting, rollout_accounts
+from eglr_harness.run.accounting import EngineRunAccounts, restored_account, rollout_accounts
 from eglr_harness.run.settings import RolloutSpec
 from eglr_harness.run.stores import content_key
 
@@ -238,7 +238,7 @@ class RolloutDecoder:
                     and not found[key]["accounting"].get("calibration")]
         for key in restored:
             record, config = found[key], items[first[key]][1].config
-            stats_for(config).add_rollout(restored_accounting(record, config.k_max))
+            stats_for(config).add_rollout(restored_account(record))
             self.memory.decoded.add(key)
         reused = [items[i][1] for key, i in first.items() if found[key] is not None and key not in restored]
         if reused or restored:
@@ -260,8 +260,7 @@ class RolloutDecoder:
 
                 def finished(j, outcome, share=share, name=self.names[choice], clock=clock):
                     key, i = missing[share[j]]
-                    record = self._record(outcome, untils[share[j]], name, requests[share[j]].config, calibration,
-                                          clock)
+                    record = self._record(outcome, untils[share[j]], name, calibration, clock)
                     found[key], fresh[i] = record, outcome
                     self.memory.keep(key, record)
                     bar.rollout_ended(requests[share[j]].max_new_tokens, len(outcome.tokens))
@@ -272,13 +271,12 @@ class RolloutDecoder:
             bar.close()
         return fresh
 
-    def _record(self, outcome: Outcome, until: list[str], engine: str, config, calibration: bool, clock: list) -> dict:
+    def _record(self, outcome: Outcome, until: list[str], engine: str, calibration: bool, clock: list) -> dict:
         """A finished rollout as this run and the store keep it: ``{"text", "signals", "engine", "accounting"}``
-        (``run/accounting.rollout_accounts``: the time since the previous rollout finished; ``clock[0]``: when
-        that was, moved on to now)."""
+        (``run/accounting.rollout_accounts`` of the engine's ``outcome.account``, with the time since the previous
+        rollout finished; ``clock[0]``: when that was, moved on to now)."""
         now = time.perf_counter()
-        accounting = rollout_accounts(outcome.tokens, outcome.iterations, config, engine, calibration=calibration,
-                                      wall_time_s=now - clock[0])
+        accounting = rollout_accounts(outcome.account, calibration=calibration, wall_time_s=now - clock[0])
         clock[0] = now
         return {"text": self.codec.text(outcome.tokens, until), "signals": outcome_signals(outcome), "engine": engine,
                 "accounting": accounting}

@@ -4,9 +4,11 @@ Rollouts repeated within the run (and rollouts stored before the store kept acco
 accounting, so the results say per cell how many there were (``reused_rollouts``): the compute
 figures cover the rest. A rollout the store keeps with its accounting counts as decoded
 (``harness/decode.py``), so a resumed run reports the figures of an uninterrupted one.
-Each rollout carries its own accounting into the rollout store as it finishes (``rollout_accounts``,
-``row_shares``), replaced by its share of its engine run's figures when the run ends
-(``EngineRunAccounts.share_out``).
+Each rollout carries the record its engine emitted (``decoding/stats.RolloutAccount``, with the engine's own
+count of the batch figures it took part in) into the rollout store as it finishes (``rollout_accounts``),
+its ``shares`` replaced by its share of its engine run's figures when the run ends
+(``EngineRunAccounts.share_out``, ``share_batch``). The records of one run, resumed runs and the store all
+add up here (``RunAccounts``) into ``config.eglr.stats``; no engine's way of stepping is known here.
 tau_h calibration (a greedy run on the task's first prompts) is accounted apart, per task, with
 the number of prompts and token entropies the threshold came from: it is not part of the pool, so
 it is in neither the cells nor the total; the pool's greedy rollouts that it decoded count as reused.
@@ -14,11 +16,12 @@ it is in neither the cells nor the total; the pool's greedy rollouts that it dec
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 
 from eglr_harness.core.cell import Cell
 from eglr_harness.core.distributed import Gather, local_gather
-from eglr_harness.decoding.stats import EglrStats, batch_shares, rollout_accounting
+from eglr_harness.decoding.stats import SHARED_FIGURES, EglrStats, RolloutAccount
 
 
 class RunAccounts:
@@ -73,48 +76,36 @@ class RunAccounts:
         }
 
 
-def row_shares(accounting: dict, engine: str | None, k_max: int) -> dict:
-    """A rollout's own part of the batch figures (``BATCH_FIELDS`` of ``decoding/stats.py``): the steps
-    its row took part in and the refinement it ran, counted as its engine counts a row (from
-    ``rollout_accounting``; ``wall_time_s`` is left to the caller).
-
-    What a rollout carries into the rollout store as soon as it finishes, until its engine run ends and
-    replaces it with its share of the run's figures (``batch_shares``): a run killed in between, or a
-    second process reading the store meanwhile, then counts every rollout it reuses. The continuous
-    engine steps a row once per emitted token after the prompt's pass and once per refinement
-    iteration, and its refining passes hold the refining rows only; ``generate`` (engine=hook) steps a
-    row once per token and refines the gated rows of a step ``k_max`` times. For a run of one row at a
-    time (``batch_size=1``) these are the batch figures exactly; with more rows a step is shared, so
-    they count the steps a row took part in as if it had run alone.
-    """
-    tokens, L = accounting["tokens"], accounting["L"]
-    iterations = {int(k): int(n) for k, n in accounting["iterations"].items()}
-    gated, passes = sum(iterations.values()), sum(k * n for k, n in iterations.items())
-    if engine == "continuous":
-        return {"steps": max(tokens - 1, 0) + passes, "gated_steps": passes, "row_steps": tokens,
-                "batched_refine_layer_evals": L * passes, "wall_time_s": 0.0}
-    return {"steps": tokens, "gated_steps": gated, "row_steps": tokens,
-            "batched_refine_layer_evals": L * k_max * gated, "wall_time_s": 0.0}
+def rollout_accounts(account: RolloutAccount, *, calibration: bool, wall_time_s: float) -> dict:
+    """A finished rollout's record as the rollout store keeps it (``RolloutAccount.to_json``): the one its engine
+    emitted (``Outcome.account``, its own part of the batch figures as ``shares``), marked ``calibration`` where
+    tau_h calibration decoded it, with the time since the previous rollout of its engine run finished."""
+    shares = {**account.own_shares(), "wall_time_s": wall_time_s}
+    return dataclasses.replace(account, shares=shares, calibration=calibration).to_json()
 
 
-def rollout_accounts(tokens, iterations, config, engine: str | None, *, calibration: bool, wall_time_s: float) -> dict:
-    """A finished rollout's accounting as the rollout store keeps it: its own figures
-    (``decoding/stats.rollout_accounting``), marked ``calibration`` where tau_h calibration decoded it, and its
-    ``shares`` (``row_shares``, with the time since the previous rollout of its engine run finished) until
-    its engine run ends. tokens: the rollout's token ids; iterations: its gated tokens' iteration counts."""
-    accounting = rollout_accounting(len(tokens), iterations, config.L, config.stop_rule.head_per_iteration)
-    if calibration:
-        accounting["calibration"] = True
-    accounting["shares"] = {**row_shares(accounting, engine, config.k_max), "wall_time_s": wall_time_s}
-    return accounting
+def restored_account(record: dict) -> RolloutAccount:
+    """A stored rollout's record (``RolloutAccount.from_json``: older stores' forms read too)."""
+    return RolloutAccount.from_json(record["accounting"])
 
 
-def restored_accounting(record: dict, k_max: int) -> dict:
-    """A stored rollout's accounting, with its own shares where it was stored before rollouts carried them."""
-    accounting = record["accounting"]
-    if accounting.get("shares") is None:
-        accounting = {**accounting, "shares": row_shares(accounting, record.get("engine"), k_max)}
-    return accounting
+def share_batch(batch: EglrStats, accounts: list[RolloutAccount]) -> list[dict]:
+    """Each rollout's share of ``batch``'s figures (``SHARED_FIGURES``; the rollouts are the ones the batch
+    decoded): rows by tokens, refinement passes by refinement layer evaluations, steps and time by all layer
+    evaluations. The shares sum to ``batch``'s figures."""
+    n = max(batch.num_layers, 1)
+    tokens = [a.tokens for a in accounts]
+    refine = [a.refine_layer_evals for a in accounts]
+    work = [n * t + e for t, e in zip(tokens, refine)]
+
+    def split(total, weights):
+        whole = sum(weights)
+        return [total * w / whole if whole else total / len(weights) for w in weights]
+
+    parts = {"computed_rows": split(batch.computed_rows, tokens),
+             "computed_refine_layer_evals": split(batch.computed_refine_layer_evals, refine),
+             **{name: split(getattr(batch, name), work) for name in ("steps", "gated_steps", "wall_time_s")}}
+    return [{name: parts[name][i] for name in SHARED_FIGURES} for i in range(len(accounts))]
 
 
 class EngineRunAccounts:
@@ -150,8 +141,8 @@ class EngineRunAccounts:
         for config, members in members_of.items():
             if config not in self.by_config:
                 continue
-            shares = batch_shares(self.by_config[config], [found[k]["accounting"] for k in members])
-            for key, share in zip(members, shares):
-                found[key]["accounting"]["shares"] = share
+            accounts = [restored_account(found[k]) for k in members]
+            for key, account, share in zip(members, accounts, share_batch(self.by_config[config], accounts)):
+                found[key]["accounting"] = account.with_shares(share).to_json()
                 updated[key] = found[key]
         return updated

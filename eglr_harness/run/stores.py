@@ -354,9 +354,9 @@ class RolloutStore(_SqliteTable):
     """``key -> {"text": str, "signals": dict or None, "engine": "continuous" | "hook", "accounting": dict}``
     (``engine`` and ``accounting`` since 2026-11-25: which engine decoded the rollout, and its compute
     accounting, ``decoding/stats.py``; a record without them is reused with no figures), one file per
-    rank, written per rollout as it finishes (with its own part of the batch figures, ``shares``:
-    ``run/accounting.py``'s ``row_shares``) and again with its share of its batch's figures when its
-    engine run ends. ``accounting["calibration"]`` marks a rollout tau_h calibration decoded: a pool
+    rank, written per rollout as it finishes (with its own part of the batch figures, ``shares``, as its
+    engine counts a row: ``decoding/stats.RolloutAccount``) and again with its share of its batch's figures
+    when its engine run ends. ``accounting["calibration"]`` marks a rollout tau_h calibration decoded: a pool
     that takes it counts it as reused (its compute is calibration's)."""
 
     _label = "rollout store"

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.contract import Outcome, Request
-from eglr_harness.decoding.stats import EglrStats
+from eglr_harness.decoding.stats import EglrStats, RolloutAccount, own_account
 from eglr_harness.vllm.row_settings import EXTRA_ARGS_KEY
 
 _TAGS = itertools.count()
@@ -70,8 +70,9 @@ class VllmEngine:
         outcomes = []
         for i, (request, tag, output) in enumerate(zip(requests, tags, outputs)):
             outcome = _outcome(output.outputs[0], records[tag])
+            outcome.account = row_account(outcome, request.config)
             if stats_for is not None:
-                _account(stats_for(request.config), outcome, request.config)
+                stats_for(request.config).add_rollout(outcome.account)
             outcomes.append(outcome)
             if on_finish is not None:
                 on_finish(i, outcome)
@@ -102,11 +103,9 @@ def finish_of(finish_reason: str | None, stop_reason) -> str:
     return str(finish_reason)
 
 
-def _account(stats: EglrStats, outcome: Outcome, config: EglrConfig) -> None:
-    """One rollout's figures, counted as its own rows (vLLM's batches are not visible here); its LM-head
-    projections as its exit rule makes them (``StopRule.head_per_iteration``: k* each, or one per gated token)."""
-    tokens = len(outcome.tokens)
-    stats.add_batch(steps=tokens, gated_steps=outcome.gated, row_steps=tokens, tokens=tokens,
-                    iterations=dict(outcome.iterations), L=config.L,
-                    pass_row_iterations=sum(k * n for k, n in outcome.iterations.items()),
-                    head_per_iteration=config.stop_rule.head_per_iteration)
+def row_account(outcome: Outcome, config: EglrConfig) -> RolloutAccount:
+    """A finished rollout's record, counted as its own rows (vLLM's batches are not visible here): a step per
+    token, a refinement pass of its own k* per gated token."""
+    tokens, passes = len(outcome.tokens), sum(k * n for k, n in outcome.iterations.items())
+    return own_account(tokens, outcome.iterations, config, steps=tokens, gated_steps=outcome.gated,
+                       computed_refine_layer_evals=config.L * passes)

@@ -198,22 +198,35 @@ def test_seeded_sampler_never_draws_a_filtered_token():
 
 
 def test_stored_rollouts_add_up_to_the_batch_that_decoded_them():
-    """Issue 35: a resumed run adds each stored rollout's accounting; summed, the rollouts of a batch give
+    """Issue 35: a resumed run adds each stored rollout's record; summed, the rollouts of a batch give
     that batch's figures (per-row ones exactly, batch ones as shares)."""
-    from eglr_harness.decoding.stats import EglrStats, batch_shares, rollout_accounting
+    from eglr_harness.core.config import EglrConfig
+    from eglr_harness.decoding.stats import EglrStats, RolloutAccount, own_account
+    from eglr_harness.run.accounting import share_batch
 
     batch = EglrStats(num_layers=8)
-    batch.add_batch(steps=13, gated_steps=5, row_steps=40, tokens=22, iterations={1: 2, 3: 4}, L=2,
-                    pass_row_iterations=21)
+    batch.add_batch(steps=13, gated_steps=5, computed_rows=40, tokens=22, iterations={1: 2, 3: 4}, L=2,
+                    computed_refine_rows=21)
     batch.wall_time_s = 1.5
-    rollouts = [rollout_accounting(12, {1: 2, 3: 1}, 2), rollout_accounting(7, {3: 3}, 2), rollout_accounting(3, {}, 2)]
+    config = EglrConfig(L=2)
+
+    def account(tokens, iterations):  # shares as a rollout carries them until its run ends (replaced below)
+        return own_account(tokens, iterations, config, steps=tokens, gated_steps=0, computed_refine_layer_evals=0)
+
+    rollouts = [account(12, {1: 2, 3: 1}), account(7, {3: 3}), account(3, {})]
     resumed = EglrStats(num_layers=8)
-    for accounting, shares in zip(rollouts, batch_shares(batch, rollouts)):
-        resumed.add_rollout({**accounting, "shares": shares})
+    for rollout, shares in zip(rollouts, share_batch(batch, rollouts)):
+        stored = rollout.with_shares(shares).to_json()  # through the rollout store's form
+        resumed.add_rollout(RolloutAccount.from_json(stored))
     got, expected = resumed.summary(), batch.summary()
     assert got.pop("iteration_hist") == expected.pop("iteration_hist") == {"1": 2, "3": 4}
     assert got == pytest.approx(expected) and got["steps"] == 13
-    # a rollout stored without shares (its run was killed) counts its rows as the continuous engine does
+    # a rollout stored without shares (before rollouts carried them) counts its own rows, as if it ran alone
     alone = EglrStats(num_layers=8)
-    alone.add_rollout(rollouts[1])
+    alone.add_rollout(RolloutAccount.from_json({"tokens": 7, "iterations": {"3": 3}, "L": 2}))
     assert alone.summary()["batched_flop_ratio"] == alone.summary()["flop_ratio"] == 1 + 2 * 9 / (8 * 7)
+    assert alone.summary()["steps"] == 7 and alone.summary()["head_projections"] == 9  # kl's k* per gated token
+    # shares under the names older stores gave them
+    old = RolloutAccount.from_json({"tokens": 7, "iterations": {"3": 3}, "L": 2,
+                                    "shares": {"row_steps": 9, "batched_refine_layer_evals": 24, "steps": 5}})
+    assert old.shares == {"computed_rows": 9, "computed_refine_layer_evals": 24, "steps": 5}

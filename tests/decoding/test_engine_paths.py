@@ -357,7 +357,7 @@ def test_counters_read_once_per_batch_give_the_same_summary():
     assert summary["tokens"] == summary["gated_tokens"] == generated and summary["rho"] == 1.0
     assert sum(summary["iteration_hist"].values()) == generated
     assert summary["flop_ratio"] == pytest.approx(1 + summary["mean_iterations"] * 2 / LAYERS)
-    assert stats.steps == MAX_NEW and stats.row_steps == MAX_NEW * len(prompts)
+    assert stats.steps == MAX_NEW and stats.computed_rows == MAX_NEW * len(prompts)
 
 
 # ------------------------------------------------------------------ 11.10 memory

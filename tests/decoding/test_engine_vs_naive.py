@@ -65,9 +65,9 @@ def test_accounting_matches_what_ran(model):
     expected_ratio = 1 + summary["mean_iterations"] * 2 / LAYERS
     assert summary["flop_ratio"] == pytest.approx(expected_ratio)
     # the batched loop runs until the slowest gated row exits: at least every row's own iterations
-    assert stats.batched_refine_layer_evals >= stats.refine_layer_evals
+    assert stats.computed_refine_layer_evals >= stats.refine_layer_evals
     assert summary["batched_flop_ratio"] == pytest.approx(
-        1 + stats.batched_refine_layer_evals / (LAYERS * stats.row_steps))
+        1 + stats.computed_refine_layer_evals / (LAYERS * stats.computed_rows))
 
 
 # ---------------------------------------------------------------- exits, caps and sampling

@@ -318,6 +318,10 @@ def test_a_run_served_whole_from_the_store_reports_a_fresh_runs_figures_under_ev
     ours, theirs = (lm.get_model_info()["eglr"]["stats"] for lm in (resumed, fresh))
     assert ours["reused_rollouts"] == {"total": 0, "cells": {}}  # every rollout restored with its record
     assert batch_independent(ours) == batch_independent(theirs)
+    # the batch figures too: each stored record's shares of its engine run add up to that run's (rounded counts)
+    assert ({part: (f["steps"], f["p_step_gated"]) for part, f in [("total", ours["total"]), *ours["cells"].items()]}
+            == {part: (f["steps"], f["p_step_gated"])
+                for part, f in [("total", theirs["total"]), *theirs["cells"].items()]})
     total = theirs["total"]
     assert 0 < total["head_projections"] == total["gated_tokens"] < sum(
         int(k) * n for k, n in total["iteration_hist"].items())

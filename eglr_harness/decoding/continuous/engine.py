@@ -74,7 +74,7 @@ from eglr_harness.decoding.continuous.step_state import READ_FIELDS, SlotState, 
 from eglr_harness.decoding.contract import Outcome, Request
 from eglr_harness.decoding.functional import raise_on_nan_rows
 from eglr_harness.decoding.processors import LogitsOptions, ProcessorsInUse, not_applied
-from eglr_harness.decoding.stats import EglrStats
+from eglr_harness.decoding.stats import EglrStats, RolloutAccount, own_account
 
 # the state's widths for every processor, so that one workspace serves any run (a few bool (B, V) tensors)
 _EVERY_PROCESSOR = ProcessorsInUse(penalty=True, ngram_size=1, suppress=True, begin_suppress=True)
@@ -595,6 +595,7 @@ class _Run:
                           "a decoding step of the continuous engine")
         for row in self.scheduler.absorb(read, slots, eos=self.engine.eos, stopped=self._stopped,
                                           on_emitted=tokens_emitted):
+            row.outcome.account = row_account(row.outcome, row.request.config)
             if self.on_finish is not None:
                 self.on_finish(row.index, row.outcome)
 
@@ -630,8 +631,17 @@ class _Run:
             stats = stats_for(config)
             stats.num_layers, stats.head_layers = n, self.stack.parts.head_layers
             stats.add_batch(steps=self.steps_by_config[config], gated_steps=self.refining_steps_by_config[config],
-                            row_steps=tokens, tokens=tokens, iterations=dict(iterations), L=config.L,
-                            pass_row_iterations=sum(k * m for k, m in iterations.items()),
+                            computed_rows=tokens, tokens=tokens, iterations=dict(iterations), L=config.L,
+                            computed_refine_rows=sum(k * m for k, m in iterations.items()),
                             head_per_iteration=config.stop_rule.head_per_iteration)
             stats.wall_time_s += wall_time_s * work[config] / total_work
 
+
+def row_account(outcome: Outcome, config: EglrConfig) -> RolloutAccount:
+    """A finished row's record, its part of the batch figures as this engine steps a row: once per emitted token
+    after the prompt's pass and once per refinement iteration, in refining passes that hold the refining rows
+    only. For a run of one row at a time these are the run's figures exactly; with more rows a step is shared
+    (the harness replaces them by the row's share of the run's figures when the run ends)."""
+    tokens, passes = len(outcome.tokens), sum(k * n for k, n in outcome.iterations.items())
+    return own_account(tokens, outcome.iterations, config, steps=max(tokens - 1, 0) + passes, gated_steps=passes,
+                       computed_refine_layer_evals=config.L * passes)

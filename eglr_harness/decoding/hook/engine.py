@@ -18,7 +18,7 @@ import torch
 from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.contract import Outcome, Request
 from eglr_harness.decoding.hook.generate import eglr_generate
-from eglr_harness.decoding.stats import EglrStats
+from eglr_harness.decoding.stats import EglrStats, RolloutAccount, own_account
 
 
 class HookEngine:
@@ -91,4 +91,16 @@ class HookEngine:
                 eglr_stop_strings=list(first.stop_strings) or None, eglr_tokenizer=self.tokenizer,
                 eglr_outcomes=outcomes, **sampling, **dict(first.options),
             )
+        for outcome in outcomes:
+            outcome.account = row_account(outcome, config)
         return outcomes
+
+
+def row_account(outcome: Outcome, config: EglrConfig) -> RolloutAccount:
+    """A finished row's record, its part of the batch figures as ``generate`` steps a row: once per token, and
+    ``k_max`` refinement iterations per gated token (the refinement pass runs k_max iterations, no sync). For
+    ``batch_size=1`` these are the call's figures exactly; with more rows a step is shared (the harness replaces
+    them by the row's share of the run's figures when the run ends)."""
+    tokens, gated = len(outcome.tokens), sum(outcome.iterations.values())
+    return own_account(tokens, outcome.iterations, config, steps=tokens, gated_steps=gated,
+                       computed_refine_layer_evals=config.L * config.k_max * gated)

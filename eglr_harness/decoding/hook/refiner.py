@@ -189,14 +189,14 @@ class _Counters:
 
     def __init__(self, k_max: int):
         self.k_max = k_max
-        self.steps = self.gated_steps = self.row_steps = self.pass_row_iterations = 0
+        self.steps = self.gated_steps = self.computed_rows = self.computed_refine_rows = 0
         self.tokens: torch.Tensor | None = None  # () active rows summed over steps
         self.histogram: torch.Tensor | None = None  # (k_max + 1,) gated rows per k*
         self.nan_rows: torch.Tensor | None = None  # (B,) rows that ever had non-finite logits
 
     def add_step(self, active: torch.Tensor) -> None:
         self.steps += 1
-        self.row_steps += active.numel()
+        self.computed_rows += active.numel()
         tokens = active.sum()
         self.tokens = tokens if self.tokens is None else self.tokens + tokens.to(self.tokens.device)
 
@@ -206,7 +206,7 @@ class _Counters:
     def add_refinement(self, iterations: torch.Tensor, pass_rows: int) -> None:
         """iterations: (G,) k* of each row of the pass, 0 for rows that were not gated."""
         self.gated_steps += 1
-        self.pass_row_iterations += pass_rows * self.k_max
+        self.computed_refine_rows += pass_rows * self.k_max
         ks = torch.arange(self.k_max + 1, device=iterations.device)
         counts = (iterations[:, None] == ks).sum(dim=0)  # (k_max + 1,), no data-dependent shape: no sync
         self.histogram = counts if self.histogram is None else self.histogram + counts.to(self.histogram.device)
@@ -223,9 +223,9 @@ class _Counters:
         tokens, histogram, nan_rows = values[0], values[1:self.k_max + 2], values[self.k_max + 2:]
         raise_on_nan_rows([row for row, nan in enumerate(nan_rows) if nan], "a decoding step of this batch")
         if stats is not None:
-            stats.add_batch(steps=self.steps, gated_steps=self.gated_steps, row_steps=self.row_steps, tokens=tokens,
-                            iterations={k: c for k, c in enumerate(histogram) if k > 0}, L=L,
-                            pass_row_iterations=self.pass_row_iterations, head_per_iteration=head_per_iteration)
+            stats.add_batch(steps=self.steps, gated_steps=self.gated_steps, computed_rows=self.computed_rows,
+                            tokens=tokens, iterations={k: c for k, c in enumerate(histogram) if k > 0}, L=L,
+                            computed_refine_rows=self.computed_refine_rows, head_per_iteration=head_per_iteration)
 
 
 class _SignalLog:
