@@ -1,8 +1,8 @@
 """The engine contract (``decoding/contract.py``) over a vLLM ``LLM`` whose model is an EGLR architecture.
 
 Every request is added to vLLM's engine at once (vLLM batches and schedules them; its request id is its signal
-tag) and the engine is stepped as ``LLM.generate`` steps it, so that each rollout is handed on (``on_finish``: stored, counted by
-the progress bar) the step it finishes rather than when the last one does; the EGLR
+tag) and the engine is stepped as ``LLM.generate`` steps it, so that each rollout is handed on (``on_finish``:
+stored, counted by the progress bar) the step it finishes rather than when the last one does; the EGLR
 settings of each travel in its ``SamplingParams.extra_args`` (``row_settings.py``), temperature,
 top-k, top-p and the row seed in vLLM's own parameters. Per token, the entropy, k* and last KL come
 from the workers' record (a tag per request), taken through vLLM's RPC in whatever process the workers
