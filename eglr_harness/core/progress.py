@@ -1,4 +1,5 @@
-"""Tokens as the engines emit them, for progress that moves with each token rather than with each finished rollout.
+"""Tokens as the engines emit them, for progress that moves with each token rather than with each finished rollout;
+and the model load, said before it starts and timed after (:func:`announced_load`).
 
 A rollout of a few thousand tokens on a CPU takes minutes; a bar that moves only when rollouts finish sits at
 0/16 meanwhile and looks hung. The engines call :func:`tokens_emitted` once per decoding step with the number
@@ -8,10 +9,12 @@ listens within :func:`counting_tokens`. With no listener the call is a no-op.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["RolloutProgress", "counting_tokens", "listening", "tokens_emitted"]
+__all__ = ["RolloutProgress", "announced_load", "counting_tokens", "listening", "tokens_emitted"]
 
 _listeners: list[Callable[[int], None]] = []
 
@@ -36,6 +39,17 @@ def tokens_emitted(n: int) -> None:
     if n:
         for listener in _listeners:
             listener(n)
+
+
+@contextmanager
+def announced_load(logger: logging.Logger, label: str, name: str, parts: str, dtype, device) -> Iterator[list[str]]:
+    """Say the load of ``name`` before it starts and its seconds after: a model load is start-up's longest part
+    (41-150 s on a CPU) and was silent. The block may append to the list it gets what the second line adds
+    (e.g. the engine it builds next). label: the model (``eglr-hf``); parts: what loads (``weights, tokenizer``)."""
+    started, then = time.perf_counter(), []
+    logger.info("%s: loading %s (%s; dtype %s, device %s) ...", label, name, parts, dtype, device)
+    yield then
+    logger.info("%s: model loaded in %.0f s%s", label, time.perf_counter() - started, "".join(f"; {t}" for t in then))
 
 
 class RolloutProgress:

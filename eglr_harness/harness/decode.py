@@ -184,6 +184,7 @@ class RolloutDecoder:
     def __init__(self, codec: TextCodec, engines: list[Engine], fingerprint: dict, store=None, *,
                  strict: bool = False, show_progress: bool = True, names: list[str] | None = None):
         self.codec, self.engines, self.fingerprint = codec, engines, fingerprint
+        self.label = "eglr-hf"  # the model its lines name (PoolRunner sets eglr-vllm's)
         self.names = names or [type(e).__name__ for e in engines]
         self.show_progress = show_progress
         self.memory = RolloutMemory(store)
@@ -242,8 +243,8 @@ class RolloutDecoder:
             self.memory.decoded.add(key)
         reused = [items[i][1] for key, i in first.items() if found[key] is not None and key not in restored]
         if reused or restored:
-            logger.info("eglr-hf: %d of %d rollouts reused from earlier work (%d of them from the rollout store "
-                        "with their accounting)", len(reused) + len(restored), len(first), len(restored))
+            logger.info("%s: %d of %d rollouts reused from earlier work (%d of them from the rollout store "
+                        "with their accounting)", self.label, len(reused) + len(restored), len(first), len(restored))
         return found, reused
 
     def _decode_missing(self, missing: list[tuple[str, int]], items, found: dict, *, stats_for, desc: str,

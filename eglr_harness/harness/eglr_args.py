@@ -87,7 +87,7 @@ class EglrArgs:
             engine = read_model_arg("engine", _given(own, "engine", DEFAULT_ENGINE))
             compile_setting = read_model_arg("compile", _given(own, "compile", DEFAULT_COMPILE))
             if compile_setting not in ("auto", "none"):  # an explicit compile refused before the load
-                resolve_compile(compile_setting, _intended_device(hf_args), engine)
+                resolve_compile(compile_setting, intended_device(hf_args), engine)
             settings = _settings(preset, own)
             layers, max_length = declared_limits(hf_args)
             settings.check_layers(layers)  # where the config says it without the weights
@@ -183,7 +183,7 @@ def _check_rollout_cache(folder) -> None:
         check_rollout_cache(folder)  # writable, and a damaged store moved aside now
 
 
-def _intended_device(hf_args: Mapping) -> str:
+def intended_device(hf_args: Mapping) -> str:
     """The device HFLM will load the model on: its ``device`` arg, else CUDA where there is one."""
     import torch
 

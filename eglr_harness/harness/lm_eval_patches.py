@@ -30,7 +30,11 @@ traceback holds no frame of ours) and the functions call lm-eval's original with
   ``--output_path`` for writing, the tasks' pools and local data), for Python callers too (lm-eval loads the model
   before it builds the tasks); a run of another model on our tasks gets the local data check;
 - ``EvaluatorConfig.process_tasks``: the same checks before lm-eval indexes its tasks (~10 s), and the closest
-  task names added to its "Tasks not found" error.
+  task names added to its "Tasks not found" error;
+- ``HarnessCLI.execute`` (the ``lm_eval`` command and ``eglr-eval``): an error of ours that the user fixes (a
+  ``UserError``: an argument, a data file, an output folder) ends the command with its one line and exit status 2,
+  as every ``eglr-*`` command ends it (lm-eval ends every uncaught exception with 1); lm-eval's own errors keep
+  theirs.
 
 What another model's run still passes through: the functions ``TaskManager.__init__``, ``log_experiment_args``
 and ``simple_evaluate`` are wrappers, so that an exception raised inside lm-eval's own code under one of them
@@ -279,6 +283,37 @@ def patch_task_lookup(config_module) -> None:
     config_cls._eglr_patched = True
 
 
+# ------------------------------------------------------------------ HarnessCLI.execute (exit status)
+USER_ERROR_STATUS = 2  # a refusal's exit status in every command of the project (docs/lm-eval.md#exit-status)
+
+
+def patch_cli_exit_status(cli_module) -> None:
+    """The ``lm_eval`` command ends an uncaught exception with exit status 1, ours included; a ``UserError`` (only
+    the project raises one) ends it with :data:`USER_ERROR_STATUS` after its one line, as in the ``eglr-*``
+    commands, so that one refusal has one status whichever command meets it."""
+    cli_cls = cli_module.HarnessCLI
+    if getattr(cli_cls, "_eglr_patched", False):
+        return
+    original = cli_cls.execute
+
+    @functools.wraps(original)
+    def execute(self, *args, **kwargs):
+        try:
+            return original(self, *args, **kwargs)
+        except Exception as err:
+            from eglr_harness.core.errors import UserError
+
+            if not isinstance(err, UserError):
+                raise
+            from eglr_harness.harness.output import say_user_error
+
+            say_user_error(err)
+            raise SystemExit(USER_ERROR_STATUS) from None
+
+    cli_cls.execute = execute
+    cli_cls._eglr_patched = True
+
+
 # The lm-eval attributes the hooks rebind, each kept as ``__wrapped__`` (why: the module docstring).
 PATCHED = (
     "lm_eval.tasks.manager.TaskManager.__init__",  # task indexing: our task folder in every include_path
@@ -287,6 +322,7 @@ PATCHED = (
     "lm_eval.loggers.evaluation_tracker.EvaluationTracker.save_results_samples",  # written whole or failing
     "lm_eval.evaluator.simple_evaluate",  # an eglr run checked before the model loads
     "lm_eval.config.evaluate_config.EvaluatorConfig.process_tasks",  # the same before task indexing; close names
+    "lm_eval._cli.harness.HarnessCLI.execute",  # our refusals exit 2, as in the eglr-* commands
 )
 
 # lm-eval module -> what runs right after lm-eval imports it (harness/autoload.py)
@@ -296,4 +332,5 @@ POST_IMPORT = {
     "lm_eval.loggers.evaluation_tracker": patch_tracker,
     "lm_eval.evaluator": patch_fail_fast,
     "lm_eval.config.evaluate_config": patch_task_lookup,
+    "lm_eval._cli.harness": patch_cli_exit_status,
 }

@@ -12,7 +12,6 @@ args of ``settings.RunSettings``. The class holds only what lm-eval asks of a mo
 from __future__ import annotations
 
 import logging
-import time
 
 from lm_eval.api.instance import Instance
 from lm_eval.api.registry import register_model
@@ -21,9 +20,10 @@ from lm_eval.models.huggingface import HFLM
 from eglr_harness.core.distributed import process_gather
 from eglr_harness.core.errors import RunArgError, model_arg_errors
 from eglr_harness.core.model_args import USE_CACHE_REFUSAL
+from eglr_harness.core.progress import announced_load
 from eglr_harness.decoding.model_parts import find_model_parts
 from eglr_harness.harness.decode import RolloutDecoder, TextCodec
-from eglr_harness.harness.eglr_args import EglrArgs
+from eglr_harness.harness.eglr_args import EglrArgs, intended_device
 from eglr_harness.harness.engine_choice import build_engines, engine_name
 from eglr_harness.harness.pool_runner import PoolRunner
 from eglr_harness.run.model_names import loaded_name, model_name
@@ -40,13 +40,13 @@ class EglrHFLM(HFLM):
         """pretrained and ``kwargs``: eglr's model args (``core/model_args.EGLR_ARGS``), HFLM's, from_pretrained's."""
         _follow_lm_eval_logging()
         self.args = EglrArgs.of_hf_model({"pretrained": pretrained, **kwargs})  # every check before the weights load
-        started = time.perf_counter()  # start-up says what it is doing: the load is its longest silent part
-        logger.info("eglr-hf: loading %s (weights, tokenizer%s) ...", _model_name(self.args.load_args),
-                    "; a GGUF is de-quantised first, about a minute on a CPU" if self.args.load_args.get("gguf_file")
-                    else "")
-        super().__init__(**self.args.load_args)
-        logger.info("eglr-hf: model loaded in %.0f s; building engine=%s (compile=%s)", time.perf_counter() - started,
-                    self.args.engine, self.args.compile)
+        load_args = self.args.load_args
+        loads = "weights, tokenizer" + ("; a GGUF is de-quantised first, about a minute on a CPU"
+                                        if load_args.get("gguf_file") else "")
+        with announced_load(logger, "eglr-hf", _model_name(load_args), loads, load_args.get("dtype", "auto"),
+                            intended_device(load_args)) as then:
+            super().__init__(**load_args)
+            then.append(f"building engine={self.args.engine} (compile={self.args.compile})")
         parts = find_model_parts(self.model)
         num_layers = parts.num_layers
         self.args.check_loaded(num_layers, self.model.generation_config)

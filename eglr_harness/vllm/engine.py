@@ -1,12 +1,15 @@
 """The engine contract (``decoding/contract.py``) over a vLLM ``LLM`` whose model is an EGLR architecture.
 
-Every request goes to vLLM in one ``generate`` call (vLLM batches and schedules them); the EGLR
+Every request is added to vLLM's engine at once (vLLM batches and schedules them; its request id is its signal
+tag) and the engine is stepped as ``LLM.generate`` steps it, so that each rollout is handed on (``on_finish``:
+stored, counted by the progress bar) the step it finishes rather than when the last one does; the EGLR
 settings of each (its exit rule and threshold included) travel in its ``SamplingParams.extra_args``
 (``row_settings.py``), temperature, top-k, top-p and the row seed in vLLM's own parameters. Per token, the
 entropy, k* and last exit signal (the KL with ``stop=kl``) come
 from the workers' record (a tag per request), taken through vLLM's RPC in whatever process the workers
-run (``worker.py``), the emitted token's log-probability from vLLM's own ``logprobs=0`` (raw: the
-refined logits, temperature 1).
+run (``worker.py``) once per step that finishes requests, the emitted token's log-probability from vLLM's own
+``logprobs=0`` (raw: the refined logits, temperature 1). A run stopped midway (Ctrl-C, an error) aborts its
+requests that are still running and drops their records, so the engine serves the next run clean.
 
 Accounting: vLLM decides the batch of each step, which this side never sees; each rollout's figures
 are its own (rows = its tokens, the refinement cost = its gated tokens' iterations x L, the LM-head projections
@@ -15,11 +18,13 @@ as its exit rule makes them), as the continuous engine counts a row.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections import Counter
 from collections.abc import Callable, Sequence
 
 from eglr_harness.core.config import EglrConfig
+from eglr_harness.core.progress import tokens_emitted
 from eglr_harness.decoding.contract import Outcome, Request
 from eglr_harness.decoding.stats import EglrStats, RolloutAccount, own_account
 from eglr_harness.vllm.row_settings import EXTRA_ARGS_KEY
@@ -42,6 +47,7 @@ class VllmEngine:
     def sampling_params(self, request: Request, tag: str):
         """vLLM's ``SamplingParams`` of one request."""
         from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
         config = request.config
         sampled = config.sampled
@@ -53,6 +59,7 @@ class VllmEngine:
             top_k=(config.top_k or -1) if sampled else -1, top_p=config.top_p if sampled else 1.0,
             seed=request.seed if sampled else None, max_tokens=request.max_new_tokens,
             stop=list(request.stop_strings) or None, logprobs=0, extra_args={EXTRA_ARGS_KEY: settings},
+            output_kind=RequestOutputKind.FINAL_ONLY,  # as LLM.generate asks: each request's output once, whole
         )
 
     def run(self, requests: Sequence[Request], *, stats_for: Callable[[EglrConfig], EglrStats] | None = None,
@@ -63,19 +70,39 @@ class VllmEngine:
             reason = self.unsupported(request)
             if reason is not None:
                 raise ValueError(reason + ".")
-        tags = [f"eglr-{next(_TAGS)}" for _ in requests]
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(r.prompt)) for r in requests],
-                                    [self.sampling_params(r, t) for r, t in zip(requests, tags)], use_tqdm=False)
-        records = self.llm.collective_rpc("eglr_take_signals", args=(tags,))[0]  # rank 0's; every rank forgets its own
-        outcomes = []
-        for i, (request, tag, output) in enumerate(zip(requests, tags, outputs)):
-            outcome = _outcome(output.outputs[0], records[tag])
-            outcome.account = row_account(outcome, request.config)
-            if stats_for is not None:
-                stats_for(request.config).add_rollout(outcome.account)
-            outcomes.append(outcome)
-            if on_finish is not None:
-                on_finish(i, outcome)
+        tags = [f"eglr-{next(_TAGS)}" for _ in requests]  # each request's signal tag, and its request id
+        index_of = {tag: i for i, tag in enumerate(tags)}
+        outcomes: list[Outcome | None] = [None] * len(requests)
+        engine = self.llm.llm_engine
+        try:
+            for request, tag in zip(requests, tags):
+                engine.add_request(tag, TokensPrompt(prompt_token_ids=list(request.prompt)),
+                                   self.sampling_params(request, tag))
+            while engine.has_unfinished_requests():  # LLM.generate's loop, each rollout handed on as it finishes
+                finished = {index_of[output.request_id]: output for output in engine.step()
+                            if output.finished and output.request_id in index_of}
+                if not finished:
+                    continue
+                records = self.llm.collective_rpc(  # rank 0's; every rank forgets its own
+                    "eglr_take_signals", args=([tags[i] for i in finished],))[0]
+                for i, output in finished.items():
+                    outcome = _outcome(output.outputs[0], records[tags[i]])
+                    outcome.account = row_account(outcome, requests[i].config)
+                    if stats_for is not None:
+                        stats_for(requests[i].config).add_rollout(outcome.account)
+                    outcomes[i] = outcome
+                    tokens_emitted(len(outcome.tokens))  # the progress bar, in tokens (core/progress.py)
+                    if on_finish is not None:
+                        on_finish(i, outcome)
+        except BaseException:
+            running = [request_id for request_id, i in index_of.items() if outcomes[i] is None]
+            with contextlib.suppress(Exception):  # an engine that died cannot abort: the first error is the one to say
+                engine.abort_request(running)  # else the next run's steps would decode them too
+                self.llm.collective_rpc("eglr_take_signals", args=([tags[index_of[r]] for r in running],))
+            raise
+        lost = [tags[i] for i, outcome in enumerate(outcomes) if outcome is None]
+        if lost:  # a request vLLM never reported finished (no abort was asked for here)
+            raise RuntimeError(f"eglr-vllm: the engine ran out of requests before {', '.join(lost)} finished.")
         return outcomes
 
 

@@ -71,7 +71,8 @@ def test_start_up_says_what_it_is_doing(tiny_lm, caplog):
     with caplog.at_level("INFO", logger="eglr_harness"):
         tiny_lm()
     said = [r.getMessage() for r in caplog.records if r.name.startswith("eglr_harness")]
-    loading = next(i for i, m in enumerate(said) if m.startswith("eglr-hf: loading ") and "(weights, tokenizer)" in m)
+    loading = next(i for i, m in enumerate(said)  # what loads, how and where (issue 55, item 20)
+                   if m.startswith("eglr-hf: loading ") and "(weights, tokenizer; dtype float32, device cpu) ..." in m)
     loaded = next(i for i, m in enumerate(said) if m.startswith("eglr-hf: model loaded in "))
     assert loading < loaded and "building engine=" in said[loaded]
 

@@ -232,8 +232,15 @@ def test_sampled_cells_reproducible_from_their_seed(tmp_path):
         assert generate(llm, prompts[:1], [None]) == generate(llm, prompts[:1], [dict(L=0)])
         # eglr-vllm's engine (a cell's rows as lm_eval sends them): each row's seed reaches SamplingParams.seed
         cell = EglrConfig(T=0.8, top_k=0, **refining)  # top_k 0: as draw(), which sets no top-k
+        finished = []
         seeded = VllmEngine(llm).run([Request(tuple(p), cell, MAX_NEW, seed=s)
-                                      for p, s in zip(prompts, [11, 12, 13, 14])])
+                                      for p, s in zip(prompts, [11, 12, 13, 14])],
+                                     on_finish=lambda i, outcome: finished.append((i, outcome)))
+        # a run stopped midway (Ctrl-C as its first rollout, 2 tokens long, is handed on) leaves nothing running
+        with pytest.raises(KeyboardInterrupt):
+            VllmEngine(llm).run([Request(tuple(p), cell, 2 if j == 0 else MAX_NEW, seed=j)
+                                 for j, p in enumerate(prompts)], on_finish=_interrupt)
+        left_running = llm.llm_engine.has_unfinished_requests()
         before_abort = generate(llm, prompts, [None] * len(prompts))
         aborted_record, after_abort = _abort_midway(llm, prompts[0], refining)
     finally:
@@ -246,6 +253,14 @@ def test_sampled_cells_reproducible_from_their_seed(tmp_path):
     assert first != other_seeds, "other seeds drew the same tokens: the seeds are not used"
     assert first != plain, "refinement did not change the sampled tokens: the test could not see it"
     assert [o.tokens for o in seeded] == first, "eglr-vllm's engine did not draw with each row's seed"
+    # each rollout handed on as it finished, with the outcome the run returns (issue 55, item 19: the progress bar
+    # and the store were given every rollout at the end of one generate call)
+    assert sorted(i for i, _ in finished) == [0, 1, 2, 3] and all(seeded[i] is o for i, o in finished)
+    assert not left_running, "a stopped run left its requests in the engine: the next run would decode them too"
+
+
+def _interrupt(index, outcome):
+    raise KeyboardInterrupt
 
 
 def _abort_midway(llm, prompt, settings):

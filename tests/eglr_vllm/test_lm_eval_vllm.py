@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -23,8 +24,8 @@ from helpers.vllm_engines import MULTIPROCESSING_ON  # noqa: E402
 LIMIT, NEW_TOKENS, L, TAU_H = 3, 12, 2, 0.0
 
 
-def _lm_eval(model: str, model_args: str, out) -> tuple[list[dict], dict]:
-    """Run the lm_eval CLI of this interpreter; (samples, results) of its eglr_demo run."""
+def _lm_eval(model: str, model_args: str, out) -> tuple[list[dict], dict, subprocess.CompletedProcess]:
+    """Run the lm_eval CLI of this interpreter; (samples, results) of its eglr_demo run, and the process."""
     command = [sys.executable, "-m", "lm_eval", "--model", model, "--model_args", model_args, "--tasks", "eglr_demo",
                "--apply_chat_template", "--limit", str(LIMIT), "--gen_kwargs", f"max_gen_toks={NEW_TOKENS}",
                "--output_path", str(out), "--log_samples"]
@@ -33,7 +34,7 @@ def _lm_eval(model: str, model_args: str, out) -> tuple[list[dict], dict]:
     assert done.returncode == 0, done.stderr[-3000:]
     samples = [json.loads(line) for line in open(sorted(glob.glob(f"{out}/*/samples_eglr_demo_*.jsonl"))[-1])]
     results = json.load(open(sorted(glob.glob(f"{out}/*/results_*.json"))[-1]))
-    return samples, results
+    return samples, results, done
 
 
 # the paper's exit rule, and latent (issue 58, item 4: no LM head per iteration, so its own head accounting) at a
@@ -44,10 +45,11 @@ EXIT_RULES = {"kl": "", "latent": ",stop=latent,tau_latent=0.088"}
 @pytest.mark.parametrize("rule", EXIT_RULES)
 def test_eglr_vllm_texts_equal_eglr_hf(tiny_chat_model, tmp_path, rule):
     settings = f"L={L},tau_h={TAU_H}{EXIT_RULES[rule]}"
-    hf_samples, hf_results = _lm_eval("eglr-hf", f"pretrained={tiny_chat_model},dtype=float32,{settings}",
-                                      tmp_path / "hf")
-    v_samples, v_results = _lm_eval("eglr-vllm", f"pretrained={tiny_chat_model},dtype=float32,max_model_len=512,"
-                                                 f"{settings}", tmp_path / "vllm")
+    hf_samples, hf_results, _ = _lm_eval("eglr-hf", f"pretrained={tiny_chat_model},dtype=float32,{settings}",
+                                         tmp_path / "hf")
+    v_samples, v_results, v_run = _lm_eval("eglr-vllm", f"pretrained={tiny_chat_model},dtype=float32,"
+                                                        f"max_model_len=512,{settings}", tmp_path / "vllm")
+    _said_as_eglr_vllm(v_run)
     assert len(v_samples) == len(hf_samples) == LIMIT
     for hf, v in zip(hf_samples, v_samples):
         assert v["resps"] == hf["resps"], f"doc {hf['doc_id']}: eglr-vllm {v['resps']} != eglr-hf {hf['resps']}"
@@ -64,6 +66,25 @@ def test_eglr_vllm_texts_equal_eglr_hf(tiny_chat_model, tmp_path, rule):
         iterations = sum(int(k) * n for k, n in v_stats["iteration_hist"].items())
         assert v_stats["head_projections"] == v_stats["gated_tokens"] < iterations, v_stats
         assert len(v_stats["iteration_hist"]) > 1, "every token ran as many iterations: its exit was not tested"
+
+
+def _said_as_eglr_vllm(run: subprocess.CompletedProcess) -> None:
+    """Issue 55, items 19 and 20: what an eglr-vllm run says. Its lines name eglr-vllm (they said eglr-hf); the load
+    is announced and timed; the token bar fills as the rollouts finish (it ended at 0/36: vLLM's generate handed
+    every rollout back at its end, and no token was counted); the engine is shut down without vLLM's force-kill and
+    its leaked shared memory."""
+    ours = [line for line in run.stderr.splitlines() if "[eglr_harness." in line]
+    assert ours and not [line for line in ours if "eglr-hf" in line], "\n".join(ours)
+    assert "eglr-vllm task eglr_demo: pool of 1 configs" in run.stderr and "eglr-vllm plan, task" in run.stderr
+    loading = re.search(r"eglr-vllm: loading \S+ \(a vLLM engine: [^;]+; dtype float32, device cpu\) \.\.\.",
+                        run.stderr)
+    assert loading and re.search(r"eglr-vllm: model loaded in \d+ s", run.stderr), run.stderr[-3000:]
+    total = LIMIT * NEW_TOKENS
+    bars = re.findall(rf"eglr-vllm generation: +\d+%\S* *\| *(\d+)/{total} \[[^\]]*rollouts (\d)/{LIMIT}\]", run.stderr)
+    assert bars and bars[-1] == (str(total), str(LIMIT)), bars
+    assert all(int(n) > 0 for n, done in bars if int(done) > 0), bars  # tokens counted as each rollout finished
+    said = run.stdout + run.stderr
+    assert "force killing" not in said and "leaked shared_memory" not in said, said[-3000:]
 
 
 def test_unsupported_architecture_refused_before_the_engine(tmp_path):

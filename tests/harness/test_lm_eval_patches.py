@@ -11,6 +11,7 @@ import logging
 
 import pytest
 from lm_eval import evaluator
+from lm_eval._cli.harness import HarnessCLI
 from lm_eval.config.evaluate_config import EvaluatorConfig
 from lm_eval.loggers import evaluation_tracker
 from lm_eval.tasks.manager import TaskManager
@@ -31,7 +32,7 @@ def original(function):
 def test_every_patched_attribute_keeps_lm_evals_original():
     patched = [TaskManager.__init__, evaluation_tracker.GeneralConfigTracker.log_experiment_args,
                Tracker.save_results_aggregated, Tracker.save_results_samples, evaluator.simple_evaluate,
-               EvaluatorConfig.process_tasks]
+               EvaluatorConfig.process_tasks, HarnessCLI.execute]
     assert len(patched) == len(lm_eval_patches.PATCHED)  # the list in lm_eval_patches is the whole list
     for function in patched:
         assert original(function).__module__.startswith("lm_eval.")
@@ -126,3 +127,11 @@ def test_process_tasks_says_tasks_not_found_without_close_names():
     assert "raise ValueError(f\"Tasks not found: {missing}\")" in source  # the message, after the indexing
     assert 'missing = ", ".join(task_missing)' in source  # the patch splits the names at ", "
     assert source.index("TaskManager(") < source.index("Tasks not found: ")
+
+
+# ------------------------------------------------------------------ HarnessCLI.execute (exit status)
+def test_the_cli_lets_every_exception_through():
+    """lm-eval's command catches nothing (so Python ends it with exit status 1, ours included): the patch gives our
+    refusals the status 2 of the eglr-* commands."""
+    source = inspect.getsource(original(HarnessCLI.execute))
+    assert "except" not in source and "exit" not in source, source

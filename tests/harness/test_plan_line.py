@@ -40,7 +40,8 @@ def test_the_plan_line_and_the_bar_name_the_model_that_runs():
     from eglr_harness.harness.pool_runner import PoolRunner
 
     def runner(engine):
-        return PoolRunner(SimpleNamespace(settings=None, engine=engine), None, num_layers=4, gather=None, rank=0,
-                          model_name="m", max_gen_toks=8, batch_size=1)
+        return PoolRunner(SimpleNamespace(settings=None, engine=engine), SimpleNamespace(), num_layers=4, gather=None,
+                          rank=0, model_name="m", max_gen_toks=8, batch_size=1)
 
     assert runner("vllm").label == "eglr-vllm" and runner("continuous").label == runner("hook").label == "eglr-hf"
+    assert runner("vllm").decoder.label == "eglr-vllm"  # its "rollouts reused" line

@@ -39,9 +39,10 @@ def lm_eval(*args: str, env: dict | None = None, cwd: Path | None = None) -> tup
 
 
 def assert_refused(done: subprocess.CompletedProcess, message: str) -> None:
-    """Exit status 1, no traceback, and the one error line."""
+    """Exit status 2 (as the eglr-* commands refuse; lm-eval's own errors exit 1), no traceback, and the one error
+    line."""
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert len(errors) == 1 and message in errors[0], done.stderr[-3000:]
 
 

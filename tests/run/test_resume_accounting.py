@@ -46,6 +46,23 @@ def _figures(lm) -> dict:
             for part, figures in [("total", stats["total"]), *stats["cells"].items()]}
 
 
+def _signals_match(got, expected, *, stored: int, exact: bool) -> None:
+    """Issue 55, item 13: a resumed run's signals. The ``stored`` rollouts the killed run finished come back bit for
+    bit (decoded in the uninterrupted run's batches, stored as decoded); the rest equal the uninterrupted run's to
+    float rounding, as their batches differ (docs/lm-eval.md#resume), or bit for bit where ``exact`` (engine=hf one
+    row at a time: each row is its own generate call)."""
+    differ = [i for i, (x, y) in enumerate(zip(got, expected)) if x.signals != y.signals]
+    assert all(x.signals for x in got) and len({x.signals["mean_entropy"] for x in got}) > 1
+    for x, y in zip(got, expected):
+        assert x.signals.keys() == y.signals.keys()
+        for name, value in x.signals.items():
+            if isinstance(value, int) or y.signals[name] is None:  # counts and "none gated": exact
+                assert value == y.signals[name], name
+            else:  # means of fp32 values: about 1e-7 relative apart (the KLs, near 0, in absolute terms)
+                assert value == pytest.approx(y.signals[name], rel=1e-5, abs=1e-6), name
+    assert len(differ) <= len(got) - stored and (not exact or not differ), differ
+
+
 # latent: a rule that projects the LM head once per gated token (a stored rollout that kept no head_projections
 # was counted as kl's k* projections: issue 55, a surviving mutant)
 @pytest.mark.parametrize("engine, rule", [("continuous", {}), ("hook", {}),
@@ -64,6 +81,7 @@ def test_a_run_killed_midway_and_resumed_reports_the_uninterrupted_runs_steps(ti
     got = resumed.generate_until(requests)
 
     assert [str(x) for x in got] == [str(x) for x in expected]
+    _signals_match(got, expected, stored=5, exact=engine == "hf")
     ours, theirs = _figures(resumed), _figures(whole)
     assert theirs["total"]["steps"] > theirs["total"]["tokens"] / 2 and 0 < theirs["total"]["p_step_gated"] < 1
     # today: the 5 rollouts stored before the kill bring no steps (steps and p_step_gated of their cells drop)
