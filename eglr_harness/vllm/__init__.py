@@ -34,7 +34,7 @@ def register() -> None:
             ModelRegistry.register_model(eglr_arch, target)
 
 
-def engine_args(architecture: str | None, spans=None, num_layers: int | None = None) -> dict:
+def engine_args(architecture: str | None, spans=None, num_layers: int | None = None, tags: bool = True) -> dict:
     """``LLM`` keyword arguments that serve a checkpoint of ``architecture`` with EGLR and hand its per-token
     signals back from vLLM's workers (``worker.py``), in whatever processes vLLM runs them.
 
@@ -43,6 +43,8 @@ def engine_args(architecture: str | None, spans=None, num_layers: int | None = N
     num_layers: the checkpoint's decoder layer count N. With it (or with ``spans``) the row-settings processor
     refuses an L the engine does not serve when the request arrives (vLLM's ``validate_params``: HTTP 400 behind
     a server); without either, such a request is refused at its step, which stops the engine.
+    tags: whether a request may carry a signal ``tag`` (its per-token signals recorded in the workers for the caller
+    to take back, ``worker.py``); False behind a server, whose clients cannot take them: a tag is refused there.
     One-line ValueError for a family the plugin does not cover.
 
     CUDA graphs: piecewise only (``compilation_config``; a platform without graphs, the CPU, ignores it). A full
@@ -56,7 +58,7 @@ def engine_args(architecture: str | None, spans=None, num_layers: int | None = N
     if spans is None and num_layers is not None:
         spans = range(1, num_layers + 1)
     overrides = engine_overrides(architecture, spans)
-    return {"hf_overrides": overrides, "logits_processors": [processor_name(overrides.get("eglr_spans"))],
+    return {"hf_overrides": overrides, "logits_processors": [processor_name(overrides.get("eglr_spans"), tags)],
             "worker_extension_cls": WORKER_EXTENSION, "compilation_config": {"cudagraph_mode": "PIECEWISE"}}
 
 

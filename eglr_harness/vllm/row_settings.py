@@ -61,6 +61,7 @@ REQUEST_KEYS = ("L", "tau_h", "alpha", "k_max", "tau_kl", "stop", *STOP_THRESHOL
 MAX_K_MAX = 16
 PROCESSOR_CLASS = "EglrRowSettings"
 NO_SPANS = "none"  # the name's spans part for an engine that refines with no L (plain decoding only)
+UNTAGGED = "_untagged"  # the name's suffix of a processor that refuses signal tags (``processor_name``)
 # MRV2: the keyword argument of the model's forward that carries the slot of each of its rows (model_state.py)
 REQUEST_SLOTS_ARG = "eglr_request_slots"
 _PLAIN = EglrConfig(L=0, tau_h=math.inf)
@@ -149,17 +150,20 @@ def _runs(spans) -> list[tuple[int, int]]:
     return runs
 
 
-def processor_name(spans) -> str:
+def processor_name(spans, tags: bool = True) -> str:
     """The fully qualified name (vLLM's ``module:Class``) of the row-settings processor of an engine that serves
-    ``spans`` (None: spans unknown; the step checks them): what ``engine_args`` passes as ``logits_processors``."""
+    ``spans`` (None: spans unknown; the step checks them): what ``engine_args`` passes as ``logits_processors``.
+    ``tags=False``: the processor refuses a request's signal tag (``UNTAGGED``: behind a server)."""
+    suffix = "" if tags else UNTAGGED
     if spans is None:
-        return f"{__name__}:{PROCESSOR_CLASS}"
+        return f"{__name__}:{PROCESSOR_CLASS}{suffix}"
     runs = "_".join(f"{a}to{b}" if a != b else str(a) for a, b in _runs(spans)) or NO_SPANS
-    return f"{__name__}:{PROCESSOR_CLASS}_L_{runs}"
+    return f"{__name__}:{PROCESSOR_CLASS}_L_{runs}{suffix}"
 
 
 def _spans_of(name: str) -> frozenset[int] | None:
-    """The spans of a ``processor_name`` class name; None when it is not one."""
+    """The spans of a ``processor_name`` class name (its ``UNTAGGED`` suffix left out); None when it is not one."""
+    name = name.removesuffix(UNTAGGED)
     prefix = f"{PROCESSOR_CLASS}_L_"
     if not name.startswith(prefix):
         return None
@@ -177,10 +181,11 @@ def _spans_of(name: str) -> frozenset[int] | None:
 def __getattr__(name: str):
     """``EglrRowSettings_L_<spans>``: the row-settings class of an engine serving those spans, made once per process
     (vLLM's loaders and pickle look the class up by this name in each of vLLM's processes)."""
-    spans = _spans_of(name)
-    if spans is None:
+    spans = None if name == PROCESSOR_CLASS + UNTAGGED else _spans_of(name)
+    if spans is None and name != PROCESSOR_CLASS + UNTAGGED:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    cls = type(name, (EglrRowSettings,), {"served": spans, "__module__": __name__, "__qualname__": name})
+    cls = type(name, (EglrRowSettings,), {"served": spans, "takes_tags": not name.endswith(UNTAGGED),
+                                          "__module__": __name__, "__qualname__": name})
     globals()[name] = cls
     return cls
 
@@ -193,11 +198,18 @@ class EglrRowSettings(LogitsProcessor, RunnerV2LogitsProcessor):
     it for the slots of its forward's rows (``batch_slots``) and reads those slots' settings."""
 
     served: frozenset[int] | None = None
+    takes_tags: bool = True  # False behind a server (``processor_name(spans, tags=False)``)
 
     @classmethod
     def validate_params(cls, sampling_params) -> None:
         request_config(sampling_params.extra_args, cls.served)
-        admit_tag(request_tag(sampling_params.extra_args), sampling_params.n)
+        tag = request_tag(sampling_params.extra_args)
+        if tag is not None and not cls.takes_tags:
+            # a server's clients cannot take a record back (the OpenAI API has no route to the workers): a tagged
+            # request's record, and its tag in the front end, would stay for the server's life
+            raise ValueError(f"`tag`={tag!r} is not allowed by this server; allowed: no tag (the per-token signals "
+                             "are taken back by eglr-vllm's offline engine only).")
+        admit_tag(tag, sampling_params.n)
 
     def __init__(self, vllm_config, device_or_request_state, is_pin_memory: bool | None = None) -> None:
         # V1 builds it as (vllm_config, device, is_pin_memory), MRV2 as (vllm_config, LogitsProcRequestState)

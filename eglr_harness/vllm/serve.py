@@ -4,8 +4,9 @@
 
 Reads the checkpoint's config.json (architecture, decoder layer count), so the server refuses, at admission, an
 ``L`` it does not serve (HTTP 400). Requests set EGLR per request with flat ``vllm_xargs`` keys (``eglr_L``,
-``eglr_tau_h``, ...: ``row_settings.py``); a request without them decodes as stock vLLM. ``--print`` prints the
-``vllm serve`` command instead of running it.
+``eglr_tau_h``, ...: ``row_settings.py``); a request without them decodes as stock vLLM. A signal tag
+(``eglr_tag``) is refused: the API cannot hand the signals back, and nothing is recorded for a served request.
+``--print`` prints the ``vllm serve`` command instead of running it.
 """
 
 from __future__ import annotations
@@ -46,8 +47,10 @@ def serve_command(model: str, spans=None, extra=()) -> list[str]:
     from eglr_harness.vllm import engine_args
 
     architecture, num_layers = checkpoint_shape(model)
-    return ["vllm", "serve", model, *cli_flags(engine_args(architecture, spans=spans, num_layers=num_layers)),
-            *extra]
+    # tags=False: a client cannot take a tagged request's signals back through the API, so a tag is refused (HTTP
+    # 400) rather than left recorded in the workers for the server's life
+    return ["vllm", "serve", model,
+            *cli_flags(engine_args(architecture, spans=spans, num_layers=num_layers, tags=False)), *extra]
 
 
 def _spans(text: str) -> list[int]:

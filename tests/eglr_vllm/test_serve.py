@@ -98,7 +98,8 @@ def test_vllm_serve_with_eglr(tiny_chat_model, tmp_path):
 
         requests = ([body(p) for p in prompts] + [body(p, EGLR) for p in prompts]
                     + [body(prompts[0], {**EGLR, "eglr_L": 3}), body(prompts[0], {**EGLR, "eglr_L": 99}),
-                       body(prompts[0], {**EGLR, "eglr_beta": 1}), body(prompts[0], {**EGLR, "eglr_tau_h": "nan"})])
+                       body(prompts[0], {**EGLR, "eglr_beta": 1}), body(prompts[0], {**EGLR, "eglr_tau_h": "nan"}),
+                       body(prompts[0], {**EGLR, "eglr_tag": "mine"})])
         with ThreadPoolExecutor(max_workers=len(requests)) as pool:
             answers = list(pool.map(lambda b: _post(port, b), requests))
         after = _post(port, body(prompts[1], EGLR))  # the server still serves
@@ -109,7 +110,8 @@ def test_vllm_serve_with_eglr(tiny_chat_model, tmp_path):
     for (status, answer), named in zip(bad, ["`L`=3 is not served by this engine; allowed: 0, 2.",
                                              "`L`=99 is not served by this engine; allowed: 0, 2.",
                                              "key 'eglr_beta' is not allowed; allowed: eglr_L",
-                                             "`tau_h`=nan is not allowed"]):
+                                             "`tau_h`=nan is not allowed",
+                                             "`tag`='mine' is not allowed by this server"]):
         message = answer.get("error", {}).get("message", "")
         assert status == 400 and named in message and "\n" not in message, (status, answer)
     assert after[0] == 200 and after[1]["choices"][0]["token_ids"] == eglr[1][1]["choices"][0]["token_ids"]
@@ -130,3 +132,20 @@ def test_vllm_serve_with_eglr(tiny_chat_model, tmp_path):
     finally:
         llm.llm_engine.engine_core.shutdown()
     assert served == offline, "the served EGLR tokens differ from the offline LLM's"
+
+
+def test_the_served_processor_refuses_a_signal_tag(tiny_chat_model):
+    """The server's clients cannot take a tagged request's signals back: the processor `serve_command` names refuses a
+    tag at admission (nothing recorded for the server's life), while eglr-vllm's offline engine admits one."""
+    from types import SimpleNamespace
+
+    from eglr_harness.vllm import engine_args, row_settings
+    from eglr_harness.vllm.serve import serve_command
+
+    command = serve_command(str(tiny_chat_model), [SPAN])
+    served = command[command.index("--logits-processors") + 1]
+    tagged = SimpleNamespace(extra_args={**EGLR, "eglr_tag": "t-served"}, n=1)
+    with pytest.raises(ValueError, match=r"^`tag`='t-served' is not allowed by this server; allowed: no tag"):
+        getattr(row_settings, served.split(":")[1]).validate_params(tagged)
+    offline = engine_args("LlamaForCausalLM", spans=[SPAN])["logits_processors"][0]
+    getattr(row_settings, offline.split(":")[1]).validate_params(tagged)  # admitted
