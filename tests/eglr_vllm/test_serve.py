@@ -74,6 +74,33 @@ def _stop(server: subprocess.Popen) -> None:
             server.wait(timeout=30)
 
 
+def _lm_eval_served(model: str, port: int, xargs: dict | None, out) -> list[tuple[str, list[str], str]]:
+    """``lm_eval --model local-completions`` on eglr_demo against the server, EGLR's flat keys (if any) passed
+    through as ``--gen_kwargs vllm_xargs={...}``: (prompt, stop strings, the text lm-eval got back) of its 2
+    documents."""
+    # vLLM's server takes at most 4 stop strings (OpenAI's limit); the task lists 7 (every family's end markers), so
+    # the served model's own one replaces them (vLLM also stops at the model's EOS token by itself)
+    gen_kwargs = [f"max_gen_toks={NEW_TOKENS}", 'until=["<|im_end|>"]'] + (
+        [f"vllm_xargs={json.dumps(xargs)}"] if xargs else [])
+    command = [sys.executable, "-m", "lm_eval", "--model", "local-completions", "--model_args",
+               f"model={model},base_url=http://{HOST}:{port}/v1/completions,tokenizer_backend=huggingface,"
+               "tokenized_requests=False,num_concurrent=1,max_retries=1",
+               "--tasks", "eglr_demo", "--limit", "2", "--gen_kwargs", *gen_kwargs, "--output_path", str(out),
+               "--log_samples"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=REQUEST_TIMEOUT_S * 3,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, "\n".join(line for line in done.stderr.splitlines() if "rror" in line)[-3000:]
+    (samples_file,) = out.glob("*/samples_eglr_demo_*.jsonl")
+    runs = []
+    for line in samples_file.read_text().splitlines():
+        sample = json.loads(line)
+        prompt, options = sample["arguments"]["gen_args_0"]["arg_0"], sample["arguments"]["gen_args_0"]["arg_1"]
+        until = options.get("until") or []
+        runs.append((prompt, [until] if isinstance(until, str) else list(until), sample["resps"][0][0]))
+    assert len(runs) == 2, runs
+    return runs
+
+
 def test_vllm_serve_with_eglr(tiny_chat_model, tmp_path):
     from transformers import AutoTokenizer
 
@@ -103,8 +130,17 @@ def test_vllm_serve_with_eglr(tiny_chat_model, tmp_path):
         with ThreadPoolExecutor(max_workers=len(requests)) as pool:
             answers = list(pool.map(lambda b: _post(port, b), requests))
         after = _post(port, body(prompts[1], EGLR))  # the server still serves
+        # lm-eval's own client of a served model, EGLR's settings in the request body (`--gen_kwargs vllm_xargs=...`)
+        plain_run = _lm_eval_served(model, port, None, tmp_path / "lm_eval_plain")
+        eglr_run = _lm_eval_served(model, port, EGLR, tmp_path / "lm_eval_eglr")
+        direct = [_post(port, {"model": model, "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0.0,
+                               "stop": stop, "vllm_xargs": EGLR}) for prompt, stop, _ in eglr_run]
     finally:
         _stop(server)
+    assert [text for *_, text in eglr_run] != [text for *_, text in plain_run], \
+        "lm-eval's EGLR texts equal its plain ones: vllm_xargs did not reach EGLR"
+    for (status, answer), (prompt, _, text) in zip(direct, eglr_run):
+        assert status == 200 and answer["choices"][0]["text"] == text, (prompt, text, answer)
     plain, eglr, bad = answers[:3], answers[3:6], answers[6:]
     assert all(status == 200 for status, _ in plain + eglr), [a for a in plain + eglr if a[0] != 200]
     for (status, answer), named in zip(bad, ["`L`=3 is not served by this engine; allowed: 0, 2.",
