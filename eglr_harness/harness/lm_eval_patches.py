@@ -50,6 +50,7 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import sys
 
 MODEL_NAME = "eglr-hf"
 MODEL_TARGET = "eglr_harness.harness.model:EglrHFLM"
@@ -290,13 +291,13 @@ USER_ERROR_STATUS = 2  # a refusal's exit status in every command of the project
 def patch_cli_exit_status(cli_module) -> None:
     """The ``lm_eval`` command ends an uncaught exception with exit status 1, ours included; a ``UserError`` (only
     the project raises one) ends it with :data:`USER_ERROR_STATUS` after its one line, as in the ``eglr-*``
-    commands, so that one refusal has one status whichever command meets it."""
+    commands, so that one refusal has one status whichever command meets it. Only for a command line that names one
+    of the project's models: any other run's ``execute``, and its traceback, is lm-eval's own (``_ForOurRuns``)."""
     cli_cls = cli_module.HarnessCLI
     if getattr(cli_cls, "_eglr_patched", False):
         return
     original = cli_cls.execute
 
-    @functools.wraps(original)
     def execute(self, *args, **kwargs):
         try:
             return original(self, *args, **kwargs)
@@ -310,8 +311,19 @@ def patch_cli_exit_status(cli_module) -> None:
             say_user_error(err)
             raise SystemExit(USER_ERROR_STATUS) from None
 
-    cli_cls.execute = execute
+    cli_cls.execute = _ForOurRuns(original, execute, lambda cli: _command_line_names_our_model(sys.argv[1:]))
     cli_cls._eglr_patched = True
+
+
+def _command_line_names_our_model(argv: list[str]) -> bool:
+    """Whether ``argv`` names one of the project's models (``--model eglr-hf``, ``--model=eglr-vllm``): read when
+    ``execute`` is looked up, before the CLI has parsed anything it could tell."""
+    for i, arg in enumerate(argv):
+        if arg == "--model" and i + 1 < len(argv):
+            return _is_ours(argv[i + 1])
+        if arg.startswith("--model="):
+            return _is_ours(arg.split("=", 1)[1])
+    return False
 
 
 # The lm-eval attributes the hooks rebind, each kept as ``__wrapped__`` (why: the module docstring).
