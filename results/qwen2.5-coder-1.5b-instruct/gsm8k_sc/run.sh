@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 59, item 2 (begun): greedy against EGLR-SC_L (L = 1..10 at T = 0, B = 10, majority vote) on GSM8K's first
+# Issue 59, item 2 (begun): greedy, EGLR-SC_L (L = 1..10 at T = 0, B = 10, majority vote) and SC_T (L = 0 at
+# T = 0.7, B = 10 sampled rollouts, a fresh seed each, majority vote) on GSM8K's first
 # LIMIT test problems, 640 new tokens (the budget chosen in ../budget: under 5 % of greedy answers cut off there),
 # Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF de-quantised to bf16; ../get_model.py), CPU, one thread.
 # tau_h: eglr-calibrate (the paper's rule: 95th percentile of greedy token entropies, capped at 2.5 nats) on the
@@ -17,9 +18,12 @@ grep -q "^  gsm8k:" model_configs/qwen2.5-coder-1.5b-instruct.yaml || eglr-calib
   --calib_limit 16 --gen_kwargs max_gen_toks=128 --batch_size 16
 ARGS=model_config=qwen2.5-coder-1.5b-instruct,$LOAD,rollout_cache=results/qwen2.5-coder-1.5b-instruct/rollouts
 COMMON="--tasks gsm8k_eglr_sc --limit $LIMIT --gen_kwargs max_gen_toks=640 --apply_chat_template --device cpu --log_samples"
-[ -d $HERE/sc_L_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS $COMMON --batch_size 100 \
-  --output_path $HERE/sc_L_$LIMIT
+# cheapest first, so that a stopped run leaves whole comparisons: greedy, then EGLR-SC_L, then SC_T
 [ -d $HERE/greedy_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS,L=0,T=0 $COMMON --batch_size 24 \
   --output_path $HERE/greedy_$LIMIT
+[ -d $HERE/sc_L_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS $COMMON --batch_size 100 \
+  --output_path $HERE/sc_L_$LIMIT
+[ -d $HERE/sc_T_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS,L=0,T=0.7 $COMMON --batch_size 100 \
+  --output_path $HERE/sc_T_$LIMIT
 python -m eglr_harness.analysis.portable $HERE
-eglr-report $HERE/sc_L_$LIMIT $HERE/greedy_$LIMIT --out $HERE/report_$LIMIT
+eglr-report $HERE/sc_L_$LIMIT $HERE/sc_T_$LIMIT $HERE/greedy_$LIMIT --out $HERE/report_$LIMIT
