@@ -22,6 +22,7 @@ FIGURES = [
     "budget_L.png",
     "budget_LuT.png",
     "budget_LxT.png",
+    "accuracy_vs_compute.png",
 ]
 TABLES = [
     "cell_accuracy.csv",
@@ -38,6 +39,7 @@ TABLES = [
     "budget_LxT.csv",
     "compute_runs.csv",
     "compute_cells.csv",
+    "accuracy_vs_compute.csv",
 ]
 
 

@@ -67,8 +67,9 @@ class AccuracyVsComputeSection(Section):
         header = ["method", "kind", "rollouts per problem (B)", "compute vs greedy", "correct", "accuracy %",
                   "95 % CI (%)"]
         parts = [
-            "\n## Accuracy against compute\nOne point per method; compute per problem relative to greedy (FLOPs, "
-            f"Definitions). Table: `{FIGURE}.csv`.\n",
+            "\n## Accuracy against compute\nOne point per method, with its 95 % interval; each pool's oracle beside its "
+            "vote, hollow: an upper bound, not a method. Compute per problem relative to greedy (FLOPs; Definitions). "
+            f"Table: `{FIGURE}.csv`.\n",
             image(figs, FIGURE, "accuracy against compute"),
             markdown_table(header, rows) if rows else "No method of these runs has its compute accounted.",
         ]
