@@ -22,7 +22,6 @@ FIGURES = [
     "budget_L.png",
     "budget_LuT.png",
     "budget_LxT.png",
-    "accuracy_vs_compute.png",
 ]
 TABLES = [
     "cell_accuracy.csv",

@@ -72,10 +72,10 @@ class ComputePoint:
 
 @dataclass(frozen=True)
 class AccuracyVsCompute:
-    """The points, in report order, and the methods left out (``"label: why"``)."""
+    """The points, in report order, and the methods left out, ``(label, why)``."""
 
     points: tuple[ComputePoint, ...]
-    left_out: tuple[str, ...] = ()
+    left_out: tuple[tuple[str, str], ...] = ()
 
 
 def _rollouts_per_problem(grid: Grid, cells) -> float:
@@ -103,8 +103,8 @@ def cell_costs(grid: Grid) -> dict[Cell, float]:
             for cell, docs in grid.by_cell.items() if generated[cell] and docs}
 
 
-def _other_run_point(part: RunPart) -> ComputePoint | str | None:
-    """The point of a run of a model other than eglr-hf (a reason string when it cannot be placed; None when the
+def _other_run_point(part: RunPart) -> ComputePoint | tuple[str, str] | None:
+    """The point of a run of a model other than eglr-hf (``(label, why)`` when it cannot be placed; None when the
     part is an eglr-hf run or holds no rollout)."""
     rows = part.rollouts
     if not rows or any(row.cell is not None for row in rows):
@@ -118,7 +118,7 @@ def _other_run_point(part: RunPart) -> ComputePoint | str | None:
         num_beams = None if beams is None else int(str(beams))
         compute = beam_flop_ratio(num_beams)
     except ValueError:
-        return f"{source} run {part.info.name}: num_beams={beams!r} is not a beam count"
+        return f"{source} run {part.info.name}", f"num_beams={beams!r} is not a beam count"
     label = f"Beam-{num_beams} ({source})" if num_beams and num_beams > 1 else f"{source}, no beams"
     correct, n = sum(first.values()), len(first)
     return ComputePoint(label, OTHER_RUN, 1, compute, correct, n, *wilson_interval(correct, n))
@@ -129,7 +129,7 @@ def accuracy_vs_compute(grid: Grid, accuracy: Mapping[Cell, CellAccuracy]) -> Ac
     costs = cell_costs(grid)
     greedy_cost = costs.get(GREEDY)
     points: list[ComputePoint] = []
-    left_out: list[str] = []
+    left_out: list[tuple[str, str]] = []
 
     def relative(cells) -> float | None:
         """compute(cells) / cost(greedy), or None (with the reason in ``left_out``)."""
@@ -139,12 +139,13 @@ def accuracy_vs_compute(grid: Grid, accuracy: Mapping[Cell, CellAccuracy]) -> Ac
         return sum(costs[c] for c in cells) / greedy_cost
 
     def why(cells) -> str:
-        missing = [c.label for c in cells if c not in costs]
-        if missing:
-            return f"no compute accounting for {', '.join(missing)}"
         if GREEDY not in grid.by_cell:
             return "no greedy cell (L=0, T=0), the unit of compute"
-        return "greedy's cell (the unit of compute) has no compute accounting"
+        if greedy_cost is None:
+            return "greedy's cell (the unit of compute) has no compute accounting"
+        missing = [c.label for c in cells if c not in costs]
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        return f"no compute accounting for {len(missing)} of its {len(cells)} cells ({shown})"
 
     if GREEDY in accuracy:
         cell = accuracy[GREEDY]
@@ -155,7 +156,7 @@ def accuracy_vs_compute(grid: Grid, accuracy: Mapping[Cell, CellAccuracy]) -> Ac
         cell, label = accuracy[best], f"best single config ({best.label})"
         x = relative([best])
         if x is None:
-            left_out.append(f"{label}: {why([best])}")
+            left_out.append((label, why([best])))
         else:
             points.append(ComputePoint(label, METHOD, _rollouts_per_problem(grid, [best]), x, cell.correct,
                                        cell.rollouts, *wilson_interval(cell.correct, cell.rollouts)))
@@ -172,7 +173,7 @@ def accuracy_vs_compute(grid: Grid, accuracy: Mapping[Cell, CellAccuracy]) -> Ac
                                      (UPPER_BOUND, "oracle", oracle_solved(grid, cells))):
             label = f"{method} {pool} (B={rollouts:g})"
             if x is None:
-                left_out.append(f"{label}: {why(cells)}")
+                left_out.append((label, why(cells)))
                 continue
             points.append(ComputePoint(label, kind, rollouts, x, len(solved), grid.n_docs,
                                        *wilson_interval(len(solved), grid.n_docs)))

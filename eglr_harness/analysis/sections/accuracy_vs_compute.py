@@ -26,8 +26,8 @@ class AccuracyVsComputeSection(Section):
 - Accuracy against compute: x = compute per problem relative to greedy = Σ over the cells the method decodes of
   (the cell's tokens × FLOP ratio ÷ the rollouts its runs decoded) × (its rollouts per problem), over the same for
   greedy: the layer evaluations N·tokens + Σ L·k of the B rollouts the method uses per problem, over N·greedy's
-  tokens per problem, so longer answers cost more too. Rollouts taken from the rollout store count at the mean
-  cost of the cell's decoded ones; a cell no run accounts for leaves its methods out (named under the table).
+  tokens per problem, so longer answers cost more too. A rollout its runs reused (the rollout store) costs the
+  mean of the cell's decoded ones; a cell no run accounts for leaves its methods out (named under the table).
   Best single config = the grid's best cell other than greedy, costed as that cell alone (it was chosen on the
   same problems after decoding every cell). Other models' runs (lm-eval `hf`): num_beams × greedy (their outputs
   taken as long as greedy's: they count no tokens). y = accuracy with its 95 % Wilson interval: over rollouts for
@@ -49,7 +49,7 @@ class AccuracyVsComputeSection(Section):
         return [Table(f"{FIGURE}.csv", header, rows)]
 
     def figures(self, ctx: ReportContext, result: AccuracyVsCompute, out):
-        if not result.points:
+        if len(result.points) < 2:  # greedy alone, at 1 by definition: nothing to compare
             return {}
         points = [(p.label, _STYLES[p.kind][0], p.compute, p.accuracy, p.low, p.high) for p in result.points]
         styles = {legend: (marker, color, filled) for legend, marker, color, filled in _STYLES.values()}
@@ -67,12 +67,16 @@ class AccuracyVsComputeSection(Section):
         header = ["method", "kind", "rollouts per problem (B)", "compute vs greedy", "correct", "accuracy %",
                   "95 % CI (%)"]
         parts = [
-            "\n## Accuracy against compute\nOne point per method, with its 95 % interval; each pool's oracle beside its "
-            "vote, hollow: an upper bound, not a method. Compute per problem relative to greedy (FLOPs; Definitions). "
-            f"Table: `{FIGURE}.csv`.\n",
+            "\n## Accuracy against compute\nOne point per method, with its 95 % interval; each pool's oracle beside "
+            "its vote, hollow: an upper bound, not a method. Compute per problem relative to greedy (FLOPs; "
+            f"Definitions). Table: `{FIGURE}.csv`.\n",
             image(figs, FIGURE, "accuracy against compute"),
             markdown_table(header, rows) if rows else "No method of these runs has its compute accounted.",
         ]
-        if result.left_out:
-            parts.append("\nLeft out (no compute to place them by): " + "; ".join(result.left_out) + ".")
+        reasons: dict[str, list[str]] = {}  # one line per reason: every method of a grid may share one
+        for label, why in result.left_out:
+            reasons.setdefault(why, []).append(label)
+        if reasons:
+            parts.append("\nLeft out (no compute to place them by):\n")
+            parts += [f"- {', '.join(labels)}: {why}." for why, labels in reasons.items()]
         return parts
