@@ -12,7 +12,7 @@ from pathlib import Path
 from eglr_harness.core.outputs import atomic_write_bytes, atomic_writer
 
 __all__ = ["save_png", "write_csv", "markdown_table", "pct", "num", "t_label", "heatmap", "lxt_heatmap", "budget_plot",
-           "rules_plot"]
+           "rules_plot", "accuracy_compute_plot"]
 
 
 def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence]) -> Path:
@@ -203,3 +203,89 @@ def rules_plot(path: Path, series: dict[str, Sequence[tuple[float, float, str]]]
         for x, y, (_x, _y, label) in zip(xs, ys, ordered):
             ax.annotate(label, (x, y), textcoords="offset points", xytext=(3, 3), fontsize=6)
     return _save_accuracy_plot(fig, ax, xlabel, title, path)
+
+
+def accuracy_compute_plot(path: Path, points: Sequence[tuple[str, str, float, float, float, float]],
+                          styles: dict[str, tuple[str, str, bool]], *, title: str) -> Path:
+    """Accuracy (%) with its 95 % interval against compute relative to greedy, one labelled point each;
+    ``points`` = ``(label, group, compute, accuracy, low, high)`` (fractions), ``styles``: group -> ``(marker, colour,
+    filled)``, the group its legend entry. The compute axis is logarithmic when it spans a factor of 8 or more."""
+    from matplotlib.ticker import FuncFormatter
+
+    fig = _figure(7.0, 4.6)
+    ax = fig.add_subplot(1, 1, 1)
+    for group, (marker, color, filled) in styles.items():
+        mine = [p for p in points if p[1] == group]
+        if not mine:
+            continue
+        ax.errorbar([p[2] for p in mine], [100 * p[3] for p in mine],
+                    yerr=[[100 * (p[3] - p[4]) for p in mine], [100 * (p[5] - p[3]) for p in mine]],
+                    fmt=marker, color=color, markerfacecolor=color if filled else "white", markersize=7, capsize=3,
+                    elinewidth=1, linestyle="none", label=group)
+    xs = [p[2] for p in points]
+    if xs and min(xs) > 0 and max(xs) / min(xs) >= 8:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))
+    xlim = ax.get_xlim()
+    if ax.get_xscale() == "log":
+        ax.set_xlim(xlim[0] / 1.6, xlim[1] * 1.6)
+    else:
+        pad = 0.15 * (xlim[1] - xlim[0] or 1)
+        ax.set_xlim(xlim[0] - pad, xlim[1] + pad)
+    ax.set_ylim(0, max(ax.get_ylim()[1], 5.0))  # as _save_accuracy_plot will: the labels are placed on the final axes
+    xlabel = "compute per problem relative to greedy (FLOPs)"
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("accuracy (%)")
+    _set_title(fig, ax, title)
+    fig.tight_layout()
+    _place_labels(fig, ax, [(label, x, 100 * y, 100 * low, 100 * high) for label, _group, x, y, low, high in points])
+    return _save_accuracy_plot(fig, ax, xlabel, title, path)
+
+
+def _place_labels(fig, ax, labels: Sequence[tuple[str, float, float, float, float]]) -> None:
+    """Write each ``(text, x, y, low, high)`` beside its point where it crosses the fewest other points and labels
+    placed before it (then error bars), inside the axes: points of nearly one compute (two pools' votes, a vote and its
+    oracle) would otherwise print their labels over each other or beside the wrong point. Places are tried right,
+    left, then below and above (a label moved up or down is tied to its point by a thin line); the first of the
+    least crowded wins."""
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
+
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)  # a label past the axes' edge would reshape the layout
+    tries = [(side * (8 + abs(dy) // 3), dy) for dy in (0, -12, 12, -24, 24, -36, 36, -48, 48, -60, 60)
+             for side in (1, -1)]
+    half = 5  # a marker is 7 pt wide
+    # the obstacles with their weights: every marker and error bar, then each label as it is placed; a label over
+    # another label or a marker is unreadable, one across an error bar only untidy
+    placed: list[tuple[Bbox, int]] = []
+    for _text, x, y, low, high in labels:
+        px, py = ax.transData.transform((x, y))
+        placed.append((Bbox.from_extents(px - half, py - half, px + half, py + half), 10))
+        _, bottom = ax.transData.transform((x, low))
+        _, top = ax.transData.transform((x, high))
+        placed.append((Bbox.from_extents(px - 1, bottom, px + 1, top), 1))
+
+    def crowding(box) -> int:
+        inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+        return sum(weight for other, weight in placed if box.overlaps(other)) + (0 if inside else 1000)
+
+    for text, x, y, _low, _high in labels:
+        best = None
+        for dx, dy in tries:
+            line = dict(arrowstyle="-", color="grey", lw=0.5, shrinkA=0, shrinkB=4) if dy else None
+            note = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=6.5,
+                               ha="left" if dx > 0 else "right", va="center", arrowprops=line)
+            note.update_positions(renderer)
+            box = Text.get_window_extent(note, renderer).padded(2)  # the text's: an annotation's own counts its line
+            score = crowding(box)
+            if best is None or score < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (score, note, box)
+            else:
+                note.remove()
+            if score == 0:
+                break
+        placed.append((best[2], 10))

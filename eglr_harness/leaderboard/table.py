@@ -7,7 +7,7 @@ clusters when the samples log them, else on exact answer strings; the source col
 
 FLOP ratio vs greedy (per problem):
 - Greedy: 1.0;
-- Beam-n: n (n hypotheses decoded at every step; prompt processing and early stops ignored);
+- Beam-n: n (:func:`~eglr_harness.analysis.metrics.compute.beam_flop_ratio`);
 - EGLR (best L): the best cell's ``flop_ratio`` from ``config.eglr.stats.cells`` (one rollout),
   else the run's total ratio;
 - EGLR-SC_L and Oracle_L: B × the run's total ``flop_ratio`` (B rollouts; assumes rollouts as long
@@ -35,7 +35,7 @@ from eglr_harness.analysis.load import (
     run_info,
 )
 from eglr_harness.analysis.metrics.accuracy import best_in_pool, cell_accuracy, oracle_solved, sc_solved
-from eglr_harness.analysis.metrics.compute import cell_compute, run_compute
+from eglr_harness.analysis.metrics.compute import beam_flop_ratio, cell_compute, run_compute
 from eglr_harness.analysis.portable import portable
 from eglr_harness.analysis.render import markdown_table, num, pct, write_csv
 from eglr_harness.core.outputs import atomic_write_text
@@ -176,7 +176,7 @@ def cells_from_run(
     if kind == "eglr_sc":
         entries = _sc_numbers(results, task, info, files)
     else:
-        entries = _single_numbers(results, task, files, float(num_beams or 1), name)
+        entries = _single_numbers(results, task, files, beam_flop_ratio(num_beams), name)
     versions = {**dict(info.versions), **dict(record.get("versions", {}))}
     wall = record.get("wall_time_s", info.wall_time_s)
     return [

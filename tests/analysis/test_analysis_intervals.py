@@ -29,6 +29,10 @@ def test_wilson_interval_by_hand():
     assert wilson_interval(0, 4) == pytest.approx((0.0, 3.841459 / 7.841459), abs=1e-6)
     # 50 of 100: symmetric around 0.5, half-width z·sqrt(0.0025 + z²/40000) / (1 + z²/100) = 0.096170
     assert wilson_interval(50, 100) == pytest.approx((0.403830, 0.596170), abs=1e-5)
+    # none or all of them: the bound at the share is the share itself, not a rounding error past it (3.5e-18 above
+    # 0 of 100 made a plot's error bar negative)
+    assert [wilson_interval(0, n)[0] for n in (4, 10, 100)] == [0.0, 0.0, 0.0]
+    assert [wilson_interval(n, n)[1] for n in (4, 10, 100)] == [1.0, 1.0, 1.0]
 
 
 @pytest.mark.parametrize("successes, n, bad", [(5, 4, "`successes`=5"), (-1, 4, "`successes`=-1"), (1, 0, "`n`=0"),

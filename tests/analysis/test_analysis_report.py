@@ -38,6 +38,7 @@ TABLES = [
     "budget_LxT.csv",
     "compute_runs.csv",
     "compute_cells.csv",
+    "accuracy_vs_compute.csv",
 ]
 
 

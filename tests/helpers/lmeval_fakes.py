@@ -85,6 +85,7 @@ def write_run(
     filters: tuple[str, ...] = ("none",),
     doc_text: str = "problem",
     extra_doc_keys: dict | None = None,
+    gen_kwargs: dict | None = None,
 ) -> Path:
     """Write one run with lm-eval's tracker; returns the results JSON path.
 
@@ -143,7 +144,7 @@ def write_run(
         "use_cache": None,
         "limit": limit,
         "bootstrap_iters": 0,
-        "gen_kwargs": None,
+        "gen_kwargs": gen_kwargs,
         "random_seed": 0,
         "numpy_seed": 1234,
         "torch_seed": 1234,

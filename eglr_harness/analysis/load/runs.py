@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eglr_harness.run.model_names import model_name
+from eglr_harness.run.model_names import model_name, parse_model_args
 
 __all__ = ["RunInfo", "model_identity", "metric_names", "metric_entry", "metric_value", "run_info"]
 
@@ -27,6 +27,8 @@ class RunInfo:
         n_samples: task -> number of documents evaluated.
         wall_time_s: lm-eval's ``total_evaluation_time_seconds``.
         versions: ``lm_eval_version`` / ``transformers_version`` recorded by lm-eval.
+        gen_kwargs: lm-eval's ``--gen_kwargs`` of the run (``config.gen_kwargs``; values as lm-eval stored them,
+            strings when it kept the command line's text); empty when none were given.
     """
 
     path: Path
@@ -39,6 +41,7 @@ class RunInfo:
     wall_time_s: float | None = None
     versions: Mapping[str, str] = field(default_factory=dict)
     name: str = ""
+    gen_kwargs: Mapping = field(default_factory=dict)
 
 
 def model_identity(results: Mapping) -> str:
@@ -105,4 +108,5 @@ def run_info(results: Mapping, path: Path, name: str = "") -> RunInfo:
         n_samples=n_samples,
         wall_time_s=_as_float(results.get("total_evaluation_time_seconds")),
         versions=versions,
+        gen_kwargs=parse_model_args(config.get("gen_kwargs")),
     )

@@ -32,6 +32,7 @@ __all__ = [
     "solved_sets",
     "POOLS",
     "POOL_TITLES",
+    "POOL_NAMES",
     "pool_cells",
     "best_in_pool",
     "vote_is_correct",
@@ -46,6 +47,7 @@ POOL_TITLES = {
     "LuT": "L ∪ T pool (T pool + L pool)",
     "LxT": "L×T pool (all cells)",
 }
+POOL_NAMES = {"T": "T pool", "L": "L pool", "LuT": "L ∪ T pool", "LxT": "L×T pool"}  # short, for row labels
 _POOL_RULES = {
     "T": lambda c: c.L == 0 and c.T > 0,
     "L": lambda c: c.T == 0 and c.L > 0,

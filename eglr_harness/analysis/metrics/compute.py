@@ -23,6 +23,8 @@ __all__ = [
     "cell_compute",
     "combine_compute",
     "reused_rollouts",
+    "reused_by_cell",
+    "beam_flop_ratio",
 ]
 logger = logging.getLogger(__name__)
 
@@ -87,6 +89,24 @@ def reused_rollouts(infos: Sequence[RunInfo]) -> int | None:
     ]
     counts = [c for c in counts if isinstance(c, int)]
     return sum(counts) if counts else None
+
+
+def reused_by_cell(info: RunInfo) -> dict[Cell, int]:
+    """cell -> the run's rollouts of that cell taken from the rollout store (``stats.reused_rollouts.cells``): their
+    compute is not in the run's accounting. Empty for runs that record no reuse."""
+    cells = (((info.eglr or {}).get("stats") or {}).get("reused_rollouts") or {}).get("cells") or {}
+    return {Cell.parse(key): count for key, count in cells.items() if isinstance(count, int) and count}
+
+
+def beam_flop_ratio(num_beams: int | None) -> float:
+    """FLOP ratio vs greedy, per problem, of beam search with ``num_beams`` hypotheses (None: 1, greedy): the n
+    hypotheses are each decoded at every step; prompt processing and early stops are ignored and the outputs are
+    taken as long as greedy's (lm-eval's ``hf`` runs count no tokens)."""
+    if num_beams is None:
+        return 1.0
+    if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
+        raise ValueError(f"`num_beams`={num_beams!r} is not allowed; allowed: an int >= 1.")
+    return float(num_beams)
 
 
 def _weighted(values, weights) -> float | None:

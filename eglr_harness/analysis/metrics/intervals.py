@@ -32,7 +32,11 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
     denom = 1 + z * z / n
     center = (p + z * z / (2 * n)) / denom
     half = z * sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, center - half), min(1.0, center + half)
+    # at 0 of n (n of n) the bound is exactly 0 (1); computed, it can land a rounding error inside (3.5e-18 at 0 of
+    # 100), above the share itself, and a plot's error bar below it would be negative
+    low = 0.0 if successes == 0 else max(0.0, center - half)
+    high = 1.0 if successes == n else min(1.0, center + half)
+    return low, high
 
 
 def bootstrap_intervals(

@@ -10,6 +10,7 @@ from eglr_harness.analysis.sections import intervals  # noqa: F401  Confidence i
 from eglr_harness.analysis.sections import disagreement  # noqa: F401  Disagreement, exclusive, marginal
 from eglr_harness.analysis.sections import budget  # noqa: F401  Majority vote and oracle vs budget
 from eglr_harness.analysis.sections import compute  # noqa: F401  Compute
+from eglr_harness.analysis.sections import accuracy_vs_compute  # noqa: F401  Accuracy against compute
 from eglr_harness.analysis.sections import ablation  # noqa: F401  Ablation (one setting at a time)
 from eglr_harness.analysis.sections import rules  # noqa: F401  Exit rules at equal compute
 from eglr_harness.analysis.sections import resampling  # noqa: F401  Re-sampling check (depth vs seed diversity)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from eglr_harness.analysis.metrics.accuracy import POOLS, oracle_solved, pool_cells, sc_solved
+from eglr_harness.analysis.metrics.accuracy import POOL_NAMES, POOLS, oracle_solved, pool_cells, sc_solved
 from eglr_harness.analysis.metrics.intervals import N_RESAMPLES, bootstrap_intervals, sign_test_p, wilson_interval
 from eglr_harness.analysis.load import GREEDY
 from eglr_harness.analysis.metrics.oracle import random_oracle_per_doc
@@ -18,7 +18,6 @@ __all__ = ["IntervalRow", "interval_rows", "Intervals"]
 
 WILSON = "Wilson"
 BOOTSTRAP = "paired bootstrap"
-_SHORT = {"T": "T pool", "L": "L pool", "LuT": "L ∪ T pool", "LxT": "L×T pool"}
 
 
 @dataclass(frozen=True)
@@ -66,8 +65,8 @@ def interval_rows(ctx: ReportContext, *, n_resamples: int = N_RESAMPLES) -> list
     oracle = {p: oracle_solved(grid, c) for p, c in cells.items() if c}
     sc = {p: sc_solved(grid, c) for p, c in cells.items() if c}
     for p in oracle:
-        shares.append((f"SC {_SHORT[p]} (B={len(cells[p])})", sc[p]))
-        shares.append((f"oracle {_SHORT[p]} (B={len(cells[p])})", oracle[p]))
+        shares.append((f"SC {POOL_NAMES[p]} (B={len(cells[p])})", sc[p]))
+        shares.append((f"oracle {POOL_NAMES[p]} (B={len(cells[p])})", oracle[p]))
     corner_pools = (("T-only", "T"), ("L-only", "L"), ("joint", "LxT"))
     corners = {name: oracle[p] | (greedy or frozenset()) for name, p in corner_pools if p in oracle}
     for name, s in corners.items():
@@ -78,7 +77,7 @@ def interval_rows(ctx: ReportContext, *, n_resamples: int = N_RESAMPLES) -> list
     for p in ("T", "L", "LuT"):
         if p in oracle and len(cells[p]) < len(grid.cells):
             per_doc = random_oracle_per_doc(solved, grid.cells, len(cells[p]))
-            yardsticks.append((f"oracle: {_SHORT[p]} − {len(cells[p])} random grid cells", oracle[p], per_doc))
+            yardsticks.append((f"oracle: {POOL_NAMES[p]} − {len(cells[p])} random grid cells", oracle[p], per_doc))
     for name in ("T-only", "L-only"):
         if "joint" in corners and name in corners:
             diffs.append((f"corner: joint − {name}", corners["joint"], corners[name]))
@@ -86,7 +85,7 @@ def interval_rows(ctx: ReportContext, *, n_resamples: int = N_RESAMPLES) -> list
         diffs.append(("SC: L pool − T pool (equal budget)", sc["L"], sc["T"]))
     if greedy is not None:
         for p in sc:
-            diffs.append((f"SC: {_SHORT[p]} − greedy", sc[p], greedy))
+            diffs.append((f"SC: {POOL_NAMES[p]} − greedy", sc[p], greedy))
 
     values = {name: [a - b for a, b in zip(indicator(sa), indicator(sb))] for name, sa, sb in diffs}
     for name, s, per_doc in yardsticks:

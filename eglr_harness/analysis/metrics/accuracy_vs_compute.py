@@ -1,0 +1,186 @@
+"""Accuracy against compute (issue 59): one point per method the runs support, each with its compute per problem
+relative to greedy and its accuracy with a 95 % Wilson interval.
+
+The methods: greedy (the L=0, T=0 cell); the best single configuration of the grid other than greedy; the majority
+vote (SC) of each pool of :data:`~eglr_harness.analysis.metrics.accuracy.POOLS` that has cells (a pool with the same
+cells as an earlier one is that point, named once); each run of a model other than eglr-hf (lm-eval's ``hf``:
+greedy or beam search) merged into the report. Each pool's oracle is a point too, of kind :data:`UPPER_BOUND`: it
+picks the correct rollout with the answer key, so it bounds what a selection could reach and is no method.
+
+Compute of a method, per problem, relative to greedy::
+
+    compute(method) = Σ_{c ∈ cells(method)} cost(c) / cost(greedy)
+    cost(c)         = (tokens_c · flop_ratio_c / generated_c) · (rollouts_c / docs_c)
+
+``tokens_c · flop_ratio_c`` is the cell's layer evaluations over the model's N layers, ``(N·tokens + Σ L·k) / N``,
+from the runs' accounting (``config.eglr.stats.cells``, summed over the runs that decoded the cell: the merge of
+:func:`~eglr_harness.analysis.metrics.compute.combine_compute` multiplied back by its tokens); ``generated_c`` the
+rollouts of the cell those runs decoded themselves (each run's rollouts of the cell, each once, less those it took
+from the rollout store, whose compute its accounting leaves out), so the first factor is the mean cost of one
+rollout; ``rollouts_c / docs_c`` the cell's rollouts per problem in the grid (one, or the seeds and cycles of a
+sampled cell). A cell no run accounts for has no cost, and a method using it no compute (it is left out, with the
+reason). A run that evaluated other tasks too is not read for costs: its accounting is not split by task. The
+other runs' compute is :func:`~eglr_harness.analysis.metrics.compute.beam_flop_ratio` (they count no tokens).
+
+Accuracies follow the pools table: greedy and the best configuration are their cell's correct rollouts over its
+rollouts; SC and oracle the problems they solve over every problem of the grid; another run its first rollout per
+problem over its problems. Nothing here reads files.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from eglr_harness.analysis.load import GREEDY, Grid, RunPart
+from eglr_harness.analysis.metrics.accuracy import (
+    POOL_NAMES, POOLS, CellAccuracy, best_in_pool, oracle_solved, pool_cells, sc_solved,
+)
+from eglr_harness.analysis.metrics.compute import beam_flop_ratio, cell_compute, reused_by_cell
+from eglr_harness.analysis.metrics.intervals import wilson_interval
+from eglr_harness.core.cell import Cell
+
+__all__ = ["GREEDY_KIND", "METHOD", "OTHER_RUN", "UPPER_BOUND", "ComputePoint", "AccuracyVsCompute", "cell_costs",
+           "accuracy_vs_compute"]
+
+# The kinds of point (the figure draws each kind in its own style).
+GREEDY_KIND = "greedy"
+METHOD = "EGLR method"
+OTHER_RUN = "other run"
+UPPER_BOUND = "upper bound"
+
+
+@dataclass(frozen=True)
+class ComputePoint:
+    """One point: ``correct`` of ``n`` (problems, or rollouts for a single cell) with the 95 % Wilson interval
+    ``[low, high]`` (fractions); ``compute`` per problem relative to greedy; ``rollouts`` per problem."""
+
+    label: str
+    kind: str
+    rollouts: float
+    compute: float
+    correct: int
+    n: int
+    low: float
+    high: float
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.n
+
+
+@dataclass(frozen=True)
+class AccuracyVsCompute:
+    """The points, in report order, and the methods left out, ``(label, why)``."""
+
+    points: tuple[ComputePoint, ...]
+    left_out: tuple[tuple[str, str], ...] = ()
+
+
+def _rollouts_per_problem(grid: Grid, cells) -> float:
+    """Rollouts per problem that ``cells`` hold together (each cell's rollouts over the problems it holds)."""
+    return sum(sum(len(rows) for rows in grid.by_cell[c].values()) / len(grid.by_cell[c]) for c in cells)
+
+
+def cell_costs(grid: Grid) -> dict[Cell, float]:
+    """cell -> ``cost(c)`` of the module docstring: layer evaluations per problem over N, i.e. tokens per problem
+    weighted by the FLOP ratio. Cells without accounting are absent."""
+    flops: Counter[Cell] = Counter()
+    generated: Counter[Cell] = Counter()
+    for part in grid.parts:
+        if set(part.info.tasks) - {grid.task}:  # its accounting mixes the tasks' rollouts
+            continue
+        counts = Counter(row.cell for row in part.rollouts if row.cell is not None)
+        reused = reused_by_cell(part.info)
+        for cell, compute in cell_compute([part.info]).items():
+            made = counts[cell] - reused.get(cell, 0)
+            if compute.tokens is None or compute.flop_ratio is None or made <= 0:
+                continue
+            flops[cell] += compute.tokens * compute.flop_ratio
+            generated[cell] += made
+    return {cell: flops[cell] / generated[cell] * _rollouts_per_problem(grid, [cell])
+            for cell, docs in grid.by_cell.items() if generated[cell] and docs}
+
+
+def _other_run_point(part: RunPart) -> ComputePoint | tuple[str, str] | None:
+    """The point of a run of a model other than eglr-hf (``(label, why)`` when it cannot be placed; None when the
+    part is an eglr-hf run or holds no rollout)."""
+    rows = part.rollouts
+    if not rows or any(row.cell is not None for row in rows):
+        return None
+    first: dict[int, int] = {}  # doc -> correct of its first rollout
+    for row in sorted(rows, key=lambda r: (r.doc_id, r.repeat)):
+        first.setdefault(row.doc_id, row.correct)
+    beams = part.info.gen_kwargs.get("num_beams")
+    source = part.info.model_source or "other model"
+    try:
+        num_beams = None if beams is None else int(str(beams))
+        compute = beam_flop_ratio(num_beams)
+    except ValueError:
+        return f"{source} run {part.info.name}", f"num_beams={beams!r} is not a beam count"
+    label = f"Beam-{num_beams} ({source})" if num_beams and num_beams > 1 else f"{source}, no beams"
+    correct, n = sum(first.values()), len(first)
+    return ComputePoint(label, OTHER_RUN, 1, compute, correct, n, *wilson_interval(correct, n))
+
+
+def accuracy_vs_compute(grid: Grid, accuracy: Mapping[Cell, CellAccuracy]) -> AccuracyVsCompute:
+    """The points of ``grid`` (module docstring); ``accuracy`` = :func:`cell_accuracy` of ``grid``."""
+    costs = cell_costs(grid)
+    greedy_cost = costs.get(GREEDY)
+    points: list[ComputePoint] = []
+    left_out: list[tuple[str, str]] = []
+
+    def relative(cells) -> float | None:
+        """compute(cells) / cost(greedy), or None (with the reason in ``left_out``)."""
+        missing = [c.label for c in cells if c not in costs]
+        if greedy_cost is None or missing:
+            return None
+        return sum(costs[c] for c in cells) / greedy_cost
+
+    def why(cells) -> str:
+        if GREEDY not in grid.by_cell:
+            return "no greedy cell (L=0, T=0), the unit of compute"
+        if greedy_cost is None:
+            return "greedy's cell (the unit of compute) has no compute accounting"
+        missing = [c.label for c in cells if c not in costs]
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        return f"no compute accounting for {len(missing)} of its {len(cells)} cells ({shown})"
+
+    if GREEDY in accuracy:
+        cell = accuracy[GREEDY]
+        points.append(ComputePoint("greedy", GREEDY_KIND, _rollouts_per_problem(grid, [GREEDY]), 1.0, cell.correct,
+                                   cell.rollouts, *wilson_interval(cell.correct, cell.rollouts)))
+    best = best_in_pool(accuracy, [c for c in grid.cells if c != GREEDY])
+    if best is not None:
+        cell, label = accuracy[best], f"best single config ({best.label})"
+        x = relative([best])
+        if x is None:
+            left_out.append((label, why([best])))
+        else:
+            points.append(ComputePoint(label, METHOD, _rollouts_per_problem(grid, [best]), x, cell.correct,
+                                       cell.rollouts, *wilson_interval(cell.correct, cell.rollouts)))
+    named: dict[tuple[Cell, ...], list[str]] = {}  # a pool's cells -> the pools with exactly those cells
+    for pool in POOLS:
+        cells = pool_cells(grid.cells, pool)
+        if cells and grid.n_docs:
+            named.setdefault(tuple(cells), []).append(POOL_NAMES[pool])
+    for cells, names in named.items():
+        rollouts = _rollouts_per_problem(grid, cells)
+        pool = names[0] + "".join(f" = {n}" for n in names[1:])
+        x = relative(cells)
+        for kind, method, solved in ((METHOD, "SC", sc_solved(grid, cells)),
+                                     (UPPER_BOUND, "oracle", oracle_solved(grid, cells))):
+            label = f"{method} {pool} (B={rollouts:g})"
+            if x is None:
+                left_out.append((label, why(cells)))
+                continue
+            points.append(ComputePoint(label, kind, rollouts, x, len(solved), grid.n_docs,
+                                       *wilson_interval(len(solved), grid.n_docs)))
+    for part in grid.parts:
+        found = _other_run_point(part)
+        if isinstance(found, str):
+            left_out.append(found)
+        elif found is not None:
+            points.append(found)
+    return AccuracyVsCompute(tuple(points), tuple(left_out))

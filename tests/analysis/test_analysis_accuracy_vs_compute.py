@@ -1,0 +1,140 @@
+"""The report's accuracy-against-compute section: each method's compute per problem relative to greedy worked out
+here from the fixture runs' own accounting, its accuracy and Wilson interval, the PNG and the CSV, and a method the
+runs do not support left out (never drawn at zero)."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from helpers import lmeval_fakes
+from eglr_harness.analysis import build_report
+from eglr_harness.analysis.load import GREEDY, load_grid
+from eglr_harness.analysis.metrics.accuracy import cell_accuracy
+from eglr_harness.analysis.metrics.accuracy_vs_compute import OTHER_RUN, UPPER_BOUND, accuracy_vs_compute
+from eglr_harness.analysis.metrics.intervals import wilson_interval
+from eglr_harness.analysis.sections.pools import summarize_pool
+from eglr_harness.core.cell import Cell
+
+DOCS = (0, 1, 2, 3)
+L_RUN = [(0, 0.0), (1, 0.0), (2, 0.0)]  # greedy and the L pool
+T_RUN = [(0, 0.5), (0, 1.0)]  # the T pool
+# each cell's accounting: tokens over its 4 rollouts, FLOP ratio; two of (0, 1.0)'s rollouts came from the store
+TOKENS = {(0, 0.0): 400, (1, 0.0): 440, (2, 0.0): 480, (0, 0.5): 420, (0, 1.0): 300}
+RATIOS = {(0, 0.0): 1.0, (1, 0.0): 1.05, (2, 0.0): 1.1, (0, 0.5): 1.0, (0, 1.0): 1.0}
+REUSED = {(0, 1.0): 2}
+BEAM_ANSWERS = ["g0", "x", "g2", "x"]  # the beam-4 run's answers of docs 0..3 (gold "g<d>")
+
+
+def _eglr(cells, reused=None):
+    stats = {Cell.of(*c).label: {"tokens": TOKENS[c], "flop_ratio": RATIOS[c]} for c in cells}
+    return lmeval_fakes.eglr_block(tokens=sum(TOKENS[c] for c in cells), cells=stats, task="toy_eglr_lxt",
+                                   reused=None if reused is None else {Cell.of(*c).label: n for c, n in reused.items()})
+
+
+def _write(root, *, t_pool=True, beam=True, accounted=tuple(TOKENS)) -> list:
+    runs = [root / "l"]
+    lmeval_fakes.write_grid_run(root / "l", L_RUN, eglr=_eglr([c for c in L_RUN if c in accounted]))
+    if t_pool:
+        runs.append(root / "t")
+        lmeval_fakes.write_grid_run(root / "t", T_RUN, eglr=_eglr([c for c in T_RUN if c in accounted], REUSED))
+    if beam:
+        runs.append(root / "beam")
+        docs = {d: [{"repeat": 0, "L": None, "T": None, "cycle": None, "answer": a, "correct": int(a == f"g{d}")}]
+                for d, a in zip(DOCS, BEAM_ANSWERS)}
+        lmeval_fakes.write_run(root / "beam", task="toy_eglr_lxt", docs=docs, model="hf",
+                               gen_kwargs={"do_sample": False, "num_beams": 4})
+    return runs
+
+
+def _cost(cell) -> float:
+    """FLOPs per problem of a cell in greedy-token units: tokens × ratio per decoded rollout, one rollout a problem."""
+    decoded = len(DOCS) - REUSED.get(cell, 0)
+    return TOKENS[cell] * RATIOS[cell] / decoded
+
+
+def _relative(cells) -> float:
+    return sum(_cost(c) for c in cells) / _cost((0, 0.0))
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    return load_grid(_write(tmp_path_factory.mktemp("avc")))
+
+
+def _points(grid):
+    found = accuracy_vs_compute(grid, cell_accuracy(grid))
+    return {p.label: p for p in found.points}, found.left_out
+
+
+def test_each_method_sits_at_its_flops_per_problem_relative_to_greedy(grid):
+    points, left_out = _points(grid)
+    assert not left_out
+    expected = {
+        "greedy": 1.0,
+        "best single config (L=0,T=0.5)": _relative([(0, 0.5)]),  # 2 of 4, first of the tied cells in L-major order
+        "SC T pool (B=2)": _relative(T_RUN),
+        "SC L pool (B=2)": _relative(L_RUN[1:]),
+        "SC L ∪ T pool (B=4)": _relative([*T_RUN, *L_RUN[1:]]),
+        "SC L×T pool (B=5)": _relative([*L_RUN, *T_RUN]),
+        "Beam-4 (hf)": 4.0,
+    }
+    for label, x in expected.items():
+        assert points[label].compute == pytest.approx(x), label
+    for pool in ("T pool (B=2)", "L pool (B=2)", "L ∪ T pool (B=4)", "L×T pool (B=5)"):
+        oracle = points[f"oracle {pool}"]
+        assert oracle.kind == UPPER_BOUND and oracle.compute == points[f"SC {pool}"].compute
+    assert points["SC L×T pool (B=5)"].rollouts == 5 and points["Beam-4 (hf)"].kind == OTHER_RUN
+
+
+def test_each_point_has_the_pools_tables_accuracy_and_its_wilson_interval(grid):
+    points, _ = _points(grid)
+    accuracy = cell_accuracy(grid)
+    n = len(DOCS)
+    expected = {
+        "greedy": (accuracy[GREEDY].correct, accuracy[GREEDY].rollouts),
+        "best single config (L=0,T=0.5)": (accuracy[Cell(0, 0.5)].correct, accuracy[Cell(0, 0.5)].rollouts),
+        "Beam-4 (hf)": (sum(a == f"g{d}" for d, a in zip(DOCS, BEAM_ANSWERS)), n),
+    }
+    for pool, name in (("T", "T pool (B=2)"), ("L", "L pool (B=2)"), ("LuT", "L ∪ T pool (B=4)"),
+                       ("LxT", "L×T pool (B=5)")):
+        summary = summarize_pool(grid, pool, accuracy)
+        expected[f"SC {name}"] = (summary.sc_solved, n)
+        expected[f"oracle {name}"] = (summary.oracle_solved, n)
+    assert set(points) == set(expected)
+    for label, (correct, total) in expected.items():
+        point = points[label]
+        assert (point.correct, point.n) == (correct, total), label
+        assert (point.low, point.high) == wilson_interval(correct, total), label
+
+
+def test_the_report_writes_the_figure_and_the_table_of_the_points(tmp_path):
+    out = build_report(_write(tmp_path), tmp_path / "report", sections=["accuracy_vs_compute"])
+    png = (out / "accuracy_vs_compute.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    with open(out / "accuracy_vs_compute.csv", newline="") as handle:
+        rows = {r["method"]: r for r in csv.DictReader(handle)}
+    assert float(rows["SC L pool (B=2)"]["compute_vs_greedy"]) == pytest.approx(_relative(L_RUN[1:]), abs=1e-6)
+    assert rows["oracle L×T pool (B=5)"]["kind"] == UPPER_BOUND
+    text = (out / "report.md").read_text()
+    assert "![accuracy against compute](accuracy_vs_compute.png)" in text
+    assert "| SC T pool (B=2) | method | 2 | " in text and "upper bound, not a method" in text
+
+
+def test_a_method_the_runs_do_not_support_has_no_point(tmp_path):
+    """No T pool and no beam run: no point for them; a cell without accounting: its methods are named, not drawn."""
+    points, left_out = _points(load_grid(_write(tmp_path / "a", t_pool=False, beam=False)))
+    assert set(points) == {"greedy", "best single config (L=1,T=0.0)", "SC L pool = L ∪ T pool (B=2)",
+                           "oracle L pool = L ∪ T pool (B=2)", "SC L×T pool (B=3)", "oracle L×T pool (B=3)"}
+    points, left_out = _points(load_grid(_write(tmp_path / "b", accounted=[c for c in TOKENS if c != (2, 0.0)])))
+    assert not [label for label in points if "L pool" in label or "L×T" in label or "L ∪ T" in label]
+    assert "SC T pool (B=2)" in points and "Beam-4 (hf)" in points
+    assert ("SC L pool (B=2)", "no compute accounting for 1 of its 2 cells (L=2,T=0.0)") in left_out
+
+
+def test_without_greedy_nothing_eglr_has_a_unit_of_compute(tmp_path):
+    lmeval_fakes.write_grid_run(tmp_path / "l", L_RUN[1:], eglr=_eglr(L_RUN[1:]))
+    points, left_out = _points(load_grid([tmp_path / "l"]))
+    assert not points
+    assert left_out and all("no greedy cell" in why for _label, why in left_out)
