@@ -26,4 +26,5 @@ COMMON="--tasks gsm8k_eglr_sc --limit $LIMIT --gen_kwargs max_gen_toks=640 --app
 [ -d $HERE/sc_T_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS,L=0,T=0.7 $COMMON --batch_size 100 \
   --output_path $HERE/sc_T_$LIMIT
 python -m eglr_harness.analysis.portable $HERE
-eglr-report $HERE/sc_L_$LIMIT $HERE/sc_T_$LIMIT $HERE/greedy_$LIMIT --out $HERE/report_$LIMIT
+# the SC runs of this LIMIT that exist (sc_L; sc_T once decoded: the first runs of LIMIT 5 and 10 had none)
+eglr-report $HERE/sc_?_$LIMIT $HERE/greedy_$LIMIT --out $HERE/report_$LIMIT
