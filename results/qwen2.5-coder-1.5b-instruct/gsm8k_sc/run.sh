@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 59, item 2 (begun): greedy, EGLR-SC_L (L = 1..10 at T = 0, B = 10, majority vote) and SC_T (L = 0 at
-# T = 0.7, B = 10 sampled rollouts, a fresh seed each, majority vote) on GSM8K's first
+# T = 0.7, B = 10 sampled rollouts under seeds 1333..1342, `seeds=10`, majority vote: also the seed pool of the
+# report's re-sampling check, once a T pool is beside it) on GSM8K's first
 # LIMIT test problems, 640 new tokens (the budget chosen in ../budget: under 5 % of greedy answers cut off there),
 # Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF de-quantised to bf16; ../get_model.py), CPU, one thread.
 # tau_h: eglr-calibrate (the paper's rule: 95th percentile of greedy token entropies, capped at 2.5 nats) on the
@@ -23,7 +24,7 @@ COMMON="--tasks gsm8k_eglr_sc --limit $LIMIT --gen_kwargs max_gen_toks=640 --app
   --output_path $HERE/greedy_$LIMIT
 [ -d $HERE/sc_L_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS $COMMON --batch_size 100 \
   --output_path $HERE/sc_L_$LIMIT
-[ -d $HERE/sc_T_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS,L=0,T=0.7 $COMMON --batch_size 100 \
+[ -d $HERE/sc_T_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS,L=0,T=0.7,seeds=10 $COMMON --batch_size 100 \
   --output_path $HERE/sc_T_$LIMIT
 python -m eglr_harness.analysis.portable $HERE
 # the SC runs of this LIMIT that exist (sc_L; sc_T once decoded: the first runs of LIMIT 5 and 10 had none)
