@@ -216,6 +216,12 @@ USE_CACHE_REFUSAL = (
 )
 
 
+def use_cache_refusal(model: str) -> str:
+    """:data:`USE_CACHE_REFUSAL` for ``model`` (``eglr-hf`` or ``eglr-vllm``: both answer a pool's repeats of one
+    (context, gen_kwargs) with different rollouts, which lm-eval's cache would answer with one)."""
+    return USE_CACHE_REFUSAL.replace("eglr-hf", model, 1)
+
+
 def check_model_args(given: Mapping[str, object] | Iterable[str], passthrough: Iterable[str]) -> None:
     """Raise :class:`ModelArgError` (a ``ValueError``) for any name that is neither eglr-hf's, nor in ``passthrough``.
 

@@ -209,6 +209,7 @@ def patch_fail_fast(evaluator_module) -> None:
             tracker.general_config_tracker._eglr_tasks = True
         if ours:
             check_output_path(getattr(tracker, "output_path", None))
+            _refuse_use_cache(model, kwargs.get("use_cache"))
         metadata = kwargs.get("metadata")
         tasks = tasks if isinstance(tasks, (list, tuple)) else [tasks]
         data_dir = metadata.get("eglr_data_dir") if isinstance(metadata, dict) else None  # as the tasks read it
@@ -228,6 +229,18 @@ def patch_fail_fast(evaluator_module) -> None:
 
     simple_evaluate._eglr_patched = True
     evaluator_module.simple_evaluate = simple_evaluate
+
+
+def _refuse_use_cache(model, use_cache) -> None:
+    """lm-eval's ``--use_cache`` would answer a pool's repeats of one (context, gen_kwargs) with one rollout: refused
+    for either of our models (eglr-hf also refuses it in its own argument check and in ``set_cache_hook``)."""
+    if use_cache:
+        from eglr_harness.core.errors import RunArgError
+        from eglr_harness.core.model_args import use_cache_refusal
+
+        if not isinstance(model, str):  # a model object lm-eval was handed
+            model = VLLM_MODEL_NAME if type(model).__name__ == "EglrVLLM" else MODEL_NAME
+        raise RunArgError(use_cache_refusal(model))
 
 
 def _passed_to_model(get) -> dict:
@@ -254,6 +267,8 @@ def patch_task_lookup(config_module) -> None:
 
         check_output_path(getattr(self, "output_path", None))  # as lm-eval's CLI makes the tracker, before the rest
         eglr_args = None
+        if model in OUR_MODELS:
+            _refuse_use_cache(model, getattr(self, "use_cache", None))
         if model == MODEL_NAME:  # before lm-eval indexes every task (~10 s): the run's own arguments
             eglr_args = check_run_args(getattr(self, "model_args", None), gen_kwargs=getattr(self, "gen_kwargs", None),
                                        limit=getattr(self, "limit", None), use_cache=getattr(self, "use_cache", None),

@@ -70,6 +70,16 @@ def test_use_cache_is_refused_before_the_model_loads(no_loading, tmp_path):
     assert list(tmp_path.iterdir()) == []  # lm-eval created no cache file
 
 
+def test_eglr_vllm_refuses_use_cache_before_the_model_loads(tmp_path):
+    """Python callers too: simple_evaluate refuses it before lm-eval builds eglr-vllm (vLLM is not even needed)."""
+    from lm_eval import evaluator
+
+    with pytest.raises(ValueError, match=r"^eglr-vllm does not support lm-eval's --use_cache.*rollout_cache=DIR"):
+        evaluator.simple_evaluate(model="eglr-vllm", model_args=f"pretrained={tmp_path / 'no-model'}",
+                                  tasks=["eglr_demo"], use_cache=str(tmp_path / "lm_cache"))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_close_task_names():
     known = ["aime24_eglr_sc", "aime25_eglr_sc", "aime24_eglr", "gsm8k_eglr_sc", "hellaswag"]
     close = close_task_names(["aime_eglr_sc", "qqq"], known)

@@ -185,3 +185,13 @@ def test_gen_kwargs_length_beyond_the_declared_context_is_refused_in_python_too(
         evaluator.simple_evaluate(model="eglr-hf", model_args=f"pretrained={unloadable}",
                                   tasks=["eglr_demo"], gen_kwargs={"max_new_tokens": 8192})
 
+
+
+def test_eglr_vllm_refuses_use_cache_before_the_tasks_are_indexed(tmp_path):
+    """lm-eval's cache would answer a pool's repeats of one (context, gen_kwargs) with one rollout: eglr-vllm refuses
+    it as eglr-hf does, before vLLM is imported or the model named (here neither exists)."""
+    done, seconds = lm_eval("--model", "eglr-vllm", "--model_args", f"pretrained={tmp_path / 'no-model'}", "--tasks",
+                            "gsm8k_eglr", "--limit", "1", "--use_cache", "lm_cache", cwd=tmp_path)
+    assert_refused(done, "eglr-vllm does not support lm-eval's --use_cache")
+    assert "Selected Tasks" not in done.stderr and not (tmp_path / "lm_cache").exists()
+    print(f"refused in {seconds:.1f} s")
