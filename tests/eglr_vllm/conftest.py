@@ -21,9 +21,10 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 
 def _tiny_chat_model(tmp_path_factory, tokenizer_dir, num_layers: int, seed: int):
-    """A tiny random Llama of ``num_layers`` layers (weights from ``seed``) with SmolLM2's tokenizer and chat template, saved as fp32
-    safetensors (vLLM's CPU attention takes head sizes in multiples of 32); its unembedding sharpened so that greedy
-    decoding is not a chain of near-ties, which float noise between two implementations would break."""
+    """A tiny random Llama of ``num_layers`` layers (weights from ``seed``) with SmolLM2's tokenizer and chat
+    template, saved as fp32 safetensors (vLLM's CPU attention takes head sizes in multiples of 32); its unembedding
+    sharpened so that greedy decoding is not a chain of near-ties, which float noise between two implementations
+    would break."""
     from helpers.tiny_models import build_tiny_model
     from transformers import AutoTokenizer
 
