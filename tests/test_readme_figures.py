@@ -66,9 +66,11 @@ def test_results_readme_selection_table_matches_the_report():
 
 def test_vllm_doc_table_quotes_its_json():
     """docs/vllm.md's measured table: each mode's tokens/s, its ratio to stock vLLM and, for the refining modes, the
-    cost per token over L=0's and the paper's bound, as benchmarks/results/vllm_cpu_smollm2_64x256.json has them."""
+    cost per token over L=0's, the paper's bound, the dense-product floor, the cost over it and the verdict on the
+    10 % target, as benchmarks/results/vllm_cpu_smollm2_64x256.json has them."""
     rows = _table_after(ROOT / "docs/vllm.md", "## Measured on CPU")
-    modes = _benchmark_json("vllm_cpu_smollm2_64x256.json")["modes"]
+    result = _benchmark_json("vllm_cpu_smollm2_64x256.json")
+    modes, summary = result["modes"], result["summary"]
     names = {"stock vLLM": "stock", "EGLR architecture, requests without EGLR settings": "vplain",
              "eglr-vllm, L=0 (signals recorded)": "vL0", "continuous engine (eglr-hf), L=0": "cL0",
              "continuous engine (eglr-hf), L=10": "cL10"}
@@ -79,7 +81,7 @@ def test_vllm_doc_table_quotes_its_json():
     def per_token(mode):
         return modes[mode]["wall_s"] / modes[mode]["tokens"]
 
-    for label, (tokens_per_s, vs_stock, cost) in rows.items():
+    for label, (tokens_per_s, vs_stock, cost, floor, over_floor) in rows.items():
         mode = modes[names[label]]
         assert float(tokens_per_s) == pytest.approx(mode["tokens_per_s"], abs=0.051), label
         assert float(vs_stock.strip("*")) == pytest.approx(mode["tokens_per_s"] / modes["stock"]["tokens_per_s"],
@@ -90,6 +92,10 @@ def test_vllm_doc_table_quotes_its_json():
             assert float(quoted[1]) == pytest.approx(per_token(names[label]) / per_token("vL0"), abs=0.0006), label
             assert float(quoted[2]) == pytest.approx(mode["paper_bound_per_row"], abs=0.0006), label
             assert f"rho {100 * mode['rho']:.1f} %, k_bar {mode['k_bar']:.2f}" in label, label
+            name = names[label]
+            assert float(floor) == pytest.approx(summary[f"{name}_dense_floor_per_row"], abs=0.0006), label
+            verdict = summary[f"{name}_within_10pct_of_floor"]
+            assert over_floor == f"**{summary[f'{name}_cost_over_floor']:.3f}: {verdict}**", label
 
 
 def _first_number(cell: str) -> float:

@@ -282,6 +282,9 @@ class EglrForCausalLMMixin:
         iterations = torch.zeros(len(configs), dtype=torch.long, device=device)
         streak = torch.zeros(len(configs), dtype=torch.long, device=device)  # consecutive hits (accel needs 2)
         last_signal = torch.zeros(len(configs), dtype=torch.float32, device=device)
+        # (forward context, (A', ) positions) of each set of rows a segment has run, built once per call: rows
+        # mostly run every iteration (k_max), and a context's attention metadata, like a step's, serves every layer
+        sub_batches: dict[tuple[int, ...], tuple[ForwardContext, torch.Tensor]] = {}
         with contextlib.ExitStack() as kept:
             for start, end, count in layer_segments(firsts, num_layers):
                 kept.enter_context(kept_kv_blocks(attention_layer_names(self.model.layers[start:end]),
@@ -300,10 +303,15 @@ class EglrForCausalLMMixin:
                         hidden = torch.cat([hidden, joining])
                         residual = torch.cat([residual, torch.zeros_like(joining)])
                     entered = count
-                    these = active[:count]
-                    with override_forward_context(self._sub_batch_context(requests[these], token_rows[these])):
+                    key = tuple(active_rows[:count])
+                    if key not in sub_batches:
+                        these = active[:count]
+                        sub_batches[key] = (self._sub_batch_context(requests[these], token_rows[these]),
+                                            positions[token_rows[these]])
+                    context, these_positions = sub_batches[key]
+                    with override_forward_context(context):
                         for layer in self.model.layers[start:end]:
-                            hidden, residual = layer(positions[token_rows[these]], hidden, residual)
+                            hidden, residual = layer(these_positions, hidden, residual)
                 new_state = hidden + residual  # (A, D) h^(N,k)
                 groups = rule_groups([rules[i] for i in active_rows])
                 heads = sorted(a for name, members in groups for a in members if STOP_RULES[name].head_per_iteration)
@@ -472,7 +480,7 @@ def kept_kv_blocks(names: list[str], token_rows: torch.Tensor, vllm_config):
         layer = context.no_compile_layers[name]
         block_size = layer.get_kv_cache_spec(vllm_config).block_size
         blocks = torch.unique(context.slot_mapping[name][token_rows].long() // block_size)
-        saved.append((layer.kv_cache, blocks, layer.kv_cache[blocks].clone()))
+        saved.append((layer.kv_cache, blocks, layer.kv_cache[blocks]))  # a copy: indexing by a tensor gathers
     try:
         yield
     finally:

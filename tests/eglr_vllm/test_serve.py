@@ -1,8 +1,9 @@
 """The documented ``vllm serve`` command (``python -m eglr_harness.vllm.serve``) as a user runs it: vLLM's
 OpenAI-compatible server on 127.0.0.1, EGLR set per request with flat ``vllm_xargs`` keys.
 
-Concurrent requests (plain, EGLR, bad ones): the bad ones get HTTP 400 naming the value and what is allowed, the
-server keeps serving, and the EGLR tokens equal an offline ``LLM``'s for the same settings. The test starts and
+Concurrent requests (plain, EGLR at L=4 and at L=10, bad ones; issue 58 item 3): the bad ones get HTTP 400 naming
+the value and what is allowed, the server keeps serving, and the EGLR tokens of each span equal an offline ``LLM``'s
+for the same settings. The test starts and
 stops the server itself; its requests are few, bounded in time, and go to loopback only.
 """
 
@@ -28,8 +29,8 @@ pytest.importorskip("vllm.entrypoints.llm",
 from helpers.vllm_engines import MULTIPROCESSING_ON  # noqa: E402
 
 HOST = "127.0.0.1"
-SPAN, NEW_TOKENS = 2, 8
-EGLR = {"eglr_L": SPAN, "eglr_tau_h": 0.0, "eglr_alpha": 0.2, "eglr_k_max": 3, "eglr_tau_kl": 3e-4}
+SPANS, NEW_TOKENS = (4, 10), 8  # the spans a user serves (docs/vllm.md), on a 12-layer model
+EGLR = {"eglr_L": SPANS[0], "eglr_tau_h": 0.0, "eglr_alpha": 0.2, "eglr_k_max": 3, "eglr_tau_kl": 3e-4}
 START_TIMEOUT_S, REQUEST_TIMEOUT_S = 420, 120
 
 
@@ -101,16 +102,17 @@ def _lm_eval_served(model: str, port: int, xargs: dict | None, out) -> list[tupl
     return runs
 
 
-def test_vllm_serve_with_eglr(tiny_chat_model, tmp_path):
+def test_vllm_serve_with_eglr(deep_tiny_chat_model, tmp_path):
     from transformers import AutoTokenizer
 
     from eglr_harness.vllm import engine_args
 
-    model = str(tiny_chat_model)
+    model = str(deep_tiny_chat_model)
     tokenizer = AutoTokenizer.from_pretrained(model)
     prompts = [tokenizer.encode(text) for text in ("What is 2 + 3?", "Name a colour.", "Count to four.")]
     port, log = _free_port(), tmp_path / "server.log"
-    command = [sys.executable, "-m", "eglr_harness.vllm.serve", model, "--spans", str(SPAN), "--", "--host", HOST,
+    command = [sys.executable, "-m", "eglr_harness.vllm.serve", model, "--spans", ",".join(map(str, SPANS)), "--",
+               "--host", HOST,
                "--port", str(port), "--dtype", "float32", "--max-model-len", "256", "--enforce-eager",
                "--seed", "0"]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **MULTIPROCESSING_ON}
@@ -123,7 +125,8 @@ def test_vllm_serve_with_eglr(tiny_chat_model, tmp_path):
             return {"model": model, "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0.0,
                     "return_token_ids": True, **({"vllm_xargs": xargs} if xargs else {})}
 
-        requests = ([body(p) for p in prompts] + [body(p, EGLR) for p in prompts]
+        settings = [{**EGLR, "eglr_L": span} for span in SPANS]
+        requests = ([body(p) for p in prompts] + [body(p, xargs) for xargs in settings for p in prompts]
                     + [body(prompts[0], {**EGLR, "eglr_L": 3}), body(prompts[0], {**EGLR, "eglr_L": 99}),
                        body(prompts[0], {**EGLR, "eglr_beta": 1}), body(prompts[0], {**EGLR, "eglr_tau_h": "nan"}),
                        body(prompts[0], {**EGLR, "eglr_tag": "mine"})])
@@ -141,30 +144,32 @@ def test_vllm_serve_with_eglr(tiny_chat_model, tmp_path):
         "lm-eval's EGLR texts equal its plain ones: vllm_xargs did not reach EGLR"
     for (status, answer), (prompt, _, text) in zip(direct, eglr_run):
         assert status == 200 and answer["choices"][0]["text"] == text, (prompt, text, answer)
-    plain, eglr, bad = answers[:3], answers[3:6], answers[6:]
+    plain, eglr, bad = answers[:3], answers[3:3 + 3 * len(SPANS)], answers[3 + 3 * len(SPANS):]
     assert all(status == 200 for status, _ in plain + eglr), [a for a in plain + eglr if a[0] != 200]
-    for (status, answer), named in zip(bad, ["`L`=3 is not served by this engine; allowed: 0, 2.",
-                                             "`L`=99 is not served by this engine; allowed: 0, 2.",
+    for (status, answer), named in zip(bad, ["`L`=3 is not served by this engine; allowed: 0, 4, 10.",
+                                             "`L`=99 is not served by this engine; allowed: 0, 4, 10.",
                                              "key 'eglr_beta' is not allowed; allowed: eglr_L",
                                              "`tau_h`=nan is not allowed",
                                              "`tag`='mine' is not allowed by this server"]):
         message = answer.get("error", {}).get("message", "")
         assert status == 400 and named in message and "\n" not in message, (status, answer)
     assert after[0] == 200 and after[1]["choices"][0]["token_ids"] == eglr[1][1]["choices"][0]["token_ids"]
-    served = [answer["choices"][0]["token_ids"] for _, answer in eglr]
+    served = [answer["choices"][0]["token_ids"] for _, answer in eglr]  # L=4's three, then L=10's
     stock = [answer["choices"][0]["token_ids"] for _, answer in plain]
-    assert served != stock, "EGLR changed no token: the comparison with the offline engine could not fail"
+    for at, span in enumerate(SPANS):
+        assert served[3 * at:3 * at + 3] != stock, \
+            f"EGLR at L={span} changed no token: the comparison with the offline engine could not fail"
 
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
     llm = LLM(model=model, dtype="float32", enforce_eager=True, max_model_len=256, seed=0,
-              **engine_args("LlamaForCausalLM", spans=[SPAN]))
+              **engine_args("LlamaForCausalLM", spans=SPANS))
     try:
-        params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, extra_args={"eglr": {
-            key[len("eglr_"):]: value for key, value in EGLR.items()}})
-        offline = [list(o.outputs[0].token_ids)
-                   for o in llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)]
+        params = [SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, extra_args={"eglr": {
+            key[len("eglr_"):]: value for key, value in xargs.items()}}) for xargs in settings for _ in prompts]
+        offline = [list(o.outputs[0].token_ids) for o in llm.generate(
+            [TokensPrompt(prompt_token_ids=p) for _ in settings for p in prompts], params, use_tqdm=False)]
     finally:
         llm.llm_engine.engine_core.shutdown()
     assert served == offline, "the served EGLR tokens differ from the offline LLM's"
@@ -178,10 +183,10 @@ def test_the_served_processor_refuses_a_signal_tag(tiny_chat_model):
     from eglr_harness.vllm import engine_args, row_settings
     from eglr_harness.vllm.serve import serve_command
 
-    command = serve_command(str(tiny_chat_model), [SPAN])
+    command = serve_command(str(tiny_chat_model), [SPANS[0]])
     served = command[command.index("--logits-processors") + 1]
     tagged = SimpleNamespace(extra_args={**EGLR, "eglr_tag": "t-served"}, n=1)
     with pytest.raises(ValueError, match=r"^`tag`='t-served' is not allowed by this server; allowed: no tag"):
         getattr(row_settings, served.split(":")[1]).validate_params(tagged)
-    offline = engine_args("LlamaForCausalLM", spans=[SPAN])["logits_processors"][0]
+    offline = engine_args("LlamaForCausalLM", spans=[SPANS[0]])["logits_processors"][0]
     getattr(row_settings, offline.split(":")[1]).validate_params(tagged)  # admitted
