@@ -12,7 +12,7 @@
 # ../budget's run, through the store).
 set -euo pipefail
 source "$(dirname "$0")/../env.sh"
-LIMIT=${LIMIT:-10}
+LIMIT=${LIMIT:-30}
 HERE=results/qwen2.5-coder-1.5b-instruct/gsm8k_sc
 grep -q "^  gsm8k:" model_configs/qwen2.5-coder-1.5b-instruct.yaml || eglr-calibrate \
   --model_config qwen2.5-coder-1.5b-instruct --model_args $LOAD,device=cpu --tasks gsm8k_eglr --apply_chat_template \
