@@ -11,9 +11,12 @@ L ∪ T: oracle {0,1,2}, SC {0,1,2}; L×T: oracle {0,1,2,3}, SC {0,2,3}.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from eglr_harness.analysis import load_grid
+from eglr_harness.analysis import load_grid, pool_cells, summarize_pool
+from eglr_harness.analysis.metrics.accuracy import rollouts_per_problem
 from eglr_harness.analysis.metrics.intervals import bootstrap_intervals, sign_test_p, wilson_interval
 from eglr_harness.analysis.metrics.oracle import random_oracle_per_doc
 from eglr_harness.analysis.report import build_report, compute_report
@@ -177,3 +180,23 @@ def test_wilcoxons_exact_limit_counts_the_nonzero_differences_only():
     test = wilcoxon_signed_rank(differences)
     assert test.n_effective == 150 and test.exact
     assert test == wilcoxon_signed_rank([d for d in differences if d])  # the zeros change nothing
+
+
+def test_a_cell_with_several_rollouts_counts_them_in_B_and_has_no_random_cells_yardstick(full_run):
+    """A seed pool (one sampled cell under ``seeds=``) holds several rollouts per problem in one cell: B counts its
+    rollouts, and "as many random grid cells" is no longer its budget, so that yardstick is left out (issue 59's T
+    pool of ten seeded T = 0.7 rollouts was shown as B = 1 against one random cell)."""
+    grid = load_grid([full_run])
+    seeded = (0, 0.5)  # the toy grid's cell B, in the T pool with C = (0, 1.0)
+    by_cell = dict(grid.by_cell)
+    by_cell[seeded] = {d: rows + tuple(dataclasses.replace(r, seed=7) for r in rows)  # a second seed's rollouts
+                       for d, rows in grid.by_cell[seeded].items()}
+    grid = dataclasses.replace(grid, by_cell=by_cell)
+    ctx = compute_report(grid)
+    assert rollouts_per_problem(grid, pool_cells(grid.cells, "T")) == 3  # 2 rollouts of B and 1 of C per problem
+    rows = {r.quantity: r for r in interval_rows(ctx)}
+    assert "SC T pool (B=3)" in rows and "oracle L pool (B=2)" in rows and "SC L ∪ T pool (B=5)" in rows
+    yardsticks = {q for q, r in rows.items() if "random grid cells" in q}
+    assert yardsticks == {"oracle: L pool − 2 random grid cells"}  # T and L ∪ T hold B's second seed
+    pools = {p: summarize_pool(grid, p, ctx.accuracy) for p in ("T", "L")}
+    assert pools["T"].random_oracle is None and pools["L"].random_oracle is not None

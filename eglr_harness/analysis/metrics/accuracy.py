@@ -38,6 +38,8 @@ __all__ = [
     "vote_is_correct",
     "sc_solved",
     "oracle_solved",
+    "rollouts_per_problem",
+    "one_rollout_per_cell",
 ]
 
 POOLS = ("T", "L", "LuT", "LxT")
@@ -120,3 +122,16 @@ def sc_solved(grid: Grid, cells: Sequence[Cell]) -> frozenset[int]:
 def oracle_solved(grid: Grid, cells: Sequence[Cell]) -> frozenset[int]:
     """Documents with at least one correct rollout over ``cells``."""
     return frozenset(d for d in grid.docs if any(r.correct for r in grid.rollouts_in(cells, d)))
+
+
+def rollouts_per_problem(grid: Grid, cells: Sequence[Cell]) -> float:
+    """Rollouts per problem that ``cells`` hold together (each cell's rollouts over the problems it holds): the
+    pool's budget B. Equal to ``len(cells)`` when each cell holds one rollout per problem; more where a cell holds
+    several (seeds, cycles of a sampled cell)."""
+    return sum(sum(len(rows) for rows in grid.by_cell[c].values()) / len(grid.by_cell[c]) for c in cells)
+
+
+def one_rollout_per_cell(grid: Grid, cells: Sequence[Cell]) -> bool:
+    """Whether ``cells`` hold one rollout per problem each, so that their budget is their number (what a yardstick
+    of as many random grid cells assumes)."""
+    return rollouts_per_problem(grid, cells) == len(cells)

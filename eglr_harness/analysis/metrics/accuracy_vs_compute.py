@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from eglr_harness.analysis.load import GREEDY, Grid, RunPart
 from eglr_harness.analysis.metrics.accuracy import (
-    POOL_NAMES, POOLS, CellAccuracy, best_in_pool, oracle_solved, pool_cells, sc_solved,
+    POOL_NAMES, POOLS, CellAccuracy, best_in_pool, oracle_solved, pool_cells, rollouts_per_problem, sc_solved,
 )
 from eglr_harness.analysis.metrics.compute import beam_flop_ratio, cell_compute, reused_by_cell
 from eglr_harness.analysis.metrics.intervals import wilson_interval
@@ -78,11 +78,6 @@ class AccuracyVsCompute:
     left_out: tuple[tuple[str, str], ...] = ()
 
 
-def _rollouts_per_problem(grid: Grid, cells) -> float:
-    """Rollouts per problem that ``cells`` hold together (each cell's rollouts over the problems it holds)."""
-    return sum(sum(len(rows) for rows in grid.by_cell[c].values()) / len(grid.by_cell[c]) for c in cells)
-
-
 def cell_costs(grid: Grid) -> dict[Cell, float]:
     """cell -> ``cost(c)`` of the module docstring: layer evaluations per problem over N, i.e. tokens per problem
     weighted by the FLOP ratio. Cells without accounting are absent."""
@@ -99,7 +94,7 @@ def cell_costs(grid: Grid) -> dict[Cell, float]:
                 continue
             flops[cell] += compute.tokens * compute.flop_ratio
             generated[cell] += made
-    return {cell: flops[cell] / generated[cell] * _rollouts_per_problem(grid, [cell])
+    return {cell: flops[cell] / generated[cell] * rollouts_per_problem(grid, [cell])
             for cell, docs in grid.by_cell.items() if generated[cell] and docs}
 
 
@@ -149,7 +144,7 @@ def accuracy_vs_compute(grid: Grid, accuracy: Mapping[Cell, CellAccuracy]) -> Ac
 
     if GREEDY in accuracy:
         cell = accuracy[GREEDY]
-        points.append(ComputePoint("greedy", GREEDY_KIND, _rollouts_per_problem(grid, [GREEDY]), 1.0, cell.correct,
+        points.append(ComputePoint("greedy", GREEDY_KIND, rollouts_per_problem(grid, [GREEDY]), 1.0, cell.correct,
                                    cell.rollouts, *wilson_interval(cell.correct, cell.rollouts)))
     best = best_in_pool(accuracy, [c for c in grid.cells if c != GREEDY])
     if best is not None:
@@ -158,7 +153,7 @@ def accuracy_vs_compute(grid: Grid, accuracy: Mapping[Cell, CellAccuracy]) -> Ac
         if x is None:
             left_out.append((label, why([best])))
         else:
-            points.append(ComputePoint(label, METHOD, _rollouts_per_problem(grid, [best]), x, cell.correct,
+            points.append(ComputePoint(label, METHOD, rollouts_per_problem(grid, [best]), x, cell.correct,
                                        cell.rollouts, *wilson_interval(cell.correct, cell.rollouts)))
     named: dict[tuple[Cell, ...], list[str]] = {}  # a pool's cells -> the pools with exactly those cells
     for pool in POOLS:
@@ -166,7 +161,7 @@ def accuracy_vs_compute(grid: Grid, accuracy: Mapping[Cell, CellAccuracy]) -> Ac
         if cells and grid.n_docs:
             named.setdefault(tuple(cells), []).append(POOL_NAMES[pool])
     for cells, names in named.items():
-        rollouts = _rollouts_per_problem(grid, cells)
+        rollouts = rollouts_per_problem(grid, cells)
         pool = names[0] + "".join(f" = {n}" for n in names[1:])
         x = relative(cells)
         for kind, method, solved in ((METHOD, "SC", sc_solved(grid, cells)),

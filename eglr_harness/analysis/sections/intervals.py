@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from eglr_harness.analysis.metrics.accuracy import POOL_NAMES, POOLS, oracle_solved, pool_cells, sc_solved
+from eglr_harness.analysis.metrics.accuracy import (
+    POOL_NAMES, POOLS, one_rollout_per_cell, oracle_solved, pool_cells, rollouts_per_problem, sc_solved,
+)
 from eglr_harness.analysis.metrics.intervals import N_RESAMPLES, bootstrap_intervals, sign_test_p, wilson_interval
 from eglr_harness.analysis.load import GREEDY
 from eglr_harness.analysis.metrics.oracle import random_oracle_per_doc
@@ -65,8 +67,9 @@ def interval_rows(ctx: ReportContext, *, n_resamples: int = N_RESAMPLES) -> list
     oracle = {p: oracle_solved(grid, c) for p, c in cells.items() if c}
     sc = {p: sc_solved(grid, c) for p, c in cells.items() if c}
     for p in oracle:
-        shares.append((f"SC {POOL_NAMES[p]} (B={len(cells[p])})", sc[p]))
-        shares.append((f"oracle {POOL_NAMES[p]} (B={len(cells[p])})", oracle[p]))
+        budget = rollouts_per_problem(grid, cells[p])  # B: rollouts per problem (a seed pool's one cell holds several)
+        shares.append((f"SC {POOL_NAMES[p]} (B={budget:g})", sc[p]))
+        shares.append((f"oracle {POOL_NAMES[p]} (B={budget:g})", oracle[p]))
     corner_pools = (("T-only", "T"), ("L-only", "L"), ("joint", "LxT"))
     corners = {name: oracle[p] | (greedy or frozenset()) for name, p in corner_pools if p in oracle}
     for name, s in corners.items():
@@ -75,7 +78,7 @@ def interval_rows(ctx: ReportContext, *, n_resamples: int = N_RESAMPLES) -> list
     if "L" in oracle and "T" in oracle:
         diffs.append(("oracle: L pool − T pool (equal budget)", oracle["L"], oracle["T"]))
     for p in ("T", "L", "LuT"):
-        if p in oracle and len(cells[p]) < len(grid.cells):
+        if p in oracle and len(cells[p]) < len(grid.cells) and one_rollout_per_cell(grid, cells[p]):
             per_doc = random_oracle_per_doc(solved, grid.cells, len(cells[p]))
             yardsticks.append((f"oracle: {POOL_NAMES[p]} − {len(cells[p])} random grid cells", oracle[p], per_doc))
     for name in ("T-only", "L-only"):
@@ -146,5 +149,6 @@ class Intervals(Section):
   "only A / only B" are the discordant problems and "sign test p" the exact two-sided sign (McNemar) test on them.
   "pool − B random grid cells" is the pool's oracle minus the expected oracle of as many cells drawn at random from
   the grid, per problem (its exact probability of being solved), so its interval says whether the pool's axis adds
-  beyond the budget; the yardstick itself is treated as fixed (the grid's cells are all there is to draw).
+  beyond the budget; the yardstick itself is treated as fixed (the grid's cells are all there is to draw). It is
+  left out for a pool whose cells hold several rollouts per problem (seeds, cycles). B is rollouts per problem.
 """

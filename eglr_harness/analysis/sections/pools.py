@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from eglr_harness.analysis.load import GREEDY, VOTE_STRINGS, Grid
 from eglr_harness.analysis.metrics.accuracy import (
-    POOL_TITLES, POOLS, CellAccuracy, best_in_pool, oracle_solved, pool_cells, sc_solved, solved_sets,
+    POOL_TITLES, POOLS, CellAccuracy, best_in_pool, one_rollout_per_cell, oracle_solved, pool_cells, sc_solved,
+    solved_sets,
 )
 from eglr_harness.analysis.metrics.oracle import expected_random_oracle
 from eglr_harness.analysis.render import markdown_table, pct
@@ -57,7 +58,10 @@ def summarize_pool(
     best = best_in_pool(accuracy, cells)
     sc = sc_solved(grid, cells)
     oracle = oracle_solved(grid, cells)
-    random_oracle = expected_random_oracle(solved_sets(grid) if solved is None else solved, grid.cells, len(cells))
+    random_oracle = None  # as many random cells are not the same budget where the pool's cells hold several rollouts
+    if one_rollout_per_cell(grid, cells):
+        random_oracle = expected_random_oracle(solved_sets(grid) if solved is None else solved, grid.cells,
+                                               len(cells))
     return PoolSummary(
         pool=pool,
         configs=len(cells),
@@ -69,7 +73,7 @@ def summarize_pool(
         oracle=len(oracle) / grid.n_docs,
         sc_solved=len(sc),
         oracle_solved=len(oracle),
-        random_oracle=random_oracle / grid.n_docs,
+        random_oracle=None if random_oracle is None else random_oracle / grid.n_docs,
     )
 
 
@@ -123,7 +127,9 @@ class Pools(Section):
   T, then cycle).
 - Oracle of B random grid cells: the expected oracle of B cells drawn uniformly without replacement from every
   cell of the grid, B = the pool's size (exact, not sampled). A pool's oracle above it is what its axis adds beyond
-  the budget; at or below it, the pool's gain is the budget.
+  the budget; at or below it, the pool's gain is the budget. Left out (—) for a pool whose cells hold several
+  rollouts per problem (seeds, cycles): B cells are then not its budget. "configs in pool" counts cells, not
+  rollouts (the section "Confidence intervals" gives B in rollouts per problem).
 {votes}  a null answer never votes; ties go to the cluster whose first rollout is earliest in pool order. The vote is
   correct when the winning cluster's first rollout is correct.
 - Best single config: highest cell accuracy in the pool (first in pool order on ties), chosen on the same problems.
