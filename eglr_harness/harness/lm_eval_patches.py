@@ -216,7 +216,7 @@ def patch_fail_fast(evaluator_module) -> None:
         if hf_run:  # everything that can be known before the model loads (harness/preflight.py)
             model_args = kwargs.get("model_args") if model == MODEL_NAME else None
             eglr_args = check_run_args(model_args, gen_kwargs=kwargs.get("gen_kwargs"), limit=kwargs.get("limit"),
-                                       use_cache=kwargs.get("use_cache"), passed=_passed_to_model(kwargs.get))
+                                       passed=_passed_to_model(kwargs.get))
             check_run_tasks(eglr_args, tasks, log_samples=kwargs.get("log_samples"),
                             output_path=getattr(tracker, "output_path", None), data_dir=data_dir)
         else:
@@ -233,7 +233,8 @@ def patch_fail_fast(evaluator_module) -> None:
 
 def _refuse_use_cache(model, use_cache) -> None:
     """lm-eval's ``--use_cache`` would answer a pool's repeats of one (context, gen_kwargs) with one rollout: refused
-    for either of our models (eglr-hf also refuses it in its own argument check and in ``set_cache_hook``)."""
+    for either of our models, the one place for a command line (eglr-hf's ``set_cache_hook`` refuses a cache handed
+    to a model built by hand)."""
     if use_cache:
         from eglr_harness.core.errors import RunArgError
         from eglr_harness.core.model_args import use_cache_refusal
@@ -271,7 +272,7 @@ def patch_task_lookup(config_module) -> None:
             _refuse_use_cache(model, getattr(self, "use_cache", None))
         if model == MODEL_NAME:  # before lm-eval indexes every task (~10 s): the run's own arguments
             eglr_args = check_run_args(getattr(self, "model_args", None), gen_kwargs=getattr(self, "gen_kwargs", None),
-                                       limit=getattr(self, "limit", None), use_cache=getattr(self, "use_cache", None),
+                                       limit=getattr(self, "limit", None),
                                        passed=_passed_to_model(lambda name: getattr(self, name, None)))
         if model == MODEL_NAME:  # lm-eval says nothing while it indexes every task (tens of seconds on a CPU)
             logging.getLogger("lm_eval.eglr_hf").info("eglr-hf: arguments checked; lm-eval is indexing its tasks ...")

@@ -6,7 +6,8 @@ command line, the preset, the model's config file (read without the weights) and
 checked here instead, each mistake as one line naming the value and what is allowed (a
 :class:`~eglr_harness.core.errors.UserError`, which the CLI prints without a traceback):
 
-- :func:`check_run_args`, before lm-eval indexes its tasks: ``--use_cache``, ``--limit``, and the run's
+- :func:`check_run_args`, before lm-eval indexes its tasks (after ``--use_cache``, refused for both our models by
+  ``lm_eval_patches``): ``--limit``, and the run's
   :class:`~eglr_harness.harness.eglr_args.EglrArgs` (the model args, ``pretrained``, ``engine``,
   ``compile``, the pinned ``L`` against the model's layer count, ``--gen_kwargs``: values, pool keys,
   length against the model's ``max_length``);
@@ -26,7 +27,6 @@ from collections.abc import Iterable, Mapping
 
 from eglr_harness.core.errors import RunArgError, model_arg_errors
 from eglr_harness.core.generation_options import LENGTH_OPTIONS
-from eglr_harness.core.model_args import USE_CACHE_REFUSAL
 from eglr_harness.core.resources import names_of_tasks
 from eglr_harness.harness.eglr_args import EglrArgs, declared_limits
 from eglr_harness.harness.gen_options import check_gen_options, check_length, gen_kwargs_of, parse_args_string
@@ -37,14 +37,12 @@ __all__ = ["check_run_args", "check_run_tasks", "declared_limits", "parse_args_s
 _check_options, _check_length = check_gen_options, check_length
 
 
-def check_run_args(model_args, *, gen_kwargs=None, limit=None, use_cache=None, passed=None) -> EglrArgs | None:
+def check_run_args(model_args, *, gen_kwargs=None, limit=None, passed=None) -> EglrArgs | None:
     """What an eglr-hf run's own arguments say, before lm-eval indexes its tasks (module docstring): the
     run's ``EglrArgs`` (``harness/eglr_args.py``), None where a model object was passed (``model_args`` None).
 
     passed: what lm-eval hands the model beside its model args (``device``, ``batch_size``,
     ``max_batch_size``; None where it hands nothing)."""
-    if use_cache:
-        raise RunArgError(USE_CACHE_REFUSAL)
     _check_limit(limit)
     args = _args_of(model_args)
     for name, value in (passed or {}).items():
