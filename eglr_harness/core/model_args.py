@@ -49,10 +49,15 @@ logger = logging.getLogger(__name__)
 # one that decoded each rollout by the same names
 ENGINES = ("auto", "continuous", "hook")
 DEFAULT_ENGINE = "auto"
-RECORDED_ENGINES = ("continuous", "hook")  # what decoded a rollout (auto chooses one of them)
+# what decoded a rollout, as run files and the rollout store record it: eglr-hf's two (auto chooses one of them)
+# and eglr-vllm's one (harness/vllm_model.ENGINE_NAME)
+RECORDED_ENGINES = ("continuous", "hook", "vllm")
 # earlier names of an engine -> its name: accepted as a model arg for a release (with a warning) and read in
 # run files for good (``engine: hf`` in results, samples and rollout stores written before the rename)
 RENAMED_ENGINES = {"hf": "hook"}
+RECORDED_ENGINES_ALLOWED = (", ".join(repr(e) for e in RECORDED_ENGINES)
+                            + " (" + ", ".join(f"{old!r} for {new!r}" for old, new in RENAMED_ENGINES.items())
+                            + ", its name before issue 56)")
 COMPILE_SETTINGS = ("auto", "none", "reduce-overhead", "default")  # decoding/compile_setting.py resolves them
 DEFAULT_COMPILE = "auto"
 DEFAULT_CALIB_LIMIT = 64  # prompts of a task that tau_h=auto calibrates on

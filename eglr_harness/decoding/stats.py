@@ -125,6 +125,17 @@ def own_account(tokens: int, iterations: dict, config, *, steps: int, gated_step
                 "computed_refine_layer_evals": computed_refine_layer_evals, "wall_time_s": 0.0})
 
 
+def share_wall_time(stats_of: dict, work_of: dict, wall_time_s: float) -> None:
+    """Add one engine run's wall time to the stats of each config it decoded, shared by the configs' work.
+
+    stats_of: config -> its ``EglrStats`` of the run; work_of: config -> its layer evaluations in the run
+    (N x tokens + sum over gated tokens of L x k*: the work a config's rows did); a run with no work shares
+    it evenly."""
+    total = sum(work_of.values())
+    for config, stats in stats_of.items():
+        stats.wall_time_s += wall_time_s * (work_of[config] / total if total else 1 / len(stats_of))
+
+
 @dataclass
 class EglrStats:
     """Running totals of one cell (or of a calibration), added to by either engine: once per ``generate``

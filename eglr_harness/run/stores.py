@@ -30,7 +30,7 @@ from pathlib import Path
 
 from eglr_harness.core.errors import OutputError
 from eglr_harness.core.interrupt import note_stored
-from eglr_harness.core.model_args import RECORDED_ENGINES, RENAMED_ENGINES, engine_named
+from eglr_harness.core.model_args import RECORDED_ENGINES, RECORDED_ENGINES_ALLOWED, RENAMED_ENGINES, engine_named
 
 logger = logging.getLogger(__name__)
 
@@ -329,7 +329,7 @@ def _rollout_problem(value) -> str | None:
     if value.get("signals") is not None and not isinstance(value["signals"], dict):
         return "signals must be a dict or None"
     if value.get("engine") is not None and value["engine"] not in (*RECORDED_ENGINES, *RENAMED_ENGINES):
-        return "engine must be 'continuous', 'hook' (or its earlier name 'hf') or absent"
+        return f"engine must be {RECORDED_ENGINES_ALLOWED} or absent"
     accounting = value.get("accounting")
     if accounting is not None and not _sound_accounting(accounting):
         return "accounting must be {'tokens': int >= 0, 'iterations': {k: int}, 'L': int >= 0[, 'shares': {...}]}"
@@ -351,7 +351,7 @@ def _sound_accounting(accounting) -> bool:
 
 
 class RolloutStore(_SqliteTable):
-    """``key -> {"text": str, "signals": dict or None, "engine": "continuous" | "hook", "accounting": dict}``
+    """``key -> {"text": str, "signals": dict or None, "engine": "continuous" | "hook" | "vllm", "accounting": dict}``
     (``engine`` and ``accounting`` since 2026-11-25: which engine decoded the rollout, and its compute
     accounting, ``decoding/stats.py``; a record without them is reused with no figures), one file per
     rank, written per rollout as it finishes (with its own part of the batch figures, ``shares``, as its

@@ -13,20 +13,22 @@ requests that are still running and drops their records, so the engine serves th
 
 Accounting: vLLM decides the batch of each step, which this side never sees; each rollout's figures
 are its own (rows = its tokens, the refinement cost = its gated tokens' iterations x L, the LM-head projections
-as its exit rule makes them), as the continuous engine counts a row.
+as its exit rule makes them), as the continuous engine counts a row; the run's wall time is shared among its
+configs by their layer evaluations, as the continuous engine shares it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
 from eglr_harness.core.config import EglrConfig
 from eglr_harness.core.progress import tokens_emitted
 from eglr_harness.decoding.contract import Outcome, Request
-from eglr_harness.decoding.stats import EglrStats, RolloutAccount, own_account
+from eglr_harness.decoding.stats import EglrStats, RolloutAccount, own_account, share_wall_time
 from eglr_harness.vllm.row_settings import EXTRA_ARGS_KEY
 
 _TAGS = itertools.count()
@@ -74,6 +76,7 @@ class VllmEngine:
         index_of = {tag: i for i, tag in enumerate(tags)}
         outcomes: list[Outcome | None] = [None] * len(requests)
         engine = self.llm.llm_engine
+        started = time.perf_counter()
         try:
             for request, tag in zip(requests, tags):
                 engine.add_request(tag, TokensPrompt(prompt_token_ids=list(request.prompt)),
@@ -103,6 +106,12 @@ class VllmEngine:
         lost = [tags[i] for i, outcome in enumerate(outcomes) if outcome is None]
         if lost:  # a request vLLM never reported finished (no abort was asked for here)
             raise RuntimeError(f"eglr-vllm: the engine ran out of requests before {', '.join(lost)} finished.")
+        if stats_for is not None:  # the run's wall, as the continuous engine counts it: shared by each config's work
+            work: Counter = Counter()
+            for request, outcome in zip(requests, outcomes):
+                layers = stats_for(request.config).num_layers
+                work[request.config] += layers * outcome.account.tokens + outcome.account.refine_layer_evals
+            share_wall_time({config: stats_for(config) for config in work}, work, time.perf_counter() - started)
         return outcomes
 
 

@@ -74,7 +74,7 @@ SAMPLE_CASES = [
     ("T_as_list", _rollout(1, "T", [1]), "`T` is [1]; allowed: a finite number >= 0", list(COMMANDS)),
     ("negative_L", _rollout(0, "L", -3), "`L` is -3; allowed: an int >= 0", list(COMMANDS)),
     ("rollout_not_a_dict", _replace_rollout, "rollout #3 is 'L=4: 18'; expected a dict", list(COMMANDS)),
-    ("engine_unknown", _rollout(0, "engine", "vllm"), "`engine` is 'vllm'; allowed: 'continuous', 'hook'",
+    ("engine_unknown", _rollout(0, "engine", "tgi"), "`engine` is 'tgi'; allowed: 'continuous', 'hook', 'vllm'",
      list(COMMANDS)),
     ("signals_not_numbers", _rollout(0, "signals", {"mean_logprob": "high"}), "`signals` is", list(COMMANDS)),
     # issue 47: exp(800) overflowed in eglr-score and the selection report ("math range error")
@@ -115,6 +115,18 @@ def test_a_bad_rollout_is_refused_naming_file_line_and_value(tmp_path, capsys, c
     message = _refused(command, run, tmp_path, capsys)
     assert message.startswith(f"{command}: error: {samples}:2: "), message
     assert named in message, message
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_engine_that_decodes_is_read(tmp_path, capsys, command):
+    """A rollout of each engine the project has is read: eglr-vllm's (`engine: vllm`) were refused by every
+    reader until 2026-11-29, so no eglr-vllm run could be reported, exported or rescored."""
+    run, samples, _ = _copy(tmp_path)
+    engines = ("vllm", "continuous", "hook", "hf")  # the rollouts of line 1 in turn ('hf': the hook's old name)
+    _edit_line(samples, 1, lambda sample: [r.update(engine=engines[i % len(engines)])
+                                           for i, r in enumerate(sample["rollouts"])])
+    main, _, argv = COMMANDS[command]
+    assert main(argv(run, tmp_path)) == 0, capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))

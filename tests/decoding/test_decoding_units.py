@@ -197,6 +197,19 @@ def test_seeded_sampler_never_draws_a_filtered_token():
     assert 0.70 < counts[2] / 2000 < 0.80  # 0.75 expected; sd 0.01
 
 
+def test_an_engine_runs_wall_time_is_shared_by_each_configs_work():
+    """Each engine (continuous, vLLM) adds its run's wall time to the configs it decoded in proportion to their
+    layer evaluations (eglr-vllm's runs recorded 0 s before); a run without work shares it evenly."""
+    from eglr_harness.decoding.stats import EglrStats, share_wall_time
+
+    plain, refined = EglrStats(num_layers=4, wall_time_s=1.0), EglrStats(num_layers=4)
+    share_wall_time({"L0": plain, "L4": refined}, {"L0": 40, "L4": 120}, 2.0)
+    assert (plain.wall_time_s, refined.wall_time_s) == (1.5, 1.5)
+    idle = [EglrStats(), EglrStats()]
+    share_wall_time(dict(enumerate(idle)), {0: 0, 1: 0}, 1.0)
+    assert [s.wall_time_s for s in idle] == [0.5, 0.5]
+
+
 def test_stored_rollouts_add_up_to_the_batch_that_decoded_them():
     """Issue 35: a resumed run adds each stored rollout's record; summed, the rollouts of a batch give
     that batch's figures (per-row ones exactly, batch ones as shares)."""

@@ -48,7 +48,8 @@ def test_eglr_vllm_texts_equal_eglr_hf(tiny_chat_model, tmp_path, rule):
     hf_samples, hf_results, _ = _lm_eval("eglr-hf", f"pretrained={tiny_chat_model},dtype=float32,{settings}",
                                          tmp_path / "hf")
     v_samples, v_results, v_run = _lm_eval("eglr-vllm", f"pretrained={tiny_chat_model},dtype=float32,"
-                                                        f"max_model_len=512,{settings}", tmp_path / "vllm")
+                                                        f"max_model_len=512,{settings},rollout_cache={tmp_path}/store",
+                                           tmp_path / "vllm")
     _said_as_eglr_vllm(v_run)
     assert len(v_samples) == len(hf_samples) == LIMIT
     for hf, v in zip(hf_samples, v_samples):
@@ -62,10 +63,26 @@ def test_eglr_vllm_texts_equal_eglr_hf(tiny_chat_model, tmp_path, rule):
         assert v_stats[name] == hf_stats[name], name
     assert v_stats["flop_ratio_with_head"] == pytest.approx(hf_stats["flop_ratio_with_head"], rel=1e-12)
     assert v_stats["gated_tokens"] > 0, "nothing was refined: the comparison could not fail"
+    assert v_stats["wall_time_s"] > 0 and hf_stats["wall_time_s"] > 0, (v_stats, hf_stats)  # eglr-vllm's was 0
+    _kept_and_read(tmp_path)
     if rule != "kl":  # latent projects the head once per gated token, kl at every iteration: here they differ
         iterations = sum(int(k) * n for k, n in v_stats["iteration_hist"].items())
         assert v_stats["head_projections"] == v_stats["gated_tokens"] < iterations, v_stats
         assert len(v_stats["iteration_hist"]) > 1, "every token ran as many iterations: its exit was not tested"
+
+
+def _kept_and_read(tmp_path) -> None:
+    """An eglr-vllm run's rollouts (`engine: vllm`) are kept by the rollout store (a rerun decodes nothing) and its
+    files are read by the project's readers: until 2026-11-29 both refused the engine's name, so an eglr-vllm run
+    kept no rollout and could not be reported."""
+    from eglr_harness.commands.report import main as report_main
+    from eglr_harness.run.stores import RolloutStore
+
+    store = RolloutStore(tmp_path / "store")
+    assert len(store) == LIMIT, len(store)
+    store.close()
+    assert report_main([str(tmp_path / "vllm"), "--sections", "runs,compute", "--out", str(tmp_path / "report"),
+                        "--verbosity", "WARNING"]) == 0
 
 
 def _said_as_eglr_vllm(run: subprocess.CompletedProcess) -> None:

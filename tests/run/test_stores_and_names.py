@@ -100,6 +100,19 @@ def test_two_processes_write_one_store_at_once(tmp_path, kind):
     assert table.get("a-149") == _record(kind, "a", 149) and table.get("b-0") == _record(kind, "b", 0)
 
 
+def test_the_store_keeps_a_rollout_of_every_engine(tmp_path, caplog):
+    """eglr-vllm's rollouts (`engine: vllm`) were refused by the store until 2026-11-29 ("not storing an invalid
+    record"): an eglr-vllm run with rollout_cache kept nothing, and a rerun decoded everything again."""
+    records = {engine: {"text": f"by {engine}", "signals": None, "engine": engine}
+               for engine in ("continuous", "hook", "vllm")}
+    store = RolloutStore(tmp_path)
+    store.put_many(records)
+    store.close()
+    again = RolloutStore(tmp_path)
+    assert {key: again.get(key) for key in records} == records
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
 def test_loglikelihood_says_once_that_it_runs_the_plain_model(tiny_lm, caplog):
     lm = tiny_lm(rollout_cache=None)
     reqs = [Instance("loglikelihood", doc={}, arguments=("The capital of France is", " Paris"), idx=0)] * 2

@@ -74,7 +74,7 @@ from eglr_harness.decoding.continuous.step_state import READ_FIELDS, SlotState, 
 from eglr_harness.decoding.contract import Outcome, Request
 from eglr_harness.decoding.functional import raise_on_nan_rows
 from eglr_harness.decoding.processors import LogitsOptions, ProcessorsInUse, not_applied
-from eglr_harness.decoding.stats import EglrStats, RolloutAccount, own_account
+from eglr_harness.decoding.stats import EglrStats, RolloutAccount, own_account, share_wall_time
 
 # the state's widths for every processor, so that one workspace serves any run (a few bool (B, V) tensors)
 _EVERY_PROCESSOR = ProcessorsInUse(penalty=True, ngram_size=1, suppress=True, begin_suppress=True)
@@ -622,7 +622,6 @@ class _Run:
         n = self.stack.num_layers
         work = {c: sum(n * len(o.tokens) + c.L * sum(k * m for k, m in o.iterations.items()) for o in outs)
                 for c, outs in by_config.items()}
-        total_work = sum(work.values()) or 1
         for config, outs in by_config.items():
             tokens = sum(len(o.tokens) for o in outs)
             iterations = Counter()
@@ -634,7 +633,7 @@ class _Run:
                             computed_rows=tokens, tokens=tokens, iterations=dict(iterations), L=config.L,
                             computed_refine_rows=sum(k * m for k, m in iterations.items()),
                             head_per_iteration=config.stop_rule.head_per_iteration)
-            stats.wall_time_s += wall_time_s * work[config] / total_work
+        share_wall_time({config: stats_for(config) for config in by_config}, work, wall_time_s)
 
 
 def row_account(outcome: Outcome, config: EglrConfig) -> RolloutAccount:
