@@ -136,6 +136,19 @@ def test_resampling_section_in_the_report(tmp_path):
     assert rows[("L", "seed", "vote")]["a"] == "3" and rows[("L", "seed", "vote")]["b"] == "2"
 
 
+def test_without_a_T_pool_the_check_sets_depth_against_seeds_alone(tmp_path):
+    """An L pool beside a seed pool and no T pool (the Qwen runs: EGLR-SC_L and ten T = 0.7 samples): the seed
+    pool's one sampled cell is not a T pool, and the check compares L with seed (it was silent: B = 1)."""
+    lpool, _, seedpool = _resampling_runs(tmp_path)
+    result = resampling_check(load_grid([lpool, seedpool]))
+    assert (result.B, result.problems, sorted(result.pools)) == (3, 5, ["L", "seed"])
+    assert {(a, b) for a, b, _ in result.differences} == {("L", "seed")}
+    oracle = result.differences[("L", "seed", "oracle")]
+    assert (oracle.better_a, oracle.better_b) == (2, 2)  # the same per-problem figures as with the T pool beside
+    out = build_report([lpool, seedpool], tmp_path / "report", sections=("runs", "resampling"))
+    assert "L pool − seed pool" in (out / "report.md").read_text()
+
+
 def test_no_resampling_section_without_a_seed_pool(tmp_path):
     runs = _resampling_runs(tmp_path)[:2]
     assert resampling_check(load_grid(runs)) is None

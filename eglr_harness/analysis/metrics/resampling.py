@@ -9,6 +9,9 @@ this asks the same of EGLR, problem by problem. The pools, from the grid's rollo
 - **seed pool**: one sampled cell under several seeds (``seeds=``, e.g. ``L=0,T=0.7,seeds=10``): the sampled
   cell with the most distinct seeds among its rollouts, one rollout per seed (seed order); at least two.
 
+A grid with fewer than two T cells has no T pool (its one sampled cell is the seed pool's own): the check then
+compares the L pool with the seed pool alone, the peer's question itself.
+
 Each pool is cut to the same number B of rollouts per problem (the smallest pool's; its first B in pool
 order), on the problems where every pool has B. Per problem and pool: *oracle* (any of the B correct),
 *vote* (the majority vote over the B is correct, as :func:`~eglr_harness.analysis.metrics.accuracy.vote_is_correct`)
@@ -28,9 +31,8 @@ from eglr_harness.analysis.metrics.accuracy import pool_cells, vote_is_correct
 from eglr_harness.analysis.metrics.intervals import PairedDifference, paired_difference
 from eglr_harness.core.cell import Cell
 
-__all__ = ["RESAMPLING_POOLS", "RESAMPLING_PAIRS", "PoolScore", "Resampling", "resampling_pools", "resampling_check"]
+__all__ = ["RESAMPLING_PAIRS", "PoolScore", "Resampling", "resampling_pools", "resampling_check"]
 
-RESAMPLING_POOLS = ("L", "T", "seed")
 RESAMPLING_PAIRS = (("L", "seed"), ("T", "seed"), ("L", "T"))
 MEASURES = ("oracle", "vote", "accuracy")
 
@@ -83,16 +85,17 @@ def _first_per_seed(rows: Sequence[RolloutRow]) -> list[RolloutRow]:
 
 def resampling_pools(grid: Grid) -> tuple[dict[str, dict[int, list[RolloutRow]]], Cell, tuple[int, ...]] | None:
     """pool -> doc -> its rollouts in pool order (uncut), the seed pool's cell and seeds; None without a
-    seed pool or without an L or a T pool."""
+    seed pool or without an L pool. No "T" pool where the grid has fewer than two T cells."""
     found = _seed_cell(grid)
     L_cells, T_cells = pool_cells(grid.cells, "L"), pool_cells(grid.cells, "T")
-    if found is None or not L_cells or not T_cells:
+    if found is None or not L_cells:
         return None
     cell, seeds = found
-    pools: dict[str, dict[int, list[RolloutRow]]] = {"L": {}, "T": {}, "seed": {}}
+    pools: dict[str, dict[int, list[RolloutRow]]] = {"L": {}, **({"T": {}} if len(T_cells) >= 2 else {}), "seed": {}}
     for d in grid.docs:
         pools["L"][d] = [rs[0] for c in L_cells if (rs := grid.by_cell[c].get(d))]
-        pools["T"][d] = [rs[0] for c in T_cells if (rs := grid.by_cell[c].get(d))]
+        if "T" in pools:
+            pools["T"][d] = [rs[0] for c in T_cells if (rs := grid.by_cell[c].get(d))]
         pools["seed"][d] = [r for r in _first_per_seed(grid.by_cell[cell].get(d, ())) if r.seed is not None]
     return pools, cell, seeds
 
@@ -104,7 +107,7 @@ def resampling_check(grid: Grid, *, seed: int = 0) -> Resampling | None:
         return None
     pools, cell, seeds = found
     B = min(max((len(rows) for rows in pool.values()), default=0) for pool in pools.values())  # the smallest pool
-    docs = [d for d in grid.docs if all(len(pools[p].get(d, ())) >= B for p in RESAMPLING_POOLS)]
+    docs = [d for d in grid.docs if all(len(pool.get(d, ())) >= B for pool in pools.values())]
     if B < 2 or not docs:
         return None
     per: dict[str, dict[str, dict[int, float]]] = {m: {} for m in MEASURES}
@@ -118,9 +121,9 @@ def resampling_check(grid: Grid, *, seed: int = 0) -> Resampling | None:
                     "seed": f"seed pool ({cell.label}): {len(seeds)} seeds {seeds[0]}..{seeds[-1]}"}
     scores = {name: PoolScore(name, descriptions[name], int(sum(per["oracle"][name].values())),
                               int(sum(per["vote"][name].values())),
-                              sum(per["accuracy"][name].values()) / len(docs)) for name in RESAMPLING_POOLS}
+                              sum(per["accuracy"][name].values()) / len(docs)) for name in pools}
     differences = {}
-    for a, b in RESAMPLING_PAIRS:
+    for a, b in (pair for pair in RESAMPLING_PAIRS if set(pair) <= set(pools)):
         for measure in MEASURES:
             diff = paired_difference(per[measure][a], per[measure][b], seed=seed)
             if diff is not None:

@@ -36,7 +36,8 @@ class ResamplingSection(Section):
 - Re-sampling check: three pools at the same number B of rollouts per problem (the smallest pool's; each
   pool's first B in pool order, on the problems where every pool has B): the L pool (L > 0 at T = 0, one
   rollout per cell: depth diversity only), the T pool (L = 0 at T > 0, one rollout per cell) and the seed
-  pool (one sampled cell under B seeds, `seeds=`: seed diversity only). Per problem: oracle (any of the B
+  pool (one sampled cell under B seeds, `seeds=`: seed diversity only; where the runs hold one sampled
+  temperature only, that cell is the seed pool's and there is no T pool). Per problem: oracle (any of the B
   right), vote (the majority vote right) and accuracy (right / B). Each pair is compared per problem: the
   mean difference A − B (here in problems: the mean times the problems) with a paired bootstrap 95 % interval,
   the problems each does better on with the exact sign test, and the Wilcoxon signed-rank p over the
