@@ -12,37 +12,15 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
 from pathlib import Path
 
+from helpers.run_scripts import script_commands
 import pytest
 
 from eglr_harness.commands.report import main as eglr_report
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "results"
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=[^`$(]*(\$[A-Za-z_{][^`(]*)?$")  # no command substitution
-
-# bash that prints, NUL-separated and one command per line, the arguments each eglr-report line would get
-_RECORDER = "eglr-report() { printf '%s\\0' \"$@\"; printf '\\n'; }\n"
-
-
-def _script_commands(script: Path) -> list[list[str]]:
-    """The argv of each ``eglr-report`` command in ``script``, as bash expands it from the repository root."""
-    lines, pending = [], ""
-    for line in script.read_text(encoding="utf-8").splitlines():
-        line = pending + line
-        if line.endswith("\\"):
-            pending = line[:-1]
-            continue
-        pending = ""
-        if _ASSIGNMENT.match(line.strip()) or line.strip().startswith("eglr-report "):
-            lines.append(line.strip())
-    if not any(line.startswith("eglr-report ") for line in lines):
-        return []
-    done = subprocess.run(["bash", "-c", _RECORDER + "\n".join(lines)], cwd=REPO, capture_output=True, text=True,
-                          check=True)
-    return [[a for a in command.split("\0") if a] for command in done.stdout.split("\n") if command.strip()]
 
 
 def _readme_commands() -> list[list[str]]:
@@ -53,7 +31,7 @@ def _readme_commands() -> list[list[str]]:
 
 def documented_reports() -> list[tuple[str, list[str]]]:
     """``(report folder, eglr-report argv)`` of every documented report command."""
-    commands = [argv for script in sorted(RESULTS.rglob("run.sh")) for argv in _script_commands(script)]
+    commands = [argv for script in sorted(RESULTS.rglob("run.sh")) for argv in script_commands(script, "eglr-report")]
     commands += _readme_commands()
     found = {}
     for argv in commands:

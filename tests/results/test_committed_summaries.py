@@ -7,40 +7,19 @@ by bash, nothing else of the script run), as tests/analysis/test_committed_repor
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
 
+from helpers.run_scripts import script_commands
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "results"
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=[^`$(]*(\$[A-Za-z_{][^`(]*)?$")  # no command substitution
-_SUMMARY = re.compile(r"^python \$HERE/\w+\.py .* --out \S+$")
-# bash that prints, NUL-separated and one command per line, the arguments each summary line would get
-_RECORDER = "python() { printf '%s\\0' \"$@\"; printf '\\n'; }\n"
+_SUMMARY = r"^python \$HERE/\w+\.py .* --out \S+$"
 
 
-def _summary_commands(script: Path) -> list[list[str]]:
-    """The argv (after ``python``) of each summary line of ``script``, as bash expands it from the repository root."""
-    lines, pending = [], ""
-    for line in script.read_text(encoding="utf-8").splitlines():
-        line = pending + line
-        if line.endswith("\\"):
-            pending = line[:-1]
-            continue
-        pending = ""
-        if _ASSIGNMENT.match(line.strip()) or _SUMMARY.match(line.strip()):
-            lines.append(line.strip())
-    if not any(_SUMMARY.match(line) for line in lines):
-        return []
-    done = subprocess.run(["bash", "-c", _RECORDER + "\n".join(lines)], cwd=REPO, capture_output=True, text=True,
-                          check=True)
-    return [[a for a in command.split("\0") if a] for command in done.stdout.split("\n") if command.strip()]
-
-
-SUMMARIES = [argv for script in sorted(RESULTS.rglob("run.sh")) for argv in _summary_commands(script)]
+SUMMARIES = [argv for script in sorted(RESULTS.rglob("run.sh")) for argv in script_commands(script, "python", _SUMMARY)]
 
 
 def test_the_summaries_are_found():
