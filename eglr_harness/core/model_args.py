@@ -58,6 +58,14 @@ RENAMED_ENGINES = {"hf": "hook"}
 RECORDED_ENGINES_ALLOWED = (", ".join(repr(e) for e in RECORDED_ENGINES)
                             + " (" + ", ".join(f"{old!r} for {new!r}" for old, new in RENAMED_ENGINES.items())
                             + ", its name before issue 56)")
+
+
+def is_recorded_engine(name) -> bool:
+    """Whether a run file or a stored rollout may name ``name`` as the engine that decoded it (its current name or
+    an earlier one)."""
+    return isinstance(name, str) and (name in RECORDED_ENGINES or name in RENAMED_ENGINES)
+
+
 COMPILE_SETTINGS = ("auto", "none", "reduce-overhead", "default")  # decoding/compile_setting.py resolves them
 DEFAULT_COMPILE = "auto"
 DEFAULT_CALIB_LIMIT = 64  # prompts of a task that tau_h=auto calibrates on

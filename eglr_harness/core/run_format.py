@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from eglr_harness.core.cell import Cell
 from eglr_harness.core.config import HUGE, SETTING_RULES, STOP_RULES
-from eglr_harness.core.model_args import RECORDED_ENGINES, RECORDED_ENGINES_ALLOWED, RENAMED_ENGINES
+from eglr_harness.core.model_args import RECORDED_ENGINES_ALLOWED, is_recorded_engine
 from eglr_harness.core.specs import MAX_AXIS_VALUES
 from eglr_harness.core.errors import FileFormatError
 from eglr_harness.core.jsonl import iter_jsonl
@@ -108,7 +108,7 @@ ROLLOUT_FIELDS: dict[str, FieldRule] = {
     "cluster": FieldRule(_optional(_count), "an int >= 0 or null"),
     "signals": FieldRule(_signals, "null or a dict of finite numbers (or nulls), `mean_logprob` <= 0; "
                                    "eglr_harness/core/signals.py"),
-    "engine": FieldRule(lambda v: v is None or (isinstance(v, str) and (v in RECORDED_ENGINES or v in RENAMED_ENGINES)),
+    "engine": FieldRule(lambda v: v is None or is_recorded_engine(v),
                         f"{RECORDED_ENGINES_ALLOWED} or null"),
     "seed": FieldRule(_optional(SETTING_RULES["seed"].accepts), f"{SETTING_RULES['seed'].allowed}: the seed the "
                       "rollout's repeat of the pool ran under (`seeds=`), or null"),

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from eglr_harness.core.errors import OutputError
 from eglr_harness.core.interrupt import note_stored
-from eglr_harness.core.model_args import RECORDED_ENGINES, RECORDED_ENGINES_ALLOWED, RENAMED_ENGINES, engine_named
+from eglr_harness.core.model_args import RECORDED_ENGINES_ALLOWED, RENAMED_ENGINES, engine_named, is_recorded_engine
 
 logger = logging.getLogger(__name__)
 
@@ -328,7 +328,7 @@ def _rollout_problem(value) -> str | None:
         return "expected {'text': str, 'signals': dict or None}"
     if value.get("signals") is not None and not isinstance(value["signals"], dict):
         return "signals must be a dict or None"
-    if value.get("engine") is not None and value["engine"] not in (*RECORDED_ENGINES, *RENAMED_ENGINES):
+    if value.get("engine") is not None and not is_recorded_engine(value["engine"]):
         return f"engine must be {RECORDED_ENGINES_ALLOWED} or absent"
     accounting = value.get("accounting")
     if accounting is not None and not _sound_accounting(accounting):
