@@ -13,7 +13,9 @@ from eglr_harness.analysis import build_report
 from eglr_harness.analysis.load import GREEDY, load_grid
 from eglr_harness.analysis.metrics.accuracy import cell_accuracy
 from eglr_harness.analysis.metrics.accuracy_vs_compute import OTHER_RUN, UPPER_BOUND, accuracy_vs_compute
-from eglr_harness.analysis.metrics.intervals import wilson_interval
+from eglr_harness.analysis.metrics.intervals import sign_test_p, wilson_interval
+from eglr_harness.analysis.sections.intervals import interval_rows
+from eglr_harness.analysis.sections.section import ReportContext
 from eglr_harness.analysis.sections.pools import summarize_pool
 from eglr_harness.core.cell import Cell
 
@@ -33,7 +35,7 @@ def _eglr(cells, reused=None):
                                    reused=None if reused is None else {Cell.of(*c).label: n for c, n in reused.items()})
 
 
-def _write(root, *, t_pool=True, beam=True, accounted=tuple(TOKENS)) -> list:
+def _write(root, *, t_pool=True, beam=True, accounted=tuple(TOKENS), beam_task="toy_eglr_lxt", num_beams=4) -> list:
     runs = [root / "l"]
     lmeval_fakes.write_grid_run(root / "l", L_RUN, eglr=_eglr([c for c in L_RUN if c in accounted]))
     if t_pool:
@@ -43,8 +45,8 @@ def _write(root, *, t_pool=True, beam=True, accounted=tuple(TOKENS)) -> list:
         runs.append(root / "beam")
         docs = {d: [{"repeat": 0, "L": None, "T": None, "cycle": None, "answer": a, "correct": int(a == f"g{d}")}]
                 for d, a in zip(DOCS, BEAM_ANSWERS)}
-        lmeval_fakes.write_run(root / "beam", task="toy_eglr_lxt", docs=docs, model="hf",
-                               gen_kwargs={"do_sample": False, "num_beams": 4})
+        lmeval_fakes.write_run(root / "beam", task=beam_task, docs=docs, model="hf",
+                               gen_kwargs={"do_sample": False, "num_beams": num_beams})
     return runs
 
 
@@ -138,3 +140,43 @@ def test_without_greedy_nothing_eglr_has_a_unit_of_compute(tmp_path):
     points, left_out = _points(load_grid([tmp_path / "l"]))
     assert not points
     assert left_out and all("no greedy cell" in why for _label, why in left_out)
+
+
+def test_the_leaderboards_beam_run_of_the_single_rollout_task_joins_the_pools_grid(tmp_path):
+    """The leaderboard decodes beam search on ``<b>_eglr`` (one rollout a problem) and EGLR-SC on ``<b>_eglr_sc``:
+    one report of both folders reads the EGLR runs' task, and the beam run joins it as the same benchmark's."""
+    grid = load_grid(_write(tmp_path / "a", beam_task="toy_eglr"))
+    assert grid.task == "toy_eglr_lxt"
+    points, left_out = _points(grid)
+    assert not left_out and points["Beam-4 (hf)"].correct == 2 and points["Beam-4 (hf)"].compute == 4.0
+    # another benchmark's run does not join (the several-tasks refusal names both)
+    runs = _write(tmp_path / "b", beam_task="other_eglr")
+    assert "Beam-4 (hf)" not in _points(load_grid(runs))[0]
+    lmeval_fakes.write_grid_run(tmp_path / "b" / "sc", L_RUN, task="toy_eglr_sc", eglr=_eglr(L_RUN))
+    with pytest.raises(ValueError, match=r"several tasks \['toy_eglr_lxt', 'toy_eglr_sc'\]"):
+        load_grid([*runs, tmp_path / "b" / "sc"])
+
+
+def test_a_beam_count_that_is_no_count_is_named_not_drawn(tmp_path):
+    points, left_out = _points(load_grid(_write(tmp_path, num_beams="many")))
+    assert not [p for p in points if p.startswith("Beam")] and "hf, no beams" not in points
+    [(label, why)] = left_out
+    assert label.startswith("hf run beam") and why == "num_beams='many' is not a beam count"
+
+
+def test_the_beam_run_is_paired_with_greedy_and_each_pools_vote(tmp_path):
+    """Solved sets of the fixture grid (lmeval_fakes.GRID): greedy {0}, T pool's SC {0, 1, 2}, L pool's SC
+    {0, 2}; the beam run is right on docs 0 and 2 (BEAM_ANSWERS)."""
+    grid = load_grid(_write(tmp_path, beam_task="toy_eglr"))
+    rows = {r.quantity: r for r in interval_rows(ReportContext(grid), n_resamples=200)}
+    beam = rows["Beam-4 (hf)"]
+    assert (beam.estimate, beam.docs) == (2, 4) and (beam.low, beam.high) == wilson_interval(2, 4)
+    expected = {"Beam-4 (hf) − greedy": (1, 1, 0), "SC: T pool − Beam-4 (hf)": (1, 1, 0),
+                "SC: L pool − Beam-4 (hf)": (0, 0, 0)}
+    for name, (estimate, only_a, only_b) in expected.items():
+        row = rows[name]
+        assert (row.estimate, row.only_a, row.only_b) == (estimate, only_a, only_b), name
+        assert row.sign_p == sign_test_p(only_a, only_b)
+    text = (build_report(_write(tmp_path / "r", beam_task="toy_eglr"), tmp_path / "report",
+                         sections=["intervals"]) / "report.md").read_text()
+    assert "| SC: L pool − Beam-4 (hf) | 0 |" in text and "Other models' runs merged into the report" in text

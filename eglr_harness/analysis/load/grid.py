@@ -12,6 +12,7 @@ from pathlib import Path
 from eglr_harness.analysis.load.files import find_runs, read_results
 from eglr_harness.analysis.load.rollouts import RolloutRow, TaskSamples, read_task_samples
 from eglr_harness.analysis.load.runs import RunInfo, run_info
+from eglr_harness.core.benchmark_names import benchmark_of
 from eglr_harness.core.cell import Cell
 
 __all__ = ["GREEDY", "VOTE_CLUSTERS", "VOTE_STRINGS", "VOTE_MIXED", "RunPart", "Grid", "vote_labels", "build_grid",
@@ -270,8 +271,11 @@ def load_parts(
 ) -> tuple[str, list[RunPart]]:
     """Find the runs under ``run_paths`` and read the samples of one task.
 
-    Returns ``(task, parts)``. With ``task=None`` the runs must hold exactly one task with samples;
-    several tasks is a ``ValueError`` naming them.
+    Returns ``(task, parts)``. With ``task=None`` the task is the one the EGLR runs hold (the one every run holds
+    when none is an EGLR run); several is a ``ValueError`` naming them. A run of another model (lm-eval's ``hf``:
+    greedy, beam search) that does not hold the task joins with its one task of the same benchmark: the
+    leaderboard decodes those on ``<b>_eglr`` (one rollout a problem) beside EGLR-SC's ``<b>_eglr_sc``, over the
+    same prompts; the grid's document check still holds the problems equal.
     """
     if not run_paths:
         raise ValueError("no run folder given; pass at least one folder written by lm_eval --output_path.")
@@ -283,21 +287,37 @@ def load_parts(
             f"the runs under {[str(p) for p in run_paths]} have no samples files; rerun lm_eval with --log_samples."
         )
     if task is None:
-        if len(with_samples) > 1:
+        eglr_tasks = sorted({t for run, info in infos if info.eglr is not None for t in run.samples})
+        candidates = eglr_tasks or with_samples
+        if len(candidates) > 1:
             raise ValueError(
-                f"the runs hold several tasks {with_samples}; one grid is one task: pass --task NAME "
+                f"the runs hold several tasks {candidates}; one grid is one task: pass --task NAME "
                 "(or task=...) with one of them."
             )
-        task = with_samples[0]
+        task = candidates[0]
     elif task not in with_samples:
         raise ValueError(f"task {task!r} has no samples in these runs; tasks with samples: {with_samples}.")
     parts = []
     for run, info in infos:
-        if task in run.samples:
-            parts.append(RunPart(info=info, samples=read_task_samples(run.samples[task], filter_name)))
+        held = task if task in run.samples else _same_benchmark_task(run.samples, info, task)
+        if held is not None:
+            if held != task:
+                logger.info("%s: %s's run of %s joins the %s grid (the same benchmark's problems)",
+                            run.name, info.model_source, held, task)
+            parts.append(RunPart(info=info, samples=read_task_samples(run.samples[held], filter_name)))
         elif task in info.tasks:
             logger.warning("%s has results for %s but no samples file (run without --log_samples?)", run.name, task)
     return task, parts
+
+
+def _same_benchmark_task(held: Iterable[str], info: RunInfo, task: str) -> str | None:
+    """The one task of ``held`` of ``task``'s benchmark when ``info`` is a run of a model other than EGLR's (its
+    rollouts carry no cell, so the task's pool keys never reached it), else None."""
+    if info.eglr is not None:
+        return None
+    benchmark = benchmark_of(task)
+    same = [t for t in held if benchmark_of(t) == benchmark]
+    return same[0] if len(same) == 1 else None
 
 
 def load_grid(run_paths: Sequence[str | Path], task: str | None = None, filter_name: str | None = None) -> Grid:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from eglr_harness.analysis.load import Grid, RolloutRow
+from eglr_harness.analysis.load import Grid, RolloutRow, RunPart
 from eglr_harness.core.cell import Cell
 from eglr_harness.core.votes import best_cell, majority
 
@@ -40,6 +40,8 @@ __all__ = [
     "oracle_solved",
     "rollouts_per_problem",
     "one_rollout_per_cell",
+    "OtherRun",
+    "other_runs",
 ]
 
 POOLS = ("T", "L", "LuT", "LxT")
@@ -135,3 +137,55 @@ def one_rollout_per_cell(grid: Grid, cells: Sequence[Cell]) -> bool:
     """Whether ``cells`` hold one rollout per problem each, so that their budget is their number (what a yardstick
     of as many random grid cells assumes)."""
     return rollouts_per_problem(grid, cells) == len(cells)
+
+
+@dataclass(frozen=True)
+class OtherRun:
+    """A run of a model other than eglr-hf merged into the grid (lm-eval's ``hf``: greedy or beam search).
+
+    ``first_correct``: problem -> whether the run's first rollout on it is right (it decodes one per problem;
+    repeats of a deterministic run are copies). ``num_beams``: its ``num_beams`` gen kwarg as an int (None when
+    not given; a value that is no int is kept in ``beams_text`` and makes :attr:`beams_error`)."""
+
+    name: str
+    source: str
+    first_correct: Mapping[int, int]
+    num_beams: int | None
+    beams_text: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"Beam-{self.num_beams} ({self.source})" if self.num_beams and self.num_beams > 1 \
+            else f"{self.source}, no beams"
+
+    @property
+    def beams_error(self) -> str | None:
+        """Why the run's beam count cannot be read, or None."""
+        if self.beams_text is not None and (self.num_beams is None or self.num_beams < 1):
+            return f"num_beams={self.beams_text!r} is not a beam count"
+        return None
+
+    @property
+    def solved(self) -> frozenset[int]:
+        return frozenset(d for d, right in self.first_correct.items() if right)
+
+
+def _other_run(part: RunPart) -> OtherRun | None:
+    rows = part.rollouts
+    if not rows or any(row.cell is not None for row in rows):
+        return None  # an EGLR run, or no rollout
+    first: dict[int, int] = {}
+    for row in sorted(rows, key=lambda r: (r.doc_id, r.repeat)):
+        first.setdefault(row.doc_id, row.correct)
+    beams = part.info.gen_kwargs.get("num_beams")
+    try:
+        num_beams = None if beams is None else int(str(beams))
+    except ValueError:
+        num_beams = None
+    return OtherRun(part.info.name, part.info.model_source or "other model", first, num_beams,
+                    None if beams is None else str(beams))
+
+
+def other_runs(grid: Grid) -> list[OtherRun]:
+    """The grid's runs of models other than eglr-hf, in the order given."""
+    return [run for run in map(_other_run, grid.parts) if run is not None]

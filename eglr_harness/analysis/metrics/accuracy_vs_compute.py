@@ -33,9 +33,10 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from eglr_harness.analysis.load import GREEDY, Grid, RunPart
+from eglr_harness.analysis.load import GREEDY, Grid
 from eglr_harness.analysis.metrics.accuracy import (
-    POOL_NAMES, POOLS, CellAccuracy, best_in_pool, oracle_solved, pool_cells, rollouts_per_problem, sc_solved,
+    POOL_NAMES, POOLS, CellAccuracy, OtherRun, best_in_pool, oracle_solved, other_runs, pool_cells,
+    rollouts_per_problem, sc_solved,
 )
 from eglr_harness.analysis.metrics.compute import beam_flop_ratio, cell_compute, reused_by_cell
 from eglr_harness.analysis.metrics.intervals import wilson_interval
@@ -98,25 +99,13 @@ def cell_costs(grid: Grid) -> dict[Cell, float]:
             for cell, docs in grid.by_cell.items() if generated[cell] and docs}
 
 
-def _other_run_point(part: RunPart) -> ComputePoint | tuple[str, str] | None:
-    """The point of a run of a model other than eglr-hf (``(label, why)`` when it cannot be placed; None when the
-    part is an eglr-hf run or holds no rollout)."""
-    rows = part.rollouts
-    if not rows or any(row.cell is not None for row in rows):
-        return None
-    first: dict[int, int] = {}  # doc -> correct of its first rollout
-    for row in sorted(rows, key=lambda r: (r.doc_id, r.repeat)):
-        first.setdefault(row.doc_id, row.correct)
-    beams = part.info.gen_kwargs.get("num_beams")
-    source = part.info.model_source or "other model"
-    try:
-        num_beams = None if beams is None else int(str(beams))
-        compute = beam_flop_ratio(num_beams)
-    except ValueError:
-        return f"{source} run {part.info.name}", f"num_beams={beams!r} is not a beam count"
-    label = f"Beam-{num_beams} ({source})" if num_beams and num_beams > 1 else f"{source}, no beams"
-    correct, n = sum(first.values()), len(first)
-    return ComputePoint(label, OTHER_RUN, 1, compute, correct, n, *wilson_interval(correct, n))
+def _other_run_point(run: OtherRun) -> ComputePoint | tuple[str, str]:
+    """The point of another model's run, or ``(label, why)`` when it cannot be placed."""
+    if run.beams_error:
+        return f"{run.source} run {run.name}", run.beams_error
+    correct, n = len(run.solved), len(run.first_correct)
+    return ComputePoint(run.label, OTHER_RUN, 1, beam_flop_ratio(run.num_beams), correct, n,
+                        *wilson_interval(correct, n))
 
 
 def accuracy_vs_compute(grid: Grid, accuracy: Mapping[Cell, CellAccuracy]) -> AccuracyVsCompute:
@@ -172,10 +161,7 @@ def accuracy_vs_compute(grid: Grid, accuracy: Mapping[Cell, CellAccuracy]) -> Ac
                 continue
             points.append(ComputePoint(label, kind, rollouts, x, len(solved), grid.n_docs,
                                        *wilson_interval(len(solved), grid.n_docs)))
-    for part in grid.parts:
-        found = _other_run_point(part)
-        if isinstance(found, str):
-            left_out.append(found)
-        elif found is not None:
-            points.append(found)
+    for run in other_runs(grid):
+        found = _other_run_point(run)
+        (left_out if isinstance(found, tuple) else points).append(found)
     return AccuracyVsCompute(tuple(points), tuple(left_out))

@@ -1,6 +1,7 @@
 """Section "Confidence intervals": 95 % intervals over problems for the pools' SC and oracle, the
 grid corners, and the comparisons that say whether the L axis adds beyond budget (L pool vs T pool
-at equal budget, each pool vs as many random grid cells, the joint corner vs the one-axis corners)."""
+at equal budget, each pool vs as many random grid cells, the joint corner vs the one-axis corners), and
+each pool's SC against other models' runs merged into the report (greedy, beam search)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from eglr_harness.analysis.metrics.accuracy import (
-    POOL_NAMES, POOLS, one_rollout_per_cell, oracle_solved, pool_cells, rollouts_per_problem, sc_solved,
+    POOL_NAMES, POOLS, one_rollout_per_cell, oracle_solved, other_runs, pool_cells, rollouts_per_problem, sc_solved,
 )
 from eglr_harness.analysis.metrics.intervals import N_RESAMPLES, bootstrap_intervals, sign_test_p, wilson_interval
 from eglr_harness.analysis.load import GREEDY
@@ -89,6 +90,17 @@ def interval_rows(ctx: ReportContext, *, n_resamples: int = N_RESAMPLES) -> list
     if greedy is not None:
         for p in sc:
             diffs.append((f"SC: {POOL_NAMES[p]} − greedy", sc[p], greedy))
+    # other models' runs (greedy, beam search: the paper's FLOP-matched baseline), paired where they hold every
+    # problem of the grid (a run of fewer problems has no pairing for the rest)
+    for run in other_runs(grid):
+        if not set(docs) <= set(run.first_correct):
+            continue
+        other = run.solved & frozenset(docs)
+        shares.append((run.label, other))
+        if greedy is not None:
+            diffs.append((f"{run.label} − greedy", other, greedy))
+        for p in sc:
+            diffs.append((f"SC: {POOL_NAMES[p]} − {run.label}", sc[p], other))
 
     values = {name: [a - b for a, b in zip(indicator(sa), indicator(sb))] for name, sa, sb in diffs}
     for name, s, per_doc in yardsticks:
@@ -151,4 +163,12 @@ class Intervals(Section):
   the grid, per problem (its exact probability of being solved), so its interval says whether the pool's axis adds
   beyond the budget; the yardstick itself is treated as fixed (the grid's cells are all there is to draw). It is
   left out for a pool whose cells hold several rollouts per problem (seeds, cycles). B is rollouts per problem.
+""" + (_OTHER_RUNS_DEFINITION if any(set(ctx.grid.docs) <= set(run.first_correct) for run in other_runs(ctx.grid))
+       else "")
+
+
+_OTHER_RUNS_DEFINITION = """\
+- Other models' runs merged into the report (lm-eval's `hf`: greedy, Beam-n) count a problem solved when their one
+  rollout on it is right; each is paired with greedy and with each pool's SC over the same problems, where it holds
+  every problem of the grid (a run of fewer problems is only a point of "Accuracy against compute").
 """
