@@ -224,8 +224,9 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
 
     notes = []
     if unplaced:
-        notes.append(f"{unplaced} rollouts carry no (L, T) (a model other than eglr-hf) and are ignored.")
-        logger.warning("%s: %s", task, notes[-1])
+        notes.append(f"{unplaced} rollouts carry no (L, T) (a model other than eglr-hf): no cell of the grid holds "
+                     "them; its runs are points of their own (accuracy against compute, confidence intervals).")
+        logger.info("%s: %s", task, notes[-1])
     if duplicates and other_settings:
         # an ablation (eglr-sweep): the same cells decoded with other settings are other rollouts, not repeats
         differ = ", ".join(f"{name} {' vs '.join(map(str, sorted(values, key=str)))}"
