@@ -93,7 +93,7 @@ def test_L0_through_the_hook_engine_equals_lm_evals_hf_decoding_in_bf16(preset_l
     plain = HFLM(pretrained=preset_lm.model, tokenizer=preset_lm.tokenizer, batch_size=2, device="cpu")
     ours = _lm(preset_lm, L=0, engine="hook")
     assert [str(t) for t in ours.generate_until(_requests(prompts))] == plain.generate_until(_requests(prompts))
-    assert ours.get_model_info()["eglr"]["engine"] == "hf"
+    assert ours.get_model_info()["eglr"]["engine"] == "hook"
 
 
 def test_L0_through_the_continuous_engine_equals_lm_evals_hf_decoding_in_fp32(preset_lm, prompts):
