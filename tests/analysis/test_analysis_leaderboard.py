@@ -583,3 +583,27 @@ def test_a_failed_cell_gets_its_reason_into_the_table(tmp_path, runnable):
     assert details["eglr_sc"] == details["greedy"] == "exit status 2: `tau_h`=auto needs a calibration"
     record = json.loads((tmp_path / "lb" / "gsm8k" / "beam4" / RECORD_NAME).read_text())
     assert record["failure"] == "exit status 1: torch.OutOfMemoryError: CUDA out of memory"
+
+
+COMMITTED = Path(__file__).resolve().parents[2] / "results" / "smollm2-135m-instruct" / "leaderboard"
+
+
+@pytest.mark.parametrize("benchmark", ["gsm8k", "math500"])
+def test_one_report_of_a_committed_leaderboards_folders_pairs_its_beam_run(benchmark, tmp_path):
+    """The committed leaderboard's folders of one benchmark (hf greedy and Beam-4 on `<b>_eglr`, eglr-hf's pool on
+    `<b>_eglr_sc`) make one report, the way docs/analyses.md runs it; each run's share there is the one the
+    leaderboard read from lm-eval's aggregated metrics, and the beam run is paired with the L pool's vote."""
+    from eglr_harness.commands.report import main as eglr_report
+
+    runs = sorted(str(p) for p in (COMMITTED / benchmark).iterdir() if p.is_dir())
+    assert eglr_report([*runs, "--out", str(tmp_path), "--sections", "intervals", "--verbosity", "WARNING"]) == 0
+    with open(tmp_path / "intervals.csv", newline="") as handle:
+        rows = {r["quantity"]: r for r in csv.DictReader(handle)}
+    with open(COMMITTED / "leaderboard.csv", newline="") as handle:
+        board = {r["method"]: float(r[benchmark]) / 100 for r in csv.DictReader(handle)}
+    assert float(rows["Beam-4 (hf)"]["share"]) == pytest.approx(board["Beam-4"])
+    assert float(rows["hf, no beams"]["share"]) == pytest.approx(board["Greedy"])
+    assert float(rows["SC L pool (B=10)"]["share"]) == pytest.approx(board["EGLR-SC_L (B=10)"])
+    paired = rows["SC: L pool − Beam-4 (hf)"]
+    assert float(paired["estimate"]) == round(
+        float(rows["SC L pool (B=10)"]["estimate"]) - float(rows["Beam-4 (hf)"]["estimate"]), 6)
