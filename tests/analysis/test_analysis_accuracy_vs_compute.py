@@ -180,3 +180,15 @@ def test_the_beam_run_is_paired_with_greedy_and_each_pools_vote(tmp_path):
     text = (build_report(_write(tmp_path / "r", beam_task="toy_eglr"), tmp_path / "report",
                          sections=["intervals"]) / "report.md").read_text()
     assert "| SC: L pool − Beam-4 (hf) | 0 |" in text and "Other models' runs merged into the report" in text
+
+
+def test_two_beam_runs_of_one_beam_count_are_paired_each_under_its_own_name(tmp_path):
+    runs = _write(tmp_path, beam_task="toy_eglr")
+    docs = {d: [{"repeat": 0, "L": None, "T": None, "cycle": None, "answer": f"g{d}", "correct": 1}] for d in DOCS}
+    lmeval_fakes.write_run(tmp_path / "beam_again", task="toy_eglr", docs=docs, model="hf",
+                           gen_kwargs={"do_sample": False, "num_beams": 4})
+    rows = {r.quantity: r for r in interval_rows(ReportContext(load_grid([*runs, tmp_path / "beam_again"])),
+                                                 n_resamples=200)}
+    named = {name: row for name, row in rows.items() if name.startswith("Beam-4 (hf) [")}
+    assert sorted(row.estimate for name, row in named.items() if " − " not in name) == [2, 4]  # 2 right, and all 4
+    assert sorted(row.estimate for name, row in named.items() if name.endswith(" − greedy")) == [1, 3]  # greedy: {0}

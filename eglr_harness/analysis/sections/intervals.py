@@ -5,6 +5,7 @@ each pool's SC against other models' runs merged into the report (greedy, beam s
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -92,15 +93,16 @@ def interval_rows(ctx: ReportContext, *, n_resamples: int = N_RESAMPLES) -> list
             diffs.append((f"SC: {POOL_NAMES[p]} − greedy", sc[p], greedy))
     # other models' runs (greedy, beam search: the paper's FLOP-matched baseline), paired where they hold every
     # problem of the grid (a run of fewer problems has no pairing for the rest)
-    for run in other_runs(grid):
-        if not set(docs) <= set(run.first_correct):
-            continue
+    others = [run for run in other_runs(grid) if set(docs) <= set(run.first_correct)]
+    labels = Counter(run.label for run in others)
+    for run in others:
+        label = run.label if labels[run.label] == 1 else f"{run.label} [{run.name}]"  # rows are keyed by name
         other = run.solved & frozenset(docs)
-        shares.append((run.label, other))
+        shares.append((label, other))
         if greedy is not None:
-            diffs.append((f"{run.label} − greedy", other, greedy))
+            diffs.append((f"{label} − greedy", other, greedy))
         for p in sc:
-            diffs.append((f"SC: {POOL_NAMES[p]} − {run.label}", sc[p], other))
+            diffs.append((f"SC: {POOL_NAMES[p]} − {label}", sc[p], other))
 
     values = {name: [a - b for a, b in zip(indicator(sa), indicator(sb))] for name, sa, sb in diffs}
     for name, s, per_doc in yardsticks:
