@@ -7,7 +7,7 @@
 set -euo pipefail
 source "$(dirname "$0")/../env.sh"
 HERE=results/qwen2.5-coder-1.5b-instruct/budget
-ARGS=model_config=qwen2.5-coder-1.5b-instruct,$LOAD,L=0,T=0,rollout_cache=results/qwen2.5-coder-1.5b-instruct/rollouts
+ARGS=$POOL_ARGS,L=0,T=0
 LIMIT=${LIMIT:-24}
 for TOKENS in 640 512; do
   OUT=$HERE/greedy_$TOKENS

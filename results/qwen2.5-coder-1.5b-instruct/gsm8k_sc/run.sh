@@ -17,14 +17,13 @@ HERE=results/qwen2.5-coder-1.5b-instruct/gsm8k_sc
 grep -q "^  gsm8k:" model_configs/qwen2.5-coder-1.5b-instruct.yaml || eglr-calibrate \
   --model_config qwen2.5-coder-1.5b-instruct --model_args $LOAD,device=cpu --tasks gsm8k_eglr --apply_chat_template \
   --calib_limit 16 --gen_kwargs max_gen_toks=128 --batch_size 16
-ARGS=model_config=qwen2.5-coder-1.5b-instruct,$LOAD,rollout_cache=results/qwen2.5-coder-1.5b-instruct/rollouts
 COMMON="--tasks gsm8k_eglr_sc --limit $LIMIT --gen_kwargs max_gen_toks=640 --apply_chat_template --device cpu --log_samples"
 # cheapest first, so that a stopped run leaves whole comparisons: greedy, then EGLR-SC_L, then SC_T
-[ -d $HERE/greedy_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS,L=0,T=0 $COMMON --batch_size 24 \
+[ -d $HERE/greedy_$LIMIT ] || lm_eval --model eglr-hf --model_args $POOL_ARGS,L=0,T=0 $COMMON --batch_size 24 \
   --output_path $HERE/greedy_$LIMIT
-[ -d $HERE/sc_L_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS $COMMON --batch_size 100 \
+[ -d $HERE/sc_L_$LIMIT ] || lm_eval --model eglr-hf --model_args $POOL_ARGS $COMMON --batch_size 100 \
   --output_path $HERE/sc_L_$LIMIT
-[ -d $HERE/sc_T_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS,L=0,T=0.7,seeds=10 $COMMON --batch_size 100 \
+[ -d $HERE/sc_T_$LIMIT ] || lm_eval --model eglr-hf --model_args $POOL_ARGS,L=0,T=0.7,seeds=10 $COMMON --batch_size 100 \
   --output_path $HERE/sc_T_$LIMIT
 python -m eglr_harness.analysis.portable $HERE
 # the SC runs of this LIMIT that exist (sc_L; sc_T once decoded: the first runs of LIMIT 5 and 10 had none)

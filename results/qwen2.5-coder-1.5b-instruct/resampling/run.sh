@@ -13,8 +13,7 @@ source "$(dirname "$0")/../env.sh"
 LIMIT=${LIMIT:-30}
 HERE=results/qwen2.5-coder-1.5b-instruct/resampling
 SC=results/qwen2.5-coder-1.5b-instruct/gsm8k_sc
-ARGS=model_config=qwen2.5-coder-1.5b-instruct,$LOAD,rollout_cache=results/qwen2.5-coder-1.5b-instruct/rollouts
-[ -d $HERE/tpool_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS,L=0 --tasks gsm8k_eglr_sc --limit $LIMIT \
+[ -d $HERE/tpool_$LIMIT ] || lm_eval --model eglr-hf --model_args $POOL_ARGS,L=0 --tasks gsm8k_eglr_sc --limit $LIMIT \
   --gen_kwargs max_gen_toks=640 --apply_chat_template --device cpu --log_samples --batch_size 100 \
   --output_path $HERE/tpool_$LIMIT
 python -m eglr_harness.analysis.portable $HERE
