@@ -10,15 +10,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from eglr_harness.analysis.metrics.accuracy import (
-    POOL_NAMES, POOLS, one_rollout_per_cell, oracle_solved, other_runs, pool_cells, rollouts_per_problem, sc_solved,
+    POOL_NAMES, POOLS, OtherRun, one_rollout_per_cell, oracle_solved, other_runs, pool_cells, rollouts_per_problem,
+    sc_solved,
 )
 from eglr_harness.analysis.metrics.intervals import N_RESAMPLES, bootstrap_intervals, sign_test_p, wilson_interval
-from eglr_harness.analysis.load import GREEDY
+from eglr_harness.analysis.load import GREEDY, Grid
 from eglr_harness.analysis.metrics.oracle import random_oracle_per_doc
 from eglr_harness.analysis.render import markdown_table, num, pct
 from eglr_harness.analysis.sections.section import ReportContext, Section, Table, register_section
 
-__all__ = ["IntervalRow", "interval_rows", "Intervals"]
+__all__ = ["IntervalRow", "paired_other_runs", "interval_rows", "Intervals"]
 
 WILSON = "Wilson"
 BOOTSTRAP = "paired bootstrap"
@@ -45,6 +46,12 @@ class IntervalRow:
     @property
     def share(self) -> float:
         return self.estimate / self.docs
+
+
+def paired_other_runs(grid: Grid) -> list[OtherRun]:
+    """The other models' runs merged into ``grid`` that hold every problem of it: only those pair with its pools (a
+    run of fewer problems has no pairing for the rest)."""
+    return [run for run in other_runs(grid) if set(grid.docs) <= set(run.first_correct)]
 
 
 def interval_rows(ctx: ReportContext, *, n_resamples: int = N_RESAMPLES) -> list[IntervalRow]:
@@ -91,9 +98,8 @@ def interval_rows(ctx: ReportContext, *, n_resamples: int = N_RESAMPLES) -> list
     if greedy is not None:
         for p in sc:
             diffs.append((f"SC: {POOL_NAMES[p]} − greedy", sc[p], greedy))
-    # other models' runs (greedy, beam search: the paper's FLOP-matched baseline), paired where they hold every
-    # problem of the grid (a run of fewer problems has no pairing for the rest)
-    others = [run for run in other_runs(grid) if set(docs) <= set(run.first_correct)]
+    # other models' runs (greedy, beam search: the paper's FLOP-matched baseline)
+    others = paired_other_runs(grid)
     labels = Counter(run.label for run in others)
     for run in others:
         label = run.label if labels[run.label] == 1 else f"{run.label} [{run.name}]"  # rows are keyed by name
@@ -165,8 +171,7 @@ class Intervals(Section):
   the grid, per problem (its exact probability of being solved), so its interval says whether the pool's axis adds
   beyond the budget; the yardstick itself is treated as fixed (the grid's cells are all there is to draw). It is
   left out for a pool whose cells hold several rollouts per problem (seeds, cycles). B is rollouts per problem.
-""" + (_OTHER_RUNS_DEFINITION if any(set(ctx.grid.docs) <= set(run.first_correct) for run in other_runs(ctx.grid))
-       else "")
+""" + (_OTHER_RUNS_DEFINITION if paired_other_runs(ctx.grid) else "")
 
 
 _OTHER_RUNS_DEFINITION = """\
