@@ -18,6 +18,10 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 # is tested with it on (``helpers.vllm_engines.MULTIPROCESSING_ON``): the signals coming back from the worker processes,
 # tensor parallel, and every command run as users run it (lm_eval, vllm serve, a stock engine in a subprocess).
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1":  # Model Runner V2, its Triton kernels interpreted
+    from helpers.triton_interpreter import install_for_children
+
+    install_for_children()
 
 
 def _tiny_chat_model(tmp_path_factory, tokenizer_dir, num_layers: int, seed: int):
@@ -44,8 +48,16 @@ def tiny_chat_model(tmp_path_factory, smollm2_tokenizer_dir):
     return _tiny_chat_model(tmp_path_factory, smollm2_tokenizer_dir, num_layers=4, seed=3)
 
 
-@pytest.fixture(scope="module")
-def deep_tiny_chat_model(tmp_path_factory, smollm2_tokenizer_dir):
-    """The tiny chat Llama with 12 layers: deep enough for the spans L = 4 and 10 a user serves. Seed 4: on its
-    prompts in test_serve.py, both spans change some greedy tokens (seed 3's L=4 changes none of lm-eval's texts)."""
-    return _tiny_chat_model(tmp_path_factory, smollm2_tokenizer_dir, num_layers=12, seed=4)
+@pytest.fixture(scope="session")
+def smollm2_fp32(tmp_path_factory, smollm2_path):
+    """SmolLM2-135M-Instruct (30 layers) as vLLM loads it: the GGUF turned into fp32 safetensors by the documented
+    command (``python -m eglr_harness.vllm.convert_gguf``, docs/vllm.md), run as users run it."""
+    import subprocess
+    import sys
+
+    folder, gguf = smollm2_path
+    out = tmp_path_factory.mktemp("smollm2_fp32")
+    done = subprocess.run([sys.executable, "-m", "eglr_harness.vllm.convert_gguf", str(folder), gguf, str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out

@@ -1,18 +1,23 @@
 """EGLR on Model Runner V2 (MRV2, vLLM's ``vllm/v1/worker/gpu/``), at its interfaces, with its real classes.
 
-MRV2's runner does not run on vLLM's CPU build (``Model Runner V2 requires Triton.``, docs/vllm.md), so no engine
-starts here. What runs: MRV2's loaders (the front end's request validator, the worker's builder) take the
-row-settings class; MRV2's ``RequestState`` hands out and recycles slots and its ``Sampler`` tells the processor of
-each new request, in the order its runner's ``finish_requests`` and ``add_requests`` drive them; MRV2's batch order
+These tests start no engine: they hold what MRV2's pieces do with the EGLR engine's classes, step by step, in both
+of .ci/vllm's stages. MRV2's loaders (the front end's request validator, the worker's builder) take the row-settings
+class; MRV2's ``RequestState`` hands out and recycles slots and its ``Sampler`` tells the processor of each new
+request, in the order its runner's ``finish_requests`` and ``add_requests`` drive them; MRV2's batch order
 (``sort_batch_req_ids``) and ``idx_mapping`` (as ``gather_batch_req_state`` makes it); vLLM's resolver picks the
 EGLR model state, whose ``prepare_inputs`` runs on MRV2's ``InputBatch``; the model reads its rows' settings under
-a forward context. Emulated: the device side of MRV2's staged writes (a Triton kernel, absent here): each request's
+a forward context. Emulated: the device side of MRV2's staged writes (a Triton kernel): each request's
 ``total_len`` is set as that kernel and MRV2's post-sampling update would set it.
+
+MRV2 end to end: .ci/vllm's second stage runs the engine tests of tests/eglr_vllm again with
+``VLLM_USE_V2_MODEL_RUNNER=1`` (MRV2's Triton kernels run by Triton's interpreter, tests/helpers/triton_interpreter.py);
+``test_this_stages_engines_run_mrv2_with_the_eglr_model_state`` holds that its engines do run MRV2.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -23,11 +28,13 @@ pytest.importorskip("vllm.entrypoints.llm",
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from helpers.vllm_engines import LAYERS, VOCAB, save_tiny_model  # noqa: E402
+from helpers.vllm_engines import LAYERS, VOCAB, close_engine, generate, make_engine, save_tiny_model  # noqa: E402
 
 from eglr_harness.vllm.row_settings import REQUEST_SLOTS_ARG, request_config, settings_for  # noqa: E402
 
 SPANS = (1, 2, 4)  # of LAYERS: the engine serves these
+# .ci/vllm's MRV2 stage (tests/eglr_vllm/conftest.py turns Triton's interpreter on for it)
+MRV2_STAGE = os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1"
 MAX_REQUESTS = 4
 
 
@@ -224,3 +231,35 @@ def test_the_model_reads_its_rows_settings_through_its_mrv2_model_state(vllm_con
     assert REQUEST_SLOTS_ARG not in inputs and dummy_plan is None
     assert any(c.refines for c in requests.tracker.configs(dummy.idx_mapping_np.tolist())), \
         "the dummy batch's slots hold no refining request: nothing tested"
+
+
+@pytest.mark.skipif(not MRV2_STAGE, reason="the V1 stage: .ci/vllm's MRV2 stage (VLLM_USE_V2_MODEL_RUNNER=1) runs it")
+def test_this_stages_engines_run_mrv2_with_the_eglr_model_state(tmp_path):
+    """In the MRV2 stage the engines the tests start are MRV2's (its CPU runner, a subclass of the GPU one), the EGLR
+    engine's model state is ``EglrModelState`` and its forward sees the step's slots: without that, every test of
+    the stage would pass on V1's runner and prove nothing about MRV2."""
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+
+    from eglr_harness.vllm.model_state import EglrModelState
+    model = save_tiny_model("llama", tmp_path)
+    llm = make_engine(tmp_path, eglr=True, architecture=model.config.architectures[0], spans=SPANS)
+    try:
+        runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+        seen = []
+        forward = type(runner.model).forward
+
+        def recording_forward(self, *args, **kwargs):
+            seen.append(kwargs.get(REQUEST_SLOTS_ARG))
+            return forward(self, *args, **kwargs)
+
+        type(runner.model).forward = recording_forward
+        try:
+            generate(llm, [[5, 6, 7], [8, 9]], [None, refining(2)], max_tokens=2)
+        finally:
+            type(runner.model).forward = forward
+        model_state = runner.model_state  # gone once the engine is shut down
+    finally:
+        close_engine(llm)
+    assert isinstance(runner, GPUModelRunner), type(runner).__mro__
+    assert isinstance(model_state, EglrModelState), type(model_state)
+    assert any(slots is not None and len(slots) == 2 for slots in seen), seen

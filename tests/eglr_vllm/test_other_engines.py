@@ -103,8 +103,15 @@ def test_mrv2_loader_takes_the_eglr_engines_processor():
 
 
 # hides the project's entry points from importlib.metadata in every process of the run (vLLM's engine core and
-# workers included: PYTHONPATH carries it), as if the project were not installed
+# workers included: PYTHONPATH carries it), as if the project were not installed; then runs the sitecustomize that it
+# shadows on PYTHONPATH, if any (the MRV2 stage's, which turns Triton's interpreter on: tests/eglr_vllm/conftest.py)
 _HIDE_ENTRY_POINTS = textwrap.dedent(f"""
+    import os as _os
+    for _folder in _os.environ.get("PYTHONPATH", "").split(_os.pathsep)[1:]:
+        _shadowed = _os.path.join(_folder, "sitecustomize.py")
+        if _os.path.isfile(_shadowed):
+            exec(compile(open(_shadowed).read(), _shadowed, "exec"), {{"__name__": "sitecustomize"}})
+            break
     import importlib.metadata as _md
     _entry_points = _md.entry_points
     def _without_ours(**params):

@@ -1,10 +1,11 @@
 """The documented ``vllm serve`` command (``python -m eglr_harness.vllm.serve``) as a user runs it: vLLM's
 OpenAI-compatible server on 127.0.0.1, EGLR set per request with flat ``vllm_xargs`` keys.
 
-Concurrent requests (plain, EGLR at L=4 and at L=10, bad ones; issue 58 item 3): the bad ones get HTTP 400 naming
-the value and what is allowed, the server keeps serving, and the EGLR tokens of each span equal an offline ``LLM``'s
-for the same settings. The test starts and
-stops the server itself; its requests are few, bounded in time, and go to loopback only.
+SmolLM2-135M-Instruct fp32 (turned from its GGUF by the documented command) served at the documented spans; concurrent
+requests (plain, EGLR at L=4 and at L=10, bad ones; issue 58 item 3): the bad ones get HTTP 400 naming the value and
+what is allowed, the server keeps serving, and the EGLR tokens of each span equal an offline ``LLM``'s for the same
+settings. The test starts and stops the server itself; its requests are few, bounded in time, and go to loopback
+only.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ pytest.importorskip("vllm.entrypoints.llm",
 from helpers.vllm_engines import MULTIPROCESSING_ON  # noqa: E402
 
 HOST = "127.0.0.1"
-SPANS, NEW_TOKENS = (4, 10), 8  # the spans a user serves (docs/vllm.md), on a 12-layer model
+SPANS, NEW_TOKENS = (4, 10), 8  # the spans docs/vllm.md serves SmolLM2 (30 layers) with
 EGLR = {"eglr_L": SPANS[0], "eglr_tau_h": 0.0, "eglr_alpha": 0.2, "eglr_k_max": 3, "eglr_tau_kl": 3e-4}
 START_TIMEOUT_S, REQUEST_TIMEOUT_S = 420, 120
 
@@ -40,8 +41,8 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _post(port: int, body: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(f"http://{HOST}:{port}/v1/completions", data=json.dumps(body).encode(),
+def _post(port: int, body: dict, route: str = "completions") -> tuple[int, dict]:
+    request = urllib.request.Request(f"http://{HOST}:{port}/v1/{route}", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as answer:
@@ -75,19 +76,16 @@ def _stop(server: subprocess.Popen) -> None:
             server.wait(timeout=30)
 
 
-def _lm_eval_served(model: str, port: int, xargs: dict | None, out) -> list[tuple[str, list[str], str]]:
-    """``lm_eval --model local-completions`` on eglr_demo against the server, EGLR's flat keys (if any) passed
-    through as ``--gen_kwargs vllm_xargs={...}``: (prompt, stop strings, the text lm-eval got back) of its 2
-    documents."""
-    # vLLM's server takes at most 4 stop strings (OpenAI's limit); the task lists 7 (every family's end markers), so
-    # the served model's own one replaces them (vLLM also stops at the model's EOS token by itself)
+def _lm_eval_served(model: str, port: int, xargs: dict | None, out) -> list[tuple[list[dict], list[str], str]]:
+    """``lm_eval --model local-chat-completions`` on eglr_demo against the server (a chat model: lm-eval sends the
+    messages, the server applies the model's chat template), EGLR's flat keys (if any) passed through as
+    ``--gen_kwargs vllm_xargs={...}``: (messages, stop strings, the text lm-eval got back) of its 2 documents."""
     gen_kwargs = [f"max_gen_toks={NEW_TOKENS}", 'until=["<|im_end|>"]'] + (
         [f"vllm_xargs={json.dumps(xargs)}"] if xargs else [])
-    command = [sys.executable, "-m", "lm_eval", "--model", "local-completions", "--model_args",
-               f"model={model},base_url=http://{HOST}:{port}/v1/completions,tokenizer_backend=huggingface,"
-               "tokenized_requests=False,num_concurrent=1,max_retries=1",
-               "--tasks", "eglr_demo", "--limit", "2", "--gen_kwargs", *gen_kwargs, "--output_path", str(out),
-               "--log_samples"]
+    command = [sys.executable, "-m", "lm_eval", "--model", "local-chat-completions", "--model_args",
+               f"model={model},base_url=http://{HOST}:{port}/v1/chat/completions,num_concurrent=1,max_retries=1",
+               "--tasks", "eglr_demo", "--apply_chat_template", "--limit", "2", "--gen_kwargs", *gen_kwargs,
+               "--output_path", str(out), "--log_samples"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=REQUEST_TIMEOUT_S * 3,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, "\n".join(line for line in done.stderr.splitlines() if "rror" in line)[-3000:]
@@ -95,19 +93,29 @@ def _lm_eval_served(model: str, port: int, xargs: dict | None, out) -> list[tupl
     runs = []
     for line in samples_file.read_text().splitlines():
         sample = json.loads(line)
-        prompt, options = sample["arguments"]["gen_args_0"]["arg_0"], sample["arguments"]["gen_args_0"]["arg_1"]
+        messages, options = sample["arguments"]["gen_args_0"]["arg_0"], sample["arguments"]["gen_args_0"]["arg_1"]
         until = options.get("until") or []
-        runs.append((prompt, [until] if isinstance(until, str) else list(until), sample["resps"][0][0]))
+        runs.append((_messages(messages),
+                     [until] if isinstance(until, str) else list(until), sample["resps"][0][0]))
     assert len(runs) == 2, runs
     return runs
 
 
-def test_vllm_serve_with_eglr(deep_tiny_chat_model, tmp_path):
+def _messages(logged) -> list[dict]:
+    """The chat messages lm-eval sent, from its samples file (where they are logged as JSON text, nested in a list or
+    not, as its version writes them)."""
+    while not (isinstance(logged, list) and all(isinstance(m, dict) for m in logged)):
+        logged = json.loads(logged) if isinstance(logged, str) else (logged[0] if len(logged) == 1 else None)
+        assert logged is not None, "lm-eval's logged messages are not one list of messages"
+    return logged
+
+
+def test_vllm_serve_with_eglr(smollm2_fp32, tmp_path):
     from transformers import AutoTokenizer
 
     from eglr_harness.vllm import engine_args
 
-    model = str(deep_tiny_chat_model)
+    model = str(smollm2_fp32)
     tokenizer = AutoTokenizer.from_pretrained(model)
     prompts = [tokenizer.encode(text) for text in ("What is 2 + 3?", "Name a colour.", "Count to four.")]
     port, log = _free_port(), tmp_path / "server.log"
@@ -136,14 +144,16 @@ def test_vllm_serve_with_eglr(deep_tiny_chat_model, tmp_path):
         # lm-eval's own client of a served model, EGLR's settings in the request body (`--gen_kwargs vllm_xargs=...`)
         plain_run = _lm_eval_served(model, port, None, tmp_path / "lm_eval_plain")
         eglr_run = _lm_eval_served(model, port, EGLR, tmp_path / "lm_eval_eglr")
-        direct = [_post(port, {"model": model, "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0.0,
-                               "stop": stop, "vllm_xargs": EGLR}) for prompt, stop, _ in eglr_run]
+        direct = [_post(port, {"model": model, "messages": messages, "max_tokens": NEW_TOKENS, "temperature": 0.0,
+                               "stop": stop, "vllm_xargs": EGLR}, route="chat/completions")
+                  for messages, stop, _ in eglr_run]
     finally:
         _stop(server)
     assert [text for *_, text in eglr_run] != [text for *_, text in plain_run], \
         "lm-eval's EGLR texts equal its plain ones: vllm_xargs did not reach EGLR"
-    for (status, answer), (prompt, _, text) in zip(direct, eglr_run):
-        assert status == 200 and answer["choices"][0]["text"] == text, (prompt, text, answer)
+    assert all(text for *_, text in eglr_run), eglr_run
+    for (status, answer), (messages, _, text) in zip(direct, eglr_run):
+        assert status == 200 and answer["choices"][0]["message"]["content"] == text, (messages, text, answer)
     plain, eglr, bad = answers[:3], answers[3:3 + 3 * len(SPANS)], answers[3 + 3 * len(SPANS):]
     assert all(status == 200 for status, _ in plain + eglr), [a for a in plain + eglr if a[0] != 200]
     for (status, answer), named in zip(bad, ["`L`=3 is not served by this engine; allowed: 0, 4, 10.",
