@@ -241,6 +241,7 @@ def test_this_stages_engines_run_mrv2_with_the_eglr_model_state(tmp_path):
     from vllm.v1.worker.gpu.model_runner import GPUModelRunner
 
     from eglr_harness.vllm.model_state import EglrModelState
+
     model = save_tiny_model("llama", tmp_path)
     llm = make_engine(tmp_path, eglr=True, architecture=model.config.architectures[0], spans=SPANS)
     try:

@@ -9,12 +9,13 @@ driver to compile or launch. Call it before vLLM is imported; ``install_for_chil
 started from this one (vLLM's engine-core and worker processes, which vLLM's CPU build spawns, and the commands the
 tests run: ``lm_eval``, ``vllm serve``) call it at its start too.
 
-This is for tests: the interpreter runs each kernel element by element in NumPy, fine for a tiny model's few steps,
-far too slow to serve with."""
+This is for tests, not for serving: the interpreter runs each kernel as Python over NumPy, launch by launch."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -58,6 +59,7 @@ def install_for_children() -> None:
     path and calls ``install``."""
     install()
     folder = Path(tempfile.mkdtemp(prefix="eglr_triton_interpreter_"))
+    atexit.register(shutil.rmtree, folder, True)
     (folder / "sitecustomize.py").write_text(
         "import importlib.util\n"
         f"spec = importlib.util.spec_from_file_location('eglr_triton_interpreter', {str(Path(__file__))!r})\n"
