@@ -24,28 +24,22 @@ if os.environ.get("VLLM_USE_V2_MODEL_RUNNER") == "1":  # Model Runner V2, its Tr
     install_for_children()
 
 
-def _tiny_chat_model(tmp_path_factory, tokenizer_dir, num_layers: int, seed: int):
-    """A tiny random Llama of ``num_layers`` layers (weights from ``seed``) with SmolLM2's tokenizer and chat
-    template, saved as fp32 safetensors (vLLM's CPU attention takes head sizes in multiples of 32); its unembedding
-    sharpened so that greedy decoding is not a chain of near-ties, which float noise between two implementations
-    would break."""
+@pytest.fixture(scope="module")
+def tiny_chat_model(tmp_path_factory, smollm2_tokenizer_dir):
+    """A tiny random Llama of 4 layers with SmolLM2's tokenizer and chat template, saved as fp32 safetensors (vLLM's
+    CPU attention takes head sizes in multiples of 32); its unembedding sharpened so that greedy decoding is not a
+    chain of near-ties, which float noise between two implementations would break."""
     from helpers.tiny_models import build_tiny_model
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    model = build_tiny_model("llama", vocab_size=len(tokenizer), num_layers=num_layers, seed=seed, sharpen=60.0,
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir)
+    model = build_tiny_model("llama", vocab_size=len(tokenizer), num_layers=4, seed=3, sharpen=60.0,
                              hidden_size=128, intermediate_size=256, pad_token_id=tokenizer.pad_token_id,
                              bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    out = tmp_path_factory.mktemp(f"tiny_chat_llama_{num_layers}")
+    out = tmp_path_factory.mktemp("tiny_chat_llama")
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return out
-
-
-@pytest.fixture(scope="module")
-def tiny_chat_model(tmp_path_factory, smollm2_tokenizer_dir):
-    """The tiny chat Llama of 4 layers (``_tiny_chat_model``)."""
-    return _tiny_chat_model(tmp_path_factory, smollm2_tokenizer_dir, num_layers=4, seed=3)
 
 
 @pytest.fixture(scope="session")
