@@ -10,6 +10,9 @@ VOCAB, LAYERS, EOS = 96, 4, 2
 # vLLM's CPU attention takes head sizes that are multiples of 32 (and not 8, the engine tests' size)
 TINY_SHAPE = dict(vocab_size=VOCAB, num_layers=LAYERS, seed=1, hidden_size=128, intermediate_size=256)
 FAMILIES = ("llama", "qwen2", "mistral", "qwen3", "gemma3")
+# the KL exit threshold of these models' refinements (as tests/decoding/test_engine_vs_naive.py): every KL that their
+# naive reference runs observed stays more than 0.1 % away from it
+TAU_KL = 3e-4
 # what a family needs beside TINY_SHAPE: heads of 32 (vLLM's CPU attention) where the family sets its own
 # head size; Gemma-3 keeps its alternating sliding (window 4, shorter than the prompts) and full layers
 FAMILY_SHAPE = {"gemma3": dict(head_dim=32, query_pre_attn_scalar=32), "qwen3": dict(head_dim=32)}
