@@ -27,10 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def measure() -> dict:
-    sys.path[:0] = [str(Path.cwd() / "tests"), str(Path.cwd() / "tests" / "engine")]
+    sys.path[:0] = [str(ROOT / "tests")]  # the test helpers (tests/helpers/), as the tests import them
     import torch
-    from inputs import random_prompts
-    from tiny_models import build_tiny_model
+    from helpers.inputs import random_prompts
+    from helpers.tiny_models import build_tiny_model
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from eglr_harness.core.config import EglrConfig

@@ -7,7 +7,9 @@ here, by :func:`check_generation_options`, wherever its value is first known: ``
 before the weights load (``harness/eglr_args.py``), the ``generation_config`` right after it, a
 task's options before anything of the task is decoded. An invalid value is a ``ValueError`` naming
 the option as written, its value, where it came from and what is allowed, whatever the engine;
-it is never a reason to fall back to another engine.
+it is never a reason to fall back to another engine. The limits are the run's (``core/config.py``): ``top_k``
+and ``top_p`` are checked by their settings' rules (``SETTING_RULES``), the one table ``--model_args`` and the
+readers of a run's files use, and no number is beyond 2**53 (``HUGE``).
 
 A valid option that the continuous engine does not apply (beams, typical-p, ...) is a different
 thing: :func:`continuous_refusals` names it, and under ``engine=auto`` the request decodes with
@@ -22,6 +24,7 @@ import difflib
 import math
 from collections.abc import Callable, Mapping
 
+from eglr_harness.core.config import HUGE, SETTING_RULES
 from eglr_harness.core.errors import GenerationOptionError
 
 __all__ = ["APPLIED_BY_CONTINUOUS", "LENGTH_OPTIONS", "SAMPLING_OPTIONS", "check_generation_options",
@@ -38,7 +41,9 @@ APPLIED_BY_CONTINUOUS = ("repetition_penalty", "no_repeat_ngram_size", "min_leng
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A number a run can record: finite and within +/-``HUGE`` (2**53), the limit of every setting and figure
+    (``core/config.HUGE``)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) <= HUGE
 
 
 def _integer(v) -> bool:
@@ -49,35 +54,45 @@ def _token_ids(v) -> bool:
     return isinstance(v, (list, tuple)) and all(_integer(t) and t >= 0 for t in v)
 
 
-# option -> (is the value allowed, what is allowed). None is always allowed (= generate's default).
+def _setting(name: str) -> tuple[Callable[[object], bool], str]:
+    """An option that is also an EGLR setting (``top_k``, ``top_p``): the setting's own rule
+    (``core/config.SETTING_RULES``), a whole float taken for an int as lm-eval may parse one (``5.0``)."""
+    rule = SETTING_RULES[name]
+    return (lambda v: (_integer(v) and rule.accepts(int(v))) if rule.integer else (_number(v) and rule.accepts(v)),
+            rule.allowed)
+
+
+UP_TO = "at most 2**53"  # HUGE, as the messages say it
+# option -> (is the value allowed, what is allowed). None is always allowed (= generate's default). Every number is
+# within 2**53 (``_number``), as every setting of a run is.
 RULES: dict[str, tuple[Callable[[object], bool], str]] = {
-    **{name: (lambda v: _integer(v) and v >= 1, "an int >= 1") for name in LENGTH_OPTIONS},
+    **{name: (lambda v: _integer(v) and v >= 1, f"an int >= 1, {UP_TO}") for name in LENGTH_OPTIONS},
     "until": (lambda v: isinstance(v, str) or (isinstance(v, (list, tuple)) and all(isinstance(s, str) for s in v)),
               "a string or a list of strings"),
     "do_sample": (lambda v: isinstance(v, bool), "true or false"),
-    "temperature": (lambda v: _number(v) and v >= 0, "a float >= 0 (0 = greedy)"),
-    "top_k": (lambda v: _integer(v) and v >= 0, "an int >= 0 (0 disables top-k)"),
-    "top_p": (lambda v: _number(v) and 0 < v <= 1, "a float in (0, 1] (1 = off)"),
+    "temperature": (lambda v: _number(v) and v >= 0, f"a float >= 0, {UP_TO} (0 = greedy)"),
+    "top_k": _setting("top_k"),
+    "top_p": _setting("top_p"),
     "min_p": (lambda v: _number(v) and 0 <= v <= 1, "a float in [0, 1] (0 = off)"),
     "typical_p": (lambda v: _number(v) and 0 < v <= 1, "a float in (0, 1] (1 = off)"),
     "epsilon_cutoff": (lambda v: _number(v) and 0 <= v < 1, "a float in [0, 1) (0 = off)"),
     "eta_cutoff": (lambda v: _number(v) and 0 <= v < 1, "a float in [0, 1) (0 = off)"),
-    "repetition_penalty": (lambda v: _number(v) and v > 0, "a float > 0 (1.0 = off)"),
-    "encoder_repetition_penalty": (lambda v: _number(v) and v > 0, "a float > 0 (1.0 = off)"),
-    "no_repeat_ngram_size": (lambda v: _integer(v) and v >= 0, "an int >= 0 (0 = off)"),
-    "encoder_no_repeat_ngram_size": (lambda v: _integer(v) and v >= 0, "an int >= 0 (0 = off)"),
-    "min_length": (lambda v: _integer(v) and v >= 0, "an int >= 0 (0 = off)"),
-    "min_new_tokens": (lambda v: _integer(v) and v >= 0, "an int >= 0 (0 = off)"),
-    "suppress_tokens": (_token_ids, "a list of token ids >= 0"),
-    "begin_suppress_tokens": (_token_ids, "a list of token ids >= 0"),
+    "repetition_penalty": (lambda v: _number(v) and v > 0, f"a float > 0 (1.0 = off), {UP_TO}"),
+    "encoder_repetition_penalty": (lambda v: _number(v) and v > 0, f"a float > 0 (1.0 = off), {UP_TO}"),
+    "no_repeat_ngram_size": (lambda v: _integer(v) and v >= 0, f"an int >= 0 (0 = off), {UP_TO}"),
+    "encoder_no_repeat_ngram_size": (lambda v: _integer(v) and v >= 0, f"an int >= 0 (0 = off), {UP_TO}"),
+    "min_length": (lambda v: _integer(v) and v >= 0, f"an int >= 0 (0 = off), {UP_TO}"),
+    "min_new_tokens": (lambda v: _integer(v) and v >= 0, f"an int >= 0 (0 = off), {UP_TO}"),
+    "suppress_tokens": (_token_ids, f"a list of token ids >= 0, {UP_TO}"),
+    "begin_suppress_tokens": (_token_ids, f"a list of token ids >= 0, {UP_TO}"),
     "bad_words_ids": (lambda v: isinstance(v, (list, tuple)) and all(_token_ids(w) and w for w in v),
-                      "a list of non-empty lists of token ids >= 0"),
-    "num_beams": (lambda v: _integer(v) and v >= 1, "an int >= 1 (1 = no beam search)"),
-    "num_beam_groups": (lambda v: _integer(v) and v >= 1, "an int >= 1"),
+                      f"a list of non-empty lists of token ids >= 0, {UP_TO}"),
+    "num_beams": (lambda v: _integer(v) and v >= 1, f"an int >= 1 (1 = no beam search), {UP_TO}"),
+    "num_beam_groups": (lambda v: _integer(v) and v >= 1, f"an int >= 1, {UP_TO}"),
     "num_return_sequences": (lambda v: _integer(v) and v == 1, "1 (lm-eval reads one sequence per request)"),
-    "length_penalty": (_number, "a float"),
-    "diversity_penalty": (lambda v: _number(v) and v >= 0, "a float >= 0"),
-    "guidance_scale": (lambda v: _number(v) and v >= 0, "a float >= 0 (1 = off)"),
+    "length_penalty": (_number, "a float in [-2**53, 2**53]"),
+    "diversity_penalty": (lambda v: _number(v) and v >= 0, f"a float >= 0, {UP_TO}"),
+    "guidance_scale": (lambda v: _number(v) and v >= 0, f"a float >= 0 (1 = off), {UP_TO}"),
 }
 
 # setting -> test that it is active, as transformers' ``GenerationMixin._get_logits_processor`` decides;

@@ -50,13 +50,47 @@ def _rebuild(text: str, L: int, T: float, cycle: int, signals: dict | None = Non
     return RolloutText(text, L=L, T=T, cycle=cycle, signals=signals, engine=engine, seed=seed)
 
 
+FINISHES = ("stop", "eos", "length", "cut")  # how a baseline answer ended (BaselineText.finish)
+
+
+class BaselineText(str):
+    """One answer of the ``eglr-baseline`` model (greedy or beam search, no EGLR): its text with how it ended and
+    what it cost. ``finish``: ``stop`` (at one of the request's stop strings), ``eos`` (an end-of-sequence token),
+    ``length`` (``max_gen_toks`` reached) or ``cut`` (none of these: the decoding ended early for no reason of
+    the answer's own, as lm-eval's ``hf`` ends beams at batch > 1); ``search_tokens``: the tokens the decoding
+    evaluated for it, summed over beams (``num_beams`` x the search's steps; an answer's own tokens for greedy)."""
+
+    finish: str
+    search_tokens: int
+
+    def __new__(cls, text: str, *, finish: str, search_tokens: int) -> "BaselineText":
+        if finish not in FINISHES:
+            raise ValueError(f"`finish`={finish!r} is not allowed; allowed: {', '.join(FINISHES)}.")
+        obj = super().__new__(cls, text)
+        obj.finish, obj.search_tokens = finish, int(search_tokens)
+        return obj
+
+    def __reduce__(self):
+        return (_rebuild_baseline, (str(self), self.finish, self.search_tokens))
+
+    def meta(self) -> dict:
+        """``{"L": None, "T": None, "cycle": None, "finish", "search_tokens"}`` (no cell: not an EGLR rollout)."""
+        return {"L": None, "T": None, "cycle": None, "finish": self.finish, "search_tokens": self.search_tokens}
+
+
+def _rebuild_baseline(text: str, finish: str, search_tokens: int) -> BaselineText:
+    return BaselineText(text, finish=finish, search_tokens=search_tokens)
+
+
 def rollout_meta(response) -> dict | None:
-    """``{"L", "T", "cycle"[, "signals"][, "engine"][, "seed"]}``
-    of a response from eglr-hf, or ``None`` for a plain string."""
-    return response.meta() if isinstance(response, RolloutText) else None
+    """``{"L", "T", "cycle"[, "signals"][, "engine"][, "seed"]}`` of a response from eglr-hf, ``{"L": None, "T":
+    None, "cycle": None, "finish", "search_tokens"}`` of one from eglr-baseline, or ``None`` for a plain string."""
+    return response.meta() if isinstance(response, (RolloutText, BaselineText)) else None
 
 
 def with_meta(text: str, like) -> str:
     """Return ``text`` carrying the metadata of ``like`` (e.g. after a filter rewrote it)."""
+    if isinstance(like, BaselineText):
+        return BaselineText(text, finish=like.finish, search_tokens=like.search_tokens)
     meta = rollout_meta(like)
     return RolloutText(text, **meta) if meta is not None else text

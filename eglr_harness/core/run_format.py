@@ -12,7 +12,8 @@ untouched (a newer writer's fields).
 optional but ``correct``; a later writer's field is one more entry (say ``ROLLOUT_FIELDS["verifier"]
 = FieldRule(_optional(_number), "a number or null")``), checked wherever a rollout is read.
 
-A leaf: it imports only :mod:`eglr_harness.core.jsonl`, :mod:`eglr_harness.core.cell`, the errors and
+A leaf: it imports only :mod:`eglr_harness.core.jsonl`, :mod:`eglr_harness.core.cell`, the errors,
+:mod:`eglr_harness.core.rollout` (its ``FINISHES``) and
 :mod:`eglr_harness.core.config`, whose :data:`~eglr_harness.core.config.SETTING_RULES` eglr-hf checks the settings
 by before the load: the readers read them by the same table, so whatever a run was made with can be read back.
 """
@@ -33,6 +34,7 @@ from eglr_harness.core.model_args import RECORDED_ENGINES_ALLOWED, is_recorded_e
 from eglr_harness.core.specs import MAX_AXIS_VALUES
 from eglr_harness.core.errors import FileFormatError
 from eglr_harness.core.jsonl import iter_jsonl
+from eglr_harness.core.rollout import FINISHES
 
 __all__ = [
     "FieldRule", "ROLLOUT_FIELDS", "SAMPLE_LINE", "SampleLine", "SamplesFile", "check_rollout", "read_samples_file",
@@ -112,6 +114,10 @@ ROLLOUT_FIELDS: dict[str, FieldRule] = {
                         f"{RECORDED_ENGINES_ALLOWED} or null"),
     "seed": FieldRule(_optional(SETTING_RULES["seed"].accepts), f"{SETTING_RULES['seed'].allowed}: the seed the "
                       "rollout's repeat of the pool ran under (`seeds=`), or null"),
+    "finish": FieldRule(lambda v: v is None or v in FINISHES, f"one of {', '.join(FINISHES)} (how an eglr-baseline "
+                        "answer ended), or null"),
+    "search_tokens": FieldRule(_optional(_count), "an int >= 0 (tokens an eglr-baseline answer's decoding evaluated, "
+                               "summed over beams), or null"),
     "verifier_scores": FieldRule(_optional(_verifier_scores), "spec -> {steps: [numbers], last, min, prod: finite "
                                  "numbers}, as eglr-verify writes it (docs/verifiers.md), or null"),
 }

@@ -31,11 +31,53 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 
+from eglr_harness.core.config import HUGE
+from eglr_harness.core.run_format import STATS_FIGURES
+
 
 # figures of a batch (a generate call, a continuous run) rather than of a row: a stored rollout keeps its share
 SHARED_FIGURES = ("steps", "gated_steps", "computed_rows", "computed_refine_layer_evals", "wall_time_s")
 # the names rollout stores written before the renames of issue 56 (item 1) gave them
 _OLD_SHARE_NAMES = {"row_steps": "computed_rows", "batched_refine_layer_evals": "computed_refine_layer_evals"}
+
+
+def record_problem(record) -> str | None:
+    """What a rollout's stored accounting (``RolloutAccount.to_json``, as a rollout store holds it) has that the
+    readers of a run's files refuse, one line (``` `accounting.tokens`=... is not allowed; allowed: ...```); None when
+    it is sound. The rules are the readers' own (``core/run_format.STATS_FIGURES``), since what a resumed run adds
+    from the record ends in its ``config.eglr.stats``: counts (``tokens``, ``L``, ``head_projections``, the
+    histogram's) ints in [0, 2**53], ``iterations`` ``{"k*": count}`` with k* >= 1 written in ASCII digits and at
+    most ``tokens`` gated tokens, its refinement ``L x sum k*`` within 2**53, ``shares`` finite numbers in [0, 2**53],
+    ``calibration`` true or false. ``head_projections``, ``shares`` and ``calibration`` may be absent (older stores).
+    """
+    if not isinstance(record, dict):
+        return f"`accounting`={_shown(record)} is not allowed; allowed: a dict (tokens, iterations, L, ...)."
+    count, hist, figure = STATS_FIGURES["tokens"], STATS_FIGURES["iteration_hist"], STATS_FIGURES["wall_time_s"]
+    rules = {"tokens": count, "iterations": hist, "L": count}
+    for name, rule in {**rules, "head_projections": count}.items():
+        if (name in rules or name in record) and not rule.check(record.get(name)):
+            return f"`accounting.{name}`={_shown(record.get(name))} is not allowed; allowed: {rule.allowed}."
+    gated = sum(record["iterations"].values())
+    if gated > record["tokens"]:
+        return (f"`accounting.iterations`={_shown(record['iterations'])} is not allowed; allowed: at most `tokens` "
+                f"({record['tokens']}) gated tokens.")
+    if record["L"] * sum(int(k) * n for k, n in record["iterations"].items()) > HUGE:
+        return (f"`accounting.L`={record['L']} with `iterations`={_shown(record['iterations'])} is not allowed; "
+                "allowed: a refinement (L x the sum of k*) of at most 2**53 layer evaluations.")
+    shares = record.get("shares")
+    if shares is not None and not (isinstance(shares, dict) and all(isinstance(k, str) for k in shares)):
+        return f"`accounting.shares`={_shown(shares)} is not allowed; allowed: a dict name -> {figure.allowed}."
+    for name, value in (shares or {}).items():
+        if not figure.check(value):
+            return f"`accounting.shares.{name}`={_shown(value)} is not allowed; allowed: {figure.allowed}."
+    if "calibration" in record and not isinstance(record["calibration"], bool):
+        return f"`accounting.calibration`={_shown(record['calibration'])} is not allowed; allowed: true or false."
+    return None
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def head_projections(iterations: dict, head_per_iteration: bool) -> int:
@@ -88,14 +130,17 @@ class RolloutAccount:
     def from_json(cls, record: dict) -> "RolloutAccount":
         """A stored record (``to_json``), also as older stores wrote it: without ``head_projections`` (k* per
         gated token: the paper's rule, and every rollout stored before the exit rules existed), without
-        ``shares``, or with the share names before issue 56's renames."""
+        ``shares``, or with the share names before issue 56's renames. ``ValueError``, one line, for a record
+        :func:`record_problem` refuses (the rollout store hands back none: it is a miss there)."""
+        if (problem := record_problem(record)) is not None:
+            raise ValueError(problem)
         iterations = _histogram(record["iterations"])
         shares = record.get("shares")
         if shares is not None:
             shares = {_OLD_SHARE_NAMES.get(name, name): value for name, value in shares.items()}
         return cls(tokens=int(record["tokens"]), iterations=iterations, L=int(record["L"]),
                    head_projections=int(record.get("head_projections", head_projections(dict(iterations), True))),
-                   shares=shares, calibration=bool(record.get("calibration", False)))
+                   shares=shares, calibration=record.get("calibration", False))
 
     def own_shares(self) -> dict:
         """Its shares, or for a record stored without them its own rows counted as if it ran alone: a step per

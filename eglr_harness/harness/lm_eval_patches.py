@@ -7,7 +7,8 @@ both ways through the ``lm_eval`` console script).
 
 Through lm-eval's own registries (adding names, rebinding nothing):
 
-- the models ``eglr-hf`` and ``eglr-vllm``, as lazy ``module:Class`` placeholders (:func:`register_models`);
+- the models ``eglr-hf``, ``eglr-vllm`` and ``eglr-baseline`` (the baselines: ``harness/baseline_model.py``), as
+  lazy ``module:Class`` placeholders (:func:`register_models`);
 - our filters, metrics and aggregations, so that task YAMLs can name them (``harness/registry.py``).
 
 Rebound, because lm-eval 0.4.13 gives no hook for them (no plugin discovery of tasks, no hook around saving or
@@ -58,17 +59,23 @@ MODEL_TARGET = "eglr_harness.harness.model:EglrHFLM"
 VLLM_MODEL_NAME = "eglr-vllm"
 VLLM_MODEL_TARGET = "eglr_harness.harness.vllm_model:EglrVLLM"
 OUR_MODELS = (MODEL_NAME, VLLM_MODEL_NAME)
+# the baselines' model (greedy and beam search as lm-eval's hf decodes them, with stop strings per row and each
+# answer's finish and cost recorded): an hf model, so lm-eval treats its runs as hf's (not one of OUR_MODELS)
+BASELINE_MODEL_NAME = "eglr-baseline"
+BASELINE_MODEL_TARGET = "eglr_harness.harness.baseline_model:BaselineHFLM"
 _OUR_MODEL_CLASSES = ("EglrHFLM", "EglrVLLM")
 _TASK_MANAGERS: dict = {}
 
 
 def register_models(registry_module) -> None:
-    """``eglr-hf`` and ``eglr-vllm`` in lm-eval's model registry, and our filters, metrics and aggregations."""
+    """``eglr-hf``, ``eglr-vllm`` and ``eglr-baseline`` in lm-eval's model registry, and our filters, metrics and
+    aggregations."""
     # lm-eval 0.4.13 registers its own models (hf, vllm, ...) only while the registry is empty,
     # so they must be in before ours. lm_eval.models is light: a name -> "module:Class" table.
     importlib.import_module("lm_eval.models")
     registry = registry_module.model_registry
-    for name, target in ((MODEL_NAME, MODEL_TARGET), (VLLM_MODEL_NAME, VLLM_MODEL_TARGET)):
+    for name, target in ((MODEL_NAME, MODEL_TARGET), (VLLM_MODEL_NAME, VLLM_MODEL_TARGET),
+                         (BASELINE_MODEL_NAME, BASELINE_MODEL_TARGET)):
         if name not in registry:
             registry.register(name, target=target)
     importlib.import_module("eglr_harness.harness.registry")

@@ -4,12 +4,16 @@ For each benchmark ``<b>`` the comparison set of the paper (Tables 2/3) needs:
 
 | run | model | task | gen kwargs | gives the rows |
 |---|---|---|---|---|
-| ``greedy`` | ``hf`` | ``<b>_eglr`` | ``do_sample=False`` | Greedy |
-| ``beam<n>`` | ``hf`` | ``<b>_eglr`` | ``do_sample=False,num_beams=n`` | Beam-n |
+| ``greedy`` | ``eglr-baseline`` | ``<b>_eglr`` | ``do_sample=False`` | Greedy |
+| ``beam<n>`` | ``eglr-baseline`` | ``<b>_eglr`` | ``do_sample=False,num_beams=n`` | Beam-n |
 | ``eglr_sc`` | ``eglr-hf`` | ``<b>_eglr_sc`` | — | EGLR (best L), EGLR-SC_L (B=10), Oracle_L |
 
+The baselines run on ``eglr-baseline``: lm-eval's ``hf`` with each beam ended by its own stop string (stock ``hf``
+ends every beam of a batch at a batch-mate's stop: docs/baselines.md), each answer's finish and search tokens
+recorded, so that a beam row is charged its real compute.
+
 ``--model_args`` names the model by ``pretrained=...`` or by a preset, ``model_config=NAME``: the
-``hf`` runs get the preset's model args spelled out, ``eglr-hf`` gets ``model_config=NAME`` itself
+baseline runs get the preset's model args spelled out, ``eglr-hf`` gets ``model_config=NAME`` itself
 (so its EGLR settings and calibrated tau_h apply).
 
 One ``eglr_sc`` run gives three rows: its L-only pool (L ∈ 1..10, T = 0) holds every per-L
@@ -207,7 +211,7 @@ class LeaderboardOptions:
     eglr_model_args: str = ""
     greedy_suffix: str = "_eglr"
     sc_suffix: str = "_eglr_sc"
-    hf_model: str = "hf"
+    hf_model: str = "eglr-baseline"  # the baselines' model (module docstring); lm-eval's hf args
     eglr_model: str = "eglr-hf"
     lm_eval_args: tuple[str, ...] = ()
     python: str = field(default=sys.executable)

@@ -33,13 +33,16 @@ ratio per rule and compares each rule with kl at the nearest FLOP ratio, paired 
     eglr-sweep --model_args model_config=smollm2-135m-instruct,L=4 --tasks eglr_demo --rules \
         --output_dir out/rules
 
-Each run's folder is ``<output_dir>/<axis>_<value>/`` (``default/`` for the default point).
+Each run's folder is ``<output_dir>/<axis>_<value>/`` (``default/`` for the default point), the value written
+exactly (``alpha_0.1234567``: the run gets that value, and a rerun finds its run), one folder per point. Each value is
+read as eglr-hf reads it, and each point's settings together (``seed + seeds - 1`` within 2**53, ...) are checked by
+eglr-hf's own rule before anything runs.
 """
 
 from __future__ import annotations
 
 import logging
-import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +53,6 @@ from eglr_harness.leaderboard.runner import finished_run
 from eglr_harness.leaderboard.runs import (
     PlannedRun,
     check_eglr_settings,
-    check_setting,
     eglr_hf_model_args,
     setting_value,
 )
@@ -59,18 +61,37 @@ __all__ = ["AXES", "RULES_GRID", "SweepPoint", "parse_axis", "parse_rule_grid", 
 
 logger = logging.getLogger(__name__)
 
-# axis -> (value parser, built-in default); defaults come from the preset when it names them.
+# axis -> (kind: "int", "real" or "name", built-in default); defaults come from the preset when it names them. Each
+# value is read by :func:`read_value`, the reader eglr-hf reads the model arg with.
 AXES = {
-    "alpha": (float, defaults.DEFAULT_ALPHA),
-    "k_max": (int, defaults.DEFAULT_K_MAX),
-    "tau_kl": (float, defaults.DEFAULT_TAU_KL),
-    "tau_h": (float, None),  # the preset's value (or the run's calibration)
-    "L": (int, defaults.DEFAULT_L),
-    "stop": (lambda text: text.strip().lower(), defaults.DEFAULT_STOP),  # the exit rule, as eglr-hf reads it
-    "seed": (int, defaults.DEFAULT_SEED),  # repeats of the whole run under other seeds: the re-sampling yardstick
-    **{rule.threshold_arg: (float, rule.default) for rule in defaults.STOP_RULES.values()
+    "alpha": ("real", defaults.DEFAULT_ALPHA),
+    "k_max": ("int", defaults.DEFAULT_K_MAX),
+    "tau_kl": ("real", defaults.DEFAULT_TAU_KL),
+    "tau_h": ("real", None),  # the preset's value (or the run's calibration)
+    "L": ("int", defaults.DEFAULT_L),
+    "stop": ("name", defaults.DEFAULT_STOP),  # the exit rule, as eglr-hf reads it
+    "seed": ("int", defaults.DEFAULT_SEED),  # repeats of the whole run under other seeds: the re-sampling yardstick
+    **{rule.threshold_arg: ("real", rule.default) for rule in defaults.STOP_RULES.values()
        if rule.threshold_arg in defaults.STOP_THRESHOLD_ARGS},
 }
+
+
+def read_value(axis: str, value) -> object:
+    """One value of ``axis`` as a run's child reads it, checked by the rule eglr-hf checks the model arg with
+    (``core/model_args.read_model_arg``; L, one span per point, by ``core/config.LAYER_SPAN_RULE``): text is first
+    read as lm-eval reads ``--model_args`` text (``'9007199254740993'`` is that int, not the float 2**53), so that a
+    value the child would refuse is refused here. ``ValueError``, one line naming the value, otherwise; ``tau_h=auto``
+    is no point (the default point calibrates when the preset names no tau_h)."""
+    from eglr_harness.core.model_args import read_model_arg  # noqa: PLC0415
+
+    value = setting_value(value.strip()) if isinstance(value, str) else value
+    if axis == "L":
+        return defaults.LAYER_SPAN_RULE.read("L", value)
+    read = read_model_arg(axis, value)
+    if read == "auto":
+        raise ValueError("`tau_h`='auto' is not a point of a sweep; allowed: a float in [0, 2**53] nats or 'inf' "
+                         "(the default point calibrates tau_h when the preset names none).")
+    return read
 
 
 # The thresholds ``--rules`` runs per exit rule: the rule's default (eglr-method.md, "Exit rules") with one value
@@ -92,11 +113,18 @@ def parse_rule_grid(spec: str) -> tuple[str, tuple[float, ...]]:
     if not sep or rule not in defaults.STOP_RULES:
         raise ValueError(f"`--rule {spec}` is not allowed; allowed: RULE=THRESHOLDS with RULE one of "
                          f"{', '.join(defaults.STOP_RULES)} (e.g. --rule latent=0.01,0.03,0.1).")
-    return rule, _checked_values(defaults.STOP_RULES[rule].threshold_arg, values, f"--rule {spec}")
+    return rule, _values(defaults.STOP_RULES[rule].threshold_arg, values, f"--rule {spec}")
 
 
-def _values(axis: str, spec: str) -> tuple:
-    """``'0.1,0.5'`` -> (0.1, 0.5); ``'1-5'`` (ints only) -> (1, 2, 3, 4, 5); ``|`` also separates."""
+_RANGE = re.compile(r"([+-]?\d+)\s*-\s*([+-]?\d+)")  # an int axis's inclusive range: 1-5, -3--1
+
+
+def _values(axis: str, spec: str, flag: str) -> tuple:
+    """``'0.1,0.5'`` -> (0.1, 0.5); ``'1-5'`` (ints only) -> (1, 2, 3, 4, 5), ``'-3--1'`` -> (-3, -2, -1); ``|`` also
+    separates. Each value (a range's ends) read by :func:`read_value`; ``ValueError`` naming ``flag`` as the user wrote
+    it otherwise. A range names at most ``core/specs.MAX_AXIS_VALUES`` values (counted before it is expanded)."""
+    from eglr_harness.core.specs import MAX_AXIS_VALUES  # noqa: PLC0415
+
     kind = AXES[axis][0]
     out: list = []
     for part in spec.replace("|", ",").split(","):
@@ -104,35 +132,20 @@ def _values(axis: str, spec: str) -> tuple:
         if not part:
             continue
         try:
-            if kind is int and "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                if hi < lo:
-                    raise ValueError
+            span = _RANGE.fullmatch(part) if kind == "int" else None
+            if span:
+                lo, hi = (read_value(axis, end) for end in span.groups())
+                if hi < lo or hi - lo + 1 > MAX_AXIS_VALUES:
+                    raise ValueError(f"{part!r} is not a range of {axis}; allowed: LO-HI with LO <= HI, at most "
+                                     f"{MAX_AXIS_VALUES} values.")
                 out.extend(range(lo, hi + 1))
             else:
-                out.append(kind(part))
-        except ValueError:
-            raise ValueError(
-                f"`--sweep {axis}={spec}`: {part!r} is not a value of {axis}; allowed: "
-                + ("ints or an inclusive range (1-5)" if kind is int else "numbers (0.1,0.5)" if kind is float
-                   else "names")
-                + ", comma-separated."
-            ) from None
-    if not out:
-        raise ValueError(f"`--sweep {axis}={spec}` gives no value; e.g. --sweep {axis}=...,...")
-    return tuple(dict.fromkeys(out))
-
-
-def _checked_values(arg: str, values: str, flag: str) -> tuple:
-    """``_values(arg, values)``, each checked as eglr-hf checks the model arg ``arg``; a refused one ->
-    ``ValueError`` naming ``flag`` as the user wrote it."""
-    parsed = _values(arg, values)
-    for value in parsed:
-        try:
-            check_setting(arg, value)
+                out.append(read_value(axis, part))
         except ValueError as err:
             raise ValueError(f"`{flag}`: {err}") from None
-    return parsed
+    if not out:
+        raise ValueError(f"`{flag}` gives no value; e.g. --sweep {axis}=...,...")
+    return tuple(dict.fromkeys(out))
 
 
 def parse_axis(spec: str) -> tuple[str, tuple]:
@@ -145,12 +158,12 @@ def parse_axis(spec: str) -> tuple[str, tuple]:
             f"`--sweep {spec}` is not allowed; allowed: AXIS=VALUES with AXIS one of {', '.join(AXES)} "
             "(e.g. --sweep alpha=0.1,0.2,0.5 --sweep k_max=1-5)."
         )
-    return axis, _checked_values(axis, values, f"--sweep {spec}")
+    return axis, _values(axis, values, f"--sweep {spec}")
 
 
 def axis_default(axis: str, model_args: dict) -> object:
     """The value a run gets when the sweep does not set ``axis``: model arg > preset > built-in default."""
-    kind, builtin = AXES[axis]
+    builtin = AXES[axis][1]
     if axis in model_args:
         return _given(axis, model_args[axis])
     name = model_args.get("model_config")
@@ -159,31 +172,36 @@ def axis_default(axis: str, model_args: dict) -> object:
 
         preset = load_preset(name)
         if axis == "tau_h":
-            table = preset.get("tau_h") or {}
-            value = table.get("default")
-            return None if value is None else float(value)
+            value = (preset.get("tau_h") or {}).get("default")
+            return None if value is None else _given(axis, value)
         if axis in (preset.get("eglr") or {}):
-            return kind(preset["eglr"][axis])
+            return _given(axis, preset["eglr"][axis])
     return builtin
 
 
 def _given(axis: str, value) -> object:
-    """The value of ``axis`` that a --model_args entry fixes, or None when it is not one number (an L
+    """The value of ``axis`` that a --model_args entry (or the preset) fixes, or None when it is not one number (an L
     range, ``tau_h=auto``: known only after the run)."""
     from eglr_harness.core.config import parse_tau_h  # noqa: PLC0415
     from eglr_harness.core.specs import parse_L_spec  # noqa: PLC0415
 
     if axis == "tau_h":
-        value = parse_tau_h(value)
+        value = parse_tau_h(setting_value(value) if isinstance(value, str) else value)
         return None if value == "auto" else value
     if axis == "L":
         values = parse_L_spec(value) if isinstance(value, str) else (value,)
         return values[0] if len(values) == 1 else None
-    return AXES[axis][0](setting_value(value) if isinstance(value, str) else value)
+    return read_value(axis, value)
 
 
 def _label(value) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    """A value as a folder name and a model arg write it: exactly (the text reads back as the same number, so the
+    child runs with the planned value and the rerun finds its run), in the short ``:g`` form where that is exact
+    (``0.1``, ``0.0005``, ``1``: the names of earlier sweeps' folders), else ``repr`` (``0.1234567``)."""
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -254,7 +272,29 @@ def plan_sweep(
                 changes = (("stop", rule_name), (rule.threshold_arg, value))
             if all(p.changes != changes for p in points):
                 points.append(point(changes))
+    _check_points(points, args)
     return points
+
+
+def _check_points(points: Sequence[SweepPoint], args: dict) -> None:
+    """Each point's settings together (``--model_args``, the preset and the point's values) checked by eglr-hf's own
+    rule (``RunSettings.from_args``: ``seed + seeds - 1`` within 2**53, ...), and one folder per point, before
+    anything runs; ``ValueError``, one line naming the point, otherwise."""
+    from eglr_harness.core.model_args import SETTINGS_ARGS  # noqa: PLC0415
+    from eglr_harness.run.presets import load_preset  # noqa: PLC0415
+    from eglr_harness.run.settings import RunSettings  # noqa: PLC0415
+
+    preset = load_preset(args["model_config"]) if args.get("model_config") else {}
+    given = {k: setting_value(v) if isinstance(v, str) else v for k, v in args.items() if k in SETTINGS_ARGS}
+    for p in points:
+        try:
+            RunSettings.from_args(preset, **{**given, **dict(p.changes)})
+        except ValueError as err:
+            raise ValueError(f"the sweep's point {p.name} (--model_args with its values) is not allowed: {err}") \
+                from None
+    folders = [p.run.output_path for p in points]
+    if dupes := sorted({str(f) for f in folders if folders.count(f) > 1}):
+        raise ValueError(f"two points of the sweep would share the folder {dupes[0]}; give values that differ.")
 
 
 def run_settings(results: dict, task: str) -> dict[str, object]:
@@ -273,11 +313,13 @@ def run_settings(results: dict, task: str) -> dict[str, object]:
 
 
 def _same(a, b) -> bool:
+    """Whether two values of an axis are one: exactly (values are written exactly, :func:`_label`; a run made with
+    alpha 0.1 is not the run of 0.1000000001), an int and its float alike, a name only as itself."""
     if a is None or b is None:
         return a is b
     if isinstance(a, str) or isinstance(b, str):
         return a == b
-    return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9)  # inf is not 5e-4
+    return float(a) == float(b)  # inf is not 5e-4
 
 
 def finished_point(p: SweepPoint):

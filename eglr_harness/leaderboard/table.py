@@ -7,7 +7,9 @@ clusters when the samples log them, else on exact answer strings; the source col
 
 FLOP ratio vs greedy (per problem):
 - Greedy: 1.0;
-- Beam-n: n (:func:`~eglr_harness.analysis.metrics.compute.beam_flop_ratio`);
+- Beam-n: measured where the greedy and beam runs are ``eglr-baseline``'s (docs/baselines.md): the beam answers'
+  mean ``search_tokens`` (num_beams × the search's steps) over greedy's (its answers' own tokens), on the same
+  problems; else n (:func:`~eglr_harness.analysis.metrics.compute.beam_flop_ratio`), marked *nominal*;
 - EGLR (best L): the best cell's ``flop_ratio`` from ``config.eglr.stats.cells`` (one rollout),
   else the run's total ratio;
 - EGLR-SC_L and Oracle_L: B × the run's total ``flop_ratio`` (B rollouts; assumes rollouts as long
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from eglr_harness.analysis.load import (
@@ -34,13 +36,16 @@ from eglr_harness.analysis.load import (
     read_task_samples,
     run_info,
 )
+from eglr_harness.analysis.load.baselines import baseline_refusal
 from eglr_harness.analysis.metrics.accuracy import best_in_pool, cell_accuracy, oracle_solved, sc_solved
 from eglr_harness.analysis.metrics.compute import beam_flop_ratio, cell_compute, run_compute
+from eglr_harness.analysis.metrics.ties import pool_vote
 from eglr_harness.analysis.portable import portable
 from eglr_harness.analysis.render import markdown_table, num, pct, write_csv
 from eglr_harness.core.outputs import atomic_write_text
 
-__all__ = ["METHODS", "LeaderboardCell", "cells_from_run", "method_label", "render_markdown", "write_tables"]
+__all__ = ["METHODS", "LeaderboardCell", "cells_from_run", "measured_compute", "method_label", "render_markdown",
+           "write_tables"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +70,9 @@ class LeaderboardCell:
     command: str = ""
     run_dir: str = ""
     versions: Mapping[str, str] = field(default_factory=dict)
+    ties: str = ""  # EGLR-SC: how many votes were ties and what they can move (a line of the notes); "" otherwise
+    search_tokens: float | None = None  # greedy/beam on eglr-baseline: mean search tokens per problem; None: unknown
+    compute_basis: str = ""  # beam rows: "measured" (search tokens) or "nominal" (num_beams x greedy)
 
 
 def method_label(method: str, budget: int | None = None) -> str:
@@ -112,6 +120,12 @@ def _sc_numbers(results: Mapping, task: str, info: RunInfo, files: RunFiles) -> 
             return fallback(), f"samples ({votes})"
         return None, "missing"
 
+    ties = ""
+    if grid and grid.n_docs:  # the tied votes and the vote's range: the same whatever order breaks them
+        vote, n = pool_vote(grid, grid.cells), grid.n_docs
+        ties = (f"{len(vote.tied)} of {n} votes are ties (two answer groups or more share the largest count; the "
+                f"group seen first in pool order wins); with every tie against … for the vote it solves "
+                f"{len(vote.worst)} … {len(vote.best)} ({pct(len(vote.worst) / n)} … {pct(len(vote.best) / n)} %).")
     best, best_src = pick("best_cfg_acc", lambda: acc[best_cell].accuracy)
     sc, sc_src = pick(r"maj@\d+", lambda: len(sc_solved(grid, grid.cells)) / grid.n_docs)
     oracle, or_src = pick(r"oracle@\d+", lambda: len(oracle_solved(grid, grid.cells)) / grid.n_docs)
@@ -124,23 +138,52 @@ def _sc_numbers(results: Mapping, task: str, info: RunInfo, files: RunFiles) -> 
         dict(
             method="eglr_best", accuracy=best, source=best_src, flop_ratio=best_flops, budget=None, detail=best_detail
         ),
-        dict(method="eglr_sc", accuracy=sc, source=sc_src, flop_ratio=pool_flops, budget=budget, detail=pool),
+        dict(method="eglr_sc", accuracy=sc, source=sc_src, flop_ratio=pool_flops, budget=budget, detail=pool,
+             ties=ties),
         dict(method="oracle", accuracy=oracle, source=or_src, flop_ratio=pool_flops, budget=budget, detail=pool),
     ]
 
 
-def _single_numbers(results: Mapping, task: str, files: RunFiles, flop_ratio: float, method: str) -> list[dict]:
+def _single_numbers(results: Mapping, task: str, info: RunInfo, files: RunFiles, flop_ratio: float,
+                    method: str) -> list[dict]:
+    """The entry of a greedy or beam run: its accuracy, its mean search tokens per problem (eglr-baseline's runs) and,
+    when it is no baseline (``analysis.load.baselines.baseline_refusal``: cut answers, lm-eval's hf beams at batch
+    > 1), status ``refused`` with the reason."""
     value, source = metric_value(results, task, "acc"), "results: acc"
-    if value is None and task in files.samples:
+    rows, refusal, search = [], None, None
+    if task in files.samples:
         try:
             rows = [r for r in read_task_samples(files.samples[task]).rollouts if r.repeat == 0]
-            value, source = (
-                (sum(r.correct for r in rows) / len(rows), "samples: repeat 0") if rows else (None, "missing")
-            )
         except ValueError as err:
             logger.warning("%s: %s", files.samples[task], err)
-            source = "missing"
-    return [dict(method=method, accuracy=value, source=source, flop_ratio=flop_ratio, budget=None, detail="")]
+    if value is None:
+        value, source = (sum(r.correct for r in rows) / len(rows), "samples: repeat 0") if rows else (None, "missing")
+    refusal = baseline_refusal(info, rows)
+    if rows and all(r.search_tokens is not None for r in rows):
+        search = sum(r.search_tokens for r in rows) / len(rows)
+    entry = dict(method=method, accuracy=value, source=source, flop_ratio=flop_ratio, budget=None, detail="",
+                 search_tokens=search)
+    if refusal:
+        logger.warning("leaderboard: %s on %s is no baseline: %s", method, task, refusal)
+        entry.update(status="refused", detail=f"refused as a baseline: {refusal}")
+    return [entry]
+
+
+def measured_compute(cells: Sequence[LeaderboardCell]) -> list[LeaderboardCell]:
+    """``cells`` with each beam row's FLOP ratio measured where it can be: its mean search tokens per problem over
+    the same benchmark's greedy row's (both eglr-baseline runs over the same problems); other beam rows keep
+    num_beams x greedy, marked nominal."""
+    greedy = {c.benchmark: c for c in cells if c.method == "greedy" and c.status == "done"}
+    out = []
+    for c in cells:
+        if c.method.startswith("beam") and c.status == "done":
+            g = greedy.get(c.benchmark)
+            if g and g.search_tokens and c.search_tokens is not None and g.n_docs == c.n_docs:
+                c = replace(c, flop_ratio=c.search_tokens / g.search_tokens, compute_basis="measured")
+            else:
+                c = replace(c, compute_basis="nominal")
+        out.append(c)
+    return out
 
 
 def cells_from_run(
@@ -176,13 +219,13 @@ def cells_from_run(
     if kind == "eglr_sc":
         entries = _sc_numbers(results, task, info, files)
     else:
-        entries = _single_numbers(results, task, files, beam_flop_ratio(num_beams), name)
+        entries = _single_numbers(results, task, info, files, beam_flop_ratio(num_beams), name)
     versions = {**dict(info.versions), **dict(record.get("versions", {}))}
     wall = record.get("wall_time_s", info.wall_time_s)
     return [
         LeaderboardCell(
             benchmark=benchmark,
-            status="done",
+            status=entry.pop("status", "done"),
             n_docs=info.n_samples.get(task),
             wall_time_s=wall,
             command=record.get("command_line", command),
@@ -228,7 +271,8 @@ def render_markdown(
     flop_rows = [
         [method_label(m, _budget_of(cells, m))]
         + [
-            (f"{num(c.flop_ratio, 2)}×" if (c := by_key.get((m, b))) and c.flop_ratio is not None else None)
+            (f"{num(c.flop_ratio, 2)}×" + (" (nominal)" if c.compute_basis == "nominal" else "")
+             if (c := by_key.get((m, b))) and c.flop_ratio is not None else None)
             for b in benchmarks
         ]
         for m in rows
@@ -248,15 +292,18 @@ def render_markdown(
         markdown_table(header, acc_rows),
         "\n## FLOP ratio vs greedy (per problem)\n",
         markdown_table(header, flop_rows),
-        "\nGreedy = 1×; Beam-n ≈ n×; EGLR (best L) = that configuration's accounted ratio; EGLR-SC and Oracle = "
-        "B × the run's per-token ratio (B rollouts).\n",
+        "\nGreedy = 1×; Beam-n = its search tokens per problem (n beams × its steps) over greedy's tokens, measured by "
+        "`eglr-baseline` (docs/baselines.md), or n× marked nominal where a run records none; EGLR (best L) = that "
+        "configuration's accounted ratio; EGLR-SC and Oracle = B × the run's per-token ratio (B rollouts).\n",
         "## Wall time (s)\n",
         markdown_table(header, wall_rows),
         "\nEGLR (best L), EGLR-SC and Oracle come from one `_eglr_sc` run, so they share its wall time. "
         "Best L is chosen on the evaluated problems (as in the paper).\n",
     ]
-    if notes:
-        parts += ["## Notes\n", *(f"- {n}" for n in notes), ""]
+    tie_notes = [f"{method_label(c.method, c.budget)}, {c.benchmark}: {c.ties}" for c in cells
+                 if c.ties and c.status == "done"]  # fmt: skip
+    if notes or tie_notes:
+        parts += ["## Notes\n", *(f"- {n}" for n in [*notes, *tie_notes]), ""]
     return "\n".join(parts)
 
 
@@ -267,6 +314,7 @@ def _round(value: float | None, digits: int = 6) -> float | None:
 def _long_row(c: LeaderboardCell) -> list:
     versions = "; ".join(f"{k}={v}" for k, v in sorted(c.versions.items()))
     return [c.method, c.benchmark, c.status, _round(c.accuracy), c.n_docs, c.budget, _round(c.flop_ratio),
+            c.compute_basis,
             _round(c.wall_time_s, 3), c.source, c.detail, portable(c.command), portable(c.run_dir),
             versions]  # fmt: skip
 
@@ -277,6 +325,7 @@ def write_tables(
     """Write ``leaderboard.md``, ``leaderboard.csv`` (wide) and ``leaderboard_cells.csv`` (long)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    cells = measured_compute(cells)
     by_key = {(c.method, c.benchmark): c for c in cells}
     rows = _row_order(cells)
     md = out / "leaderboard.md"
@@ -293,7 +342,7 @@ def write_tables(
             for m in rows
         ],
     )
-    header = ["method", "benchmark", "status", "accuracy", "n_docs", "budget", "flop_ratio_vs_greedy"]
+    header = ["method", "benchmark", "status", "accuracy", "n_docs", "budget", "flop_ratio_vs_greedy", "compute_basis"]
     header += ["wall_time_s", "source", "detail", "command", "run_dir", "versions"]
     ordered = sorted(cells, key=lambda c: (c.benchmark, rows.index(c.method) if c.method in rows else len(rows)))
     long = write_csv(out / "leaderboard_cells.csv", header, [_long_row(c) for c in ordered])

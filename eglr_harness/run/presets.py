@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from eglr_harness.core.benchmark_names import benchmark_of  # noqa: F401 -- re-exported: callers import it from here
-from eglr_harness.core.config import STOP_THRESHOLD_ARGS
+from eglr_harness.core.config import STOP_THRESHOLD_ARGS, check_tau_h
 from eglr_harness.core.outputs import atomic_write_text
 from eglr_harness.core.resources import model_configs_dir
 
@@ -74,15 +74,17 @@ def load_preset(name_or_path: str) -> dict:
 
 
 def _preset_tau_h(path: Path, key, value) -> float:
-    """A preset's tau_h: a number >= 0 nats or inf (a NaN would gate nothing: plain decoding labelled EGLR)."""
+    """A preset's tau_h: a number in [0, 2**53] nats or inf, by the one check of a tau_h (``core/config.check_tau_h``,
+    the limits of ``--model_args tau_h``), so that a value eglr-hf would refuse after the load is refused when the
+    preset is read, in one line naming the file (a NaN would gate nothing: plain decoding labelled EGLR; ``true`` is
+    no number)."""
     try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if math.isnan(number) or number < 0:
-        raise ValueError(f"{path}: `tau_h.{key}`={value!r} is not allowed; allowed: a number >= 0 nats or .inf; "
-                         "fix the preset (eglr-calibrate writes it).")
-    return number
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError
+        return check_tau_h(float(value) if isinstance(value, str) else value)
+    except ValueError:
+        raise ValueError(f"{path}: `tau_h.{key}`={value!r} is not allowed; allowed: a float in [0, 2**53] nats or "
+                         ".inf; fix the preset (eglr-calibrate writes it).") from None
 
 
 def with_tau_h(text: str, key: str, value: float) -> str:

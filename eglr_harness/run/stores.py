@@ -10,7 +10,9 @@ lm-eval's ``--use_cache`` keys on (context, gen_kwargs) and so would collapse a 
 configs into one answer; the rollout store keys on the concrete cell settings instead.
 
 Nothing read back is trusted blindly: each record has a checksum and is validated (a tau_h is a
-finite number > 0 or inf; a record without a checksum is dropped and computed again), and a damaged
+finite number > 0 or inf; a rollout by the rules its readers apply, ``core/run_format.py``, so that a resumed run
+never writes a file its own reader refuses; a record without a checksum is dropped and computed again), every
+record when the store opens (one warning with the count of the dropped ones) and each again as it is read; a damaged
 file is moved aside with its sound records kept (:class:`_SqliteTable`); a store that cannot be
 written raises :class:`StoreError` naming the file.
 """
@@ -30,7 +32,9 @@ from pathlib import Path
 
 from eglr_harness.core.errors import OutputError
 from eglr_harness.core.interrupt import note_stored
-from eglr_harness.core.model_args import RECORDED_ENGINES_ALLOWED, RENAMED_ENGINES, engine_named, is_recorded_engine
+from eglr_harness.core.model_args import RENAMED_ENGINES, engine_named
+from eglr_harness.core.run_format import ROLLOUT_FIELDS
+from eglr_harness.decoding.stats import record_problem
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +152,7 @@ class _SqliteTable:
             if not _is_damage(err):
                 raise self._error(err) from None
             self._recover(err)
+        self._drop_unsound()
 
     # ------------------------------------------------------------------ opening and recovery
     def _open(self) -> None:
@@ -245,17 +250,50 @@ class _SqliteTable:
             self._label, self.path, err, aside.name, len(kept), aside.name)
 
     # ------------------------------------------------------------------ records
-    def _decode(self, key: str, value: str, checksum: str | None):
-        """The value of a stored record, or None when its checksum, JSON or validation fails."""
+    def _examine(self, key: str, value: str, checksum: str | None) -> tuple[object, str | None]:
+        """``(value, None)`` of a sound stored record, else ``(None, what is wrong)``: its checksum, its JSON or
+        ``validate``'s answer."""
         # no checksum (a row written by an eglr-harness older than checksums, or behind the store's back):
         # nothing vouches for it, so it is computed again rather than trusted
         if checksum is None or checksum != _checksum(key, value):
-            return None
+            return None, "its checksum"
         try:
             decoded = json.loads(value)
         except (TypeError, ValueError):
-            return None
-        return decoded if self._validate(decoded) is None else None
+            return None, "its JSON"
+        problem = self._validate(decoded)
+        return (decoded, None) if problem is None else (None, problem)
+
+    def _decode(self, key: str, value: str, checksum: str | None):
+        """The value of a stored record, or None when its checksum, JSON or validation fails."""
+        return self._examine(key, value, checksum)[0]
+
+    def _drop_unsound(self) -> None:
+        """Every record checked once, as the store opens: the ones that fail are deleted (so computed again by the
+        caller, a miss) and said in one warning naming the file, their count and the first one's fault. A record
+        that fails later (written since by another process) is dropped by :meth:`get`."""
+        bad: list[tuple[str, str]] = []
+
+        def scan() -> None:
+            bad.clear()
+            for key, value, checksum in self._db.execute(f"SELECT key, value, checksum FROM {self._table}"):
+                why = self._examine(key, value, checksum)[1]
+                if why is not None:
+                    bad.append((key, why))
+
+        self._run(scan)
+        if not bad:
+            return
+        self._warned_records = True
+        logger.warning("EGLR %s %s: %d stored %s failed its check (the first: %s); dropped, they are computed again.",
+                       self._label, self.path, len(bad), self._noun, bad[0][1])
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(f"DELETE FROM {self._table} WHERE key = ?", [(key,) for key, _ in bad])
+            self._db.execute("COMMIT")
+        except sqlite3.Error:  # left in the file: get() drops each one it meets
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
 
     def _dropped(self, key: str, why: str) -> None:
         if not self._warned_records:
@@ -286,9 +324,9 @@ class _SqliteTable:
             f"SELECT value, checksum FROM {self._table} WHERE key = ?", (key,)).fetchone())
         if row is None:
             return None
-        value = self._decode(key, *row)
-        if value is None:
-            self._dropped(key, "checksum, JSON or value")
+        value, why = self._examine(key, *row)
+        if why is not None:
+            self._dropped(key, why)
         return value
 
     def _insert(self, rows: list[tuple[str, str, str]]) -> None:
@@ -324,30 +362,17 @@ class _SqliteTable:
 
 
 def _rollout_problem(value) -> str | None:
+    """What a rollout record has that its readers refuse, or None: ``text`` a str; ``signals`` and ``engine`` by the
+    rules the samples file is read with (``core/run_format.ROLLOUT_FIELDS``); ``accounting`` by the rules of a
+    run's ``config.eglr.stats`` (``decoding/stats.record_problem``), since a resumed run adds it there."""
     if not isinstance(value, dict) or not isinstance(value.get("text"), str):
         return "expected {'text': str, 'signals': dict or None}"
-    if value.get("signals") is not None and not isinstance(value["signals"], dict):
-        return "signals must be a dict or None"
-    if value.get("engine") is not None and not is_recorded_engine(value["engine"]):
-        return f"engine must be {RECORDED_ENGINES_ALLOWED} or absent"
+    for name in ("signals", "engine"):
+        rule = ROLLOUT_FIELDS[name]
+        if not rule.check(value.get(name)):
+            return f"`{name}`={value.get(name)!r:.80} is not allowed; allowed: {rule.allowed}"
     accounting = value.get("accounting")
-    if accounting is not None and not _sound_accounting(accounting):
-        return "accounting must be {'tokens': int >= 0, 'iterations': {k: int}, 'L': int >= 0[, 'shares': {...}]}"
-    return None
-
-
-def _sound_accounting(accounting) -> bool:
-    def count(v):
-        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-    def share(v):
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-
-    return (isinstance(accounting, dict) and count(accounting.get("tokens")) and count(accounting.get("L"))
-            and isinstance(accounting.get("iterations"), dict)
-            and all(str(k).isdigit() and count(n) for k, n in accounting["iterations"].items())
-            and (accounting.get("shares") is None or (isinstance(accounting["shares"], dict)
-                                                      and all(share(v) for v in accounting["shares"].values()))))
+    return None if accounting is None else record_problem(accounting)
 
 
 class RolloutStore(_SqliteTable):

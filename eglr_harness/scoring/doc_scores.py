@@ -183,6 +183,8 @@ def score_document(
             "signals": meta.get("signals"),
             **({"engine": meta["engine"]} if "engine" in meta else {}),
             **({"seed": meta["seed"]} if "seed" in meta else {}),
+            # eglr-baseline's answers (greedy, beam search): how each ended and what it cost
+            **{key: meta[key] for key in ("finish", "search_tokens") if key in meta},
         })
     B = len(rollouts)
     solved = sum(correct)

@@ -42,10 +42,12 @@ def engine_args(architecture: str | None, spans=None, num_layers: int | None = N
     anchor of each (a (T, D) copy per span and step), so an engine that serves one L keeps only that one.
     num_layers: the checkpoint's decoder layer count N. With it (or with ``spans``) the row-settings processor
     refuses an L the engine does not serve when the request arrives (vLLM's ``validate_params``: HTTP 400 behind
-    a server); without either, such a request is refused at its step, which stops the engine.
+    a server); without either, such a request is not refused: its step logs a warning and decodes it plainly.
     tags: whether a request may carry a signal ``tag`` (its per-token signals recorded in the workers for the caller
-    to take back, ``worker.py``); False behind a server, whose clients cannot take them: a tag is refused there.
-    One-line ValueError for a family the plugin does not cover.
+    to take back, ``worker.py``); False behind a server, whose clients cannot take them: a tag is refused there, and
+    ``spans`` or ``num_layers`` is required (a server's clients must hear of an L it does not serve).
+    One-line ValueError for a family the plugin does not cover, or a served engine (``tags=False``) without spans or
+    layer count.
 
     CUDA graphs: piecewise only (``compilation_config``; a platform without graphs, the CPU, ignores it). A full
     graph would capture the EGLR forward's host decisions (is a row gated, which rows still refine) once, at
@@ -58,6 +60,9 @@ def engine_args(architecture: str | None, spans=None, num_layers: int | None = N
     if spans is None and num_layers is not None:
         spans = range(1, num_layers + 1)
     overrides = engine_overrides(architecture, spans)
+    if spans is None and not tags:
+        raise ValueError("eglr-vllm: a served engine (tags=False) needs the L values it serves; allowed: "
+                         "engine_args(..., spans=[...]) or num_layers=N (the checkpoint's decoder layer count).")
     return {"hf_overrides": overrides, "logits_processors": [processor_name(overrides.get("eglr_spans"), tags)],
             "worker_extension_cls": WORKER_EXTENSION, "compilation_config": {"cudagraph_mode": "PIECEWISE"}}
 

@@ -159,12 +159,9 @@ class EglrForCausalLMMixin:
         configs = tracker.configs(slots)
         if not any(config.refines for config in configs) and not tracker.records(slots):
             return None
-        num_layers = len(self.model.layers)
-        for config in configs:
-            config.validate_for_model(num_layers)
-            if config.refines and config.L not in self._eglr_spans:
-                raise ValueError(f"eglr-vllm: L={config.L} is not served by this engine; allowed: "
-                                 f"{', '.join(map(str, self._eglr_spans))} (engine_args(..., spans=...)).")
+        # every L here is one the model serves: admission refuses the others, and the tracker decodes plainly any
+        # that an engine without spans admitted (``EglrRowSettings._set_slot``); nothing here raises for a request,
+        # which would stop the engine and every request in it
         return rows, configs, tracker, slots
 
     def _normal_pass_by_layer(self, input_ids, positions, inputs_embeds, configs):

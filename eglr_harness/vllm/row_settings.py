@@ -41,6 +41,7 @@ record nothing.
 
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
@@ -65,6 +66,7 @@ UNTAGGED = "_untagged"  # the name's suffix of a processor that refuses signal t
 # MRV2: the keyword argument of the model's forward that carries the slot of each of its rows (model_state.py)
 REQUEST_SLOTS_ARG = "eglr_request_slots"
 _PLAIN = EglrConfig(L=0, tau_h=math.inf)
+logger = logging.getLogger(__name__)
 
 # id(vllm_config) -> the engine's tracker; the model of the same engine (same worker process,
 # same config object) looks it up. A re-built input batch re-creates its logits processors: the
@@ -103,9 +105,10 @@ def request_config(extra_args: dict | None, served: frozenset[int] | None = None
     """The EGLR settings of one request, validated; plain decoding when it names none.
 
     extra_args: ``SamplingParams.extra_args`` (``request_settings``'s two forms); served: the spans L the engine
-    refines with (None: not known here, checked at the step). ValueError (one line) for an unknown key, a value
-    outside its range, an L > 0 without ``tau_h`` (the spec's default is calibrated per task, which a single
-    request cannot do), a ``k_max`` above ``MAX_K_MAX``, a ``stop`` outside ``STOP_RULES``, or an L not served.
+    refines with (None: not known here; the worker decodes an unserved L plainly, ``_set_slot``). ValueError (one
+    line) for an unknown key, a value outside its range, an L > 0 without ``tau_h`` (the spec's default is
+    calibrated per task, which a single request cannot do), a ``k_max`` above ``MAX_K_MAX``, a ``stop`` outside
+    ``STOP_RULES``, or an L not served.
     ``stop`` and the rules' thresholds (``tau_latent``, ...) are checked by ``EglrConfig`` (``SETTING_RULES``, eglr-hf's
     table); a threshold of a rule other than the request's is checked and unread, as eglr-hf takes it.
     """
@@ -213,7 +216,9 @@ class EglrRowSettings(LogitsProcessor, RunnerV2LogitsProcessor):
 
     def __init__(self, vllm_config, device_or_request_state, is_pin_memory: bool | None = None) -> None:
         # V1 builds it as (vllm_config, device, is_pin_memory), MRV2 as (vllm_config, LogitsProcRequestState)
-        check_admits_served(self.served, vllm_config.model_config.hf_config)
+        hf_config = vllm_config.model_config.hf_config
+        check_admits_served(self.served, hf_config)
+        self._model_spans = model_spans(hf_config)  # what the model refines with (a request outside: plain)
         self._request_state = (device_or_request_state
                                if isinstance(device_or_request_state, LogitsProcRequestState) else None)
         self._rows: dict[int, EglrConfig] = {}  # slot -> settings
@@ -255,8 +260,16 @@ class EglrRowSettings(LogitsProcessor, RunnerV2LogitsProcessor):
                     table[b] = moved_a
 
     def _set_slot(self, slot: int, extra_args: dict | None, output: list[int] | None) -> None:
-        """Every field of ``slot`` from its new request, nothing left of the one before."""
-        self._rows[slot] = request_config(extra_args)
+        """Every field of ``slot`` from its new request, nothing left of the one before. A request whose ``L`` the
+        model does not serve (one admission let through: an engine whose processor names no spans) decodes plainly,
+        with a warning: refusing it here, at its step, would stop the engine and every request in it."""
+        config = request_config(extra_args)
+        if config.L > 0 and config.L not in self._model_spans:
+            logger.warning("eglr-vllm: a request's L=%d is not served by this engine (allowed: 0, %s); it decodes "
+                           "plainly (engine_args without spans or num_layers cannot refuse it at admission)",
+                           config.L, format_spans(self._model_spans) or "none")
+            config = _PLAIN
+        self._rows[slot] = config
         tag = request_tag(extra_args)
         for table, value in ((self._tags, tag), (self._outputs, output)):
             if value is None:
@@ -323,17 +336,23 @@ def admit_tag(tag: str | None, n: int = 1) -> None:
 
 def check_admits_served(admitted: frozenset[int] | None, hf_config) -> None:
     """At engine start: the spans the processor admits (``admitted``; None: not checked at admission) must be ones
-    the model serves (its config's ``eglr_spans``, else every L in 1..N), or a request admitted here would stop the
-    engine at its step. One-line ValueError naming both."""
+    the model serves (its config's ``eglr_spans``, else every L in 1..N), or a request admitted here would not refine
+    (the worker decodes it plainly). One-line ValueError naming both."""
     if admitted is None:
         return
-    num_layers = getattr(getattr(hf_config, "text_config", None) or hf_config, "num_hidden_layers", None)
-    served = getattr(hf_config, "eglr_spans", None)
-    served = set(served) if served is not None else set(range(1, (num_layers or 0) + 1))
+    served = model_spans(hf_config)
     extra = sorted(admitted - served)
     if extra:
         raise ValueError(f"eglr-vllm: the row-settings processor admits L={extra[0]}, which the model does not serve; "
                          f"allowed: {format_spans(served) or 'none'} (engine_args names both from one span list).")
+
+
+def model_spans(hf_config) -> frozenset[int]:
+    """The spans L the engine's model refines with: its config's ``eglr_spans``, else every L in 1..N (N: the config's
+    decoder layers, the count vLLM builds the model with; ``models.served_spans``)."""
+    num_layers = getattr(getattr(hf_config, "text_config", None) or hf_config, "num_hidden_layers", None)
+    served = getattr(hf_config, "eglr_spans", None)
+    return frozenset(served) if served is not None else frozenset(range(1, (num_layers or 0) + 1))
 
 
 def take_signals(tag: str) -> list[tuple[float, int, float]]:

@@ -2,10 +2,13 @@
 
     python -m eglr_harness.vllm.serve MODEL [--spans 4,10] [--print] [-- vLLM serve's own options]
 
-Reads the checkpoint's config.json (architecture, decoder layer count), so the server refuses, at admission, an
-``L`` it does not serve (HTTP 400). Requests set EGLR per request with flat ``vllm_xargs`` keys (``eglr_L``,
-``eglr_tau_h``, ...: ``row_settings.py``); a request without them decodes as stock vLLM. A signal tag
-(``eglr_tag``) is refused: the API cannot hand the signals back, and nothing is recorded for a served request.
+Reads the checkpoint's config as vLLM does (transformers' config class: architecture, decoder layer count, its
+defaults where config.json says nothing), so the server refuses, at admission, an ``L`` it does not serve (HTTP 400);
+it refuses to start when the layer count is not known. Requests set EGLR per request with flat ``vllm_xargs`` keys
+(``eglr_L``, ``eglr_tau_h``, ...: ``row_settings.py``); a request without them decodes as stock vLLM. A signal tag
+(``eglr_tag``) is refused: the API cannot hand the signals back, and nothing is recorded for a served request. A
+request asking for beam search with EGLR settings is refused (HTTP 400, ``beam_guard.py``): vLLM's beam search drops
+``vllm_xargs``, so EGLR would not run.
 ``--print`` prints the ``vllm serve`` command instead of running it.
 """
 
@@ -17,13 +20,28 @@ import shlex
 import sys
 from pathlib import Path
 
+# vLLM's server refuses a beam-search request with EGLR settings through this (its `--middleware` option): its beam
+# search drops vllm_xargs, so EGLR would not run (beam_guard.py)
+BEAM_GUARD = "eglr_harness.vllm.beam_guard.RefuseEglrBeamSearch"
 
 def checkpoint_shape(model: str) -> tuple[str | None, int | None]:
-    """(architecture, decoder layer count) as the checkpoint folder's config.json names them (a multimodal config's
-    ``text_config`` for the layers); None for what it does not name."""
-    config = json.loads((Path(model) / "config.json").read_text())
-    text = config.get("text_config") or config
-    return (config.get("architectures") or [None])[0], text.get("num_hidden_layers")
+    """(architecture, decoder layer count) of the checkpoint folder as vLLM's engine reads them: through transformers'
+    config class of its ``model_type``, whose defaults fill what config.json leaves out (a Llama config without
+    ``num_hidden_layers`` has 32 layers, the model vLLM builds too); a multimodal config's text part for the layers.
+    None for what it does not name. One-line ValueError for a folder without a config.json transformers reads."""
+    from transformers import AutoConfig
+
+    if not (Path(model) / "config.json").is_file():
+        raise ValueError(f"`model`={model!r} is not allowed; allowed: a checkpoint folder with a config.json "
+                         "(download a hub model first).")
+    try:
+        config = AutoConfig.from_pretrained(model)
+    except (OSError, ValueError, KeyError) as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ValueError(f"eglr-vllm: transformers cannot read {model}/config.json ({first}); allowed: a config of "
+                         "one of the supported architectures.") from None
+    layers = getattr(config.get_text_config(), "num_hidden_layers", None)
+    return (getattr(config, "architectures", None) or [None])[0], layers if isinstance(layers, int) else None
 
 
 def cli_flags(args: dict) -> list[str]:
@@ -43,14 +61,25 @@ def cli_flags(args: dict) -> list[str]:
 
 def serve_command(model: str, spans=None, extra=()) -> list[str]:
     """The ``vllm serve`` command (argv) that serves ``model`` with EGLR, refining with ``spans`` (None: every L in
-    1..N); ``extra``: more of vLLM's own options. One-line ValueError for a family the plugin does not cover."""
-    from eglr_harness.vllm import engine_args
+    1..N); ``extra``: more of vLLM's own options. One-line ValueError for a family the plugin does not cover, a
+    checkpoint whose layer count N is not known (the server could not refuse an L above it at admission: such a request
+    would stop it at its step), or a span outside 1..N."""
+    from eglr_harness.vllm import engine_args, engine_overrides
 
     architecture, num_layers = checkpoint_shape(model)
+    engine_overrides(architecture)  # the architecture's refusal first
+    if num_layers is None:
+        raise ValueError(f"eglr-vllm: {model}/config.json gives no decoder layer count (num_hidden_layers); allowed: "
+                         "a config that names it (the server checks each request's L against it).")
+    bad = [span for span in spans or () if not 1 <= span <= num_layers]
+    if bad:
+        raise ValueError(f"`--spans` value {bad[0]} is not allowed; allowed: integers 1..{num_layers} (the "
+                         "checkpoint's decoder layers).")
     # tags=False: a client cannot take a tagged request's signals back through the API, so a tag is refused (HTTP
     # 400) rather than left recorded in the workers for the server's life
     return ["vllm", "serve", model,
-            *cli_flags(engine_args(architecture, spans=spans, num_layers=num_layers, tags=False)), *extra]
+            *cli_flags(engine_args(architecture, spans=spans, num_layers=num_layers, tags=False)),
+            "--middleware", BEAM_GUARD, *extra]
 
 
 def _spans(text: str) -> list[int]:

@@ -158,10 +158,11 @@ def test_the_leaderboards_beam_run_of_the_single_rollout_task_joins_the_pools_gr
 
 
 def test_a_beam_count_that_is_no_count_is_named_not_drawn(tmp_path):
-    points, left_out = _points(load_grid(_write(tmp_path, num_beams="many")))
-    assert not [p for p in points if p.startswith("Beam")] and "hf, no beams" not in points
-    [(label, why)] = left_out
-    assert label.startswith("hf run beam") and why == "num_beams='many' is not a beam count"
+    found = accuracy_vs_compute(grid := load_grid(_write(tmp_path, num_beams="many")), cell_accuracy(grid))
+    points = {p.label for p in found.points}
+    assert not [p for p in points if p.startswith("Beam")] and "hf, no beams" not in points and not found.left_out
+    [(label, why)] = found.refused
+    assert label.startswith("hf run beam") and why == "num_beams='many' is not a beam count (allowed: an int >= 1)"
 
 
 def test_the_beam_run_is_paired_with_greedy_and_each_pools_vote(tmp_path):

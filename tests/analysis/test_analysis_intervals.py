@@ -108,27 +108,30 @@ def test_interval_rows_on_the_toy_grid(full_run):
     L_T = rows["oracle: L pool − T pool (equal budget)"]
     assert (L_T.low, L_T.high) == (-0.75, 0.0)
     assert (rows["corner: joint − T-only"].low, rows["corner: joint − T-only"].high) == (0.0, 0.75)
-    # yardsticks: pool oracle minus the expected oracle of as many random cells (test_analysis_metrics)
+    # yardsticks: pool oracle minus the expected oracle of as many random rollouts, here one per cell: as many random
+    # cells (test_analysis_metrics)
     yard = {q: r.estimate for q, r in rows.items() if r.method != "Wilson" and r.only_a is None}
     assert yard == pytest.approx({
-        "oracle: T pool − 2 random grid cells": 3 - (4 - 68 / 36),
-        "oracle: L pool − 2 random grid cells": 2 - (4 - 68 / 36),
-        "oracle: L ∪ T pool − 4 random grid cells": 3 - (4 - 105 / 126),
+        "oracle: T pool − 2 random grid rollouts": 3 - (4 - 68 / 36),
+        "oracle: L pool − 2 random grid rollouts": 2 - (4 - 68 / 36),
+        "oracle: L ∪ T pool − 4 random grid rollouts": 3 - (4 - 105 / 126),
     })  # fmt: skip
     # L pool per problem: 1 - 26/36, -21/36, 1 - 21/36, -8/36; the mean lies inside its interval
-    L_rand = rows["oracle: L pool − 2 random grid cells"]
+    L_rand = rows["oracle: L pool − 2 random grid rollouts"]
     assert L_rand.low <= L_rand.share <= L_rand.high and L_rand.low < 0 < L_rand.high
 
 
 def test_intervals_section_in_the_report(full_run, tmp_path):
     out = build_report([full_run], tmp_path / "rep")
     lines = (out / "intervals.csv").read_text().splitlines()
-    assert lines[0] == "quantity,method,estimate,docs,share,ci_low,ci_high,only_a,only_b,sign_p"
-    assert "oracle: L pool − T pool (equal budget),paired bootstrap,-1,4,-0.25,-0.75,0.0,0,1,1.0" in lines
+    ties = ",".join(["ties_a", "ties_b"] + [f"{c}_{k}" for c in ("against_a", "for_a")
+                                            for k in ("estimate", "ci_low", "ci_high", "only_a", "only_b", "sign_p")])
+    assert lines[0] == "quantity,method,estimate,docs,share,ci_low,ci_high,only_a,only_b,sign_p," + ties
+    assert "oracle: L pool − T pool (equal budget),paired bootstrap,-1,4,-0.25,-0.75,0.0,0,1,1.0" + "," * 14 in lines
     md = (out / "report.md").read_text()
     assert "## Confidence intervals" in md
-    assert ("| oracle: L pool − T pool (equal budget) | -1 | -25.0 | [-75.0, 0.0] | paired bootstrap | 0 / 1 | 1.000 |"
-            in md)
+    assert ("| oracle: L pool − T pool (equal budget) | -1 | -25.0 | [-75.0, 0.0] | paired bootstrap | 0 / 1 | 1.000 "
+            "| — | — | — |" in md)  # an oracle has no ties (test_ties.py: the votes' ties)
 
 
 # ---------------------------------------------------------------- Wilcoxon signed-rank
@@ -182,10 +185,11 @@ def test_wilcoxons_exact_limit_counts_the_nonzero_differences_only():
     assert test == wilcoxon_signed_rank([d for d in differences if d])  # the zeros change nothing
 
 
-def test_a_cell_with_several_rollouts_counts_them_in_B_and_has_no_random_cells_yardstick(full_run):
+def test_a_cell_with_several_rollouts_counts_them_in_B_and_in_the_random_rollouts_yardstick(full_run):
     """A seed pool (one sampled cell under ``seeds=``) holds several rollouts per problem in one cell: B counts its
-    rollouts, and "as many random grid cells" is no longer its budget, so that yardstick is left out (issue 59's T
-    pool of ten seeded T = 0.7 rollouts was shown as B = 1 against one random cell)."""
+    rollouts, and the yardstick draws as many rollouts from the grid's, each seed one of them (issue 59's T pool of
+    ten seeded T = 0.7 rollouts was shown as B = 1 against one random cell; issue 68: the L pool's ten random cells
+    were mostly draws holding that cell's ten samples, more than ten rollouts)."""
     grid = load_grid([full_run])
     seeded = (0, 0.5)  # the toy grid's cell B, in the T pool with C = (0, 1.0)
     by_cell = dict(grid.by_cell)
@@ -196,7 +200,15 @@ def test_a_cell_with_several_rollouts_counts_them_in_B_and_has_no_random_cells_y
     assert rollouts_per_problem(grid, pool_cells(grid.cells, "T")) == 3  # 2 rollouts of B and 1 of C per problem
     rows = {r.quantity: r for r in interval_rows(ctx)}
     assert "SC T pool (B=3)" in rows and "oracle L pool (B=2)" in rows and "SC L ∪ T pool (B=5)" in rows
-    yardsticks = {q for q, r in rows.items() if "random grid cells" in q}
-    assert yardsticks == {"oracle: L pool − 2 random grid cells"}  # T and L ∪ T hold B's second seed
+    # ten rollouts a problem: the nine cells and B's second seed, right where B is ({0, 1}). Rollouts solving each
+    # problem: d0 A B B' D F (5), d1 B B' C E (4), d2 C D G (3), d3 F (1); b random ones miss d with C(10 - s, b) /
+    # C(10, b): b = 2: (10 + 15 + 21 + 36) / 45; b = 3: (10 + 20 + 35 + 84) / 120; b = 5: (1 + 6 + 21 + 126) / 252
+    yard = {q: r.estimate for q, r in rows.items() if "random grid" in q}
+    assert yard == pytest.approx({
+        "oracle: T pool − 3 random grid rollouts": 3 - (4 - 149 / 120),
+        "oracle: L pool − 2 random grid rollouts": 2 - (4 - 82 / 45),
+        "oracle: L ∪ T pool − 5 random grid rollouts": 3 - (4 - 154 / 252),
+    })  # fmt: skip
     pools = {p: summarize_pool(grid, p, ctx.accuracy) for p in ("T", "L")}
-    assert pools["T"].random_oracle is None and pools["L"].random_oracle is not None
+    assert pools["T"].random_oracle == pytest.approx((4 - 149 / 120) / 4)
+    assert pools["L"].random_oracle == pytest.approx((4 - 82 / 45) / 4)

@@ -82,7 +82,7 @@ class FakeLmEval:
         task, gen = args.tasks[0], args.gen_kwargs or {}
         if task in self.fail_tasks:
             return 1
-        if args.model == "hf":
+        if args.model == "eglr-baseline":
             acc = HF_ACC[gen.get("num_beams")]
             docs = {
                 d: [
@@ -101,7 +101,7 @@ class FakeLmEval:
                 args.output_path,
                 task=task,
                 docs=docs,
-                model="hf",
+                model=args.model,
                 model_args=args.model_args,
                 metrics={"acc": acc},
                 limit=args.limit,
@@ -148,7 +148,7 @@ def test_commands_are_exact_and_parse_with_lm_eval(tmp_path):
         "lm_eval",
         "run",
         "--model",
-        "hf",
+        "eglr-baseline",
         "--model_args",
         MODEL_ARGS,
         "--tasks",
@@ -165,7 +165,7 @@ def test_commands_are_exact_and_parse_with_lm_eval(tmp_path):
         "--apply_chat_template",
     ]
     parsed = [parse_lm_eval(build_command(r, opts)) for r in runs]
-    assert [p.model for p in parsed] == ["hf", "hf", "hf", "eglr-hf"]
+    assert [p.model for p in parsed] == ["eglr-baseline", "eglr-baseline", "eglr-baseline", "eglr-hf"]
     assert [p.tasks for p in parsed] == [["gsm8k_eglr"]] * 3 + [["gsm8k_eglr_sc"]]
     assert parsed[1].gen_kwargs == {"do_sample": False, "num_beams": 4, "max_gen_toks": 256}
     assert parsed[2].gen_kwargs["num_beams"] == 11
@@ -590,8 +590,8 @@ COMMITTED = Path(__file__).resolve().parents[2] / "results" / "smollm2-135m-inst
 
 @pytest.mark.parametrize("benchmark", ["gsm8k", "math500"])
 def test_one_report_of_a_committed_leaderboards_folders_pairs_its_beam_run(benchmark, tmp_path):
-    """The committed leaderboard's folders of one benchmark (hf greedy and Beam-4 on `<b>_eglr`, eglr-hf's pool on
-    `<b>_eglr_sc`) make one report, the way docs/analyses.md runs it; each run's share there is the one the
+    """The committed leaderboard's folders of one benchmark (eglr-baseline's greedy and Beam-4 on `<b>_eglr`, eglr-hf's
+    pool on `<b>_eglr_sc`) make one report, the way docs/analyses.md runs it; each run's share there is the one the
     leaderboard read from lm-eval's aggregated metrics, and the beam run is paired with the L pool's vote."""
     from eglr_harness.commands.report import main as eglr_report
 
@@ -601,9 +601,9 @@ def test_one_report_of_a_committed_leaderboards_folders_pairs_its_beam_run(bench
         rows = {r["quantity"]: r for r in csv.DictReader(handle)}
     with open(COMMITTED / "leaderboard.csv", newline="") as handle:
         board = {r["method"]: float(r[benchmark]) / 100 for r in csv.DictReader(handle)}
-    assert float(rows["Beam-4 (hf)"]["share"]) == pytest.approx(board["Beam-4"])
-    assert float(rows["hf, no beams"]["share"]) == pytest.approx(board["Greedy"])
+    assert float(rows["Beam-4 (eglr-baseline)"]["share"]) == pytest.approx(board["Beam-4"])
+    assert float(rows["eglr-baseline, no beams"]["share"]) == pytest.approx(board["Greedy"])
     assert float(rows["SC L pool (B=10)"]["share"]) == pytest.approx(board["EGLR-SC_L (B=10)"])
-    paired = rows["SC: L pool − Beam-4 (hf)"]
+    paired = rows["SC: L pool − Beam-4 (eglr-baseline)"]
     assert float(paired["estimate"]) == round(
-        float(rows["SC L pool (B=10)"]["estimate"]) - float(rows["Beam-4 (hf)"]["estimate"]), 6)
+        float(rows["SC L pool (B=10)"]["estimate"]) - float(rows["Beam-4 (eglr-baseline)"]["estimate"]), 6)

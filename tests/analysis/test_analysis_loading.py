@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -109,8 +110,10 @@ def test_merging_two_runs_equals_one_run(tmp_path, full_run):
     assert not merged.missing_cells() and merged.duplicates == 0
 
 
-def test_merging_the_same_run_twice_counts_duplicates(full_run):
-    grid = load_grid([full_run, full_run])
+def test_merging_a_copy_of_a_run_counts_duplicates(full_run, tmp_path):
+    """A copy in another folder is another file (the same file given twice is read once: test_report_pairing.py)."""
+    copy = shutil.copytree(full_run, tmp_path / "copy")
+    grid = load_grid([full_run, copy])
     assert grid.duplicates == 36
     assert {c: a.correct for c, a in cell_accuracy(grid).items()} == {
         c: a.correct for c, a in cell_accuracy(load_grid([full_run])).items()
@@ -225,7 +228,7 @@ def test_a_deterministic_cell_repeated_within_a_run_counts_once_and_is_not_a_dup
     assert (grid.repeated, grid.duplicates) == (8, 0)
     assert cell_accuracy(grid)[(0, 0.0)].rollouts == 4 and cell_accuracy(grid)[(0, 0.0)].correct == 1
     assert any("within their own run" in note for note in grid.notes)
-    again = load_grid([tmp_path / "greedy", tmp_path / "greedy"])
+    again = load_grid([tmp_path / "greedy", shutil.copytree(tmp_path / "greedy", tmp_path / "copy")])
     # each run's own repeats first (RunPart.rollouts: 8 in each), then the second run's 4 rollouts repeat the first's
     assert (again.repeated, again.duplicates) == (16, 4)
 
@@ -242,7 +245,7 @@ def test_runs_of_other_settings_are_not_called_repeats(tmp_path, caplog):
     assert grid.duplicates == 3
     assert any("other EGLR settings (alpha 0.2 vs 0.5)" in note for note in grid.notes)
     assert not [r for r in caplog.records if r.levelname == "WARNING" and "repeat" in r.getMessage()]
-    same = load_grid([tmp_path / "alpha_0.2", tmp_path / "alpha_0.2"])  # a true repeat still warns
+    same = load_grid([tmp_path / "alpha_0.2", shutil.copytree(tmp_path / "alpha_0.2", tmp_path / "copy")])  # warns
     assert any("repeat a (doc, L, T, seed, cycle) of an earlier run" in note for note in same.notes)
 
 

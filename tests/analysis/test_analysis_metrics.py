@@ -8,6 +8,7 @@ Solved sets:  A(0,0){0}  B(0,.5){0,1}  C(0,1){1,2}
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 
@@ -23,6 +24,8 @@ from eglr_harness.analysis import (
 
 )
 from eglr_harness.analysis.load import RolloutRow
+from eglr_harness.analysis.metrics.accuracy import rollout_solved_sets
+from eglr_harness.analysis.report import compute_report
 from eglr_harness.core.votes import majority
 
 pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
@@ -207,3 +210,36 @@ def test_pools_exclude_greedy_and_corners_add_it():
     assert pool_cells(list(solved), "LuT") == [(0, 0.5), (1, 0.0)]
     assert oracle_corners(solved) == {"greedy": 1, "T-only": 2, "L-only": 2, "joint": 4}
     assert oracle_corners({(0, 0.5): frozenset({1})}) == {"greedy": None, "T-only": 1, "L-only": None, "joint": 1}
+
+
+def test_disagreement_is_rollout_against_rollout_where_a_cell_holds_several_seeds(grid):
+    """A sampled cell under two seeds is two rows and columns of the slices, not the oracle of its seeds (issue 68:
+    the Qwen report set ten T = 0.7 samples' oracle against single L rollouts). B = (0, .5) gets a second seed whose
+    rollouts solve {2, 3} (the first seed's: {0, 1}, as before)."""
+    by_cell = dict(grid.by_cell)
+    by_cell[B] = {d: rows + tuple(dataclasses.replace(r, seed=7, correct=int(d in {2, 3})) for r in rows)
+                  for d, rows in grid.by_cell[B].items()}
+    seeded = dataclasses.replace(grid, by_cell=by_cell)
+    slots = rollout_solved_sets(seeded)
+    first, second = [s for s in slots if s.cell == B]
+    assert (slots[first], slots[second]) == ({2, 3}, {0, 1})  # seed 7 sorts before the run's own seed
+    assert first.label == "L=0,T=0.5,seed=7" and second.label == f"L=0,T=0.5,seed={second.seed}"
+    slices = disagreement_slices(slots)
+    tl = slices["T-vs-L"]
+    # rows B(seed 7){2,3}, B{0,1}, C{1,2} x cols D{0,2}, G{2}: {0,3} {3} / {1,2} {0,1,2} / {0,1} {1}
+    assert (tl.rows, tl.cols, tl.values) == ((first, second, *[s for s in slots if s.cell == C]),
+                                             tuple(s for s in slots if s.cell in (D, G)), ((2, 1), (2, 3), (2, 1)))
+    assert (tl.mean, tl.max, tl.pairs) == (pytest.approx(11 / 6), 3, 6)
+    # T-vs-T over three rollouts: B' vs B {0,1,2,3}, B' vs C {1,3}, B vs C {0,2}
+    assert (slices["T-vs-T"].mean, slices["T-vs-T"].max, slices["T-vs-T"].pairs) == (pytest.approx(8 / 3), 4, 3)
+    # by cell, B's two seeds would be one oracle {0,1,2,3}: T-vs-L B-D 2, B-G 3, C-D 2, C-G 1 -> 2.0, not 11/6
+    assert disagreement_slices(solved_sets(seeded))["T-vs-L"].mean == 2.0
+    # and the report's section compares rollouts
+    report = compute_report(seeded, sections=("disagreement",)).results["disagreement"]
+    assert (report["T-vs-L"].mean, report["T-vs-T"].pairs) == (pytest.approx(11 / 6), 3)
+
+
+def test_a_grid_of_one_rollout_per_cell_has_one_slot_per_cell_labelled_as_the_cell(grid):
+    slots = rollout_solved_sets(grid)
+    assert [(s.cell, s.label) for s in slots] == [(c, c.label) for c in grid.cells]
+    assert dict(zip(grid.cells, slots.values())) == solved_sets(grid)

@@ -106,8 +106,8 @@ def test_report_markdown_names_corners_pools_and_compute(report):
     text = (report / "report.md").read_text()
     assert "| greedy | 1 | 25.0 |" in text and "| joint | 4 | 100.0 |" in text
     assert "| SC (majority vote) | 75.0 (3) | 50.0 (2) | 75.0 (3) | 75.0 (3) |" in text
-    # expected oracle of 2, 2, 4 and 9 random cells of the toy grid (worked out in test_analysis_metrics)
-    assert "| Oracle of B random grid cells (expected) | 52.8 | 52.8 | 79.2 | 100.0 |" in text
+    # expected oracle of 2, 2, 4 and 9 random rollouts of the toy grid, one per cell (test_analysis_metrics)
+    assert "| Oracle of B random grid rollouts (expected) | 52.8 | 52.8 | 79.2 | 100.0 |" in text
     assert "| T-vs-L | 2×2 | 4 | 2.0 | 3 |" in text
     assert "1.020" in text and "grid is complete" in text
     for name in FIGURES:

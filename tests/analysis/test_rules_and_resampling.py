@@ -192,3 +192,35 @@ def test_eglr_sweep_rules_runs_the_grid_resumes_and_reports(tmp_path):
     assert sweep_command.main(shlex.split(f"--model_args pretrained=x --tasks {TASK} --rule margin=2 "
                                           f"--output_dir {tmp_path / 'sw2'}"), executor=fake_lm_eval) == 2
     assert calls == []
+
+
+def test_where_the_grid_holds_greedy_each_pool_is_set_against_it_by_accuracy(tmp_path):
+    """Greedy (L = 0, T = 0) beside the pools: each pool's right / B against greedy's right / 1, paired per problem
+    (issue 68: "L pool − seed pool" moves the temperature too; "L pool − greedy" is depth alone at T = 0). Greedy is
+    right on problem 2 only."""
+    runs = _resampling_runs(tmp_path)
+    _pool_run(tmp_path / "greedy", {0: [0], 1: [0], 2: [1], 3: [0], 4: [0]}, [(0, 0.0)])
+    result = resampling_check(load_grid([*runs, tmp_path / "greedy"]))
+    assert (result.greedy.oracle, result.greedy.vote, result.greedy.accuracy) == (1, 1, 0.2)
+    assert {(a, b, m) for a, b, m in result.differences if b == "greedy"} == {
+        ("L", "greedy", "accuracy"), ("T", "greedy", "accuracy"), ("seed", "greedy", "accuracy")}
+    # L right 1, 2, 3, 0, 0 of 3 against greedy 0, 0, 1, 0, 0 of 1: +1/3, +2/3, 0, 0, 0
+    L = result.differences[("L", "greedy", "accuracy")]
+    assert (L.mean, L.better_a, L.better_b, L.n_effective) == (pytest.approx(0.2), 2, 0, 2)
+    assert (L.sign_p, L.wilcoxon_p) == (0.5, pytest.approx(0.5))  # two positive ranks of two: W+ = 3, 2 · 1/4
+    # the T pool cut to B = 3 (T = 0.3, 0.6, 0.9): 0, 0, 0, 1, 0 right -> -1 on problem 2, +1/3 on 0 and 3
+    T = result.differences[("T", "greedy", "accuracy")]
+    assert (T.mean, T.better_a, T.better_b) == (pytest.approx(-1 / 15), 2, 1)
+    seed = result.differences[("seed", "greedy", "accuracy")]  # 2, 0, 0, 3, 1 of 3: +2/3, 0, -1, +1, +1/3
+    assert (seed.mean, seed.better_a, seed.better_b) == (pytest.approx(0.2), 3, 1)
+    out = build_report([*runs, tmp_path / "greedy"], tmp_path / "report", sections=("runs", "resampling"))
+    with open(out / "resampling.csv") as f:
+        rows = {(r["pool_a"], r["pool_b"], r["measure"]): r for r in csv.DictReader(f)}
+    assert (rows[("L", "greedy", "accuracy")]["a"], rows[("L", "greedy", "accuracy")]["b"]) == ("0.4", "0.2")
+    text = (out / "report.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| L pool − greedy | accuracy | "))
+    assert row.startswith("| L pool − greedy | accuracy | +1.0 (") and row.endswith("| 2 / 0 | 0.5 | 0.5 (n = 2) |")
+    assert "| greedy (L=0, T=0): 1 rollout | 1 | 1 | 20.0 |" in text
+    assert "Re-sampling check against greedy" in text  # its Definitions
+    # without greedy, no greedy row (the runs of test_resampling_check_compares_depth_with_seed_diversity_per_problem)
+    assert resampling_check(load_grid(runs)).greedy is None

@@ -146,3 +146,27 @@ def _generate_flat(llm, prompts, settings):
                             extra_args={f"eglr_{key}": value for key, value in settings.items()})
     outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
     return [list(o.outputs[0].token_ids) for o in outputs]
+
+
+def test_an_unchecked_engine_decodes_an_unserved_l_plainly(tmp_path, caplog):
+    """An engine whose arguments name no spans and no layer count (``engine_args(arch)``) cannot refuse an L above the
+    model's layers at admission: the request decodes plainly, with a warning, beside a refining one, and the engine
+    serves on (issue 71: the forward raised, which stops the engine and every request in it)."""
+    from vllm import LLM
+
+    from eglr_harness.vllm import engine_args
+
+    model = save_tiny_model("llama", tmp_path)
+    prompts = random_prompts()[:2]
+    llm = LLM(model=str(tmp_path), dtype="float32", enforce_eager=True, skip_tokenizer_init=True, max_model_len=128,
+              seed=0, **engine_args(model.config.architectures[0]))
+    try:
+        with caplog.at_level("WARNING", logger="eglr_harness.vllm.row_settings"):
+            unserved = generate(llm, prompts, [dict(REFINING, L=LAYERS + 1), REFINING])
+        plain = generate(llm, prompts, [None, None])
+        refined = generate(llm, prompts[1:], [REFINING])
+    finally:
+        close_engine(llm)
+    assert unserved == [plain[0], refined[0]], "the unserved request did not decode plainly beside a refining one"
+    assert refined[0] != plain[1], "refinement changed nothing: the comparison could not fail"
+    assert f"a request's L={LAYERS + 1} is not served by this engine" in caplog.text

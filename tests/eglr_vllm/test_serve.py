@@ -200,3 +200,134 @@ def test_the_served_processor_refuses_a_signal_tag(tiny_chat_model):
         getattr(row_settings, served.split(":")[1]).validate_params(tagged)
     offline = engine_args("LlamaForCausalLM", spans=[SPANS[0]])["logits_processors"][0]
     getattr(row_settings, offline.split(":")[1]).validate_params(tagged)  # admitted
+
+
+def _without_layer_count(folder):
+    """``folder``'s config.json without ``num_hidden_layers`` (transformers' Llama config then has 32: issue 71)."""
+    config_file = folder / "config.json"
+    config = json.loads(config_file.read_text())
+    del config["num_hidden_layers"]
+    config_file.write_text(json.dumps(config))
+    return folder
+
+
+def test_serve_reads_the_layer_count_as_the_engine_does(tiny_chat_model, tmp_path, monkeypatch, capsys):
+    """A config.json without ``num_hidden_layers`` is a 32-layer Llama to transformers and to vLLM: the served processor
+    admits 1..32 and refuses L=99 at admission (issue 71: it named no spans, and L=99 stopped the server at its step).
+    A checkpoint whose layer count is still unknown, a span outside 1..N, a folder without config.json and a served
+    engine's arguments without spans are refused in one line before any engine starts."""
+    import shutil
+    from types import SimpleNamespace
+
+    from eglr_harness.vllm import engine_args, row_settings, serve
+
+    folder = tmp_path / "no_layer_count"
+    shutil.copytree(tiny_chat_model, folder)
+    command = serve.serve_command(str(_without_layer_count(folder)))
+    processor = command[command.index("--logits-processors") + 1]
+    assert processor.endswith(":EglrRowSettings_L_1to32_untagged"), processor
+    assert json.loads(command[command.index("--hf-overrides") + 1])["eglr_spans"] == list(range(1, 33))
+    with pytest.raises(ValueError, match=r"^`L`=99 is not served by this engine; allowed: 0, 1-32\.$"):
+        getattr(row_settings, processor.split(":")[1]).validate_params(
+            SimpleNamespace(extra_args={"eglr_L": 99, "eglr_tau_h": 0}, n=1))
+
+    for argv, named in [([str(folder), "--spans", "4,99"],
+                         "error: `--spans` value 99 is not allowed; allowed: integers 1..32"),
+                        ([str(tmp_path / "absent")],
+                         "is not allowed; allowed: a checkpoint folder with a config.json")]:
+        with pytest.raises(SystemExit) as exited:
+            serve.main([*argv, "--print"])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and named in err and err.count("\n") == 1, err
+    monkeypatch.setattr(serve, "checkpoint_shape", lambda model: ("LlamaForCausalLM", None))
+    with pytest.raises(ValueError, match=r"gives no decoder layer count \(num_hidden_layers\); allowed: a config"):
+        serve.serve_command(str(folder))
+    with pytest.raises(ValueError, match=r"^eglr-vllm: a served engine \(tags=False\) needs the L values it serves"):
+        engine_args("LlamaForCausalLM", tags=False)
+
+
+def test_a_served_engine_refuses_what_it_cannot_serve(tmp_path, smollm2_tokenizer_dir):
+    """Issue 71, served as users serve it (``python -m eglr_harness.vllm.serve``), a tiny 32-layer Llama whose
+    config.json has no ``num_hidden_layers`` (transformers' default, 32): an ``L`` above its layers gets HTTP 400 in one
+    line, and the server serves on (it answered 500, then /health 503, then nothing); a beam-search request with EGLR
+    settings gets HTTP 400 in one line on both routes (vLLM's beam search drops vllm_xargs: plain beams came back with
+    200), while plain beam search and EGLR at the deepest span, L=32, are served."""
+    from helpers.tiny_models import build_tiny_model
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir)
+    folder = tmp_path / "tiny32"
+    build_tiny_model("llama", vocab_size=len(tokenizer), num_layers=32, seed=3, sharpen=60.0, hidden_size=128,
+                     intermediate_size=256, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                     eos_token_id=tokenizer.eos_token_id).save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    model = str(_without_layer_count(folder))
+    port, log = _free_port(), tmp_path / "server.log"
+    command = [sys.executable, "-m", "eglr_harness.vllm.serve", model, "--", "--host", HOST, "--port", str(port),
+               "--dtype", "float32", "--max-model-len", "256", "--enforce-eager", "--seed", "0"]
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **MULTIPROCESSING_ON}
+    with open(log, "w") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    eglr = {**EGLR, "eglr_L": 4}
+    completion = {"model": model, "prompt": "What is 2 + 3?", "max_tokens": 4, "temperature": 0.0}
+    chat = {"model": model, "messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 4}
+    try:
+        _wait_ready(port, server, log)
+        beams = [_post(port, {**completion, "use_beam_search": True, "n": 2, "vllm_xargs": eglr}),
+                 _post(port, {**chat, "use_beam_search": True, "n": 2, "vllm_xargs": eglr}, route="chat/completions"),
+                 _post(port, {**completion, "use_beam_search": "true", "n": 2,
+                              "vllm_xargs": {"eglr_L": 99, "eglr_k_max": 10**9, "eglr_tag": "t"}})]
+        plain_beams = _post(port, {**completion, "use_beam_search": True, "n": 2})
+        deepest = _post(port, {**completion, "vllm_xargs": {**EGLR, "eglr_L": 32}})
+        unserved = _post(port, {**completion, "vllm_xargs": {"eglr_L": 99, "eglr_tau_h": 0}})
+        time.sleep(2)
+        healthy = _health(port)
+    finally:
+        _stop(server)
+    problems = []
+    for status, answer in beams:
+        message = answer.get("error", {}).get("message", "")
+        if not (status == 400 and message.startswith("`use_beam_search`=true with EGLR settings (vllm_xargs eglr_")
+                and "\n" not in message):
+            problems.append(f"beam search with EGLR settings: {status} {str(answer)[:200]}")
+    if not (plain_beams[0] == 200 and len(plain_beams[1]["choices"]) == 2):
+        problems.append(f"plain beam search: {plain_beams}")
+    if deepest[0] != 200:
+        problems.append(f"EGLR at L=32: {deepest}")
+    if unserved[0] != 400 or unserved[1].get("error", {}).get("message") != ("`L`=99 is not served by this engine; "
+                                                                           "allowed: 0, 1-32."):
+        problems.append(f"L=99: {unserved}")
+    if healthy != 200:
+        problems.append(f"/health after L=99: {healthy}")
+    assert not problems, "\n".join(problems)
+
+
+def _health(port: int):
+    """/health's status, or the error of a server that does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{port}/health", timeout=5) as answer:
+            return answer.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+        return repr(error)
+
+
+def test_beam_refusal_reads_the_body_as_vllm_does():
+    """The served engine's beam guard (issue 71, item 2) without a server: beam search with any ``eglr_*`` key in
+    ``vllm_xargs`` is refused in one line, whatever form vLLM's parser takes for true; plain beam search, EGLR without
+    beam search, false forms and bodies vLLM itself refuses pass through (vLLM answers those)."""
+    from eglr_harness.vllm.beam_guard import beam_refusal
+
+    def body(**fields):
+        return json.dumps({"model": "m", "prompt": "p", **fields}).encode()
+
+    for use in (True, 1, "true", " True "):
+        refusal = beam_refusal(body(use_beam_search=use, vllm_xargs={"eglr_tau_h": 1.0, "eglr_L": 4}))
+        assert refusal.startswith("`use_beam_search`=true with EGLR settings (vllm_xargs eglr_L) is not allowed; "
+                                  "allowed: EGLR without beam search") and "\n" not in refusal, refusal
+    for passed in [body(use_beam_search=True), body(use_beam_search=True, vllm_xargs={"session_id": "eglr_x"}),
+                   body(vllm_xargs={"eglr_L": 4}), body(use_beam_search=False, vllm_xargs={"eglr_L": 4}),
+                   body(use_beam_search="false", vllm_xargs={"eglr_L": 4}), b"use_beam_search eglr_L {",
+                   json.dumps([{"use_beam_search": True, "vllm_xargs": {"eglr_L": 4}}]).encode()]:
+        assert beam_refusal(passed) is None, passed

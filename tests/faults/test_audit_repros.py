@@ -194,7 +194,9 @@ def test_a_rule_named_twice_in_two_cases_is_planned_once(tmp_path):
 def test_an_infinite_threshold_is_never_the_same_as_the_default():
     from eglr_harness.leaderboard.sweep import _same
 
-    assert not _same(float("inf"), 5e-4) and not _same(5e-4, float("inf")) and _same(5e-4, 5e-4 * (1 + 1e-12))
+    assert not _same(float("inf"), 5e-4) and not _same(5e-4, float("inf")) and _same(5e-4, 0.0005) and _same(3, 3.0)
+    # values are written exactly (issue 71, item 3): a run made with a value 1e-12 off is another point's
+    assert not _same(5e-4, 5e-4 * (1 + 1e-12))
 
 
 # ---------------------------------------------------------------------------------------------- 10

@@ -161,7 +161,7 @@ def test_a_compile_that_cannot_apply_is_refused_before_loading(no_loading, args,
     ("", "no_repeat_ngram_size=-2", r"`no_repeat_ngram_size`=-2 \(--gen_kwargs\) is not allowed; allowed: an int >= 0"),
     ("", "min_p=1.5", r"`min_p`=1\.5 \(--gen_kwargs\) is not allowed; allowed: a float in \[0, 1\]"),
     ("", "max_gen_toks=0", r"`max_gen_toks`=0 \(--gen_kwargs\) is not allowed; allowed: an int >= 1"),
-    ("", "top_k=-3", r"`top_k`=-3 \(--gen_kwargs\) is not allowed; allowed: an int >= 0"),
+    ("", "top_k=-3", r"`top_k`=-3 \(--gen_kwargs\) is not allowed; allowed: an int in \[0, 2\*\*53\]"),
     ("", "repetiton_penalty=1.1",
      r"`repetiton_penalty`=1\.1 \(--gen_kwargs\) is not a generation option.*`repetition_penalty`"),
     (",engine=hook", "repetition_penalty=0", r"`repetition_penalty`=0 \(--gen_kwargs\)"),  # whatever the engine
@@ -195,5 +195,6 @@ def test_cli_prints_an_invalid_gen_kwarg_as_one_line():
         capture_output=True, text=True, timeout=300, env={**os.environ, "HF_DATASETS_OFFLINE": "1"},
     )
     assert result.returncode != 0 and "Traceback" not in result.stderr
-    assert ("error: `repetition_penalty`=0 (--gen_kwargs) is not allowed; allowed: a float > 0 (1.0 = off)."
+    assert ("error: `repetition_penalty`=0 (--gen_kwargs) is not allowed; allowed: a float > 0 (1.0 = off), "
+            "at most 2**53."
             in result.stderr)

@@ -33,7 +33,7 @@ def test_every_length_option_is_one_lm_eval_reads_as_the_limit(name):
 def test_a_length_option_that_is_not_an_int_of_at_least_one_is_refused(name, value, shown):
     with pytest.raises(GenerationOptionError) as info:
         check_generation_options({name: value}, "--gen_kwargs")
-    assert str(info.value) == f"`{name}`={shown} (--gen_kwargs) is not allowed; allowed: an int >= 1."
+    assert str(info.value) == f"`{name}`={shown} (--gen_kwargs) is not allowed; allowed: an int >= 1, at most 2**53."
 
 
 @pytest.mark.parametrize("name", LENGTH_OPTIONS)

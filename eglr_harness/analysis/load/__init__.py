@@ -14,6 +14,9 @@ unparseable: never correct, never votes); ``cluster`` is the answer's equivalenc
 the document as the task logged it (None in runs made before tasks logged it).
 
 **Merging** (stated in every report):
+- each results file is read once (given twice, or through a link: once), and each run has its own name (runs named
+  alike are named by their paths: :func:`distinct_runs`); a run given that holds no samples of the task (another
+  task, another benchmark, no ``--log_samples``) is named in the report, never dropped without a word;
 - one task and one model per grid (models compared by :func:`model_name`, so the same model
   installed elsewhere is the same model); anything else is a ``ValueError`` naming what was found;
 - documents are matched by ``doc_id``; the same ``doc_id`` with a different ``doc_hash`` in two
@@ -25,17 +28,26 @@ the document as the task logged it (None in runs made before tasks logged it).
   cell that the task repeats (eglr-hf decodes it once): kept once and counted apart;
 - rollouts without ``(L, T)`` (runs of a model other than eglr-hf) cannot be placed and are counted
   as ``unplaced``;
+- the grid's problems are the EGLR runs' (runs whose rollouts carry ``(L, T)``): a run of another model (greedy,
+  beam search) is restricted to them, with a note of what it left out, and never adds a problem (with no EGLR run,
+  every run's problems are the grid's); such a run is refused as a baseline, named with the reason, where it cannot
+  be trusted (:mod:`~eglr_harness.analysis.load.baselines`);
 - **vote labels**: within a document, rollouts with the same label vote together. Two rollouts
   share a label when the task put them in one equivalence cluster (same run) or when their answers
+  are the same string.
 
 **Modules** (one job each): :mod:`~eglr_harness.analysis.load.files` (find and read the files),
 :mod:`~eglr_harness.analysis.load.runs` (a run's facts and metrics),
 :mod:`~eglr_harness.analysis.load.rollouts` (samples -> rollout rows; every line, rollout and results
 file checked by :mod:`eglr_harness.core.run_format`, the one check eglr-export and eglr-score share),
-:mod:`~eglr_harness.analysis.load.grid` (merge into the grid). Everything is importable from here.
+:mod:`~eglr_harness.analysis.load.grid` (merge into the grid), :mod:`~eglr_harness.analysis.load.baselines` (other
+models' runs: beam count, first rollouts, why one is refused). Everything is importable from here.
 """
 
-from eglr_harness.analysis.load.files import RunFiles, date_id_of, find_runs, read_results, read_samples
+from eglr_harness.analysis.load.baselines import baseline_refusal, beam_count, first_rollouts
+from eglr_harness.analysis.load.files import (
+    RunFiles, date_id_of, distinct_runs, find_runs, read_results, read_samples,
+)
 from eglr_harness.analysis.load.grid import (
     GREEDY,
     VOTE_CLUSTERS,
@@ -48,7 +60,9 @@ from eglr_harness.analysis.load.grid import (
     load_parts,
     vote_labels,
 )
-from eglr_harness.analysis.load.rollouts import RolloutRow, TaskSamples, read_task_samples, rollouts_of_sample
+from eglr_harness.analysis.load.rollouts import (
+    RolloutRow, TaskSamples, doc_ranges, read_task_samples, rollouts_of_sample,
+)
 from eglr_harness.analysis.load.runs import RunInfo, metric_entry, metric_names, metric_value, model_identity, run_info
 from eglr_harness.run.model_names import model_name, parse_model_args
 
@@ -64,6 +78,11 @@ __all__ = [
     "VOTE_STRINGS",
     "VOTE_MIXED",
     "find_runs",
+    "distinct_runs",
+    "doc_ranges",
+    "beam_count",
+    "first_rollouts",
+    "baseline_refusal",
     "read_results",
     "read_samples",
     "date_id_of",

@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from eglr_harness.core.jsonl import iter_jsonl
 from eglr_harness.core.run_format import SAMPLE_LINE, read_results  # the one checked reader of a results file
 
-__all__ = ["RunFiles", "date_id_of", "find_runs", "read_results", "read_samples"]
+__all__ = ["RunFiles", "date_id_of", "find_runs", "distinct_runs", "read_results", "read_samples"]
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +86,36 @@ def find_runs(path: str | Path) -> list[RunFiles]:
     for run in runs:
         logger.debug("found run %s with samples for %s", run.results, sorted(run.samples))
     return runs
+
+
+def distinct_runs(runs: Sequence[RunFiles]) -> tuple[list[RunFiles], list[str]]:
+    """``runs`` (of :func:`find_runs`, over several folders) each once and each under its own name, with a note per
+    file given more than once.
+
+    A results file reached twice (the same path, or a path and a link to it: compared resolved) is read once, where
+    it was first given. Runs that :func:`find_runs` named alike (two folders ``a/beam4`` and ``b/beam4``: both
+    ``beam4/<model>/results_<date>.json``) are named by their paths as given, made absolute (links kept), cut to the
+    fewest trailing folders that tell every name apart (``a/beam4/<model>/results_<date>.json``): still relative, no
+    path of the machine unless that is where they differ. Every other run keeps its name.
+    """
+    kept: dict[Path, RunFiles] = {}
+    notes = []
+    for run in runs:
+        key = run.results.resolve()
+        if key in kept:
+            notes.append(f"{run.name} is {kept[key].name} given again (the same file): read once.")
+            logger.info("%s", notes[-1])
+            continue
+        kept[key] = run
+    unique = list(kept.values())
+    names = [run.name for run in unique]
+    parts = [Path(os.path.abspath(run.results)).parts[1:] for run in unique]  # without the root (/, C:\\)
+    clashing = {i for i, name in enumerate(names) if Counter(names)[name] > 1}
+    while clashing:
+        for i in clashing:
+            names[i] = str(Path(*parts[i][-(len(Path(names[i]).parts) + 1):]))
+        clashing = {i for i in clashing if Counter(names)[names[i]] > 1 and len(Path(names[i]).parts) < len(parts[i])}
+    return [RunFiles(run.results, run.samples, name) for run, name in zip(unique, names)], notes
 
 
 def read_samples(path: Path) -> Iterator[dict]:

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
-from eglr_harness.analysis.load.files import find_runs, read_results
-from eglr_harness.analysis.load.rollouts import RolloutRow, TaskSamples, read_task_samples
+from eglr_harness.analysis.load.baselines import baseline_refusal
+from eglr_harness.analysis.load.files import distinct_runs, find_runs, read_results
+from eglr_harness.analysis.load.rollouts import RolloutRow, TaskSamples, doc_ranges, read_task_samples
 from eglr_harness.analysis.load.runs import RunInfo, run_info
 from eglr_harness.core.benchmark_names import benchmark_of
 from eglr_harness.core.cell import Cell
@@ -72,6 +73,19 @@ class RunPart:
         """The rollouts of the file that :attr:`rollouts` leaves out (they repeat one of it)."""
         return self._unique[1]
 
+    @cached_property
+    def is_eglr(self) -> bool:
+        """Whether the run's rollouts carry cells (L, T): a run of eglr-hf or eglr-vllm, whose problems are the grid's.
+        Any other (lm-eval's ``hf``, ``eglr-baseline``, a model not EGLR's) is a baseline of its own
+        (:mod:`~eglr_harness.analysis.load.baselines`)."""
+        return any(row.cell is not None for row in self.samples.rollouts)
+
+    @cached_property
+    def baseline_refusal(self) -> str | None:
+        """Why this run of another model is no baseline (:func:`~eglr_harness.analysis.load.baselines.baseline_refusal`
+        of its rollouts), or None; None for an EGLR run."""
+        return None if self.is_eglr else baseline_refusal(self.info, self.rollouts)
+
 
 @dataclass(frozen=True)
 class Grid:
@@ -79,7 +93,8 @@ class Grid:
 
     Attributes:
         task, model: what the grid is of.
-        docs: every document id seen in any run (sorted); the denominator of oracle and SC.
+        docs: every document id of the EGLR runs (sorted; of every run when none is one): the denominator of oracle
+            and SC. A run of another model never adds one (:func:`build_grid`).
         by_cell: cell -> doc_id -> rollouts of that cell on that document, by seed then cycle (a sampled
             rollout's ``seed`` is filled in: its label, else its run's base seed; deterministic ones keep None).
         parts: the merged runs, in the order given.
@@ -87,6 +102,9 @@ class Grid:
         duplicates: rollouts dropped because an earlier run had the same (doc, L, T, cycle).
         repeated: rollouts dropped because their own run already had that (doc, L, T, cycle).
         vote_rule: how votes were labelled (:data:`VOTE_CLUSTERS`, :data:`VOTE_STRINGS`, ...).
+        run_notes: what the report must say about the runs themselves, one line each: runs given but left out (another
+            task or benchmark, no samples, the same file again), other models' problems outside the grid, runs refused
+            as baselines and why (the section "Runs" prints them; each is logged when the grid is built).
     """
 
     task: str
@@ -99,6 +117,7 @@ class Grid:
     repeated: int = 0
     notes: tuple[str, ...] = field(default=())
     vote_rule: str = VOTE_STRINGS
+    run_notes: tuple[str, ...] = field(default=())
 
     @property
     def L_values(self) -> tuple[int, ...]:
@@ -176,8 +195,45 @@ def _decoding_settings(part: RunPart, task: str) -> dict:
     return decoded
 
 
-def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
-    """Merge the runs' rollouts of ``task`` into one grid (rules in the module docstring)."""
+def _within(part: RunPart, docs: frozenset[int]) -> RunPart:
+    """``part`` with only the problems of ``docs`` (its rollouts and document hashes)."""
+    samples = part.samples
+    return RunPart(part.info, replace(samples, rollouts=tuple(r for r in samples.rollouts if r.doc_id in docs),
+                                      doc_hashes={d: h for d, h in samples.doc_hashes.items() if d in docs}))
+
+
+def _on_grid_problems(parts: Sequence[RunPart]) -> tuple[list[RunPart], frozenset[int] | None, list[str]]:
+    """The parts with every run of another model restricted to the EGLR runs' problems (left out when it holds none
+    of them), those problems (None when no part is an EGLR run: then every run's problems are the grid's), and a
+    note per run cut down or left out."""
+    if not any(part.is_eglr for part in parts):
+        return list(parts), None, []
+    docs = frozenset(d for part in parts if part.is_eglr for d in part.samples.doc_hashes)
+    kept, notes = [], []
+    for part in parts:
+        outside = sorted(set(part.samples.doc_hashes) - docs)
+        if part.is_eglr or not outside:
+            kept.append(part)
+            continue
+        held, run = len(part.samples.doc_hashes), f"{part.info.name} ({part.info.model_source or 'other model'})"
+        if len(outside) == held:
+            notes.append(f"{run}: none of its {held} problems is among the EGLR runs' {len(docs)}: left out.")
+        else:
+            notes.append(f"{run}: {len(outside)} of its {held} problems are not among the EGLR runs' {len(docs)}: "
+                         f"left out of every comparison (docs {doc_ranges(outside)}).")
+            kept.append(_within(part, docs))
+    return kept, docs, notes
+
+
+def build_grid(task: str, parts: Sequence[RunPart], *, run_notes: Sequence[str] = ()) -> Grid:
+    """Merge the runs' rollouts of ``task`` into one grid (rules in the module docstring).
+
+    The grid's problems are the EGLR runs' (those whose rollouts carry cells, :attr:`RunPart.is_eglr`): a run of
+    another model (greedy or beam search) is restricted to them, a note saying what it left out, and never adds a
+    problem (nor, when it holds none of them, a part); with no EGLR run they are every run's. ``run_notes``: the
+    loader's notes on the runs (:func:`load_parts`, which logged them), said first in :attr:`Grid.run_notes`; a note
+    per run refused as a baseline (:attr:`RunPart.baseline_refusal`) follows. The grid's own notes are logged here.
+    """
     if not parts:
         raise ValueError(f"no run holds samples of task {task!r}; nothing to analyse.")
     models: dict[str, list[str]] = {}
@@ -192,8 +248,7 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
     kept: dict[int, list[tuple[int, RolloutRow]]] = {}  # doc -> (part index, row), to label the votes
     unplaced = duplicates = repeated = 0
     other_settings: dict[str, set] = {}  # setting -> values, of rollouts repeated by runs of other settings
-    settings = [_decoding_settings(part, task) for part in parts]
-    for index, part in enumerate(parts):
+    for part in parts:
         for doc_id, doc_hash in part.samples.doc_hashes.items():
             first = doc_hashes.setdefault(doc_id, (doc_hash, part.samples.path))
             if doc_hash and first[0] and first[0] != doc_hash:
@@ -201,6 +256,9 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
                     f"doc {doc_id} differs between {first[1]} and {part.samples.path} (doc_hash "
                     f"{first[0]} vs {doc_hash}); merge only runs over the same data."
                 )
+    parts, grid_docs, restricted = _on_grid_problems(parts)  # after the check: every doc of every run agrees
+    settings = [_decoding_settings(part, task) for part in parts]
+    for index, part in enumerate(parts):
         repeated += part.repeated  # within one run: each rollout once (RunPart.rollouts)
         for row in part.rollouts:
             if row.cell is None:
@@ -253,10 +311,14 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
                for d, rs in sorted(docs.items())}
         for cell, docs in sorted(cells.items())
     }
+    refused = [f"{part.info.name} ({part.info.model_source or 'other model'}) is no baseline, left out of every "
+               f"comparison: {part.baseline_refusal}." for part in parts if part.baseline_refusal]
+    for note in [*restricted, *refused]:
+        logger.warning("%s: %s", task, note)
     return Grid(
         task=task,
         model=parts[0].info.model,
-        docs=tuple(sorted(doc_hashes)),
+        docs=tuple(sorted(doc_hashes if grid_docs is None else grid_docs)),
         by_cell=by_cell,
         parts=tuple(parts),
         unplaced=unplaced,
@@ -264,23 +326,27 @@ def build_grid(task: str, parts: Sequence[RunPart]) -> Grid:
         repeated=repeated,
         notes=tuple(notes),
         vote_rule=_vote_rule(parts),
+        run_notes=(*run_notes, *restricted, *refused),
     )
 
 
 def load_parts(
     run_paths: Sequence[str | Path], task: str | None = None, filter_name: str | None = None
-) -> tuple[str, list[RunPart]]:
+) -> tuple[str, list[RunPart], list[str]]:
     """Find the runs under ``run_paths`` and read the samples of one task.
 
-    Returns ``(task, parts)``. With ``task=None`` the task is the one the EGLR runs hold (the one every run holds
-    when none is an EGLR run); several is a ``ValueError`` naming them. A run of another model (lm-eval's ``hf``:
+    Returns ``(task, parts, notes)``: ``notes`` name, one line each (logged), every run given that is not a part
+    (another task, another benchmark, no samples file) and every results file given twice (read once:
+    :func:`~eglr_harness.analysis.load.files.distinct_runs`, which also names runs named alike by their paths).
+    With ``task=None`` the task is the one the EGLR runs hold (the one every run holds when none is an EGLR run);
+    several is a ``ValueError`` naming them. A run of another model (lm-eval's ``hf``:
     greedy, beam search) that does not hold the task joins with its one task of the same benchmark: the
     leaderboard decodes those on ``<b>_eglr`` (one rollout a problem) beside EGLR-SC's ``<b>_eglr_sc``, over the
     same prompts; the grid's document check still holds the problems equal.
     """
     if not run_paths:
         raise ValueError("no run folder given; pass at least one folder written by lm_eval --output_path.")
-    runs = [run for path in run_paths for run in find_runs(path)]
+    runs, notes = distinct_runs([run for path in run_paths for run in find_runs(path)])
     infos = [(run, run_info(read_results(run.results), run.results, run.name)) for run in runs]
     with_samples = sorted({t for run, _ in infos for t in run.samples})
     if not with_samples:
@@ -306,9 +372,16 @@ def load_parts(
                 logger.info("%s: %s's run of %s joins the %s grid (the same benchmark's problems)",
                             run.name, info.model_source, held, task)
             parts.append(RunPart(info=info, samples=read_task_samples(run.samples[held], filter_name)))
-        elif task in info.tasks:
-            logger.warning("%s has results for %s but no samples file (run without --log_samples?)", run.name, task)
-    return task, parts
+            continue
+        if task in info.tasks:
+            notes.append(f"{run.name} has results for {task} but no samples file (run without --log_samples?): "
+                         "left out.")
+        else:
+            benchmark = "" if info.eglr is not None else f" nor of another task of its benchmark {benchmark_of(task)}"
+            notes.append(f"{run.name} ({info.model_source}) holds no samples of {task}{benchmark} (its samples: "
+                         f"{', '.join(sorted(run.samples)) or 'none'}): left out.")
+        logger.warning("%s", notes[-1])
+    return task, parts, notes
 
 
 def _same_benchmark_task(held: Iterable[str], info: RunInfo, task: str) -> str | None:
@@ -323,5 +396,5 @@ def _same_benchmark_task(held: Iterable[str], info: RunInfo, task: str) -> str |
 
 def load_grid(run_paths: Sequence[str | Path], task: str | None = None, filter_name: str | None = None) -> Grid:
     """Read and merge the runs under ``run_paths`` into the grid of one task."""
-    task, parts = load_parts(run_paths, task, filter_name)
-    return build_grid(task, parts)
+    task, parts, notes = load_parts(run_paths, task, filter_name)
+    return build_grid(task, parts, run_notes=notes)

@@ -11,7 +11,7 @@ from eglr_harness.core.cell import T_DECIMALS, Cell
 from eglr_harness.core.errors import FileFormatError
 from eglr_harness.core.run_format import check_rollout, read_samples_file
 
-__all__ = ["RolloutRow", "TaskSamples", "rollouts_of_sample", "read_task_samples"]
+__all__ = ["RolloutRow", "TaskSamples", "rollouts_of_sample", "read_task_samples", "doc_ranges"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +33,10 @@ class RolloutRow:
     vote: object = None
     signals: Mapping | None = field(default=None, compare=False)  # eglr_harness.core.signals dict; None: not recorded
     seed: int | None = None  # the seed of the rollout's repeat of the pool (``seeds=``); None: the run's base seed
+    # eglr-baseline's answers (docs/run-format.md): how it ended ("stop", "eos", "length", "cut") and the tokens its
+    # decoding evaluated, summed over beams; None where the run records none (every other model)
+    finish: str | None = field(default=None, compare=False)
+    search_tokens: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.vote is None and self.answer is not None:
@@ -83,7 +87,20 @@ def _row(item: dict, doc_id: int, index: int) -> RolloutRow:
         cluster=None if answer is None else cluster,
         signals=item.get("signals"),
         seed=item.get("seed"),
+        finish=item.get("finish"),
+        search_tokens=item.get("search_tokens"),
     )
+
+
+def doc_ranges(doc_ids) -> str:
+    """Document ids as runs of consecutive ids, ascending: ``[0, 1, 2, 5, 7, 8]`` -> ``"0-2, 5, 7-8"``."""
+    spans: list[list[int]] = []
+    for doc in sorted(set(doc_ids)):
+        if spans and doc == spans[-1][1] + 1:
+            spans[-1][1] = doc
+        else:
+            spans.append([doc, doc])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def rollouts_of_sample(sample: dict, *, where: str = "sample") -> list[RolloutRow]:

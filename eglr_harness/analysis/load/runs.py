@@ -29,6 +29,7 @@ class RunInfo:
         versions: ``lm_eval_version`` / ``transformers_version`` recorded by lm-eval.
         gen_kwargs: lm-eval's ``--gen_kwargs`` of the run (``config.gen_kwargs``; values as lm-eval stored them,
             strings when it kept the command line's text); empty when none were given.
+        batch_size: lm-eval's ``config.batch_size`` as stored (``"64"``, ``1``, ``"auto"``, ...); None when absent.
     """
 
     path: Path
@@ -42,6 +43,7 @@ class RunInfo:
     versions: Mapping[str, str] = field(default_factory=dict)
     name: str = ""
     gen_kwargs: Mapping = field(default_factory=dict)
+    batch_size: object = None
 
 
 def model_identity(results: Mapping) -> str:
@@ -109,4 +111,5 @@ def run_info(results: Mapping, path: Path, name: str = "") -> RunInfo:
         wall_time_s=_as_float(results.get("total_evaluation_time_seconds")),
         versions=versions,
         gen_kwargs=parse_model_args(config.get("gen_kwargs")),
+        batch_size=config.get("batch_size"),
     )

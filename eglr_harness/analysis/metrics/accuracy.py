@@ -20,9 +20,9 @@ when its first rollout is — as the tasks' ``maj@B``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from eglr_harness.analysis.load import Grid, RolloutRow, RunPart
+from eglr_harness.analysis.load import Grid, RolloutRow, RunPart, beam_count, first_rollouts
 from eglr_harness.core.cell import Cell
 from eglr_harness.core.votes import best_cell, majority
 
@@ -30,6 +30,8 @@ __all__ = [
     "CellAccuracy",
     "cell_accuracy",
     "solved_sets",
+    "RolloutSlot",
+    "rollout_solved_sets",
     "POOLS",
     "POOL_TITLES",
     "POOL_NAMES",
@@ -39,9 +41,9 @@ __all__ = [
     "sc_solved",
     "oracle_solved",
     "rollouts_per_problem",
-    "one_rollout_per_cell",
     "OtherRun",
     "other_runs",
+    "baselines",
 ]
 
 POOLS = ("T", "L", "LuT", "LxT")
@@ -98,6 +100,40 @@ def solved_sets(grid: Grid) -> dict[Cell, frozenset[int]]:
     }
 
 
+@dataclass(frozen=True)
+class RolloutSlot:
+    """One rollout of a cell on every problem: the cell's rollouts of one ``seed`` and ``cycle`` (``seed`` None: a
+    deterministic cell, the same text under any seed). A cell holds one slot per (seed, cycle) among its rollouts, so
+    a sampled cell under ten seeds (``seeds=10``) holds ten and a grid of one rollout per cell one slot per cell.
+    ``label``: the cell's where the cell holds one slot, else the cell's with what tells its slots apart
+    (``L=0,T=0.7,seed=1334``)."""
+
+    cell: Cell
+    seed: int | None
+    cycle: int
+    label: str = field(compare=False)
+
+
+def rollout_solved_sets(grid: Grid) -> dict[RolloutSlot, frozenset[int]]:
+    """slot -> the documents whose rollout of that slot is right: :func:`solved_sets` rollout by rollout, the unit
+    of any comparison at equal budget (a cell under several seeds is several rollouts, not one). L-major, then seed
+    and cycle (the grid's order); a slot's missing rollout on a document solves nothing."""
+    out: dict[RolloutSlot, frozenset[int]] = {}
+    for cell, docs in sorted(grid.by_cell.items()):
+        solved: dict[tuple[int | None, int], set[int]] = {}
+        for d, rows in docs.items():
+            for r in rows:  # keyed as the grid keys a rollout (load.grid.rollout_key): seed, then cycle or repeat
+                slot = solved.setdefault((r.seed, r.cycle if r.cycle is not None else r.repeat), set())
+                if r.correct:
+                    slot.add(d)
+        keys = sorted(solved, key=lambda k: (k[0] is not None, k[0] or 0, k[1]))
+        seeds, cycles = len({k[0] for k in keys}) > 1, len({k[1] for k in keys}) > 1
+        for seed, cycle in keys:
+            label = cell.label + (f",seed={seed}" if seeds else "") + (f",cycle={cycle}" if cycles else "")
+            out[RolloutSlot(cell, seed, cycle, label)] = frozenset(solved[(seed, cycle)])
+    return out
+
+
 def pool_cells(cells: Sequence[Cell], pool: str) -> list[Cell]:
     """The cells of ``pool`` among ``cells``, L-major."""
     if pool not in _POOL_RULES:
@@ -133,25 +169,25 @@ def rollouts_per_problem(grid: Grid, cells: Sequence[Cell]) -> float:
     return sum(sum(len(rows) for rows in grid.by_cell[c].values()) / len(grid.by_cell[c]) for c in cells)
 
 
-def one_rollout_per_cell(grid: Grid, cells: Sequence[Cell]) -> bool:
-    """Whether ``cells`` hold one rollout per problem each, so that their budget is their number (what a yardstick
-    of as many random grid cells assumes)."""
-    return rollouts_per_problem(grid, cells) == len(cells)
-
-
 @dataclass(frozen=True)
 class OtherRun:
-    """A run of a model other than eglr-hf merged into the grid (lm-eval's ``hf``: greedy or beam search).
+    """A run of a model other than EGLR's merged into the grid (lm-eval's ``hf`` or ``eglr-baseline``: greedy or
+    beam search), over the grid's problems it holds.
 
     ``first_correct``: problem -> whether the run's first rollout on it is right (it decodes one per problem;
-    repeats of a deterministic run are copies). ``num_beams``: its ``num_beams`` gen kwarg as an int (None when
-    not given; a value that is no int is kept in ``beams_text`` and makes :attr:`beams_error`)."""
+    repeats of a deterministic run are copies). ``num_beams``: its ``num_beams`` gen kwarg as an int (None when not
+    given or no beam count: :func:`~eglr_harness.analysis.load.baselines.beam_count`). ``refused``: why it is no
+    baseline (:attr:`~eglr_harness.analysis.load.RunPart.baseline_refusal`), None when it is one; a refused run is
+    in no comparison of any section, which names it with this reason. ``search_tokens``: problem -> the tokens its
+    decoding evaluated for the first rollout (eglr-baseline records them), None unless every first rollout has them.
+    """
 
     name: str
     source: str
     first_correct: Mapping[int, int]
     num_beams: int | None
-    beams_text: str | None = None
+    refused: str | None = None
+    search_tokens: Mapping[int, int] | None = None
 
     @property
     def label(self) -> str:
@@ -159,33 +195,26 @@ class OtherRun:
             else f"{self.source}, no beams"
 
     @property
-    def beams_error(self) -> str | None:
-        """Why the run's beam count cannot be read, or None."""
-        if self.beams_text is not None and (self.num_beams is None or self.num_beams < 1):
-            return f"num_beams={self.beams_text!r} is not a beam count"
-        return None
-
-    @property
     def solved(self) -> frozenset[int]:
         return frozenset(d for d, right in self.first_correct.items() if right)
 
 
 def _other_run(part: RunPart) -> OtherRun | None:
-    rows = part.rollouts
-    if not rows or any(row.cell is not None for row in rows):
-        return None  # an EGLR run, or no rollout
-    first: dict[int, int] = {}
-    for row in sorted(rows, key=lambda r: (r.doc_id, r.repeat)):
-        first.setdefault(row.doc_id, row.correct)
-    beams = part.info.gen_kwargs.get("num_beams")
-    try:
-        num_beams = None if beams is None else int(str(beams))
-    except ValueError:
-        num_beams = None
-    return OtherRun(part.info.name, part.info.model_source or "other model", first, num_beams,
-                    None if beams is None else str(beams))
+    if part.is_eglr:
+        return None
+    first = first_rollouts(part.rollouts)
+    tokens = {doc: row.search_tokens for doc, row in first.items()}
+    return OtherRun(part.info.name, part.info.model_source or "other model",
+                    {doc: row.correct for doc, row in first.items()}, beam_count(part.info.gen_kwargs)[0],
+                    part.baseline_refusal, tokens if None not in tokens.values() else None)
 
 
 def other_runs(grid: Grid) -> list[OtherRun]:
-    """The grid's runs of models other than eglr-hf, in the order given."""
+    """The grid's runs of models other than EGLR's, in the order given, refused ones too (:attr:`OtherRun.refused`:
+    each section names them with the reason)."""
     return [run for run in map(_other_run, grid.parts) if run is not None]
+
+
+def baselines(grid: Grid) -> list[OtherRun]:
+    """:func:`other_runs` that are baselines (not refused): the only ones any section compares or draws."""
+    return [run for run in other_runs(grid) if run.refused is None]

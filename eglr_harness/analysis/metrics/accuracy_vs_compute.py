@@ -19,8 +19,14 @@ rollouts of the cell those runs decoded themselves (each run's rollouts of the c
 from the rollout store, whose compute its accounting leaves out), so the first factor is the mean cost of one
 rollout; ``rollouts_c / docs_c`` the cell's rollouts per problem in the grid (one, or the seeds and cycles of a
 sampled cell). A cell no run accounts for has no cost, and a method using it no compute (it is left out, with the
-reason). A run that evaluated other tasks too is not read for costs: its accounting is not split by task. The
-other runs' compute is :func:`~eglr_harness.analysis.metrics.compute.beam_flop_ratio` (they count no tokens).
+reason). A run that evaluated other tasks too is not read for costs: its accounting is not split by task.
+
+Compute of another model's run (:func:`other_run_compute`), per problem, relative to greedy: measured where every
+first rollout records ``search_tokens`` (eglr-baseline: the tokens its decoding evaluated, summed over beams), the
+mean of them over its problems divided by ``cost(greedy)`` (greedy's tokens per rollout); otherwise nominal,
+:func:`~eglr_harness.analysis.metrics.compute.beam_flop_ratio` (``num_beams`` × greedy: lm-eval's ``hf`` counts no
+tokens), marked so (:attr:`ComputePoint.basis`). A run refused as a baseline (:attr:`OtherRun.refused`) has no
+point: it is left out with the reason.
 
 Accuracies follow the pools table: greedy and the best configuration are their cell's correct rollouts over its
 rollouts; SC and oracle the problems they solve over every problem of the grid; another run its first rollout per
@@ -35,15 +41,15 @@ from dataclasses import dataclass
 
 from eglr_harness.analysis.load import GREEDY, Grid
 from eglr_harness.analysis.metrics.accuracy import (
-    POOL_NAMES, POOLS, CellAccuracy, OtherRun, best_in_pool, oracle_solved, other_runs, pool_cells,
+    POOL_NAMES, POOLS, CellAccuracy, OtherRun, baselines, best_in_pool, oracle_solved, other_runs, pool_cells,
     rollouts_per_problem, sc_solved,
 )
 from eglr_harness.analysis.metrics.compute import beam_flop_ratio, cell_compute, reused_by_cell
 from eglr_harness.analysis.metrics.intervals import wilson_interval
 from eglr_harness.core.cell import Cell
 
-__all__ = ["GREEDY_KIND", "METHOD", "OTHER_RUN", "UPPER_BOUND", "ComputePoint", "AccuracyVsCompute", "cell_costs",
-           "accuracy_vs_compute"]
+__all__ = ["GREEDY_KIND", "METHOD", "OTHER_RUN", "UPPER_BOUND", "MEASURED", "NOMINAL", "ComputePoint",
+           "AccuracyVsCompute", "cell_costs", "other_run_compute", "accuracy_vs_compute"]
 
 # The kinds of point (the figure draws each kind in its own style).
 GREEDY_KIND = "greedy"
@@ -51,11 +57,17 @@ METHOD = "EGLR method"
 OTHER_RUN = "other run"
 UPPER_BOUND = "upper bound"
 
+# What a point's compute rests on: tokens the runs recorded, or num_beams × greedy's (no token counted)
+MEASURED = "measured"
+NOMINAL = "nominal"
+
 
 @dataclass(frozen=True)
 class ComputePoint:
     """One point: ``correct`` of ``n`` (problems, or rollouts for a single cell) with the 95 % Wilson interval
-    ``[low, high]`` (fractions); ``compute`` per problem relative to greedy; ``rollouts`` per problem."""
+    ``[low, high]`` (fractions); ``compute`` per problem relative to greedy; ``rollouts`` per problem; ``basis``
+    :data:`MEASURED` (the runs' token accounting, or greedy, the unit) or :data:`NOMINAL` (another run's
+    ``num_beams`` × greedy)."""
 
     label: str
     kind: str
@@ -65,6 +77,7 @@ class ComputePoint:
     n: int
     low: float
     high: float
+    basis: str = MEASURED
 
     @property
     def accuracy(self) -> float:
@@ -73,10 +86,12 @@ class ComputePoint:
 
 @dataclass(frozen=True)
 class AccuracyVsCompute:
-    """The points, in report order, and the methods left out, ``(label, why)``."""
+    """The points, in report order; the methods left out for want of compute, ``(label, why)``; the other models'
+    runs refused as baselines, ``(label, why)`` (:attr:`OtherRun.refused`)."""
 
     points: tuple[ComputePoint, ...]
     left_out: tuple[tuple[str, str], ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()
 
 
 def cell_costs(grid: Grid) -> dict[Cell, float]:
@@ -99,13 +114,20 @@ def cell_costs(grid: Grid) -> dict[Cell, float]:
             for cell, docs in grid.by_cell.items() if generated[cell] and docs}
 
 
-def _other_run_point(run: OtherRun) -> ComputePoint | tuple[str, str]:
-    """The point of another model's run, or ``(label, why)`` when it cannot be placed."""
-    if run.beams_error:
-        return f"{run.source} run {run.name}", run.beams_error
+def other_run_compute(run: OtherRun, greedy_cost: float | None) -> tuple[float, str]:
+    """``(compute per problem relative to greedy, basis)`` of another model's run (module docstring): its mean
+    ``search_tokens`` over ``greedy_cost`` (``cell_costs(grid)[GREEDY]``), :data:`MEASURED`, where every first rollout
+    records them and greedy has a cost; else ``beam_flop_ratio(num_beams)``, :data:`NOMINAL`."""
+    if run.search_tokens and greedy_cost:
+        return sum(run.search_tokens.values()) / len(run.search_tokens) / greedy_cost, MEASURED
+    return beam_flop_ratio(run.num_beams), NOMINAL
+
+
+def _other_run_point(run: OtherRun, greedy_cost: float | None) -> ComputePoint:
+    """The point of another model's run (a baseline: not refused)."""
     correct, n = len(run.solved), len(run.first_correct)
-    return ComputePoint(run.label, OTHER_RUN, 1, beam_flop_ratio(run.num_beams), correct, n,
-                        *wilson_interval(correct, n))
+    compute, basis = other_run_compute(run, greedy_cost)
+    return ComputePoint(run.label, OTHER_RUN, 1, compute, correct, n, *wilson_interval(correct, n), basis)
 
 
 def accuracy_vs_compute(grid: Grid, accuracy: Mapping[Cell, CellAccuracy]) -> AccuracyVsCompute:
@@ -161,7 +183,6 @@ def accuracy_vs_compute(grid: Grid, accuracy: Mapping[Cell, CellAccuracy]) -> Ac
                 continue
             points.append(ComputePoint(label, kind, rollouts, x, len(solved), grid.n_docs,
                                        *wilson_interval(len(solved), grid.n_docs)))
-    for run in other_runs(grid):
-        found = _other_run_point(run)
-        (left_out if isinstance(found, tuple) else points).append(found)
-    return AccuracyVsCompute(tuple(points), tuple(left_out))
+    refused = [(f"{run.source} run {run.name}", run.refused) for run in other_runs(grid) if run.refused]
+    points += [_other_run_point(run, greedy_cost) for run in baselines(grid)]
+    return AccuracyVsCompute(tuple(points), tuple(left_out), tuple(refused))

@@ -1,10 +1,14 @@
 """Which configurations solve which problems: disagreement, exclusive and marginal counts.
 
-- disagreement(a, b) = |solved(a) △ solved(b)| (symmetric difference of solved sets);
+- disagreement(a, b) = |solved(a) △ solved(b)| (symmetric difference of solved sets), rollout against rollout:
+  the report's slices are over the grid's rollout slots
+  (:func:`~eglr_harness.analysis.metrics.accuracy.rollout_solved_sets`), so a sampled cell under several seeds
+  contributes each seed's rollout as a row and column of its own, never the oracle of its seeds (which would set
+  ten samples against one rollout);
 - slices: ``L-vs-L`` over the L pool (T=0, L>0), ``T-vs-T`` over the T pool (L=0, T>0),
   ``T-vs-L`` with T-pool rows against L-pool columns;
-- mean and max of a square slice are over unordered pairs of distinct cells; of ``T-vs-L`` over
-  all its entries;
+- mean and max of a square slice are over unordered pairs of distinct rollouts (cells, where keyed by cell); of
+  ``T-vs-L`` over all its entries;
 - exclusive(c) = documents that only cell c solves (among all cells of the grid);
 - marginal(c) = documents c solves that greedy (0, 0) does not.
 """
@@ -16,7 +20,7 @@ from dataclasses import dataclass
 from statistics import mean
 
 from eglr_harness.analysis.load import GREEDY
-from eglr_harness.analysis.metrics.accuracy import pool_cells
+from eglr_harness.analysis.metrics.accuracy import RolloutSlot, pool_cells
 from eglr_harness.core.cell import Cell
 
 __all__ = [
@@ -33,11 +37,11 @@ SLICES = ("L-vs-L", "T-vs-T", "T-vs-L")
 
 @dataclass(frozen=True)
 class DisagreementMatrix:
-    """``values[i][j]`` = disagreement between ``rows[i]`` and ``cols[j]``."""
+    """``values[i][j]`` = disagreement between ``rows[i]`` and ``cols[j]`` (rollout slots, or cells)."""
 
     name: str
-    rows: tuple[Cell, ...]
-    cols: tuple[Cell, ...]
+    rows: tuple[RolloutSlot | Cell, ...]
+    cols: tuple[RolloutSlot | Cell, ...]
     values: tuple[tuple[int, ...], ...]
     mean: float | None
     max: int | None
@@ -45,7 +49,8 @@ class DisagreementMatrix:
 
 
 def disagreement_matrix(
-    solved: Mapping[Cell, frozenset[int]], rows: Sequence[Cell], cols: Sequence[Cell], *, name: str, square: bool
+    solved: Mapping[RolloutSlot | Cell, frozenset[int]], rows: Sequence[RolloutSlot | Cell],
+    cols: Sequence[RolloutSlot | Cell], *, name: str, square: bool
 ) -> DisagreementMatrix:
     """Pairwise disagreement of ``rows`` × ``cols``; ``square`` says rows and cols are one set."""
     empty: frozenset[int] = frozenset()
@@ -65,10 +70,21 @@ def disagreement_matrix(
     )
 
 
-def disagreement_slices(solved: Mapping[Cell, frozenset[int]]) -> dict[str, DisagreementMatrix]:
-    """The three slices of the paper (see the module docstring)."""
-    cells = list(solved)
-    L_pool, T_pool = pool_cells(cells, "L"), pool_cells(cells, "T")
+def disagreement_slices(solved: Mapping[RolloutSlot | Cell, frozenset[int]]) -> dict[str, DisagreementMatrix]:
+    """The three slices of the paper (see the module docstring) over the keys of ``solved``: rollout slots
+    (:func:`~eglr_harness.analysis.metrics.accuracy.rollout_solved_sets`, rollout against rollout, as the report
+    compares them) or cells (:func:`~eglr_harness.analysis.metrics.accuracy.solved_sets`: a cell's solved set is
+    the oracle of its rollouts)."""
+
+    def cell(key: RolloutSlot | Cell) -> Cell:
+        return key.cell if isinstance(key, RolloutSlot) else Cell._make(key)
+
+    def pool(name: str) -> list[RolloutSlot | Cell]:
+        cells = set(pool_cells([cell(k) for k in solved], name))
+        # L-major; a cell's slots keep their order in ``solved`` (seed, then cycle)
+        return sorted((k for k in solved if cell(k) in cells), key=cell)
+
+    L_pool, T_pool = pool("L"), pool("T")
     return {
         "L-vs-L": disagreement_matrix(solved, L_pool, L_pool, name="L-vs-L", square=True),
         "T-vs-T": disagreement_matrix(solved, T_pool, T_pool, name="T-vs-T", square=True),

@@ -189,13 +189,16 @@ class PairedDifference:
     n_effective: int
 
 
-def paired_difference(a: Mapping[int, float], b: Mapping[int, float], *, seed: int = 0) -> PairedDifference | None:
-    """A − B over the problems in both (doc_id -> per-problem accuracy); None when they share none."""
+def paired_difference(a: Mapping[int, float], b: Mapping[int, float], *, seed: int = 0,
+                      n_resamples: int = N_RESAMPLES) -> PairedDifference | None:
+    """A − B over the problems in both (doc_id -> per-problem accuracy); None when they share none. The bootstrap
+    draws depend on ``seed``, ``n_resamples`` and the number of problems only, so differences over the same
+    problems with the same seed are resampled jointly (as :func:`bootstrap_intervals` does within one call)."""
     shared = sorted(set(a) & set(b))
     if not shared:
         return None
     diff = [a[d] - b[d] for d in shared]
-    mean, low, high = bootstrap_intervals({"d": diff}, seed=seed)["d"]
+    mean, low, high = bootstrap_intervals({"d": diff}, n_resamples=n_resamples, seed=seed)["d"]
     better_a, better_b = sum(x > 0 for x in diff), sum(x < 0 for x in diff)
     wilcoxon = wilcoxon_signed_rank(diff)
     return PairedDifference(len(shared), mean, low, high, better_a, better_b, sign_test_p(better_a, better_b),

@@ -9,11 +9,11 @@ L pool ∪ greedy; joint = every cell. These are the paper's 11×11 grid corners
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from math import comb
 
 from eglr_harness.analysis.load import GREEDY, Grid
-from eglr_harness.analysis.metrics.accuracy import pool_cells
+from eglr_harness.analysis.metrics.accuracy import pool_cells, rollout_solved_sets
 from eglr_harness.core.cell import Cell
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "corner_cells",
     "random_oracle_per_doc",
     "expected_random_oracle",
+    "random_rollouts_yardstick",
 ]
 
 # The four named corners of the cumulative oracle and the pool each adds greedy to.
@@ -70,12 +71,13 @@ def corner_cells(grid: Grid) -> dict[Cell, str]:
     return names
 
 
-def random_oracle_per_doc(solved: Mapping[Cell, frozenset[int]], cells: Sequence[Cell],
+def random_oracle_per_doc(solved: Mapping[Hashable, frozenset[int]], cells: Sequence[Hashable],
                           budget: int) -> dict[int, float]:
     """doc -> probability that ``budget`` cells drawn uniformly without replacement from ``cells`` solve it.
 
     Exact: a document solved by ``s`` of the ``n`` cells is missed with probability
-    C(n - s, budget) / C(n, budget). Documents no cell solves are left out (probability 0).
+    C(n - s, budget) / C(n, budget). Documents no cell solves are left out (probability 0). The units drawn are
+    the keys of ``solved``: cells, or the rollout slots of :func:`random_rollouts_yardstick`.
     """
     n = len(cells)
     if not 0 <= budget <= n:
@@ -88,11 +90,28 @@ def random_oracle_per_doc(solved: Mapping[Cell, frozenset[int]], cells: Sequence
     return {doc: 1 - comb(n - s, budget) / total for doc, s in per_doc.items()}
 
 
-def expected_random_oracle(solved: Mapping[Cell, frozenset[int]], cells: Sequence[Cell], budget: int) -> float:
+def expected_random_oracle(solved: Mapping[Hashable, frozenset[int]], cells: Sequence[Hashable],
+                           budget: int) -> float:
     """Expected number of documents solved by ``budget`` cells drawn uniformly without replacement from ``cells``.
 
-    Exact, not sampled (the sum of :func:`random_oracle_per_doc`). It is the equal-budget
-    yardstick for a pool: an oracle gain that random cells of the same number also reach is budget,
-    not complementarity.
+    Exact, not sampled (the sum of :func:`random_oracle_per_doc`). Over the grid's rollouts
+    (:func:`random_rollouts_yardstick`) it is the equal-budget yardstick for a pool: an oracle gain that as many
+    random rollouts also reach is budget, not complementarity.
     """
     return sum(random_oracle_per_doc(solved, cells, budget).values())
+
+
+def random_rollouts_yardstick(grid: Grid, cells: Sequence[Cell]) -> tuple[int, dict[int, float]]:
+    """The equal-budget yardstick of the pool of ``cells``: ``(B, doc -> probability)``, B the rollouts per problem
+    the pool holds and the probability that B rollouts drawn uniformly without replacement from all the grid's
+    rollouts solve the document (exact, :func:`random_oracle_per_doc` over the grid's rollout slots,
+    :func:`~eglr_harness.analysis.metrics.accuracy.rollout_solved_sets`).
+
+    Rollouts, not cells, are drawn so that the yardstick's budget is the pool's whatever the cells hold: a sampled
+    cell under ten seeds is ten rollouts of the draw, as it is ten of the pool's. On a grid of one rollout per cell
+    it is the oracle of as many random cells.
+    """
+    slots = rollout_solved_sets(grid)
+    wanted = set(cells)
+    budget = sum(1 for slot in slots if slot.cell in wanted)
+    return budget, random_oracle_per_doc(slots, list(slots), budget)

@@ -18,7 +18,12 @@ order), on the problems where every pool has B. Per problem and pool: *oracle* (
 and *accuracy* (correct / B). Each pair of pools (L − seed, T − seed, L − T) is compared on each of the
 three with :func:`~eglr_harness.analysis.metrics.intervals.paired_difference`: the mean per-problem
 difference with a paired bootstrap 95 % interval, the problems each does better on with the exact sign test,
-and Wilcoxon's signed-rank p with its effective n (problems, not rollouts). Pure: no files.
+and Wilcoxon's signed-rank p with its effective n (problems, not rollouts).
+
+Where the grid holds greedy (L = 0, T = 0), each pool is also set against it by *accuracy* (``GREEDY_PAIRS``): the
+pool's right / B against greedy's right / 1 on each compared problem greedy holds. Greedy is the one rollout that
+decodes as the L pool does (T = 0), so "L pool − greedy" says what depth does to a single answer at the same
+temperature, which "L pool − seed pool" (T = 0 against T > 0) cannot. Pure: no files.
 """
 
 from __future__ import annotations
@@ -26,14 +31,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from eglr_harness.analysis.load import Grid, RolloutRow
+from eglr_harness.analysis.load import GREEDY, Grid, RolloutRow
 from eglr_harness.analysis.metrics.accuracy import pool_cells, vote_is_correct
 from eglr_harness.analysis.metrics.intervals import PairedDifference, paired_difference
 from eglr_harness.core.cell import Cell
 
-__all__ = ["RESAMPLING_PAIRS", "PoolScore", "Resampling", "resampling_pools", "resampling_check"]
+__all__ = ["RESAMPLING_PAIRS", "GREEDY_PAIRS", "PoolScore", "Resampling", "resampling_pools", "resampling_check"]
 
 RESAMPLING_PAIRS = (("L", "seed"), ("T", "seed"), ("L", "T"))
+# by accuracy only: greedy's oracle and vote are its one answer, and "SC − greedy" is the intervals section's
+GREEDY_PAIRS = (("L", "greedy"), ("T", "greedy"), ("seed", "greedy"))
 MEASURES = ("oracle", "vote", "accuracy")
 
 
@@ -52,7 +59,8 @@ class PoolScore:
 @dataclass(frozen=True)
 class Resampling:
     """B rollouts per problem on ``problems`` problems; each pool's scores; per (pair, measure) the paired
-    difference A − B."""
+    difference A − B (pool B ``"greedy"``: accuracy only, over the compared problems greedy holds). ``greedy``:
+    greedy's scores (one rollout per problem) over those problems, None where the grid has no greedy cell."""
 
     B: int
     problems: int
@@ -60,6 +68,7 @@ class Resampling:
     differences: dict[tuple[str, str, str], PairedDifference]
     seed_cell: Cell
     seeds: tuple[int, ...]
+    greedy: PoolScore | None = None
 
 
 def _seed_cell(grid: Grid) -> tuple[Cell, tuple[int, ...]] | None:
@@ -128,4 +137,12 @@ def resampling_check(grid: Grid, *, seed: int = 0) -> Resampling | None:
             diff = paired_difference(per[measure][a], per[measure][b], seed=seed)
             if diff is not None:
                 differences[(a, b, measure)] = diff
-    return Resampling(B, len(docs), scores, differences, cell, seeds)
+    greedy_rows = grid.by_cell.get(GREEDY, {})
+    right = {d: float(greedy_rows[d][0].correct) for d in docs if greedy_rows.get(d)}  # its one rollout
+    greedy = None
+    if right:
+        greedy = PoolScore("greedy", "greedy (L=0, T=0): 1 rollout", int(sum(right.values())),
+                           int(sum(right.values())), sum(right.values()) / len(right))
+        for a in (name for name, _ in GREEDY_PAIRS if name in pools):
+            differences[(a, "greedy", "accuracy")] = paired_difference(per["accuracy"][a], right, seed=seed)
+    return Resampling(B, len(docs), scores, differences, cell, seeds, greedy)

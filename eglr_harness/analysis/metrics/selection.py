@@ -3,7 +3,9 @@
 Per problem, every aggregator picks one answer from the pool's rollouts (those with an answer);
 its score is the share of problems where that answer is right. The aggregators:
 
-- ``majority vote`` — :func:`eglr_harness.core.votes.majority` (the tasks' ``maj@B``);
+- ``majority vote`` — :func:`eglr_harness.core.votes.majority` (the tasks' ``maj@B``); its note says how many
+  problems were ties and what it solves with every tie broken against and for it
+  (:func:`eglr_harness.core.votes.vote_outcome`);
 - ``DeepConf weighted vote`` — :func:`~eglr_harness.core.votes.weighted_majority` with the weight
   :func:`eglr_harness.core.signals.confidence` (``exp(mean_logprob)``); ``DeepConf top-10 %`` votes the
   same way among the 10 % most confident rollouts (:func:`~eglr_harness.core.votes.top_fraction`);
@@ -31,7 +33,7 @@ from eglr_harness.analysis.load import GREEDY, Grid, RolloutRow
 from eglr_harness.analysis.metrics.intervals import bootstrap_intervals
 from eglr_harness.core.cell import Cell
 from eglr_harness.core.signals import HIGHER_IS_BETTER, RECORDED_SIGNALS, confidence
-from eglr_harness.core.votes import DEEPCONF_ETA, best_scored, majority, top_fraction, weighted_majority
+from eglr_harness.core.votes import DEEPCONF_ETA, best_scored, majority, top_fraction, vote_outcome, weighted_majority
 
 __all__ = [
     "Aggregator",
@@ -175,7 +177,9 @@ def selection(
     def per_doc(pick: Callable[[list, list], int]) -> tuple[int, ...]:
         return tuple(pick(rows_of[d], feats_of[d]) for d in docs)
 
-    aggs = [Aggregator("majority vote", per_doc(lambda rows, f: _pick_correct(rows, majority([r.vote for r in rows]))))]
+    aggs = [Aggregator("majority vote", per_doc(lambda rows, f: _pick_correct(rows, majority([r.vote for r in rows]))),
+                       _ties_note([vote_outcome([r.vote for r in rows_of[d]], [r.correct for r in rows_of[d]])
+                                   for d in docs]))]  # fmt: skip
     if "mean_logprob" in recorded:
 
         def deepconf(rows, feats, eta=None):
@@ -208,6 +212,13 @@ def selection(
     diffs = {a.name: [x - y for x, y in zip(a.solved, base)] for a in aggs[1:]}
     vs = bootstrap_intervals(diffs, seed=seed) if diffs and docs else {}
     return Selection(pool, cells, docs, recorded, greedy, oracle, tuple(aggs), vs)
+
+
+def _ties_note(outcomes) -> str:
+    """The majority vote's ties: how many problems, and what it solves with every tie broken against / for it."""
+    tied, worst, best = (sum(getattr(o, k) for o in outcomes) for k in ("tied", "worst", "best"))
+    return (f"ties: {tied} of {len(outcomes)} problems (first-seen in pool order); solved {worst} … {best} with "
+            "every tie against … for the vote")
 
 
 def _fitted(docs, rows_of, feats_of, half, names) -> list[Aggregator]:

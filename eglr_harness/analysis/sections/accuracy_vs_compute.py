@@ -5,7 +5,7 @@ them as an upper bound; the figure and its table (:mod:`~eglr_harness.analysis.m
 from __future__ import annotations
 
 from eglr_harness.analysis.metrics.accuracy_vs_compute import (
-    GREEDY_KIND, METHOD, OTHER_RUN, UPPER_BOUND, AccuracyVsCompute, accuracy_vs_compute,
+    GREEDY_KIND, METHOD, NOMINAL, OTHER_RUN, UPPER_BOUND, AccuracyVsCompute, accuracy_vs_compute,
 )
 from eglr_harness.analysis.render import accuracy_compute_plot, markdown_table, num, pct
 from eglr_harness.analysis.sections.section import ReportContext, Section, Table, image, register_section
@@ -29,8 +29,11 @@ class AccuracyVsComputeSection(Section):
   tokens per problem, so longer answers cost more too. A rollout its runs reused (the rollout store) costs the
   mean of the cell's decoded ones; a cell no run accounts for leaves its methods out (named under the table).
   Best single config = the grid's best cell other than greedy, costed as that cell alone (it was chosen on the
-  same problems after decoding every cell). Other models' runs (lm-eval `hf`): num_beams × greedy (their outputs
-  taken as long as greedy's: they count no tokens). y = accuracy with its 95 % Wilson interval: over rollouts for
+  same problems after decoding every cell). Other models' runs: measured where each answer records the tokens its
+  decoding evaluated, summed over beams (eglr-baseline's `search_tokens`): their mean per problem over greedy's
+  tokens per rollout; else (lm-eval `hf`) nominal, num_beams × greedy (outputs taken as long as greedy's: such runs
+  count no tokens), marked "nominal" (CSV `compute_basis`). A run refused as a baseline is named under the table
+  with the reason, never drawn. y = accuracy with its 95 % Wilson interval: over rollouts for
   a single cell, over problems for SC, oracle and other runs. The oracle counts a problem solved when any rollout
   is correct, which needs the answer key: an upper bound on any selection from the pool, not a method.
 """
@@ -40,10 +43,10 @@ class AccuracyVsComputeSection(Section):
 
     def tables(self, ctx: ReportContext, result: AccuracyVsCompute) -> list[Table]:
         header = ["method", "kind", "rollouts_per_problem", "compute_vs_greedy", "correct", "n", "accuracy", "ci_low",
-                  "ci_high"]
+                  "ci_high", "compute_basis"]
         rows = [
             [p.label, p.kind, round(p.rollouts, 6), round(p.compute, 6), p.correct, p.n, round(p.accuracy, 6),
-             round(p.low, 6), round(p.high, 6)]  # fmt: skip
+             round(p.low, 6), round(p.high, 6), p.basis]  # fmt: skip
             for p in result.points
         ]
         return [Table(f"{FIGURE}.csv", header, rows)]
@@ -57,11 +60,12 @@ class AccuracyVsComputeSection(Section):
         return {FIGURE: accuracy_compute_plot(out / f"{FIGURE}.png", points, styles, title=title)}
 
     def markdown(self, ctx: ReportContext, result: AccuracyVsCompute, figs) -> list[str]:
-        if not result.points and not result.left_out:
+        if not result.points and not result.left_out and not result.refused:
             return []
         rows = [
-            [p.label, "upper bound" if p.kind == UPPER_BOUND else "method", f"{p.rollouts:g}", num(p.compute, 2),
-             f"{p.correct}/{p.n}", pct(p.accuracy), f"[{pct(p.low)}, {pct(p.high)}]"]  # fmt: skip
+            [p.label, "upper bound" if p.kind == UPPER_BOUND else "method", f"{p.rollouts:g}",
+             num(p.compute, 2) + (" (nominal)" if p.basis == NOMINAL else ""), f"{p.correct}/{p.n}", pct(p.accuracy),
+             f"[{pct(p.low)}, {pct(p.high)}]"]  # fmt: skip
             for p in result.points
         ]
         header = ["method", "kind", "rollouts per problem (B)", "compute vs greedy", "correct", "accuracy %",
@@ -79,4 +83,7 @@ class AccuracyVsComputeSection(Section):
         if reasons:
             parts.append("\nLeft out (no compute to place them by):\n")
             parts += [f"- {', '.join(labels)}: {why}." for why, labels in reasons.items()]
+        if result.refused:
+            parts.append("\nRefused as baselines (not drawn):\n")
+            parts += [f"- {label}: {why}." for label, why in result.refused]
         return parts

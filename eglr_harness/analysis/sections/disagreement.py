@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from eglr_harness.analysis.metrics.accuracy import rollout_solved_sets
 from eglr_harness.analysis.metrics.disagreement import disagreement_slices, exclusive_counts, marginal_over_greedy
 from eglr_harness.analysis.render import heatmap, markdown_table, num
 from eglr_harness.analysis.sections.section import ReportContext, Section, Table, image, register_section
@@ -10,12 +11,14 @@ from eglr_harness.analysis.sections.section import ReportContext, Section, Table
 @register_section("disagreement")
 class Disagreement(Section):
     DEFINITIONS = """\
-- Disagreement slices: L-vs-L over the L pool, T-vs-T over the T pool (mean/max over unordered pairs of distinct
-  cells), T-vs-L = T pool rows × L pool columns (mean/max over all entries).
+- Disagreement slices, rollout against rollout: L-vs-L over the L pool, T-vs-T over the T pool (mean/max over
+  unordered pairs of distinct rollouts), T-vs-L = T pool rows × L pool columns (mean/max over all entries). A row or
+  column is one rollout per problem: a sampled cell under several seeds (or cycles) gives each seed's rollout a row
+  and column of its own (`L=0,T=0.7,seed=1334`), so that no side is the oracle of several samples.
 """
 
     def compute(self, ctx: ReportContext):
-        return disagreement_slices(ctx.solved)
+        return disagreement_slices(rollout_solved_sets(ctx.grid))
 
     def tables(self, ctx: ReportContext, result) -> list[Table]:
         return [
@@ -50,7 +53,8 @@ class Disagreement(Section):
     def markdown(self, ctx: ReportContext, result, figs) -> list[str]:
         rows = [[name, f"{len(m.rows)}×{len(m.cols)}", m.pairs, num(m.mean, 1), m.max] for name, m in result.items()]
         return [
-            "\n## Pairwise disagreement\n|solved(a) △ solved(b)| in problems. Tables: `disagreement_*.csv`.\n",
+            "\n## Pairwise disagreement\n|solved(a) △ solved(b)| in problems, rollout against rollout. Tables: "
+            "`disagreement_*.csv`.\n",
             markdown_table(["slice", "matrix", "pairs", "mean", "max"], rows),
             "",
             *(image(figs, f"disagreement_{k}", f"disagreement {k}") for k in result),

@@ -1,5 +1,5 @@
 """Section "Pools (Table 5 layout)": greedy / best single config / SC / oracle per pool, beside the
-oracle of as many random grid cells."""
+oracle of as many rollouts drawn at random from the grid."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from eglr_harness.analysis.load import GREEDY, VOTE_STRINGS, Grid
 from eglr_harness.analysis.metrics.accuracy import (
-    POOL_TITLES, POOLS, CellAccuracy, best_in_pool, one_rollout_per_cell, oracle_solved, pool_cells, sc_solved,
-    solved_sets,
+    POOL_TITLES, POOLS, CellAccuracy, best_in_pool, oracle_solved, pool_cells,
 )
-from eglr_harness.analysis.metrics.oracle import expected_random_oracle
+from eglr_harness.analysis.metrics.oracle import random_rollouts_yardstick
+from eglr_harness.analysis.metrics.ties import pool_vote
 from eglr_harness.analysis.render import markdown_table, pct
 from eglr_harness.analysis.sections.section import ReportContext, Section, Table, register_section
 from eglr_harness.core.cell import Cell
@@ -23,9 +23,14 @@ __all__ = ["PoolSummary", "summarize_pool", "Pools"]
 class PoolSummary:
     """One column of Table 5. Fractions are over ``docs``; None when the pool is empty.
 
-    ``random_oracle`` is the expected oracle of ``configs`` cells drawn at random from the whole
-    grid: the same budget without the pool's structure, so that ``oracle - random_oracle`` is what
-    the choice of axis adds beyond the number of configurations.
+    ``random_oracle`` is the expected oracle of as many rollouts as the pool holds per problem, drawn at random
+    from the whole grid's (:func:`~eglr_harness.analysis.metrics.oracle.random_rollouts_yardstick`): the same
+    budget without the pool's structure, so that ``oracle - random_oracle`` is what the choice of axis adds beyond
+    the number of rollouts.
+
+    ``sc_ties``: the problems whose vote is a tie (two answer groups or more share the largest count);
+    ``sc_worst`` / ``sc_best``: the problems the vote solves with every tie broken against / for it
+    (:mod:`~eglr_harness.analysis.metrics.ties`); ``sc_solved`` breaks them first-seen, in pool order.
     """
 
     pool: str
@@ -39,29 +44,25 @@ class PoolSummary:
     sc_solved: int | None = None
     oracle_solved: int | None = None
     random_oracle: float | None = None
+    sc_ties: int | None = None
+    sc_worst: int | None = None
+    sc_best: int | None = None
 
 
 def summarize_pool(
     grid: Grid,
     pool: str,
     accuracy: Mapping[Cell, CellAccuracy],
-    solved: Mapping[Cell, frozenset[int]] | None = None,
 ) -> PoolSummary:
-    """Greedy, best single config, SC and oracle of one pool.
-
-    ``solved`` is :func:`solved_sets` of ``grid``, passed by callers that summarize several pools.
-    """
+    """Greedy, best single config, SC and oracle of one pool, and the oracle of as many random rollouts."""
     cells = pool_cells(grid.cells, pool)
     greedy = accuracy[GREEDY].accuracy if GREEDY in accuracy else None
     if not cells or not grid.n_docs:
         return PoolSummary(pool, 0, grid.n_docs, greedy, None, None, None, None)
     best = best_in_pool(accuracy, cells)
-    sc = sc_solved(grid, cells)
+    sc = pool_vote(grid, cells)
     oracle = oracle_solved(grid, cells)
-    random_oracle = None  # as many random cells are not the same budget where the pool's cells hold several rollouts
-    if one_rollout_per_cell(grid, cells):
-        random_oracle = expected_random_oracle(solved_sets(grid) if solved is None else solved, grid.cells,
-                                               len(cells))
+    random_oracle = sum(random_rollouts_yardstick(grid, cells)[1].values())
     return PoolSummary(
         pool=pool,
         configs=len(cells),
@@ -73,21 +74,24 @@ def summarize_pool(
         oracle=len(oracle) / grid.n_docs,
         sc_solved=len(sc),
         oracle_solved=len(oracle),
-        random_oracle=None if random_oracle is None else random_oracle / grid.n_docs,
+        random_oracle=random_oracle / grid.n_docs,
+        sc_ties=len(sc.tied),
+        sc_worst=len(sc.worst),
+        sc_best=len(sc.best),
     )
 
 
 @register_section("pools")
 class Pools(Section):
     def compute(self, ctx: ReportContext) -> dict[str, PoolSummary]:
-        return {pool: summarize_pool(ctx.grid, pool, ctx.accuracy, ctx.solved) for pool in POOLS}
+        return {pool: summarize_pool(ctx.grid, pool, ctx.accuracy) for pool in POOLS}
 
     def tables(self, ctx: ReportContext, result) -> list[Table]:
         header = ["pool", "configs", "docs", "greedy", "best_config", "best", "sc", "sc_solved", "oracle"]
-        header += ["oracle_solved", "random_oracle"]
+        header += ["oracle_solved", "random_oracle", "sc_ties", "sc_worst_solved", "sc_best_solved"]
         rows = [
             [p.pool, p.configs, p.docs, p.greedy, p.best_cell and p.best_cell.label, p.best, p.sc, p.sc_solved,
-             p.oracle, p.oracle_solved, p.random_oracle]  # fmt: skip
+             p.oracle, p.oracle_solved, p.random_oracle, p.sc_ties, p.sc_worst, p.sc_best]  # fmt: skip
             for p in result.values()
         ]
         return [Table("pools.csv", header, rows)]
@@ -100,11 +104,14 @@ class Pools(Section):
             + [(f"{pct(p[k].best)} ({p[k].best_cell.label})" if p[k].best_cell else None) for k in POOLS],
             ["SC (majority vote)"]
             + [(f"{pct(p[k].sc)} ({p[k].sc_solved})" if p[k].sc is not None else None) for k in POOLS],
+            ["SC ties: tied problems (SC with ties against … for it)"]
+            + [(f"{p[k].sc_ties} ({p[k].sc_worst} … {p[k].sc_best})" if p[k].sc is not None else None)
+               for k in POOLS],  # fmt: skip
             ["Oracle"]
             + [(f"{pct(p[k].oracle)} ({p[k].oracle_solved})" if p[k].oracle is not None else None) for k in POOLS],
-            ["Oracle of B random grid cells (expected)"]
+            ["Oracle of B random grid rollouts (expected)"]
             + [(pct(p[k].random_oracle) if p[k].random_oracle is not None else None) for k in POOLS],
-            ["configs in pool (B)"] + [p[k].configs for k in POOLS],
+            ["configs in pool (cells)"] + [p[k].configs for k in POOLS],
         ]
         return [
             "\n## Pools (Table 5 layout)\nAccuracy % (problems). Table: `pools.csv`.\n",
@@ -124,13 +131,17 @@ class Pools(Section):
 """
         return f"""\
 - Pools: T = {{L=0, T>0}}; L = {{T=0, L>0}}; L ∪ T = both of them; L×T = all cells. Pool order is L-major (L, then
-  T, then cycle).
-- Oracle of B random grid cells: the expected oracle of B cells drawn uniformly without replacement from every
-  cell of the grid, B = the pool's size (exact, not sampled). A pool's oracle above it is what its axis adds beyond
-  the budget; at or below it, the pool's gain is the budget. Left out (—) for a pool whose cells hold several
-  rollouts per problem (seeds, cycles): B cells are then not its budget. "configs in pool" counts cells, not
-  rollouts (the section "Confidence intervals" gives B in rollouts per problem).
+  T, then seed and cycle): in L ∪ T the T pool's rollouts (L = 0) come before the L pool's.
+- Oracle of B random grid rollouts: the expected oracle of B rollouts drawn uniformly without replacement from all
+  the grid's rollouts of a problem, B = the pool's rollouts per problem (exact, not sampled). Each seed and cycle of
+  a cell is a rollout of its own, so a sampled cell under ten seeds is ten rollouts of the draw as it is ten of its
+  pool's: the yardstick's budget is the pool's (on a grid of one rollout per cell it is as many random cells). A
+  pool's oracle above it is what its axis adds beyond the budget; at or below it, the pool's gain is the budget.
+  "configs in pool" counts cells, not rollouts (the section "Confidence intervals" gives B in rollouts per problem).
 {votes}  a null answer never votes; ties go to the cluster whose first rollout is earliest in pool order. The vote is
   correct when the winning cluster's first rollout is correct.
+- SC ties: the problems whose vote is a tie (two clusters or more share the largest count), and in brackets the
+  problems the vote solves if every tie goes against it (a tied problem counts only when all its tied clusters are
+  right) … for it (when any is). Pool order decides the ties; any other way of breaking them gives an SC in that range.
 - Best single config: highest cell accuracy in the pool (first in pool order on ties), chosen on the same problems.
 """

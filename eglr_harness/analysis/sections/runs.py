@@ -22,7 +22,8 @@ class Runs(Section):
             for p in ctx.grid.parts
         ]
         header = ["results file", "model type", "filter", "docs", "rollouts", "limit"]
-        return ["## Runs\n", markdown_table(header, rows)]
+        notes = [f"- {note}" for note in ctx.grid.run_notes]  # runs left out, cut to the grid's problems, refused
+        return ["## Runs\n", markdown_table(header, rows), *(["", *notes] if notes else [])]
 
 
 @register_section("coverage")
