@@ -19,6 +19,10 @@ Each mode runs in its own subprocess (so peak memory is its own) on the same pro
 
     python benchmarks/bench_decoding.py --prompts 16 --max_gen_toks 128 --out benchmarks/results.json
     python benchmarks/bench_decoding.py --modes cL0,cL10,L0,L10 --prompts 32 --batch_size 32 --tau_h 2.5 ...
+    python benchmarks/bench_decoding.py --tiny --out /tmp/bench.json   # seconds: a tiny random model (CI)
+
+``--tiny``: a tiny random Llama (10 layers) with SmolLM2's tokenizer instead of SmolLM2, and ``TINY``'s settings
+for the flags left at their defaults; ``--model``: any HF folder instead of SmolLM2's GGUF.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,6 +42,7 @@ MODES = {"hf": None, "L0": ("hook", 0), "L10": ("hook", 10), "cL0": ("continuous
          "oL0": ("continuous", 0), "oL10": ("continuous", 10), "pL0": ("continuous", 0), "pL10": ("continuous", 10)}
 # p* modes: the continuous engine with Qwen2.5-Instruct's generation-config penalty, as a gen kwarg
 PENALTY = {"repetition_penalty": 1.05}
+TINY = {"prompts": 2, "max_gen_toks": 8, "batch_size": 2, "repeats": 1, "modes": "hf,cL0,cL10"}
 
 
 def _prompts(n: int, tokenizer) -> list[str]:
@@ -48,7 +54,7 @@ def _prompts(n: int, tokenizer) -> list[str]:
 
 
 def run_mode(mode: str, n_prompts: int, max_gen_toks: int, batch_size: int, tau_h: float | None, device: str,
-             repeats: int) -> dict:
+             repeats: int, model: str | None = None) -> dict:
     import torch
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
@@ -56,9 +62,12 @@ def run_mode(mode: str, n_prompts: int, max_gen_toks: int, batch_size: int, tau_
     from eglr_harness.harness.model import EglrHFLM
     from eglr_harness.run.presets import load_preset
 
-    preset = load_preset("smollm2-135m-instruct")["model_args"]
-    common = dict(pretrained=preset["pretrained"], gguf_file=preset["gguf_file"], dtype="float32",
-                  device=device, batch_size=batch_size)
+    if model is None:
+        preset = load_preset("smollm2-135m-instruct")["model_args"]
+        weights = dict(pretrained=preset["pretrained"], gguf_file=preset["gguf_file"])
+    else:
+        weights = dict(pretrained=model)
+    common = dict(**weights, dtype="float32", device=device, batch_size=batch_size)
     if mode == "hf":
         lm = HFLM(**common)
     else:
@@ -102,7 +111,7 @@ def run_mode(mode: str, n_prompts: int, max_gen_toks: int, batch_size: int, tau_
     return result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--max_gen_toks", type=int, default=128)
@@ -113,8 +122,16 @@ def main() -> None:
     parser.add_argument("--modes", default="hf,L0,L10", help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--out", default=None, help="write all figures as JSON here")
     parser.add_argument("--other_checkout", default=None, help="repository root whose eglr_harness the o* modes import")
+    parser.add_argument("--model", default=None, help="a HF folder to decode with (default: SmolLM2's GGUF)")
+    parser.add_argument("--tiny", action="store_true", help="a tiny random model and TINY's settings: seconds (CI)")
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # internal: one mode per process
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.tiny:
+        if args.model:
+            parser.error("--tiny builds its own model; allowed: --tiny or --model, not both")
+        for name, value in TINY.items():
+            if getattr(args, name) == parser.get_default(name):
+                setattr(args, name, value)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = sorted(set(modes) - set(MODES))
     if unknown:
@@ -124,25 +141,39 @@ def main() -> None:
 
     if args.mode:
         print(json.dumps(run_mode(args.mode, args.prompts, args.max_gen_toks, args.batch_size, args.tau_h, args.device,
-                                  args.repeats)))
+                                  args.repeats, args.model)))
         return
+    with tempfile.TemporaryDirectory(prefix="bench_decoding_") as folder:
+        if args.tiny:
+            sys.path.insert(0, str(ROOT / "tests"))  # the test helpers' tiny models
+            from helpers.tiny_models import save_tiny_model, smollm2_tokenizer
+
+            args.model = str(save_tiny_model(folder, smollm2_tokenizer(), num_layers=10))  # L=10 fits
+        _run_modes(args, modes)
+
+
+def _run_modes(args, modes: list[str]) -> None:
 
     results = {}
     for mode in modes:
         cmd = [sys.executable, __file__, "--mode", mode, "--prompts", str(args.prompts), "--max_gen_toks",
                str(args.max_gen_toks), "--batch_size", str(args.batch_size), "--device", args.device,
-               "--repeats", str(args.repeats)]
+               "--repeats", str(args.repeats), *(["--model", args.model] if args.model else [])]
         if args.tau_h is not None:
             cmd += ["--tau_h", str(args.tau_h)]
         env = {**os.environ, "EGLR_CACHE_DIR": os.environ.get("EGLR_CACHE_DIR", "/tmp/eglr_bench_cache")}
         if mode.startswith("o"):  # the other checkout's package first on the path
             env["PYTHONPATH"] = os.pathsep.join(p for p in (args.other_checkout, env.get("PYTHONPATH")) if p)
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if out.returncode:
+            raise SystemExit(f"bench_decoding.py: mode {mode} failed:\n{out.stderr[-4000:]}")
         results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"{mode}: {results[mode]['wall_s']:.1f}s, {results[mode]['tokens_per_s']:.1f} tok/s, "
               f"max RSS {results[mode]['max_rss_mib']:.0f} MiB", flush=True)
 
     settings = dict(vars(args))
+    if args.tiny:
+        settings["model"] = "tiny random Llama, 10 layers, SmolLM2's tokenizer"
     if args.other_checkout:  # its commit, not a path of this machine
         settings["other_checkout"] = subprocess.run(["git", "-C", args.other_checkout, "rev-parse", "--short", "HEAD"],
                                                     capture_output=True, text=True).stdout.strip() or "unknown"

@@ -14,6 +14,7 @@ on its own, so RSS follows the live tensors; with glibc's adaptive threshold, fr
 the heap and the same command's peak moved by up to 20 % between runs.
 
     python benchmarks/bench_memory.py --context 4096 --out benchmarks/results/memory_cpu_4k.json
+    python benchmarks/bench_memory.py --tiny --out /tmp/memory.json   # seconds: a 64-token context (CI)
 """
 
 from __future__ import annotations
@@ -86,9 +87,12 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--context", type=int, default=4096)
     parser.add_argument("--new_tokens", type=int, default=32)
+    parser.add_argument("--tiny", action="store_true", help="a 64-token context and 4 new tokens: seconds (CI)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--mode", choices=sorted(MODES), help=argparse.SUPPRESS)  # one subprocess's job
     args = parser.parse_args(argv)
+    if args.tiny:
+        args.context, args.new_tokens = 64, 4
     if args.mode:
         print(json.dumps(run_mode(args.mode, args.context, args.new_tokens)))
         return

@@ -16,6 +16,10 @@ test problems are the shots and the problems decoded are the ones after them.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_prefill.py --problems 2 --max_new_tokens 24 \\
         --out benchmarks/results/smollm2_cpu_pool_prefill.json
+    python benchmarks/bench_prefill.py --tiny --out /tmp/prefill.json   # seconds: a tiny random model (CI)
+
+``--tiny``: a tiny random Llama (10 layers: the pool's L = 1..10 fit) with SmolLM2's tokenizer instead of SmolLM2,
+and ``TINY``'s settings for the flags left at their defaults.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP = ("Question:", "</s>", "<|im_end|>")  # lm-eval gsm8k's `until`
+
+
+TINY = {"problems": 1, "shots": 1, "max_new_tokens": 3}
 
 
 def gsm8k_problems(n: int) -> list[dict]:
@@ -79,7 +86,7 @@ def timed_run(engine, requests) -> tuple[dict, list]:
     return report, [o.tokens for o in outcomes]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problems", type=int, default=3, help="problems decoded (after the shots)")
     parser.add_argument("--shots", type=int, default=8)
@@ -87,14 +94,27 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=10, help="the engine's max_batch")
     parser.add_argument("--tau_h", type=float, default=2.5, help="the preset's gsm8k tau_h")
     parser.add_argument("--repeats", type=int, default=1, help="timed runs per mode (alternating; the best counts)")
+    parser.add_argument("--tiny", action="store_true", help="a tiny random model and TINY's settings: seconds (CI)")
     parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.tiny:
+        for name, value in TINY.items():
+            if getattr(args, name) == parser.get_default(name):
+                setattr(args, name, value)
 
     import torch
 
     from eglr_harness.decoding.continuous.engine import ContinuousEngine
 
-    model, tokenizer = load_smollm2()
+    if args.tiny:
+        sys.path.insert(0, str(ROOT / "tests"))  # the test helpers' tiny models
+        from helpers.tiny_models import build_tiny_model, smollm2_tokenizer
+
+        tokenizer = smollm2_tokenizer()
+        model = build_tiny_model("llama", vocab_size=len(tokenizer), num_layers=10, eos_token_id=tokenizer.eos_token_id,
+                                 pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id)
+    else:
+        model, tokenizer = load_smollm2()
     data = gsm8k_problems(args.shots + args.problems)
     shots, problems = data[:args.shots], data[args.shots:]
     prompts = [tuple(tokenizer(few_shot_prompt(shots, p), add_special_tokens=False)["input_ids"]) for p in problems]
@@ -130,7 +150,7 @@ def main() -> None:
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True).stdout.strip()
         command = ("OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "") + " python benchmarks/bench_prefill.py "
-                   + " ".join(sys.argv[1:]))
+                   + " ".join(argv if argv is not None else sys.argv[1:]))
         machine = {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "loadavg_at_end": load,
                    "python": platform.python_version(), "torch": torch.__version__, "commit": commit}
         Path(args.out).write_text(json.dumps({"command": command, "settings": vars(args), "machine": machine,

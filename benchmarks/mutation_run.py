@@ -10,7 +10,12 @@ Not part of CI: a killed mutant costs seconds, a surviving one a whole suite run
 
     OMP_NUM_THREADS=2 python benchmarks/mutation_run.py --out benchmarks/results/mutation.json
     python benchmarks/mutation_run.py --only kl_swapped,refine_one_short   # a few mutants
+    python benchmarks/mutation_run.py --tiny --out /tmp/mutation.json   # seconds: every anchor checked, one mutant run
     OMP_NUM_THREADS=1 python benchmarks/mutation_run.py --group issue47 --out benchmarks/results/mutation_issue47.json
+
+``--tiny`` (what CI runs, so that the mutants do not rot as the code moves on): every mutant's anchor is looked up in
+this checkout (``stale``: the mutants whose file or anchor text is gone), then one mutant (``TINY``) runs against
+one test file.
 
 A mutant may name its own test selection (the issue-47 group does: each is killed by the tests of its behaviour,
 so the group runs in minutes); the baseline runs the union of the selections first.
@@ -33,7 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DECODING = "eglr_harness/decoding"
 TESTS = ("tests/decoding", "tests/harness", "tests/run", "tests/commands")  # tests/engine and tests/lm before issue 48
 # Not copied: version control, run outputs, caches.
-IGNORED = shutil.ignore_patterns(".git", "results", "out", "__pycache__", ".pytest_cache", "*.egg-info", ".venv")
+IGNORED = shutil.ignore_patterns(".git", "results", "out", "__pycache__", ".pytest_cache", ".ruff_cache", "*.egg-info",
+                                 ".venv*")  # .venv-vllm too
 
 
 @dataclass(frozen=True)
@@ -163,11 +169,12 @@ ISSUE_47 = (
 
 MUTANTS = (
     # the four edits of issue 15
-    Mutant("refine_one_short", "refiner.py", "for k in range(1, cfg.k_max + 1):", "for k in range(1, cfg.k_max):",
+    Mutant("refine_one_short", "hook/refiner.py", "for k in range(1, cfg.k_max + 1):", "for k in range(1, cfg.k_max):",
            "refinement stops one iteration early"),
-    Mutant("kl_swapped", "refiner.py", "kl_divergence(logp, logp_prev)", "kl_divergence(logp_prev, logp)",
+    Mutant("kl_swapped", "hook/refiner.py", "exit_signal(rule.name, logp=logp, logp_prev=logp_prev)",
+           "exit_signal(rule.name, logp=logp_prev, logp_prev=logp)",
            "KL early exit computed as KL(p_{k-1} || p_k)"),
-    Mutant("sampled_never_refined", "generate.py", "refiner = EglrRefiner(model, parts, config, stats=",
+    Mutant("sampled_never_refined", "hook/generate.py", "refiner = EglrRefiner(model, parts, config, stats=",
            "refiner = EglrRefiner(model, parts, __import__('dataclasses').replace(config, tau_h=math.inf) "
            "if config.sampled else config, stats=",
            "sampled rollouts (T > 0) never refined (tau_h forced to infinity when sampling)"),
@@ -181,10 +188,10 @@ MUTANTS = (
            "return entropies.double() > tau_h", "finished rows gated and counted (both engines call the one gate)"),
     Mutant("gate_at_threshold", "functional.py", "return active & (entropies.double() > tau_h)",
            "return active & (entropies.double() >= tau_h)", "tokens at tau_h gated (shared rule: both engines)"),
-    Mutant("kl_exit_strict", "functional.py", "return ~(kl.double() >= tau_kl) |", "return ~(kl.double() > tau_kl) |",
+    Mutant("kl_exit_strict", "functional.py", "else ~(value >= threshold)", "else ~(value > threshold)",
            "a KL equal to tau_kl exits (shared rule: both engines)"),
-    Mutant("budget_one_long", "functional.py", "(torch.as_tensor(iterations, device=kl.device) >= k_max)",
-           "(torch.as_tensor(iterations, device=kl.device) > k_max)", "k_max + 1 iterations (shared rule: both engines)"),
+    Mutant("budget_one_long", "functional.py", "(torch.as_tensor(iterations, device=streak.device) >= k_max)",
+           "(torch.as_tensor(iterations, device=streak.device) > k_max)", "k_max + 1 iterations (shared rule: both engines)"),
     Mutant("norm_match_own_norm", "functional.py", "scale = anchor.float().norm(dim=-1, keepdim=True) /",
            "scale = hidden.float().norm(dim=-1, keepdim=True) /", "norm-match keeps h's norm instead of the anchor's"),
     Mutant("fuse_swapped", "functional.py", "kept = (one_minus_alpha[:, None] * anchor.float()).to(dtype)",
@@ -195,85 +202,88 @@ MUTANTS = (
            "    if True:\n        return logits",
            "Gemma-2 final-logit soft-cap skipped"),
     # the refinement loop (k_max iterations, rows frozen at their KL exit)
-    Mutant("kl_against_p0", "refiner.py", "                logp_prev = logp\n", "",
+    Mutant("kl_against_p0", "hook/refiner.py", "chosen_logp, logp_prev = refine_state.choose(taken, logp, chosen_logp), logp",
+           "chosen_logp = refine_state.choose(taken, logp, chosen_logp)",
            "every iteration compared with p_0 instead of p_{k-1}"),
-    Mutant("restart_from_h0", "refiner.py", "fused = fuse(anchor, norm_match(hidden.to(anchor.device), anchor), alpha,",
+    Mutant("restart_from_h0", "hook/refiner.py", "fused = fuse(anchor, norm_match(hidden_prev, anchor), alpha,",
            "fused = fuse(anchor, norm_match(capture.last_hidden[lo:hi].to(anchor.device), anchor), alpha,",
            "each iteration restarts from h^(N) of the normal pass"),
-    Mutant("exited_rows_keep_going", "refiner.py",
-           "chosen = torch.where(running[:, None], raw.to(chosen.dtype), chosen)", "chosen = raw.to(chosen.dtype)",
+    Mutant("exited_rows_keep_going", "refine_state.py",
+           "return torch.where(taken.to(kept.device)[:, None], new.to(device=kept.device, dtype=kept.dtype), kept)",
+           "return new.to(device=kept.device, dtype=kept.dtype)",
            "KL-exit freeze not applied: rows past their exit take the last iteration's logits"),
-    Mutant("exited_rows_resume", "refiner.py", "running = running & ~refinement_done(",
-           "running = gate[lo:hi] & ~refinement_done(",
+    Mutant("exited_rows_resume", "refine_state.py",
+           "moving = state.running if rows is None else state.running & rows",
+           "moving = (state.running | (state.iterations > 0)) if rows is None else state.running & rows",
            "a row that exited resumes refining when a later KL rises above tau_kl"),
-    Mutant("ungated_span_rows_refined", "refiner.py", "running = gate[lo:hi].clone()",
-           "running = torch.ones_like(gate[lo:hi])",
+    Mutant("ungated_span_rows_refined", "hook/refiner.py", "state = refine_state.start(gate[lo:hi].clone())",
+           "state = refine_state.start(torch.ones_like(gate[lo:hi]))",
            "rows inside the span from the first to the last gated row are refined even if not gated"),
-    Mutant("span_drops_last_row", "refiner.py", "lo, hi = gated[0], gated[-1] + 1", "lo, hi = gated[0], gated[-1]",
+    Mutant("span_drops_last_row", "hook/refiner.py", "lo, hi = gated[0], gated[-1] + 1", "lo, hi = gated[0], gated[-1]",
            "the last gated row of the batch is left out of the refinement pass"),
-    Mutant("p0_rows_from_batch_start", "refiner.py", "logp_prev = logp0[lo:hi]  # (G, V)",
+    Mutant("p0_rows_from_batch_start", "hook/refiner.py", "logp_prev = logp0[lo:hi]  # (G, V)",
            "logp_prev = logp0[:hi - lo]  # (G, V)", "p_0 of the first KL taken from the wrong rows"),
-    Mutant("iterations_off_by_one", "refiner.py", "iterations = torch.where(running, k, iterations)",
-           "iterations = torch.where(running, k - 1, iterations)", "accounting records k* - 1"),
-    Mutant("iterations_not_frozen", "refiner.py", "iterations = torch.where(running, k, iterations)",
-           "iterations = torch.where(gate[lo:hi], k, iterations)", "accounting records k_max for rows that exited early"),
-    Mutant("anchor_wrong_layer", "refiner.py", "if index == self._top[0]:", "if index == self._top[-1]:",
+    Mutant("iterations_off_by_one", "refine_state.py", "torch.where(taken, k, state.iterations)",
+           "torch.where(taken, k - 1, state.iterations)", "accounting records k* - 1"),
+    Mutant("iterations_not_frozen", "refine_state.py", "torch.where(taken, k, state.iterations)",
+           "torch.where(taken | (state.iterations > 0), k, state.iterations)", "accounting records k_max for rows that exited early"),
+    Mutant("anchor_wrong_layer", "hook/refiner.py", "if index == self._top[0]:", "if index == self._top[-1]:",
            "anchor taken at layer N-1 instead of N-L"),
-    Mutant("norm_match_args_swapped", "refiner.py", "norm_match(hidden.to(anchor.device), anchor)",
-           "norm_match(anchor, hidden.to(anchor.device))", "the anchor rescaled to h's norm instead of h to the anchor's"),
-    Mutant("gate_on_uncapped_logits", "refiner.py",
+    Mutant("norm_match_args_swapped", "hook/refiner.py", "norm_match(hidden_prev, anchor)",
+           "norm_match(anchor, hidden_prev)", "the anchor rescaled to h's norm instead of h to the anchor's"),
+    Mutant("gate_on_uncapped_logits", "hook/refiner.py",
            "final = softcap(self.parts.scale_logits(raw).float(), self.parts.logit_softcap)",
            "final = self.parts.scale_logits(raw).float()", "entropy gate (and p_0) ignore the soft-cap"),
-    Mutant("kl_on_uncapped_logits", "refiner.py",
+    Mutant("kl_on_uncapped_logits", "hook/refiner.py",
            "logp = torch.log_softmax(softcap(self.parts.scale_logits(raw).float(), self.parts.logit_softcap), dim=-1)",
            "logp = torch.log_softmax(self.parts.scale_logits(raw).float(), dim=-1)", "KL exit ignores the soft-cap"),
-    Mutant("gate_threshold_zero", "refiner.py", "entropy_gate(entropies, self.config.tau_h, active)",
+    Mutant("gate_threshold_zero", "hook/refiner.py", "entropy_gate(entropies, self.config.gate_tau_h, active)",
            "entropy_gate(entropies, 0.0, active)", "tau_h ignored: every token refined"),
     # the replay: the slot of position t overwritten in place and restored
-    Mutant("replay_keeps_stale_kv", "refiner.py",
+    Mutant("replay_keeps_stale_kv", "hook/refiner.py",
            "        _write_slot(keys, slot, key_states)\n        _write_slot(values, slot, value_states)\n        return keys, values\n",
            "        return (torch.cat([keys, key_states.to(keys.dtype)], dim=-2),\n"
            "                torch.cat([values, value_states.to(values.dtype)], dim=-2))\n",
            "refined query also attends to the unrefined current key (refined K/V appended, slot t kept)"),
-    Mutant("replay_ignores_refined_kv", "refiner.py",
+    Mutant("replay_ignores_refined_kv", "hook/refiner.py",
            "        _write_slot(keys, slot, key_states)\n        _write_slot(values, slot, value_states)\n", "",
            "refined query attends to the normal pass's current key/value only"),
-    Mutant("restore_skipped", "refiner.py", "            replay.restore()\n", "",
+    Mutant("restore_skipped", "hook/refiner.py", "            replay.restore()\n", "",
            "the overwritten K/V slot is never restored: the cache keeps the refined K/V"),
-    Mutant("restore_keys_only", "refiner.py", "            _write_slot(values, slot, old_values)\n", "",
+    Mutant("restore_keys_only", "hook/refiner.py", "            _write_slot(values, slot, old_values)\n", "",
            "restore puts back the keys but not the values"),
-    Mutant("restore_saves_every_write", "refiner.py", "if layer_idx not in self._saved:", "if True:",
+    Mutant("restore_saves_every_write", "hook/refiner.py", "if layer_idx not in self._saved:", "if True:",
            "the slot saved again at each iteration: restore writes back iteration k_max-1's K/V"),
-    Mutant("saved_slot_is_a_view", "refiner.py", "return states[:, :, slot:slot + 1].clone()",
+    Mutant("saved_slot_is_a_view", "hook/refiner.py", "return states[:, :, slot:slot + 1].clone()",
            "return states[:, :, slot:slot + 1]", "the saved slot is a view of what gets overwritten (dynamic caches)"),
-    Mutant("static_slot_is_last", "refiner.py", "return (layer.cumulative_length.reshape(1) - 1).to(keys.device)",
+    Mutant("static_slot_is_last", "hook/refiner.py", "return (layer.cumulative_length.reshape(1) - 1).to(keys.device)",
            "return keys.shape[-2] - 1", "static cache: position t taken as the buffer's last slot"),
-    Mutant("sliding_static_slot_is_last", "refiner.py",
+    Mutant("sliding_static_slot_is_last", "hook/refiner.py",
            "return min(layer.cumulative_length_int, layer.max_cache_len) - 1", "return layer.max_cache_len - 1",
            "static sliding-window cache: position t taken as the last slot before the window is full"),
-    Mutant("rotary_of_first_position", "refiner.py", "return tuple(t[:, -1:].clone() for t in value)",
+    Mutant("rotary_of_first_position", "hook/refiner.py", "return tuple(t[:, -1:].clone() for t in value)",
            "return tuple(t[:, :1].clone() for t in value)", "after the prompt pass, refinement takes position 0's rotary angles"),
-    Mutant("mask_of_first_position", "refiner.py", "value.narrow(axis % value.dim(), value.shape[axis] - 1, 1)",
+    Mutant("mask_of_first_position", "hook/refiner.py", "value.narrow(axis % value.dim(), value.shape[axis] - 1, 1)",
            "value.narrow(axis % value.dim(), 0, 1)", "after the prompt pass, refinement takes position 0's mask row"),
     # finished rows, stop strings, accounting
-    Mutant("finished_rows_counted", "generate.py", "finished_rows=lambda: stopping_criteria.finished",
+    Mutant("finished_rows_counted", "hook/generate.py", "finished_rows=lambda: stopping_criteria.finished",
            "finished_rows=lambda: None", "finished rows keep being gated and counted"),
-    Mutant("stopped_row_still_counted", "generate.py", "if self.stop_strings is not None:", "if False:",
+    Mutant("stopped_row_still_counted", "hook/generate.py", "if self.stop_strings is not None:", "if False:",
            "a row that emitted a stop string is still refined and counted"),
-    Mutant("stopped_row_forgotten", "generate.py",
+    Mutant("stopped_row_forgotten", "hook/generate.py",
            "self.finished = finished if self.finished is None else (self.finished | finished)",
            "self.finished = finished", "a stopped row counts as running again once its text no longer ends with the stop string"),
-    Mutant("stop_string_reads_prompt", "generate.py", "self.stop_strings(input_ids[:, self.prompt_len:], scores)",
+    Mutant("stop_string_reads_prompt", "hook/generate.py", "self.stop_strings(input_ids[:, self.prompt_len:], scores)",
            "self.stop_strings(input_ids, scores)", "a stop string straddling prompt and output stops the row"),
-    Mutant("finished_rows_recorded", "refiner.py",
+    Mutant("finished_rows_recorded", "hook/refiner.py",
            "n = int(sum(a))  # a finished row stays finished: its first n steps",
            "n = len(a)", "finished rows' steps recorded as the row's tokens and signals (tau_h calibration too)"),
-    Mutant("ungated_span_rows_counted", "refiner.py", "iterations={k: c for k, c in enumerate(histogram) if k > 0}",
+    Mutant("ungated_span_rows_counted", "hook/refiner.py", "iterations={k: c for k, c in enumerate(histogram) if k > 0}",
            "iterations={k: c for k, c in enumerate(histogram) if k >= 0}",
            "rows of the refinement pass that were not gated counted as gated tokens"),
-    Mutant("batched_cost_one_iteration", "refiner.py", "self.computed_refine_rows += pass_rows * self.k_max",
+    Mutant("batched_cost_one_iteration", "hook/refiner.py", "self.computed_refine_rows += pass_rows * self.k_max",
            "self.computed_refine_rows += pass_rows", "batched FLOP ratio counts one iteration per pass instead of k_max"),
-    Mutant("nan_check_skipped", "refiner.py", "raise_on_nan_rows([row for row, nan in enumerate(nan_rows) if nan],",
+    Mutant("nan_check_skipped", "hook/refiner.py", "raise_on_nan_rows([row for row, nan in enumerate(nan_rows) if nan],",
            "raise_on_nan_rows([],", "non-finite logits decoded silently"),
     Mutant("flops_count_tokens", "stats.py", "self.refine_layer_evals += L * sum(k * c for k, c in gated.items())",
            "self.refine_layer_evals += L * sum(gated.values())", "FLOP ratio ignores the iteration count"),
@@ -289,68 +299,66 @@ MUTANTS = (
     Mutant("seed_includes_padding", "sampling.py",
            "return [row[mask.bool()].tolist() for row, mask in zip(input_ids, attention_mask)]",
            "return input_ids.tolist()", "a row's seed depends on its left padding, so on its batch"),
-    Mutant("seed_ignores_salt", "generate.py", "row_seed(config.seed, seed_salt, p)", "row_seed(config.seed, '', p)",
+    Mutant("seed_ignores_salt", "hook/generate.py", "row_seed(config.seed, seed_salt, p)", "row_seed(config.seed, '', p)",
            "cells and cycles share their draws"),
-    Mutant("sampler_before_warpers", "generate.py", "LogitsProcessorList([*logits_processor, sampler])",
+    Mutant("sampler_before_warpers", "hook/generate.py", "LogitsProcessorList([*logits_processor, sampler])",
            "LogitsProcessorList([sampler, *logits_processor])", "the draw ignores temperature, top-k and top-p"),
     # refusing what the replay cannot do exactly (compat.py)
-    Mutant("any_attention_accepted", "compat.py", "if attention not in SUPPORTED_ATTENTION:", "if False:",
+    Mutant("any_attention_accepted", "hook/compat.py", "if attention not in SUPPORTED_ATTENTION:", "if False:",
            "flash/flex attention refined silently"),
-    Mutant("quantized_cache_accepted", "compat.py", "if layer_type not in EXACT_CACHE_LAYERS:",
+    Mutant("quantized_cache_accepted", "hook/compat.py", "if layer_type not in EXACT_CACHE_LAYERS:",
            "if not issubclass(layer_type, EXACT_CACHE_LAYERS):",
            "quantized cache layers (DynamicLayer subclasses) accepted"),
-    Mutant("offloaded_cache_accepted", "compat.py", 'if getattr(cache, "offloading", False):', "if False:",
+    Mutant("offloaded_cache_accepted", "hook/compat.py", 'if getattr(cache, "offloading", False):', "if False:",
            "an offloaded cache refined silently"),
-    Mutant("compile_not_disabled", "generate.py", "generation_config.disable_compile = True",
+    Mutant("compile_not_disabled", "hook/generate.py", "generation_config.disable_compile = True",
            "generation_config.disable_compile = False", "transformers may compile the forward the hooks must see"),
     # the continuous engine (fixed_step.py, continuous.py, slots.py, slot_state.py)
-    Mutant("cont_refine_sees_own_kv", "kv_slots.py", "(key_pos <= query) & ~(refine & (key_pos == query))",
+    Mutant("cont_refine_sees_own_kv", "continuous/kv_slots.py", "(key_pos <= query) & ~(refine & (key_pos == query))",
            "(key_pos <= query)", "a refining query also sees the normal pass's key/value at t"),
-    Mutant("cont_refined_kv_into_cache", "fixed_step.py", "torch.cat([columns, torch.zeros_like(refining)])",
+    Mutant("cont_refined_kv_into_cache", "continuous/fixed_step.py", "torch.cat([columns, torch.zeros_like(refining)])",
            "torch.cat([columns, state.position[refining] + 1])",
            "the refined key/value overwrites the cache at t instead of the scratch column"),
-    Mutant("cont_sliding_window_ignored", "kv_slots.py",
+    Mutant("cont_sliding_window_ignored", "continuous/kv_slots.py",
            "        seen = causal if window is None else causal & (key_pos > query - window)\n        masks[kind] = (seen",
            "        seen = causal\n        masks[kind] = (seen", "decoding steps ignore sliding windows"),
-    Mutant("cont_prefill_window_ignored", "kv_slots.py",
+    Mutant("cont_prefill_window_ignored", "continuous/kv_slots.py",
            "        seen = causal if window is None else causal & (key_pos > query - window)\n        masks[kind] = seen[:, None]",
            "        seen = causal\n        masks[kind] = seen[:, None]", "prompt passes ignore sliding windows"),
-    Mutant("cont_refine_rotary_next_position", "fixed_step.py", "torch.where(is_refining, state.position, 0)",
+    Mutant("cont_refine_rotary_next_position", "continuous/fixed_step.py", "torch.where(is_refining, state.position, 0)",
            "torch.where(is_refining, state.position + 1, 0)", "refinement takes the rotary angles of position t+1"),
-    Mutant("cont_anchor_one_layer_up", "fixed_step.py", "takes = (entry == layer)[:, None]",
+    Mutant("cont_anchor_one_layer_up", "continuous/fixed_step.py", "takes = (entry == layer)[:, None]",
            "takes = (entry == layer - 1)[:, None]", "anchor read one layer too high"),
-    Mutant("cont_kl_swapped", "fixed_step.py", "kl_divergence(logp[num_adv:], state.logp_prev[rows[num_adv:]])",
-           "kl_divergence(state.logp_prev[rows[num_adv:]], logp[num_adv:])", "KL exit computed as KL(p_{k-1} || p_k)"),
-    Mutant("cont_one_short", "fixed_step.py",
-           "refinement_done(kl, settings.tau_kl[rows], iterations, settings.k_max[rows])",
-           "refinement_done(kl, settings.tau_kl[rows], iterations + 1, settings.k_max[rows])", "refinement stops one iteration early"),
-    Mutant("cont_one_long", "fixed_step.py",
-           "refinement_done(kl, settings.tau_kl[rows], iterations, settings.k_max[rows])",
-           "refinement_done(kl, settings.tau_kl[rows], iterations, settings.k_max[rows] + 1)", "refinement runs one iteration past k_max"),
-    Mutant("cont_h_not_carried", "fixed_step.py",
+    Mutant("cont_kl_swapped", "continuous/fixed_step.py", "logp=logp[num_adv:], logp_prev=state.logp_prev[ref],",
+           "logp=state.logp_prev[ref], logp_prev=logp[num_adv:],", "KL exit computed as KL(p_{k-1} || p_k)"),
+    Mutant("cont_one_short", "continuous/fixed_step.py", "resumed.iterations + 1, settings.k_max[rows])",
+           "resumed.iterations + 1, settings.k_max[rows] - 1)", "refinement stops one iteration early"),
+    Mutant("cont_one_long", "continuous/fixed_step.py", "resumed.iterations + 1, settings.k_max[rows])",
+           "resumed.iterations + 1, settings.k_max[rows] + 1)", "refinement runs one iteration past k_max"),
+    Mutant("cont_h_not_carried", "continuous/fixed_step.py",
            "state.h_prev.index_copy_(0, rows, last_hidden.to(state.h_prev.dtype))", "None",
            "each iteration fuses a stale h instead of the last refined h^(N)"),
-    Mutant("cont_gate_ignores_threshold", "fixed_step.py", "entropy_gate(entropy, settings.tau_h[rows], ~refining)",
+    Mutant("cont_gate_ignores_threshold", "continuous/fixed_step.py", "entropy_gate(entropy, settings.tau_h[rows], ~refining)",
            "entropy_gate(entropy, 0.0, ~refining & (settings.L[rows] > 0))", "tau_h ignored: every token refined"),
     # generate's logits processors in the continuous engine (processors.py)
     Mutant("penalty_divides_negatives", "processors.py", "torch.where(scores < 0, scores * p, scores / p)",
            "torch.where(scores < 0, scores / p, scores / p)", "a negative logit divided by the penalty (raised, not lowered)"),
-    Mutant("penalty_forgets_generated", "fixed_step.py", "state.seen.index_put_((rows, token), seen | emits)", "None",
+    Mutant("penalty_forgets_generated", "continuous/fixed_step.py", "state.seen.index_put_((rows, token), seen | emits)", "None",
            "the repetition penalty sees the prompt only"),
     Mutant("ngram_bans_own_prefix", "processors.py", "<= (length - size)[:, None]", "<= (length - size + 1)[:, None]",
            "the window ending at the prefix bans its successor"),
-    Mutant("eos_block_one_short", "fixed_step.py", "(state.drawn[rows] < settings.eos_blocked_until[rows])",
+    Mutant("eos_block_one_short", "continuous/fixed_step.py", "(state.drawn[rows] < settings.eos_blocked_until[rows])",
            "(state.drawn[rows] + 1 < settings.eos_blocked_until[rows])", "min_new_tokens one short"),
-    Mutant("begin_suppress_always", "fixed_step.py",
+    Mutant("begin_suppress_always", "continuous/fixed_step.py",
            "settings.begin_suppress[rows] & (state.drawn[rows] == 0)[:, None]",
            "settings.begin_suppress[rows]", "begin_suppress_tokens banned at every token"),
     Mutant("min_p_of_rank2", "sampling.py", "below = probs < min_p[:, None] * probs[:, :1]",
            "below = probs < min_p[:, None] * probs[:, 1:2]", "min_p scaled by the second-best token"),
-    Mutant("processors_on_raw_gate", "fixed_step.py",
-           "    scores = process(plan, state, rows, decode_logits)\n    token = scores.argmax(dim=-1)",
+    Mutant("processors_on_raw_gate", "continuous/fixed_step.py",
+           "    scores = process(invariants, state, rows, decode_logits)\n    token = scores.argmax(dim=-1)",
            "    scores = decode_logits\n    token = scores.argmax(dim=-1)", "processors skipped for greedy rows"),
     # issue 35: errors the engine suite let through before
-    Mutant("gate_reads_penalised_logits", "fixed_step.py", "    logp = torch.log_softmax(final, dim=-1)\n",
+    Mutant("gate_reads_penalised_logits", "continuous/fixed_step.py", "    logp = torch.log_softmax(final, dim=-1)\n",
            "    logp = torch.log_softmax(penalize_repeats(final, state.seen[rows], settings.penalty[rows]) "
            "if plan.processors.penalty else final, dim=-1)\n",
            "the entropy gate, the KL exit and the signals read the penalised logits instead of the raw ones"),
@@ -362,20 +370,30 @@ MUTANTS = (
            "matches = (windows[..., :-1] == prefix[:, None]).all(dim=-1) & complete & active[:, None]",
            "matches = (windows[..., :-1] == prefix[:, None]).all(dim=-1) & complete",
            "the n-gram ban reaches rows of the batch that did not ask for it"),
-    Mutant("cont_sampled_rows_greedy", "fixed_step.py", "token = torch.where(settings.sampled[rows], drawn, token)",
+    Mutant("cont_sampled_rows_greedy", "continuous/fixed_step.py", "token = torch.where(settings.sampled[rows], drawn, token)",
            "token = torch.where(settings.sampled[rows], token, token)", "sampled rows decoded greedily"),
-    Mutant("cont_draws_not_counted", "fixed_step.py", "state.drawn.index_add_(0, rows, emits.long())", "None",
+    Mutant("cont_draws_not_counted", "continuous/fixed_step.py", "state.drawn.index_add_(0, rows, emits.long())", "None",
            "a row's draw counter never moves: every token drawn with the first token's noise"),
-    Mutant("cont_stop_strings_ignored", "continuous_engine.py", "elif id(row) in stopped:", "elif False:",
+    Mutant("cont_stop_strings_ignored", "continuous/scheduler.py", "elif id(row) in hits:", "elif False:",
            "rows run past their stop strings (and are counted)"),
-    Mutant("cont_prefill_anchor_first_token", "continuous_engine.py",
-           "save_anchors(self.state.anchor, done_slots, hidden[picked, last], entry, index)",
-           "save_anchors(self.state.anchor, done_slots, hidden[picked, 0], entry, index)",
+    Mutant("cont_prefill_anchor_first_token", "continuous/engine.py",
+           "entry_inputs[index] = hidden[picked, last]", "entry_inputs[index] = hidden[picked, 0]",
            "the first token's anchor taken at prompt position 0"),
-    Mutant("cont_nan_unchecked", "continuous_engine.py",
+    Mutant("cont_nan_unchecked", "continuous/engine.py",
            "raise_on_nan_rows([slot for slot, values in zip(slots, read) if values[_F[\"nan\"]]],",
            "raise_on_nan_rows([],", "non-finite logits decoded silently"),
 ) + ISSUE_47
+
+
+# --tiny: a mutant of the shared exit rule and the one test file that must kill it
+TINY = Mutant("kl_exit_strict_tiny", "functional.py", "else ~(value >= threshold)", "else ~(value > threshold)",
+              "a KL equal to tau_kl exits (--tiny's mutant)",
+              ("tests/decoding/test_decoding_units.py::test_refinement_ends_at_the_kl_exit_or_the_budget",))
+
+
+def stale(mutants, repo: Path = ROOT) -> list[str]:
+    """The mutants whose file is gone or whose anchor text is not found exactly once in ``repo``."""
+    return [m.name for m in mutants if not m.file(repo).is_file() or m.file(repo).read_text().count(m.old) != 1]
 
 
 def copy_tree(dest: Path) -> Path:
@@ -409,8 +427,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated mutant names (default: all)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per suite run; a timeout counts as killed")
     parser.add_argument("--group", default="", help="run one group of mutants (issue47), each with its own tests")
+    parser.add_argument("--tiny", action="store_true",
+                        help="check every mutant's anchor, then run one mutant against one test file (seconds)")
     parser.add_argument("--out", type=Path, help="write the per-mutant results as JSON here")
     args = parser.parse_args(argv)
+    if args.tiny and (args.only or args.group):
+        raise ValueError("`--tiny` runs its own mutant; allowed: --tiny without --only and --group.")
     known = {m.name: m for m in MUTANTS}
     names = [n for n in args.only.split(",") if n]
     if unknown := sorted(set(names) - set(known)):
@@ -420,6 +442,10 @@ def main(argv: list[str] | None = None) -> int:
         mutants = [m for m in mutants if m.group == args.group]
         if not mutants:
             raise ValueError(f"`--group`={args.group!r} has no mutants; known: {sorted({m.group for m in MUTANTS} - {''})}.")
+    stale_names = stale(MUTANTS)
+    if args.tiny:
+        print(f"stale mutants (anchor gone): {len(stale_names)} of {len(MUTANTS)} {stale_names}", flush=True)
+        mutants = [TINY]
     baseline_tests = tuple(dict.fromkeys(t for m in mutants for t in m.selection()))
 
     with tempfile.TemporaryDirectory(prefix="eglr_mutation_") as tmp:
@@ -432,10 +458,11 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         for mutant in mutants:
             path = mutant.file(repo)
-            original = path.read_text()
+            original = path.read_text() if path.is_file() else ""
             if original.count(mutant.old) != 1:
                 results.append({"name": mutant.name, "status": "stale", "why": mutant.why})
-                print(f"{mutant.name:28s} stale (anchor text found {original.count(mutant.old)} times)", flush=True)
+                print(f"{mutant.name:28s} stale ({path.relative_to(repo)}: anchor text found "
+                      f"{original.count(mutant.old)} times)", flush=True)
                 continue
             path.write_text(original.replace(mutant.old, mutant.new))
             try:
@@ -456,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"tests": list(baseline_tests), "group": args.group or None, "killed": killed,
-                                        "total": len(ran), "command": "OMP_NUM_THREADS=1 python benchmarks/mutation_run.py "
+                                        "total": len(ran), "stale": stale_names, "mutants_defined": len(MUTANTS),
+                                        "command": "OMP_NUM_THREADS=1 python benchmarks/mutation_run.py "
                                         + " ".join(argv if argv is not None else sys.argv[1:]),
                                         "mutants": results}, indent=1) + "\n")
     return 0

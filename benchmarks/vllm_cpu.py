@@ -39,6 +39,12 @@ synchronised, ``--tp2`` on two GPUs, e.g.
 
     python benchmarks/vllm_cpu.py --model Qwen/Qwen2.5-3B-Instruct --dtype bfloat16 --prompts 256 \\
         --max_gen_toks 512 --tp2 --out vllm_gpu_qwen2.5-3b.json
+
+``--tiny`` (what .ci/vllm runs, so that the script does not rot): a tiny random Llama (10 layers, head size 32 as
+vLLM's CPU attention wants, SmolLM2's tokenizer) saved in a temporary folder instead of ``--model``, and ``TINY``'s
+settings (2 prompts, 4 new tokens, every mode eager, the continuous engine's modes left out):
+
+    OMP_NUM_THREADS=1 python benchmarks/vllm_cpu.py --tiny --out /tmp/vllm_cpu.json
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE_SPAN = 10  # the span whose iteration the probe times: L=10's, and one layer's share prices any span
+TINY = {"prompts": 2, "max_gen_toks": 4, "enforce_eager": True, "no_continuous": True, "max_model_len": 512}
 
 
 def _prompts(n: int, tokenizer) -> list[list[int]]:
@@ -172,7 +179,7 @@ def _floor_verdict(cost: float, floor: float, margin: float = 0.10) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="a safetensors folder (fp32)")
+    parser.add_argument("--model", default=None, help="a safetensors folder (fp32); required without --tiny")
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--max_gen_toks", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=1)
@@ -186,8 +193,22 @@ def main(argv=None) -> None:
     parser.add_argument("--max_model_len", type=int, default=2048)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                         help="of every engine (default float32: exact comparisons on CPU; bfloat16 on a GPU)")
+    parser.add_argument("--tiny", action="store_true", help="a tiny random model and TINY's settings (CI)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
+    if args.tiny == (args.model is not None):
+        parser.error(f"--model={args.model!r} with --tiny={args.tiny}; allowed: --model DIR, or --tiny alone")
+    if args.tiny:
+        import tempfile
+
+        for name, value in TINY.items():
+            setattr(args, name, value)
+        sys.path.insert(0, str(ROOT / "tests"))  # the test helpers' tiny models
+        from helpers.tiny_models import save_tiny_model, smollm2_tokenizer
+
+        folder = tempfile.TemporaryDirectory(prefix="vllm_cpu_tiny_")
+        args.model = str(save_tiny_model(folder.name, smollm2_tokenizer(), num_layers=10, hidden_size=128,
+                                         intermediate_size=256))
 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer

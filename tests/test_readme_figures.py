@@ -65,10 +65,10 @@ def test_results_readme_selection_table_matches_the_report():
 
 
 def test_vllm_doc_table_quotes_its_json():
-    """docs/vllm.md's measured table: each mode's tokens/s, its ratio to stock vLLM and, for the refining modes, the
-    cost per token over L=0's, the paper's bound, the dense-product floor, the cost over it and the verdict on the
-    10 % target, as benchmarks/results/vllm_cpu_smollm2_64x256.json has them."""
-    rows = _table_after(ROOT / "docs/vllm.md", "## Measured on CPU")
+    """docs/vllm-verification.md's measured table: each mode's tokens/s, its ratio to stock vLLM and, for the refining
+    modes, the cost per token over L=0's, the paper's bound, the dense-product floor, the cost over it and the verdict
+    on the 10 % target, as benchmarks/results/vllm_cpu_smollm2_64x256.json has them."""
+    rows = _table_after(ROOT / "docs/vllm-verification.md", "## Measured on CPU")
     result = _benchmark_json("vllm_cpu_smollm2_64x256.json")
     modes, summary = result["modes"], result["summary"]
     names = {"stock vLLM": "stock", "EGLR architecture, requests without EGLR settings": "vplain",
@@ -158,3 +158,27 @@ def test_results_readme_qwen_sc_table_matches_the_report(n):
     with open(ROOT / f"results/qwen2.5-coder-1.5b-instruct/gsm8k_sc/report_{n}/intervals.csv") as f:
         wilson = {r["quantity"]: r["estimate"] for r in csv.DictReader(f) if r["method"] == "Wilson"}
     assert row[:3] == [wilson["greedy (L=0, T=0)"], wilson["SC L pool (B=10)"], wilson["oracle L pool (B=10)"]]
+
+
+def test_benchmarks_readme_quotes_the_loop_step_json():
+    """The numbers table's row of a loop step's cost quotes its JSON: host reads and blocking uploads per
+    steady step and per refill, ops per step, and the compiled step's kernels."""
+    data = _benchmark_json("step_cost_cpu_loop.json")["this"]
+    reads, ops, kernels = data["host_reads"], data["ops_per_step"], data["kernels"]
+    row = next(line for line in (ROOT / "benchmarks/README.md").read_text().splitlines()
+               if "step_cost_cpu_loop.json" in line)
+    l0, l4 = reads["L0"], reads["L4_every_token_gated"]
+    assert l0["per_step"] == l4["per_step"] == l0["per_step_max"] == l4["per_step_max"] == 1
+    assert l0["blocking_uploads_per_step"] == l4["blocking_uploads_per_step"] == 0
+    by_kind = kernels["kernels_per_layer_call_by_kind"]
+    for quoted in ("host reads per steady step **1** at L=0 and at L=4", "0 blocking uploads",
+                   f"per refill {l0['per_refill']:g} read and **{l0['blocking_uploads_per_refill']:g}** (L=0) / "
+                   f"**{l4['blocking_uploads_per_refill']:g}** (L=4) blocking uploads",
+                   f"ops per steady step {ops['L0']['ops_per_step']:g} at L=0 ({ops['L0']['layer_ops_per_step']:g} of "
+                   f"them in the decoder layers), {ops['L4_every_token_gated']['ops_per_step']:g} at L=4",
+                   f"**{kernels['kernels_per_step']:g} kernels** ({kernels['kernels_per_layer_call']} per layer call: "
+                   f"{by_kind['cpp_fused']} fused, {by_kind['extern']} matrix products, {by_kind['aten']} attention; "
+                   f"x {kernels['layer_calls_per_step']} layers, plus {kernels['eager_ops_outside_layers_per_step']:g} "
+                   "eager ops outside the layers",
+                   f"{data['compilations']} compilation, {kernels['late_compiles']} late"):
+        assert quoted in row, quoted

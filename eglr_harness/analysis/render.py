@@ -28,11 +28,23 @@ def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence]) -> Pa
     return path
 
 
+PNG_COLOURS = 256  # a figure is written as a palette PNG of at most this many colours (a third of RGBA's bytes)
+
+
 def save_png(fig, path: Path) -> Path:
-    """``fig`` as a PNG at ``path``, whole or not at all, replacing a link there instead of writing through it."""
+    """``fig`` as a PNG at ``path``, whole or not at all, replacing a link there instead of writing through it.
+
+    The image is reduced to :data:`PNG_COLOURS` colours (Pillow's median cut; the figures are drawn on an opaque
+    white background, so no transparency is lost) and written with Pillow's ``optimize``: lines and text as drawn,
+    in fewer bytes (the sizes: results/README.md, "Raw files")."""
+    from PIL import Image  # noqa: PLC0415 -- matplotlib's own dependency, loaded with the figures only
+
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
-    atomic_write_bytes(path, buffer.getvalue())
+    image = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
+    small = io.BytesIO()
+    image.quantize(PNG_COLOURS, method=Image.Quantize.MEDIANCUT).save(small, format="png", optimize=True)
+    atomic_write_bytes(path, small.getvalue())
     return Path(path)
 
 
@@ -206,10 +218,11 @@ def rules_plot(path: Path, series: dict[str, Sequence[tuple[float, float, str]]]
 
 
 def accuracy_compute_plot(path: Path, points: Sequence[tuple[str, str, float, float, float, float]],
-                          styles: dict[str, tuple[str, str, bool]], *, title: str) -> Path:
+                          styles: dict[str, tuple[str, str, bool]], *, title: str, xlabel: str | None = None) -> Path:
     """Accuracy (%) with its 95 % interval against compute relative to greedy, one labelled point each;
     ``points`` = ``(label, group, compute, accuracy, low, high)`` (fractions), ``styles``: group -> ``(marker, colour,
-    filled)``, the group its legend entry. The compute axis is logarithmic when it spans a factor of 8 or more."""
+    filled)``, the group its legend entry; ``xlabel``: the compute axis's label when its unit is not greedy's. The
+    compute axis is logarithmic when it spans a factor of 8 or more."""
     from matplotlib.ticker import FuncFormatter
 
     fig = _figure(7.0, 4.6)
@@ -234,7 +247,7 @@ def accuracy_compute_plot(path: Path, points: Sequence[tuple[str, str, float, fl
         pad = 0.15 * (xlim[1] - xlim[0] or 1)
         ax.set_xlim(xlim[0] - pad, xlim[1] + pad)
     ax.set_ylim(0, max(ax.get_ylim()[1], 5.0))  # as _save_accuracy_plot will: the labels are placed on the final axes
-    xlabel = "compute per problem relative to greedy (FLOPs)"
+    xlabel = xlabel or "compute per problem relative to greedy (FLOPs)"
     ax.set_xlabel(xlabel)
     ax.set_ylabel("accuracy (%)")
     _set_title(fig, ax, title)

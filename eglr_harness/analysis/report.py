@@ -56,6 +56,8 @@ def _sections(only: Sequence[str] | None = None) -> dict[str, Section]:
 
     if only is None:
         return SECTIONS
+    if not only:
+        raise ValueError(f"no report section named; allowed: {', '.join(SECTIONS)}.")
     if unknown := sorted(set(only) - set(SECTIONS)):
         raise ValueError(f"report sections {unknown} do not exist; allowed: {', '.join(SECTIONS)}.")
     return {name: s for name, s in SECTIONS.items() if name in only}
@@ -138,9 +140,13 @@ def build_report(
         filter_name: lm-eval filter whose samples lines to read (default: the first in each file).
         n_orders, seed: random orders of the budget curves.
         sections: the report sections to write (default all), e.g. ``("runs", "ablation")``.
+
+    Raises ``ValueError`` (one line) for a section that does not exist, before any run is read, and for
+    runs that cannot be read or merged (:func:`~eglr_harness.analysis.load.load_grid`).
     """
     if isinstance(run_dirs, (str, Path)):
         run_dirs = [run_dirs]
+    _sections(sections)  # a misspelt section is refused before any run is read
     grid = load_grid(run_dirs, task=task, filter_name=filter_name)
     ctx = compute_report(grid, n_orders=n_orders, seed=seed, sections=sections)
     return write_report(ctx, Path(out_dir) if out_dir is not None else default_out_dir(run_dirs))

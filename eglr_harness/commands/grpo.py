@@ -31,13 +31,17 @@ import platform
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eglr_harness.core.errors import UserError
 from eglr_harness.core.interrupt import run_interruptible
 from eglr_harness.core.outputs import atomic_write_text, check_writable
-from eglr_harness.rl.grpo import _policy, run_group, summary_markdown
-from eglr_harness.rl.rollouts import EglrRollout
 
+if TYPE_CHECKING:
+    from eglr_harness.rl.rollouts import EglrRollout
+
+# eglr_harness.rl (torch, TRL: tens of seconds on a busy machine) is imported once the flags that need neither
+# are checked (_check_flags): a misspelt --group is refused at once
 logger = logging.getLogger("eglr_harness.commands.grpo")
 
 
@@ -76,12 +80,17 @@ def _main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output_dir", required=True)
     args = parser.parse_args(argv)
+    try:  # what is known without torch, at once
+        _check_flags(args)
+    except ValueError as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from eglr_harness.harness.task_source import task_problems  # noqa: PLC0415
+    from eglr_harness.rl import grpo as rl  # noqa: PLC0415 -- torch, TRL
 
     try:  # every group and argument, before any training
         model_args, rollouts, problems = _checked(args, task_problems)
-        first_policy = _policy(model_args)
+        first_policy = rl._policy(model_args)
         for name, rollout in rollouts.items():
             try:
                 rollout.check_model(first_policy[0])
@@ -94,7 +103,8 @@ def _main(argv=None) -> None:
     try:
         for i, (name, rollout) in enumerate(rollouts.items()):
             unfinished = name
-            groups.append(run_group(name, rollout, args, problems, first_policy if i == 0 else _policy(model_args)))
+            groups.append(rl.run_group(name, rollout, args, problems,
+                                       first_policy if i == 0 else rl._policy(model_args)))
         unfinished = None
     finally:  # a partial run keeps the summary of the groups that finished
         try:
@@ -106,10 +116,9 @@ def _main(argv=None) -> None:
             logger.error("%s (group %s stopped with the error below)", err, unfinished)
 
 
-def _checked(args, task_problems) -> tuple[dict, dict[str, EglrRollout], list[dict]]:
-    """The run's arguments, every group's rollouts and the problems, each mistake a ``ValueError`` naming it."""
-    from eglr_harness.harness.preflight import parse_args_string  # noqa: PLC0415
-
+def _check_flags(args) -> None:
+    """The flags and the group specs' form (``parse_group``, one name per group): what needs no import of torch or
+    TRL, each mistake a ``ValueError`` naming it."""
     for flag, value in (("--steps", args.steps), ("--prompts_per_step", args.prompts_per_step),
                         ("--max_completion_length", args.max_completion_length), ("--batch_size", args.batch_size),
                         ("--limit", args.limit)):
@@ -117,13 +126,25 @@ def _checked(args, task_problems) -> tuple[dict, dict[str, EglrRollout], list[di
             raise ValueError(f"`{flag}`={value} is not allowed; allowed: an int >= 1.")
     if not math.isfinite(args.learning_rate) or args.learning_rate <= 0:
         raise ValueError(f"`--learning_rate`={args.learning_rate} is not allowed; allowed: a float > 0.")
+    names: set[str] = set()
+    for text in args.group:
+        name, _ = parse_group(text)
+        if name in names:
+            raise ValueError(f"`--group`={text!r}: the name {name!r} is taken by an earlier group; allowed: one name "
+                             "per group (each writes <output_dir>/<name>/).")
+        names.add(name)
+
+
+def _checked(args, task_problems) -> tuple[dict, dict[str, EglrRollout], list[dict]]:
+    """The run's arguments (the flags checked already: ``_check_flags``), every group's rollouts and the problems,
+    each mistake a ``ValueError`` naming it."""
+    from eglr_harness.harness.preflight import parse_args_string  # noqa: PLC0415
+    from eglr_harness.rl.rollouts import EglrRollout  # noqa: PLC0415
+
     model_args = parse_args_string(args.model_args)
     rollouts: dict[str, EglrRollout] = {}
     for text in args.group:
         name, eglr = parse_group(text)
-        if name in rollouts:
-            raise ValueError(f"`--group`={text!r}: the name {name!r} is taken by an earlier group; allowed: one name "
-                             "per group (each writes <output_dir>/<name>/).")
         try:
             rollouts[name] = EglrRollout(model_config=model_args.get("model_config"), task=args.task,
                                          batch_size=args.batch_size, **eglr)
@@ -150,6 +171,8 @@ def _checked(args, task_problems) -> tuple[dict, dict[str, EglrRollout], list[di
 
 
 def _write_summary(args, argv, groups: list[dict], problems: list[dict], unfinished: str | None) -> None:
+    from eglr_harness.rl.grpo import summary_markdown  # noqa: PLC0415
+
     versions = {p: importlib.metadata.version(p) for p in ("torch", "transformers", "trl", "lm_eval")}
     settings = {"model_args": args.model_args, "task": args.task,
                 "problems": f"{len(problems)} (doc_id {', '.join(str(p['doc_id']) for p in problems)})",

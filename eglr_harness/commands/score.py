@@ -29,9 +29,7 @@ def _main(argv: list[str] | None = None) -> int:
         refuse_writing_into([args.output_path / f.parent.name / f.name for f in files], inputs, "--output_path")
         refuse_writing_into([args.output_path], inputs, "--output_path")
         check_writable(args.output_path, "--output_path")
-    except ValueError as err:
-        parser.error(str(err))
-    except OutputError as err:
+    except (ValueError, OutputError) as err:  # one line, as every refusal of the eglr-* commands (no usage)
         print(f"eglr-score: error: {err}", file=sys.stderr)
         return 2
     for path in files:

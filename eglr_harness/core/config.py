@@ -6,6 +6,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from decimal import Decimal, InvalidOperation
 
 from eglr_harness.core.cell import Cell
 
@@ -60,14 +61,20 @@ class SettingRule:
 
 
 def _number_written(value, integer: bool) -> int | float | None:
-    """``value`` (a number or its text) as an int (``integer``: only an integral value) or a float; None if it is
-    neither. An int's text is read as an int exactly (float("99999999999999999999999") is another number)."""
+    """``value`` (a number or its text, ASCII digits only) as an int (``integer``: only an integral value) or a
+    float; None if it is neither. A number's text is read exactly where an int is asked for
+    (float("9007199254740993.0") is 2**53); a float that stands for an int is taken only below 2**53 in magnitude,
+    where every integral float is the int it was written as."""
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
         text = value.strip()
-        if re.fullmatch(r"[+-]?\d+", text):
+        if not text.isascii():  # int() and float() read a full-width '２' as 2
+            return None
+        if re.fullmatch(r"[+-]?[0-9]+", text):
             value = int(text)
+        elif integer:
+            return _integral_text(text)
         else:
             try:
                 value = float(text)
@@ -76,11 +83,25 @@ def _number_written(value, integer: bool) -> int | float | None:
     if not isinstance(value, (int, float)):
         return None
     if integer:
+        if isinstance(value, float) and not abs(value) < HUGE:  # 2**53 + 1 written as a float reads 2**53
+            return None
         return int(value) if isinstance(value, int) or value.is_integer() else None
     try:
         return float(value)
     except OverflowError:  # an int beyond a float's range
         return None
+
+
+def _integral_text(text: str) -> int | None:
+    """A float literal (``"3.0"``, ``"3e2"``) that names an int, read exactly; None otherwise."""
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        return None
+    # the magnitude first, by its exponent (int(Decimal("1e99999999")) takes minutes), then exactly, unrounded
+    if not number.is_finite() or number.adjusted() > 15 or number.copy_abs() > HUGE:
+        return None
+    return int(number) if number == number.to_integral_value() else None
 
 
 @dataclass(frozen=True)

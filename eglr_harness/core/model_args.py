@@ -57,7 +57,7 @@ RECORDED_ENGINES = ("continuous", "hook", "vllm")
 RENAMED_ENGINES = {"hf": "hook"}
 RECORDED_ENGINES_ALLOWED = (", ".join(repr(e) for e in RECORDED_ENGINES)
                             + " (" + ", ".join(f"{old!r} for {new!r}" for old, new in RENAMED_ENGINES.items())
-                            + ", its name before issue 56)")
+                            + ", its former name)")
 
 
 def is_recorded_engine(name) -> bool:

@@ -14,9 +14,18 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["RolloutProgress", "announced_load", "counting_tokens", "listening", "tokens_emitted"]
+__all__ = ["RolloutProgress", "announced_load", "counted", "counting_tokens", "listening", "tokens_emitted"]
 
 _listeners: list[Callable[[int], None]] = []
+
+
+def counted(n: int, noun: str) -> str:
+    """``"2 rollouts"``, ``"1 rollout"``: ``n`` and ``noun``, a regular plural (it ends in s), singular for one. A noun
+    followed by `` in PLACE`` (``"rollouts in DIR"``) is made singular before it: ``"1 rollout in DIR"``."""
+    if n == 1:
+        head, sep, place = noun.partition(" in ")
+        noun = head.removesuffix("s") + sep + place
+    return f"{n} {noun}"
 
 
 @contextmanager
@@ -44,7 +53,7 @@ def tokens_emitted(n: int) -> None:
 @contextmanager
 def announced_load(logger: logging.Logger, label: str, name: str, parts: str, dtype, device) -> Iterator[list[str]]:
     """Say the load of ``name`` before it starts and its seconds after: a model load is start-up's longest part
-    (41-150 s on a CPU) and was silent. The block may append to the list it gets what the second line adds
+    (up to minutes on a CPU). The block may append to the list it gets what the second line adds
     (e.g. the engine it builds next). label: the model (``eglr-hf``); parts: what loads (``weights, tokenizer``)."""
     started, then = time.perf_counter(), []
     logger.info("%s: loading %s (%s; dtype %s, device %s) ...", label, name, parts, dtype, device)

@@ -38,7 +38,7 @@ from eglr_harness.core.rollout import FINISHES
 
 __all__ = [
     "FieldRule", "ROLLOUT_FIELDS", "SAMPLE_LINE", "SampleLine", "SamplesFile", "check_rollout", "read_samples_file",
-    "prompt_of", "completions_of", "read_results", "check_results",
+    "prompt_of", "completions_of", "read_results", "check_results", "SAMPLES_SUFFIXES", "samples_stem", "samples_files",
 ]
 
 SAMPLE_LINE = "one lm-eval sample (a JSON object) per line"
@@ -165,6 +165,38 @@ class SamplesFile:
     filter: str | None
     lines: tuple[SampleLine, ...]
     other_filters: tuple[str, ...] = field(default=())
+
+
+# a samples file as lm-eval writes it, or gzip-compressed (the committed runs; core/jsonl.open_lines reads both)
+SAMPLES_SUFFIXES = (".jsonl", ".jsonl.gz")
+
+
+def samples_stem(path: str | Path) -> str | None:
+    """``samples_<task>_<date>`` of a samples file's name (ending ``.jsonl`` or ``.jsonl.gz``), else None."""
+    name = Path(path).name
+    for suffix in sorted(SAMPLES_SUFFIXES, key=len, reverse=True):
+        if name.startswith("samples_") and name.endswith(suffix) and len(name) > len("samples_" + suffix):
+            return name[: -len(suffix)]
+    return None
+
+
+def samples_files(folder: str | Path, pattern: str = "samples_*", *, recursive: bool = False) -> list[Path]:
+    """The samples files in ``folder`` (under it, when ``recursive``) whose stem matches ``pattern`` (a glob without
+    the ending), plain or gzip-compressed, sorted. One run's samples in both forms (``X.jsonl`` and ``X.jsonl.gz``)
+    raise :class:`FileFormatError`: which one is the run's cannot be told, so neither is read."""
+    folder = Path(folder)
+    found: dict[Path, Path] = {}
+    for suffix in SAMPLES_SUFFIXES:
+        for path in (folder.rglob if recursive else folder.glob)(pattern + suffix):
+            stem = samples_stem(path)
+            if stem is None or not path.is_file():
+                continue
+            key = path.with_name(stem)
+            if key in found:
+                raise FileFormatError(f"{found[key]} and {path.name} beside it: one run's samples twice; allowed: one "
+                                      "of them (plain .jsonl or .jsonl.gz): delete or move the other.")
+            found[key] = path
+    return sorted(found.values())
 
 
 def _rollout_items(sample: dict) -> list | None:

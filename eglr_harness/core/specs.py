@@ -17,6 +17,9 @@ from collections.abc import Iterable
 from eglr_harness.core.cell import T_DECIMALS
 
 _LIST_SEPARATORS = re.compile(r"[,|;\s]+")
+# the forms of an L spec, as a refusal suggests them: a list with `|`, which `--model_args` does not split
+_L_FORMS = "a non-negative int (4), a list (1|4|7) or an inclusive range (1-10)"
+_T_FORMS = "a float >= 0 (0.7), a list (0.1|0.5) or an inclusive range with step (0.1-1.0:0.1)"
 # An axis is a pool axis: no task repeats a problem more often (the largest, ``_eglr_lxt``, 121 times).
 MAX_AXIS_VALUES = 10_000
 
@@ -43,7 +46,7 @@ def parse_L_spec(spec, *, name: str = "L") -> tuple[int, ...]:
     model's layer count N) is checked later, when the model is known.
     """
     if isinstance(spec, bool):
-        raise ValueError(f"`{name}`={spec!r} is not a layer span; use an int, '1,4,7' or '1-10'.")
+        raise ValueError(f"`{name}`={spec!r} is not a layer span; allowed: {_L_FORMS}.")
     if isinstance(spec, int):
         values = [spec]
     elif isinstance(spec, float) and spec.is_integer():
@@ -53,21 +56,18 @@ def parse_L_spec(spec, *, name: str = "L") -> tuple[int, ...]:
     elif isinstance(spec, str) and spec.strip():
         values = []
         for part in _split(spec):
-            if re.fullmatch(r"\d+", part):
+            if re.fullmatch(r"[0-9]+", part):  # ASCII digits: int() would read '２' as 2
                 values.append(int(part))
-            elif m := re.fullmatch(r"(\d+)-(\d+)", part):
+            elif m := re.fullmatch(r"([0-9]+)-([0-9]+)", part):
                 lo, hi = int(m[1]), int(m[2])
                 if lo > hi:
                     raise ValueError(f"`{name}`={spec!r}: range {part!r} runs backwards; write '{hi}-{lo}'.")
                 _check_count(len(values) + hi - lo + 1, spec, name)
                 values.extend(range(lo, hi + 1))
             else:
-                raise ValueError(
-                    f"`{name}`={spec!r}: {part!r} is not a layer span; allowed: a non-negative int "
-                    "(4), a list (1,4,7 or 1|4|7) or an inclusive range (1-10)."
-                )
+                raise ValueError(f"`{name}`={spec!r}: {part!r} is not a layer span; allowed: {_L_FORMS}.")
     else:
-        raise ValueError(f"`{name}`={spec!r}: expected an int, '1,4,7' or '1-10'.")
+        raise ValueError(f"`{name}`={spec!r} is not a layer span; allowed: {_L_FORMS}.")
     for v in values:
         if v < 0:
             raise ValueError(f"`{name}`={spec!r}: layer span {v} is negative; allowed: 0..N (N = the model's layer "
@@ -79,17 +79,14 @@ def _parse_float(part: str, spec, name: str) -> float:
     try:
         value = float(part)
     except ValueError:
-        raise ValueError(
-            f"`{name}`={spec!r}: {part!r} is not a temperature; allowed: a float >= 0 (0.7), a list "
-            "(0.1,0.5 or 0.1|0.5) or an inclusive range with step (0.1-1.0:0.1)."
-        ) from None
+        raise ValueError(f"`{name}`={spec!r}: {part!r} is not a temperature; allowed: {_T_FORMS}.") from None
     return value
 
 
 def parse_T_spec(spec, *, name: str = "T") -> tuple[float, ...]:
     """Parse a T spec into a tuple of distinct temperatures (rounded), in the order written."""
     if isinstance(spec, bool):
-        raise ValueError(f"`{name}`={spec!r} is not a temperature; use a float, '0.1,0.5' or '0.1-1.0:0.1'.")
+        raise ValueError(f"`{name}`={spec!r} is not a temperature; allowed: {_T_FORMS}.")
     if isinstance(spec, (int, float)):
         values = [float(spec)]
     elif isinstance(spec, (list, tuple)):
@@ -116,7 +113,7 @@ def parse_T_spec(spec, *, name: str = "T") -> tuple[float, ...]:
             else:
                 values.append(_parse_float(part, spec, name))
     else:
-        raise ValueError(f"`{name}`={spec!r}: expected a float, '0.1,0.5' or '0.1-1.0:0.1'.")
+        raise ValueError(f"`{name}`={spec!r} is not a temperature; allowed: {_T_FORMS}.")
     for v in values:
         if not math.isfinite(v) or v < 0:
             raise ValueError(f"`{name}`={spec!r}: temperature {v} is not allowed; allowed: finite T >= 0 (0 = greedy).")

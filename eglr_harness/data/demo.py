@@ -12,17 +12,16 @@ Five difficulty levels, interleaved (problem ``i`` has level ``i % 5 + 1``) so t
 4. a product plus a sum (items per box × boxes + spare);
 5. three steps: product, take away, share equally (exact division).
 
-The answer is never one of the numbers written in the problem (no copying). SmolLM2-135M-Instruct
-(greedy, chat template, 160 new tokens, 40 problems per level) solves 20 / 15 / 0 / 2.5 / 2.5 % of
-levels 1-5, and 35 % of the opt-in level 0 (100 problems, 32 new tokens; ``results/README.md``).
+The answer is never one of the numbers written in the problem (no copying). What SmolLM2-135M-Instruct
+solves of each level: ``results/README.md``.
 Problem ``i`` depends only on ``(seed, i)``, so a larger ``n`` extends a smaller set instead of
 reshuffling it.
 
 ``levels`` picks the levels: the ``k``-th problem of level ``1..5`` is the default set's problem
 ``5k + level - 1`` (the same id and text), the ``k``-th of level 0 depends only on ``(seed, k)``.
 A level set interleaves its levels in ascending order as the default set does, and a larger ``n``
-extends a smaller set. Levels 1-5 (the default) is the default set itself. Level 0 exists because
-SmolLM2-135M-Instruct's greedy accuracy is below 30 % on every default level (``results/``).
+extends a smaller set. Levels 1-5 (the default) is the default set itself. Level 0 is for models that
+solve few problems of the default levels (SmolLM2-135M-Instruct: ``results/README.md``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """EGLR decoding. This folder: what both engines share (the pure tensor maths in ``functional``, the seeded
 sampler, logits processors, model introspection, the engine contract, decode statistics, the ``compile``
-setting); ``hook/``: the hook engine (engine=hook, ``eglr_generate`` inside transformers' ``generate``);
+setting, the refinement's per-row state in ``refine_state``, which the vLLM model uses too); ``hook/``: the hook
+engine (engine=hook, ``eglr_generate`` inside transformers' ``generate``);
 ``continuous/``: the continuous engine (one compile-once step over K/V slots).
 
 Imports only ``eglr_harness.core`` (tests/test_layers.py): never lm_eval, never the run layer.

@@ -10,8 +10,8 @@ width) bucket | CUDA devices |
 
 How it is compiled (once per process, whatever the runs) and captured: ``step_graphs.py``.
 
-``auto`` is eager off CUDA because compiling the step gains nothing on a CPU (SmolLM2, batch 16:
-7.1-8.0 s compiled against 6.9 s eager, after 84 s of compilation); on a GPU the step is bound by
+``auto`` is eager off CUDA because compiling the step gains nothing on a CPU (measured:
+``benchmarks/HISTORY.md``); on a GPU the step is bound by
 kernel launches and host work, which CUDA graphs remove. Only the continuous engine's step can be
 compiled: ``engine=hook`` decodes through transformers' ``generate`` with EGLR module hooks, which
 ``torch.compile`` cannot see into, so an explicit ``compile`` there is refused

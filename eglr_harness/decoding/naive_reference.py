@@ -2,7 +2,7 @@
 
 Written from eglr-method.md §2 without using eglr_harness's code. It is the yardstick that both engines
 (``decoding/hook``, ``decoding/continuous``) and the vLLM plugin are proven against token for token
-(tests/decoding, tests/eglr_vllm, benchmarks/gpu_check.py), so it may import torch, the standard library and
+(tests/decoding, tests/eglr_vllm, benchmarks/gpucheck/exactness.py), so it may import torch, the standard library and
 ``eglr_harness.core`` only, nothing of the engines it checks (tests/test_layers.py keeps it so): a bug it
 shared with an engine would cancel out. It lives in the package so that tests and benchmarks import one
 module.

@@ -12,8 +12,8 @@ Two kinds of figures, and who fills them:
   one per refinement iteration, eglr-vllm (``vllm/engine.py``) a row's own tokens and iterations. When
   an engine run ends, ``run/accounting.py`` replaces each rollout's ``shares`` by its share of the run's
   real batch figures (``share_batch``) and the rollout store keeps the record (``to_json``); a resumed
-  or reused run adds the stored record back (``EglrStats.add_rollout``), so it reports what a fresh run
-  does.
+  or reused run adds the stored record back (``EglrStats.add_rollout``), so it reports a fresh run's
+  per-rollout figures, and its per-decode ones where it batched alike (``run/accounting.per_decode_figures``).
 * The running totals of a cell, ``EglrStats``: the batch figures an engine measured (``add_batch``:
   once per ``generate`` call by the hook engine, once per run by the continuous engine, once per
   rollout by eglr-vllm) and the stored records a resumed run restored (``add_rollout``);
@@ -37,7 +37,7 @@ from eglr_harness.core.run_format import STATS_FIGURES
 
 # figures of a batch (a generate call, a continuous run) rather than of a row: a stored rollout keeps its share
 SHARED_FIGURES = ("steps", "gated_steps", "computed_rows", "computed_refine_layer_evals", "wall_time_s")
-# the names rollout stores written before the renames of issue 56 (item 1) gave them
+# older names of the shares, as rollout stores written before their renames hold them -> the current names
 _OLD_SHARE_NAMES = {"row_steps": "computed_rows", "batched_refine_layer_evals": "computed_refine_layer_evals"}
 
 
@@ -130,7 +130,7 @@ class RolloutAccount:
     def from_json(cls, record: dict) -> "RolloutAccount":
         """A stored record (``to_json``), also as older stores wrote it: without ``head_projections`` (k* per
         gated token: the paper's rule, and every rollout stored before the exit rules existed), without
-        ``shares``, or with the share names before issue 56's renames. ``ValueError``, one line, for a record
+        ``shares``, or with the older share names (``_OLD_SHARE_NAMES``). ``ValueError``, one line, for a record
         :func:`record_problem` refuses (the rollout store hands back none: it is a miss there)."""
         if (problem := record_problem(record)) is not None:
             raise ValueError(problem)

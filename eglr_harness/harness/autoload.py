@@ -7,6 +7,11 @@ imports one of the modules of ``lm_eval_patches.POST_IMPORT``, the hook runs wha
 it: the model registration, the task indexing and the patches an eglr run needs, each argued in
 ``harness/lm_eval_patches.py`` (which imports nothing of this module).
 
+For an ``lm_eval`` command line that names one of the project's models (``lm_eval_patches.PROJECT_MODELS``), the
+first of those imports also says the run is starting (:func:`say_starting`: lm-eval prints nothing while it
+imports) and installs the exception hook of ``harness/output.py`` (Ctrl-C and SIGTERM as one line); any other
+command's signals and output are lm-eval's own.
+
 Set ``EGLR_AUTOLOAD=0`` to switch this off.
 """
 
@@ -15,10 +20,13 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import logging
 import os
 import sys
 
-from eglr_harness.harness.lm_eval_patches import POST_IMPORT  # light: the standard library only
+from eglr_harness.harness.lm_eval_patches import (  # light: the standard library only
+    POST_IMPORT, command_line_model, command_line_names_model, resume_hint,
+)
 
 _DISABLE_VALUES = {"0", "false", "no", "off"}
 
@@ -53,11 +61,14 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
         hook = POST_IMPORT.get(fullname)
         if hook is None:
             return None
-        if _lm_eval_cli():  # Ctrl-C while lm-eval imports torch (its first ~15 s) is one line, not a traceback
+        # Ctrl-C while lm-eval imports torch (its first ~15 s) is one line, not a traceback, for a run of the
+        # project's models; any other run's signals are lm-eval's own
+        if _lm_eval_cli() and command_line_names_model(sys.argv[1:]):
+            say_starting(command_line_model(sys.argv[1:]))
             try:
                 from eglr_harness.harness.output import install_user_error_hook  # noqa: PLC0415 -- light
 
-                install_user_error_hook()
+                install_user_error_hook(hint=resume_hint)
             except Exception as err:  # never break lm_eval itself
                 print(f"eglr_harness autoload could not install its interrupt line: {err!r}", file=sys.stderr)
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
@@ -65,6 +76,23 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
             return None
         spec.loader = _PostImportLoader(spec.loader, hook)
         return spec
+
+
+STARTING = "%s: lm_eval is starting; it prints nothing while it imports (seconds on an idle CPU, minutes on a busy one)"
+
+
+def say_starting(model: str) -> None:
+    """One line (once) as lm-eval starts a run of the project's ``model``, before its imports: lm-eval's own logging
+    is not set up yet, so the line has a handler of its own (stderr)."""
+    logger = logging.getLogger("eglr_harness.start")
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    logger.info(STARTING, model)
 
 
 def enabled() -> bool:

@@ -252,7 +252,9 @@ class RolloutDecoder:
         """Decode the ``missing`` items ((key, index)), each through its engine (``router``); each finished
         rollout's record goes into ``found`` and is kept at once. Returns ``{index: its Outcome}``."""
         fresh: dict[int, Outcome] = {}
-        requests, untils = zip(*(self.codec.request(*items[i]) for _, i in missing)) if missing else ((), ())
+        if not missing:  # every rollout found (a rerun of a finished run): no empty bar
+            return fresh
+        requests, untils = zip(*(self.codec.request(*items[i]) for _, i in missing))
         bar = RolloutProgress([r.max_new_tokens for r in requests], desc=desc,
                               disable=disable_tqdm or not self.show_progress)
         try:

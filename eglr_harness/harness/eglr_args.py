@@ -82,6 +82,7 @@ class EglrArgs:
             hf_args = _merged(preset, load_args, own.get("pretrained"))
             if "pretrained" not in hf_args:
                 raise ValueError("eglr-hf needs `pretrained` (a hub id or folder) or `model_config` (a preset name).")
+            _resolve_default_device(hf_args, preset)
             check_pretrained_path(hf_args["pretrained"])
             hf_args.update(check_load_values(hf_args))  # max_length=2048.0 reaches HFLM as 2048
             engine = read_model_arg("engine", _given(own, "engine", DEFAULT_ENGINE))
@@ -181,6 +182,22 @@ def _check_rollout_cache(folder) -> None:
         from eglr_harness.run.stores import check_rollout_cache
 
         check_rollout_cache(folder)  # writable, and a damaged store moved aside now
+
+
+# the `--device` lm-eval's CLI hands every model when none is given (EvaluatorConfig.device)
+LM_EVAL_DEFAULT_DEVICE = "cuda:0"
+
+
+def _resolve_default_device(hf_args: dict, preset: Mapping) -> None:
+    """lm-eval's CLI passes ``device=cuda:0`` when ``--device`` is not given, over the preset's device. Without CUDA,
+    HFLM loads such a run on the CPU anyway (and the load line said ``cuda:0``): there the device becomes the
+    preset's, else ``cpu``. A device given otherwise, or with CUDA present, is left as given."""
+    if hf_args.get("device") != LM_EVAL_DEFAULT_DEVICE:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        hf_args["device"] = preset["model_args"].get("device") or "cpu"
 
 
 def intended_device(hf_args: Mapping) -> str:

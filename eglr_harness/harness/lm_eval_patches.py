@@ -8,8 +8,11 @@ both ways through the ``lm_eval`` console script).
 Through lm-eval's own registries (adding names, rebinding nothing):
 
 - the models ``eglr-hf``, ``eglr-vllm`` and ``eglr-baseline`` (the baselines: ``harness/baseline_model.py``), as
-  lazy ``module:Class`` placeholders (:func:`register_models`);
-- our filters, metrics and aggregations, so that task YAMLs can name them (``harness/registry.py``).
+  lazy ``module:Class`` placeholders (:func:`register_models`), where lm-eval does not read them from the package's
+  ``lm_eval.models`` entry points itself (an lm-eval after 0.4.13);
+- our filters, metrics and aggregations, so that task YAMLs can name them (``harness/registry.py``);
+- a logging filter that drops lm-eval's "TASK: Custom kwargs can be passed to ``--metadata``" warning for our tasks
+  (:class:`_OurTasksMetadataHint`; another task's passes).
 
 Rebound, because lm-eval 0.4.13 gives no hook for them (no plugin discovery of tasks, no hook around saving or
 before the model loads). Each keeps lm-eval's original as ``__wrapped__``; ``tests/harness/test_lm_eval_patches.py``
@@ -32,7 +35,8 @@ traceback holds no frame of ours) and the functions call lm-eval's original with
   before it builds the tasks); a run of another model on our tasks gets the local data check;
 - ``EvaluatorConfig.process_tasks``: the same checks before lm-eval indexes its tasks (~10 s), and the closest
   task names added to its "Tasks not found" error;
-- ``HarnessCLI.execute`` (the ``lm_eval`` command and ``eglr-eval``): an error of ours that the user fixes (a
+- ``HarnessCLI.execute`` (the ``lm_eval`` command and ``eglr-eval``): the eglr tasks' files in ``EGLR_DATA_DIR``
+  read before lm-eval imports torch; an error of ours that the user fixes (a
   ``UserError``: an argument, a data file, an output folder) ends the command with its one line and exit status 2,
   as every ``eglr-*`` command ends it (lm-eval ends every uncaught exception with 1); lm-eval's own errors keep
   theirs.
@@ -64,21 +68,36 @@ OUR_MODELS = (MODEL_NAME, VLLM_MODEL_NAME)
 BASELINE_MODEL_NAME = "eglr-baseline"
 BASELINE_MODEL_TARGET = "eglr_harness.harness.baseline_model:BaselineHFLM"
 _OUR_MODEL_CLASSES = ("EglrHFLM", "EglrVLLM")
+# the models whose runs get the project's interrupt line (what was stored, the resuming command) and its exit
+# status: OUR_MODELS and the baselines'; every other model's run is stopped by a signal as lm-eval's own run is
+PROJECT_MODELS = (*OUR_MODELS, BASELINE_MODEL_NAME)
+_PROJECT_MODEL_CLASSES = (*_OUR_MODEL_CLASSES, "BaselineHFLM")
 _TASK_MANAGERS: dict = {}
 
 
+# name -> lazy "module:Class" placeholder; pyproject.toml's `lm_eval.models` entry points say the same
+MODELS = {MODEL_NAME: MODEL_TARGET, VLLM_MODEL_NAME: VLLM_MODEL_TARGET, BASELINE_MODEL_NAME: BASELINE_MODEL_TARGET}
+
+
 def register_models(registry_module) -> None:
-    """``eglr-hf``, ``eglr-vllm`` and ``eglr-baseline`` in lm-eval's model registry, and our filters, metrics and
-    aggregations."""
+    """``eglr-hf``, ``eglr-vllm`` and ``eglr-baseline`` in lm-eval's model registry (:data:`MODELS`), unless this
+    lm-eval reads them from the package's ``lm_eval.models`` entry points itself (:func:`reads_model_entry_points`):
+    one registration either way. Then our filters, metrics and aggregations."""
     # lm-eval 0.4.13 registers its own models (hf, vllm, ...) only while the registry is empty,
     # so they must be in before ours. lm_eval.models is light: a name -> "module:Class" table.
     importlib.import_module("lm_eval.models")
-    registry = registry_module.model_registry
-    for name, target in ((MODEL_NAME, MODEL_TARGET), (VLLM_MODEL_NAME, VLLM_MODEL_TARGET),
-                         (BASELINE_MODEL_NAME, BASELINE_MODEL_TARGET)):
-        if name not in registry:
-            registry.register(name, target=target)
+    if not reads_model_entry_points(registry_module):
+        registry = registry_module.model_registry
+        for name, target in MODELS.items():
+            if name not in registry:
+                registry.register(name, target=target)
     importlib.import_module("eglr_harness.harness.registry")
+
+
+def reads_model_entry_points(registry_module) -> bool:
+    """Whether this lm-eval finds models through the ``lm_eval.models`` entry-point group (its registry module has
+    ``load_plugins``: lm-eval after 0.4.13); 0.4.13 has no plugin discovery."""
+    return callable(getattr(registry_module, "load_plugins", None))
 
 
 def _is_ours(model) -> bool:
@@ -101,6 +120,11 @@ class _ForOurRuns:
             return self
         method = self._ours if self._is_ours(instance) else self.__wrapped__
         return method.__get__(instance, owner)
+
+
+def _is_project_model(model) -> bool:
+    """Whether ``model`` (a registered name or an LM object) is one of :data:`PROJECT_MODELS`."""
+    return model in PROJECT_MODELS if isinstance(model, str) else type(model).__name__ in _PROJECT_MODEL_CLASSES
 
 
 def _names_our_tasks(tasks) -> bool:
@@ -132,6 +156,33 @@ def index_our_tasks(manager_module) -> None:
 
     task_manager_cls.__init__ = __init__
     task_manager_cls._eglr_patched = True
+    logging.getLogger("lm_eval.api.task").addFilter(_METADATA_HINT)
+
+
+class _OurTasksMetadataHint(logging.Filter):
+    """lm-eval warns "TASK: Custom kwargs can be passed to `--metadata` ... For example
+    --metadata='{"max_seq_lengths":[4096, 8192]}'" whenever a task builds its dataset in Python, as each of ours does,
+    on every run. Dropped for the project's tasks only (a record naming any other task passes)."""
+
+    HINT = ": Custom kwargs can be passed to `--metadata`"
+
+    def __init__(self):
+        super().__init__()
+        self._ours: frozenset[str] | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.msg if isinstance(record.msg, str) else ""
+        task, hint, _ = message.partition(self.HINT)
+        if not hint:
+            return True
+        if self._ours is None:
+            from eglr_harness.core.resources import task_names
+
+            self._ours = frozenset(task_names())
+        return task not in self._ours
+
+
+_METADATA_HINT = _OurTasksMetadataHint()
 
 
 def _last_task_manager():
@@ -206,7 +257,8 @@ def patch_fail_fast(evaluator_module) -> None:
             return original(*args, **kwargs)
         from eglr_harness.harness.output import check_output_path, install_user_error_hook
 
-        install_user_error_hook()  # first: Ctrl-C during the imports below (torch: seconds) is one line too
+        # first: Ctrl-C during the imports below (torch: seconds) is one line too; another model's signals its own
+        install_user_error_hook(interrupts=_is_project_model(model), hint=resume_hint)
         from eglr_harness.data.loading import check_local_data
         from eglr_harness.harness.preflight import check_run_args, check_run_tasks
 
@@ -270,7 +322,7 @@ def patch_task_lookup(config_module) -> None:
         model = getattr(self, "model", None)
         from eglr_harness.harness.output import check_output_path, install_user_error_hook
 
-        install_user_error_hook()  # first: Ctrl-C during preflight's import of torch (seconds) is one line too
+        install_user_error_hook(hint=resume_hint)  # first: Ctrl-C during preflight's torch import is one line too
         from eglr_harness.harness.preflight import check_run_args, check_run_tasks
 
         check_output_path(getattr(self, "output_path", None))  # as lm-eval's CLI makes the tracker, before the rest
@@ -307,6 +359,19 @@ def patch_task_lookup(config_module) -> None:
     config_cls._eglr_patched = True
 
 
+def _check_local_data_first(cli_args) -> None:
+    """The local data files of the eglr tasks of a command line (``cli_args``: its parsed flags), read before lm-eval
+    imports torch (minutes on a busy CPU), where ``EGLR_DATA_DIR`` names the folder and no ``--metadata`` might name
+    another; otherwise the data are checked with the run's other task checks (``check_run_tasks``)."""
+    from eglr_harness.data.loading import check_local_data, data_dir_from_env
+
+    tasks = getattr(cli_args, "tasks", None) or []
+    if getattr(cli_args, "metadata", None) or data_dir_from_env() is None:
+        return
+    written = [tasks] if isinstance(tasks, str) else [t for t in tasks if isinstance(t, str)]
+    check_local_data([name.strip() for text in written for name in text.split(",") if name.strip()])
+
+
 # ------------------------------------------------------------------ HarnessCLI.execute (exit status)
 USER_ERROR_STATUS = 2  # a refusal's exit status in every command of the project (docs/lm-eval.md#exit-status)
 
@@ -323,6 +388,7 @@ def patch_cli_exit_status(cli_module) -> None:
 
     def execute(self, *args, **kwargs):
         try:
+            _check_local_data_first(args[0] if args else kwargs.get("args"))  # before lm-eval imports torch
             return original(self, *args, **kwargs)
         except Exception as err:
             from eglr_harness.core.errors import UserError
@@ -339,14 +405,40 @@ def patch_cli_exit_status(cli_module) -> None:
 
 
 def _command_line_names_our_model(argv: list[str]) -> bool:
-    """Whether ``argv`` names one of the project's models (``--model eglr-hf``, ``--model=eglr-vllm``): read when
+    """Whether ``argv`` names one of :data:`OUR_MODELS` (``--model eglr-hf``, ``--model=eglr-vllm``): read when
     ``execute`` is looked up, before the CLI has parsed anything it could tell."""
+    return command_line_names_model(argv, OUR_MODELS)
+
+
+def command_line_names_model(argv: list[str], models: tuple[str, ...] = PROJECT_MODELS) -> bool:
+    """Whether the ``lm_eval`` command line ``argv`` (without the program) names one of ``models`` as its
+    ``--model``."""
+    return command_line_model(argv) in models
+
+
+def command_line_model(argv: list[str]) -> str | None:
+    """The ``--model`` of the ``lm_eval`` command line ``argv`` (``--model eglr-hf`` or ``--model=eglr-hf``; the first
+    counts), None where it names none."""
     for i, arg in enumerate(argv):
         if arg == "--model" and i + 1 < len(argv):
-            return _is_ours(argv[i + 1])
+            return argv[i + 1]
         if arg.startswith("--model="):
-            return _is_ours(arg.split("=", 1)[1])
-    return False
+            return arg.split("=", 1)[1]
+    return None
+
+
+RESUME_HINT = "Add rollout_cache=DIR to --model_args to keep finished rollouts, so that a rerun resumes."
+
+
+def resume_hint(argv: list[str]) -> str | None:
+    """For an interrupted ``lm_eval`` run of eglr-hf or eglr-vllm with no rollout store: how to make a rerun resume
+    (:data:`RESUME_HINT`); None for any other command line."""
+    if not command_line_names_model(argv, OUR_MODELS):
+        return None
+    model_args = next((arg.split("=", 1)[1] if arg.startswith("--model_args=") else argv[i + 1]
+                       for i, arg in enumerate(argv)
+                       if arg.startswith("--model_args=") or (arg == "--model_args" and i + 1 < len(argv))), "")
+    return None if "rollout_cache" in model_args else RESUME_HINT
 
 
 # The lm-eval attributes the hooks rebind, each kept as ``__wrapped__`` (why: the module docstring).

@@ -22,6 +22,7 @@ from eglr_harness.core.errors import RunArgError, model_arg_errors
 from eglr_harness.core.model_args import USE_CACHE_REFUSAL
 from eglr_harness.core.progress import announced_load
 from eglr_harness.decoding.model_parts import find_model_parts
+from eglr_harness.harness.cpu_threads import fit_cpu_threads
 from eglr_harness.harness.decode import RolloutDecoder, TextCodec
 from eglr_harness.harness.eglr_args import EglrArgs, intended_device
 from eglr_harness.harness.engine_choice import build_engines, engine_name
@@ -41,6 +42,7 @@ class EglrHFLM(HFLM):
         _follow_lm_eval_logging()
         self.args = EglrArgs.of_hf_model({"pretrained": pretrained, **kwargs})  # every check before the weights load
         load_args = self.args.load_args
+        fit_cpu_threads(intended_device(load_args), logger)  # before the load: de-quantising a GGUF runs on them
         loads = "weights, tokenizer" + ("; a GGUF is de-quantised first, about a minute on a CPU"
                                         if load_args.get("gguf_file") else "")
         with announced_load(logger, "eglr-hf", _model_name(load_args), loads, load_args.get("dtype", "auto"),

@@ -1,4 +1,4 @@
-"""lm-eval's run outputs, written so that a run that cannot save them fails (issue 28).
+"""lm-eval's run outputs, written so that a run that cannot save them fails.
 
 lm-eval 0.4.13's ``EvaluationTracker`` writes ``results_<date>.json`` and the samples JSONL inside a
 ``try/except Exception`` that only logs: on a read-only or full disk the run exits 0 and a samples
@@ -25,7 +25,9 @@ from datetime import datetime
 from pathlib import Path
 
 from eglr_harness.core.errors import OutputError, UserError
-from eglr_harness.core.interrupt import print_interrupted, sigterm_as_interrupt
+from eglr_harness.core.interrupt import (
+    end_by_signal_at_exit, exit_by_the_signal, print_interrupted, sigterm_as_interrupt,
+)
 from eglr_harness.core.jsonl import dumps
 from eglr_harness.core.outputs import atomic_write_text, check_writable
 
@@ -134,25 +136,42 @@ def say_user_error(err: BaseException) -> None:
     print(f"error: {err}", file=sys.stderr)
 
 
-def install_user_error_hook() -> None:
+def install_user_error_hook(*, interrupts: bool = True, hint=None) -> None:
     """Print a :class:`~eglr_harness.core.errors.UserError` (an output that cannot be written, a bad data
     line) that reaches the top of a program as one line (exit status 1; 2 where it passes through the ``lm_eval``
-    command, ``lm_eval_patches.patch_cli_exit_status``), not as a traceback, and Ctrl-C
-    or SIGTERM as one line saying what was stored and the command that resumes (core/interrupt.py);
-    every other exception is printed as before."""
-    previous = sys.excepthook
-    if getattr(previous, "_eglr_user_errors", False):
-        return
+    command, ``lm_eval_patches.patch_cli_exit_status``), not as a traceback; every other exception is printed as
+    before.
+
+    ``interrupts`` (a run of the project's models; idempotent, and a later call can add it): Ctrl-C or SIGTERM end
+    the program with one line saying what was stored and the command that resumes (core/interrupt.py), and with the
+    signal's status, as without the project (130, 143 in a shell). Without it, signals are left as they were: a run
+    of another model on the project's tasks is stopped by them as lm-eval's own run is. ``hint(argv)``: a sentence
+    after the interrupt line (how to make the rerun resume), or None; the first given is kept."""
+    state = getattr(sys.excepthook, "_eglr_user_errors", None)
+    if state is None:
+        state = _install_hook(sys.excepthook)
+    if hint is not None and state["hint"] is None:
+        state["hint"] = hint
+    if interrupts and not state["interrupts"]:
+        state["interrupts"] = True
+        end_by_signal_at_exit()  # first: the exit handlers registered later (torch's) run before the signal's end
+        sigterm_as_interrupt()
+
+
+def _install_hook(previous) -> dict:
+    state = {"interrupts": False, "hint": None}  # whether the hook took the signals; the hint (install_user_error_hook)
 
     def hook(kind, value, traceback):
         if isinstance(value, UserError):
             say_user_error(value)
             return
-        if isinstance(value, KeyboardInterrupt):  # Ctrl-C, or SIGTERM (below): one line, what was stored
-            print_interrupted("lm_eval", value)
+        if isinstance(value, KeyboardInterrupt) and state["interrupts"]:  # Ctrl-C, or SIGTERM: one line
+            print_interrupted("lm_eval", value, hint=state["hint"](sys.argv[1:]) if state["hint"] else None)
+            exit_by_the_signal(value)
             return
         previous(kind, value, traceback)
 
-    hook._eglr_user_errors = True
+    hook._eglr_user_errors = state
     sys.excepthook = hook
-    sigterm_as_interrupt()
+    return state
+

@@ -14,6 +14,7 @@ from collections import Counter
 
 from eglr_harness.core.cell import Cell
 from eglr_harness.core.config import STOP_THRESHOLD_ARGS, has_gate
+from eglr_harness.core.progress import counted
 from eglr_harness.core.rollout import RolloutText
 from eglr_harness.harness.decode import RolloutDecoder
 from eglr_harness.harness.eglr_args import EglrArgs
@@ -252,10 +253,11 @@ def pool_size_text(problems: int, cells: list[str], rollouts: int, seeds: range 
     if len(seeds) > 1:
         shown += f"; the pool under seeds {seeds[0]}..{seeds[-1]} (seeds={len(seeds)})"
     if problems == 0 or rollouts == problems * len(cells):
-        return f"{problems} problems x {len(cells)} cells ({shown}) = {rollouts} rollouts"
+        return (f"{counted(problems, 'problems')} x {counted(len(cells), 'cells')} ({shown}) = "
+                f"{counted(rollouts, 'rollouts')}")
     repeats = rollouts / problems
     repeats_text = str(int(repeats)) if repeats.is_integer() else f"{repeats:.3g}"
     low, high = int(repeats // len(cells)), -(-int(repeats) // len(cells))
     times = f"{low}" if low == high else f"{low}-{high}"
-    return (f"{problems} problems x {repeats_text} repeats ({len(cells)} cells, each run {times} times: {shown}) "
-            f"= {rollouts} rollouts")
+    return (f"{counted(problems, 'problems')} x {repeats_text} repeats ({counted(len(cells), 'cells')}, each run "
+            f"{times} times: {shown}) = {counted(rollouts, 'rollouts')}")

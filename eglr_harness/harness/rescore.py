@@ -5,15 +5,15 @@ can be (re)scored without regenerating anything::
 
     eglr-score out/run/<model>/ --output_path out/scored
 
-For every ``samples_<task>_<timestamp>.jsonl`` found, each document's raw responses (``resps``)
-are extracted and scored exactly as the task's ``process_results`` does
+For every ``samples_<task>_<timestamp>.jsonl`` (or gzip-compressed ``.jsonl.gz``) found, each document's raw
+responses (``resps``) are extracted and scored exactly as the task's ``process_results`` does
 (:func:`~eglr_harness.scoring.doc_scores.score_document`; the grid tasks ``*_lxt`` with their
 sub-pools), and two files are written to the output folder, laid out like an lm-eval run so that
 ``eglr-report`` / ``eglr-leaderboard`` read them:
 
-- ``samples_<task>_<timestamp>.jsonl`` — one line per document (filter ``pool``; other filters'
-  lines of the input, which repeat the same responses, are dropped), with the per-document keys
-  of docs/run-format.md; everything but the scores is kept as read: each logged rollout's cell,
+- ``samples_<task>_<timestamp>.jsonl`` (``.jsonl.gz`` for a compressed input) — one line per document
+  (filter ``pool``; other filters' lines of the input, which repeat the same responses, are dropped), with the
+  per-document keys of docs/run-format.md; everything but the scores is kept as read: each logged rollout's cell,
   ``signals`` (so ``wmaj@B`` is scored again), ``engine`` and any later field;
 - ``results_<timestamp>.json`` — the input run's results file when it is beside the samples
   (its ``config`` keeps the model and the accounting), with the metric values of ``results[<task>]``
@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from eglr_harness.core.errors import FileFormatError
-from eglr_harness.core.jsonl import dumps
+from eglr_harness.core.jsonl import dumps, encode_lines
 from eglr_harness.core.model_args import engine_named
 from eglr_harness.core.outputs import atomic_writer
 from eglr_harness.core.rollout import RolloutText, with_meta
-from eglr_harness.core.run_format import read_results, read_samples_file
+from eglr_harness.core.run_format import read_results, read_samples_file, samples_stem
+from eglr_harness.core.run_format import samples_files as find_samples
 from eglr_harness.scoring.doc_scores import GRID_SUB_POOLS, best_cfg_acc, cell_accuracies, score_document
 from eglr_harness.scoring.extraction import ANSWER_MODES, extract_answer
 
@@ -51,15 +52,17 @@ GRID_SUFFIX = "_lxt"  # tasks scored with GRID_SUB_POOLS
 
 
 def samples_files(paths: list[Path]) -> list[Path]:
-    """Every ``samples_*.jsonl`` named or found under the given files/folders, sorted."""
+    """Every ``samples_*.jsonl`` (or gzip-compressed ``.jsonl.gz``) named or found under the given files/folders,
+    sorted (one run's samples in both forms are refused: :func:`eglr_harness.core.run_format.samples_files`)."""
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found += sorted(path.rglob("samples_*.jsonl"))
-        elif path.is_file() and path.name.startswith("samples_") and path.suffix == ".jsonl":
+            found += find_samples(path, recursive=True)
+        elif path.is_file() and samples_stem(path) is not None:
             found.append(path)
         else:
-            raise ValueError(f"{path}: not a samples_<task>_<timestamp>.jsonl file or a folder holding some.")
+            raise ValueError(f"{path}: not a samples_<task>_<timestamp>.jsonl (or .jsonl.gz) file or a folder "
+                             "holding some.")
     if not found:
         raise ValueError(f"no samples_*.jsonl under {', '.join(map(str, paths))} (was the run made with "
                          "--log_samples?).")
@@ -67,8 +70,9 @@ def samples_files(paths: list[Path]) -> list[Path]:
 
 
 def task_and_timestamp(path: Path) -> tuple[str, str]:
-    """``samples_gsm8k_eglr_sc_2026-11-21T09-13-33.7.jsonl`` -> ``("gsm8k_eglr_sc", "2026-11-21T09-13-33.7")``."""
-    task, sep, stamp = path.stem.removeprefix("samples_").rpartition("_")
+    """``samples_gsm8k_eglr_sc_2026-11-21T09-13-33.7.jsonl`` (or ``.jsonl.gz``) -> ``("gsm8k_eglr_sc",
+    "2026-11-21T09-13-33.7")``."""
+    task, sep, stamp = (samples_stem(path) or "").removeprefix("samples_").rpartition("_")
     if not sep or not task:
         raise ValueError(f"{path.name}: expected samples_<task>_<timestamp>.jsonl.")
     return task, stamp
@@ -249,9 +253,11 @@ def rescore_file(path: Path, output: Path) -> tuple[str, dict[str, Any]]:
         out_results["eglr_cell_accuracies"] = {**cells, **previous.get("eglr_cell_accuracies", {}), task: cells[task]}
     # both files whole or both as they were: each is written and flushed to disk (where a full disk fails)
     # before either is renamed into place (samples without their results was left on a full disk)
-    with atomic_writer(output / path.name) as samples_file, atomic_writer(results_out) as results_file:
-        for handle, text in ((samples_file, samples_text), (results_file, dumps(out_results, indent=2) + "\n")):
-            handle.write(text)
+    # (the samples in the form they were read in: a .jsonl.gz input gives a .jsonl.gz output, core/jsonl.encode_lines)
+    with atomic_writer(output / path.name, "wb") as samples_file, atomic_writer(results_out, "wb") as results_file:
+        for handle, data in ((samples_file, encode_lines(path.name, samples_text)),
+                             (results_file, (dumps(out_results, indent=2) + "\n").encode("utf-8"))):
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
     return task, metrics

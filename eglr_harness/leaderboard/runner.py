@@ -254,12 +254,17 @@ def _cells(run: PlannedRun, argv: list[str], files: RunFiles | None, record: dic
 def run_leaderboard(
     opts: LeaderboardOptions, executor: Executor = subprocess_executor, *, dry_run: bool = False
 ) -> LeaderboardOutcome:
-    """Run every unfinished cell of ``opts`` (or only print the commands) and write the tables.
+    """Run every unfinished cell of ``opts`` (or, ``dry_run``, only print a ``#`` header line and the commands) and
+    write the tables.
 
     The tables are rewritten after every executed run (later runs shown as ``pending``), so a
     long leaderboard can be read while it runs.
     """
     runs = plan_runs(opts)
+    if dry_run:  # a header, as a shell comment: the output stays a script that runs the rest
+        todo = sum(finished_run(run, run.limit) is None for run in runs)
+        print(f"# eglr-leaderboard --dry_run: {todo} of {len(runs)} runs to do ({len(runs) - todo} finished); "
+              "the lm_eval command of each, one a line (nothing was run)")
     ran, skipped, failed = [], [], []
     cells: list[LeaderboardCell] = []
     for i, run in enumerate(runs):

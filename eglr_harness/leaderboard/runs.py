@@ -64,10 +64,8 @@ def parse_beams(spec: str | None) -> tuple[int, ...]:
         return ()
     beams = []
     for part in spec.split(","):
-        try:
-            n = int(part)
-        except ValueError:
-            n = 0
+        # ASCII digits only: int() reads a full-width '２' as 2
+        n = int(part) if re.fullmatch(r"\s*[0-9]+\s*", part) else 0
         if n < 2:
             raise ValueError(
                 f"`--beams`={spec!r}: {part!r} is not a beam count; allowed: ints >= 2 (e.g. 4,11) or 'none'."

@@ -24,7 +24,7 @@ its threshold (the other rules' default points are the kl run's, so put the rule
 ``seed`` repeats the whole run (every cell of its pool) under other seeds, so that a difference between
 two settings can be set against the difference between two seeds of one (``--sweep seed=1334-1337``).
 
-The exit rules at equal compute (issue 49): ``--rules`` runs every rule over a grid of its thresholds
+The exit rules at equal compute: ``--rules`` runs every rule over a grid of its thresholds
 (:data:`RULES_GRID`; ``--rule latent=0.01,0.03`` gives one rule's grid, repeatable), one run per
 (rule, threshold), each named ``stop_<rule>_<threshold>`` (the kl point at the default tau_kl is the
 default point). ``eglr-report --sections runs,rules`` then plots accuracy against the measured FLOP

@@ -3,7 +3,12 @@
 Rollouts repeated within the run (and rollouts stored before the store kept accounting) carry no
 accounting, so the results say per cell how many there were (``reused_rollouts``): the compute
 figures cover the rest. A rollout the store keeps with its accounting counts as decoded
-(``harness/decode.py``), so a resumed run reports the figures of an uninterrupted one.
+(``harness/decode.py``), so a resumed run reports an uninterrupted one's per-rollout figures (tokens, gated tokens,
+rho, the iterations, ``flop_ratio``, ``flop_ratio_with_head``, ``head_projections``) exactly. The per-decode
+figures (:func:`per_decode_figures`: ``steps``, ``p_step_gated``, ``wall_time_s``, and ``batched_flop_ratio`` with
+the hook engine) count a batch's work, shared out among the rollouts it decoded: they follow the batches as they
+ran, and a resumed run batches the rollouts left in other company, so at ``batch_size`` > 1 they differ in
+general. At ``batch_size=1`` every batch is one rollout and they are equal too (but the wall time, a clock).
 Each rollout carries the record its engine emitted (``decoding/stats.RolloutAccount``, with the engine's own
 count of the batch figures it took part in) into the rollout store as it finishes (``rollout_accounts``),
 its ``shares`` replaced by its share of its engine run's figures when the run ends
@@ -22,6 +27,23 @@ from collections import Counter, defaultdict
 from eglr_harness.core.cell import Cell
 from eglr_harness.core.distributed import Gather, local_gather
 from eglr_harness.decoding.stats import SHARED_FIGURES, EglrStats, RolloutAccount
+
+
+# figures of config.eglr.stats that count batches, not rollouts (module docstring): a resumed run's differ
+PER_DECODE_FIGURES = ("steps", "p_step_gated", "wall_time_s")
+# also per decode under engine=hook: a gated step refines every row from its first to its last gated row, k_max times
+_PER_DECODE_WITH_HOOK = ("batched_flop_ratio",)
+
+
+def per_decode_figures(engine: str) -> tuple[str, ...]:
+    """The figures of ``config.eglr.stats`` (total, cells) that depend on how the rollouts were batched, for a run of
+    ``engine`` (``config.eglr.engine``: ``continuous``, ``hook``, ``vllm``, ``mixed``; ``hf`` in older runs): a
+    resumed run reports an uninterrupted one's other figures exactly, these only at ``batch_size=1`` (module
+    docstring). Raises ``ValueError`` for another engine name."""
+    engines = ("continuous", "hook", "hf", "vllm", "mixed")
+    if engine not in engines:
+        raise ValueError(f"`engine`={engine!r} is not allowed; allowed: {', '.join(engines)}.")
+    return PER_DECODE_FIGURES + (_PER_DECODE_WITH_HOOK if engine in ("hook", "hf", "mixed") else ())
 
 
 class RunAccounts:

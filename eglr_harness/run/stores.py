@@ -15,6 +15,12 @@ never writes a file its own reader refuses; a record without a checksum is dropp
 record when the store opens (one warning with the count of the dropped ones) and each again as it is read; a damaged
 file is moved aside with its sound records kept (:class:`_SqliteTable`); a store that cannot be
 written raises :class:`StoreError` naming the file.
+
+**Exports.** A store ``<name>.sqlite`` has a text form beside it, ``<name>.jsonl.gz`` (:func:`export_store`): one
+``{"key", "value", "checksum"}`` line per sound record, sorted by key, gzip-compressed deterministically (the same
+records give the same bytes). It is what ``results/`` commits instead of the binary file: a store that opens takes
+every record of its export that it lacks (the file is created from it when missing), each checked as any stored
+record is, so a committed ``run.sh`` resumes from what is committed.
 """
 
 from __future__ import annotations
@@ -30,13 +36,16 @@ import sqlite3
 import time
 from pathlib import Path
 
-from eglr_harness.core.errors import OutputError
+from eglr_harness.core.errors import FileFormatError, OutputError
 from eglr_harness.core.interrupt import note_stored
+from eglr_harness.core.jsonl import dumps, gzip_bytes, iter_jsonl
 from eglr_harness.core.model_args import RENAMED_ENGINES, engine_named
 from eglr_harness.core.run_format import ROLLOUT_FIELDS
 from eglr_harness.decoding.stats import record_problem
 
 logger = logging.getLogger(__name__)
+
+EXPORT_SUFFIX = ".jsonl.gz"  # a store's text form beside it: rollouts_rank0.sqlite -> rollouts_rank0.jsonl.gz
 
 # Bump when a change to eglr_harness/decoding can change generated text: every stored rollout and
 # cached threshold made before then stops matching.
@@ -152,7 +161,46 @@ class _SqliteTable:
             if not _is_damage(err):
                 raise self._error(err) from None
             self._recover(err)
+        self._take_export()
         self._drop_unsound()
+
+    @property
+    def export_path(self) -> Path:
+        """The store's export beside it (module docstring): ``<name>.jsonl.gz``."""
+        return self.path.with_name(self.path.stem + EXPORT_SUFFIX)
+
+    def _take_export(self) -> None:
+        """Add the records of :attr:`export_path` (when there is one) that the file lacks; :meth:`_drop_unsound`
+        then checks them as every stored record. A line that is not ``{"key": str, "value": str, "checksum": str}``
+        raises ``FileFormatError`` naming ``file:line``."""
+        if not self.export_path.is_file():
+            return
+        rows = []
+        for number, row in iter_jsonl(self.export_path, 'one {"key", "value", "checksum"} record (strings) per line'):
+            if not all(isinstance(row.get(name), str) for name in ("key", "value", "checksum")):
+                raise FileFormatError(f"{self.export_path}:{number}: a record without the strings key, value and "
+                                      f"checksum ({sorted(row)}); allowed: a line as export_store writes it.")
+            rows.append((row["key"], row["value"], row["checksum"]))
+
+        def insert() -> int:
+            before = self._db.total_changes
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(f"INSERT OR IGNORE INTO {self._table} (key, value, checksum) VALUES (?, ?, ?)", rows)
+            self._db.execute("COMMIT")
+            return self._db.total_changes - before
+
+        added = self._run(insert)
+        if added:
+            logger.info("EGLR %s %s: %d %s taken from %s", self._label, self.path.name, added, self._noun,
+                        self.export_path.name)
+
+    def export_bytes(self) -> bytes:
+        """The store's export (module docstring): its sound records, sorted by key, as gzip-compressed JSON lines."""
+        rows = self._run(lambda: self._db.execute(
+            f"SELECT key, value, checksum FROM {self._table} ORDER BY key").fetchall())
+        text = "".join(dumps({"key": k, "value": v, "checksum": c}) + "\n"
+                       for k, v, c in rows if self._examine(k, v, c)[1] is None)
+        return gzip_bytes(text.encode("utf-8"))
 
     # ------------------------------------------------------------------ opening and recovery
     def _open(self) -> None:
@@ -417,14 +465,16 @@ def _tau_h_problem(value) -> str | None:
 
 def check_rollout_cache(folder: str | Path) -> None:
     """Before a model loads: ``rollout_cache`` can be written, and its store files are sound (a damaged
-    one is moved aside now, with its message, rather than after the load). Raises :class:`StoreError`."""
+    one is moved aside now, with its message, rather than after the load; a store's export is taken in now).
+    Raises :class:`StoreError`, or ``FileFormatError`` for an export line that is not a record."""
     from eglr_harness.core.outputs import check_writable  # noqa: PLC0415
 
     check_writable(folder, "rollout_cache")
-    for path in sorted(Path(folder).expanduser().glob("rollouts_rank*.sqlite")):
-        rank = path.stem.removeprefix("rollouts_rank")
-        if rank.isdigit():
-            RolloutStore(path.parent, int(rank)).close()
+    folder = Path(folder).expanduser()
+    patterns = ("rollouts_rank*.sqlite", "rollouts_rank*" + EXPORT_SUFFIX)
+    ranks = {path.name.removeprefix("rollouts_rank").split(".", 1)[0] for p in patterns for path in folder.glob(p)}
+    for rank in sorted(r for r in ranks if r.isdigit()):  # an export alone is taken in now too (a bad line refused)
+        RolloutStore(folder, int(rank)).close()
 
 
 def cache_dir() -> Path:

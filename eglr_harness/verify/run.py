@@ -2,10 +2,11 @@
 batches, and write a copy of each run with the scores (the runs' own files are never written).
 
 Output layout: ``OUT/<run>/...`` mirrors each run folder (the results JSON copied as it is, each
-samples file rewritten with ``rollouts[i].verifier_scores``), so ``eglr-report OUT/<run>...`` and
-``eglr-export`` read the copy as they read the run. ``OUT/verifier_scores.sqlite`` is the resumable
-store (:mod:`~eglr_harness.verify.store`); ``OUT/eglr_verify.json`` records the command, the
-verifiers and what each scored. Scoring several verifiers into one OUT keeps the earlier ones'
+samples file rewritten with ``rollouts[i].verifier_scores``, gzip-compressed when the run's is), so
+``eglr-report OUT/<run>...`` and ``eglr-export`` read the copy as they read the run.
+``OUT/verifier_scores.sqlite`` is the resumable store (:mod:`~eglr_harness.verify.store`; rebuilt from its export
+``verifier_scores.jsonl.gz`` when that is there: :mod:`eglr_harness.run.stores`); ``OUT/eglr_verify.json`` records
+the command, the verifiers and what each scored. Scoring several verifiers into one OUT keeps the earlier ones'
 scores in the copy.
 
 ``rollouts[i].verifier_scores`` (docs/run-format.md) maps a verifier spec (``self:p_true``,
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from eglr_harness.analysis.load import RunFiles, find_runs, read_results
 from eglr_harness.analysis.metrics.bestofn import AGGREGATIONS, SCORES_FIELD
-from eglr_harness.core.jsonl import dumps, iter_jsonl
+from eglr_harness.core.jsonl import dumps, encode_lines, iter_jsonl
 from eglr_harness.core.outputs import atomic_write_bytes, atomic_writer, refuse_writing_into
 from eglr_harness.core.run_format import SampleLine, completions_of, prompt_of, read_samples_file
 from eglr_harness.run.model_names import parse_model_args
@@ -254,9 +255,8 @@ def write_copies(plan: VerifyPlan, record: dict) -> dict:
             atomic_write_bytes(c.results_out, c.files.results.read_bytes())  # whole or absent
             for src, target in c.samples.items():
                 merged = _with_scores_of(_read_lines(c, src), plan.lines_of[(id(c), src)])
-                with atomic_writer(target) as handle:
-                    for sample in merged:
-                        handle.write(dumps(sample) + "\n")
+                # in the source's form: a .jsonl.gz run's copy is .jsonl.gz (core/jsonl.encode_lines)
+                atomic_write_bytes(target, encode_lines(target, "".join(dumps(sample) + "\n" for sample in merged)))
         previous = {}
         if (out / RECORD_FILE).is_file():
             try:

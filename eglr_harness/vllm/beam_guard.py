@@ -1,4 +1,4 @@
-"""The served engine's refusal of EGLR settings on vLLM's beam-search routes (issue 71): an ASGI middleware that
+"""The served engine's refusal of EGLR settings on vLLM's beam-search routes: an ASGI middleware that
 ``python -m eglr_harness.vllm.serve`` hands vLLM's server (its own ``--middleware`` option).
 
 vLLM's OpenAI server runs a request with ``use_beam_search`` through its own beam search, which builds its own

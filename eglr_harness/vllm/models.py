@@ -64,9 +64,8 @@ from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
 from vllm.v1.attention.backend import CommonAttentionMetadata
 
 from eglr_harness.core.config import STOP_RULES, EglrConfig
-from eglr_harness.decoding.functional import (
-    entropy_gate, entropy_of_log_probs, exit_done, exit_hit, exit_signal, fuse, hit_streak, norm_match,
-)
+from eglr_harness.decoding import refine_state
+from eglr_harness.decoding.functional import entropy_gate, entropy_of_log_probs, exit_signal, fuse, norm_match
 from eglr_harness.vllm.row_settings import REQUEST_SLOTS_ARG, settings_for
 
 # set in the forward context's additional_kwargs while refinement rows run (what a hook may look for)
@@ -75,12 +74,13 @@ REFINEMENT_KEY = "eglr_refinement"
 logger = logging.getLogger(__name__)
 
 
-def _warn_on_nan_rows(values: torch.Tensor, where: str) -> None:
-    """Log (warning) the rows whose ``values`` (entropies or KLs, (R,)) are NaN: non-finite logits."""
+def _warn_on_nan_rows(values: torch.Tensor, where: str, outcome: str = "decode as stock vLLM would") -> None:
+    """Log (warning) the rows whose ``values`` ((R,) entropies, or NaN where a row is flagged) are NaN: non-finite
+    logits; ``outcome``: what those rows do instead of raising (the NaN policy: ``decoding/refine_state.py``)."""
     rows = values.isnan().nonzero()[:, 0].tolist()
     if rows:
-        logger.warning("eglr-vllm: non-finite logits at %s (rows %s of the step); those rows decode as stock vLLM "
-                       "would. Try dtype=float32 or bfloat16 instead of float16.", where, rows)
+        logger.warning("eglr-vllm: non-finite logits at %s (rows %s); those rows %s. Try dtype=float32 or bfloat16 "
+                       "instead of float16.", where, rows, outcome)
 
 
 def sampled_rows() -> torch.Tensor | None:
@@ -275,10 +275,7 @@ class EglrForCausalLMMixin:
         state_before = final_stream.clone()  # (G, D) h^(N,k-1) (accel's second difference; any value at k = 1)
         logp_prev, chosen, chosen_logits = logp0.clone(), normed0.clone(), logits0.clone()
         exit_state = final_stream.clone()  # (G, D) h^(N,k*) of the rows that project the head once, at the exit
-        running = torch.ones(len(configs), dtype=torch.bool, device=device)
-        iterations = torch.zeros(len(configs), dtype=torch.long, device=device)
-        streak = torch.zeros(len(configs), dtype=torch.long, device=device)  # consecutive hits (accel needs 2)
-        last_signal = torch.zeros(len(configs), dtype=torch.float32, device=device)
+        rows_state = refine_state.start(torch.ones(len(configs), dtype=torch.bool, device=device))  # running, k*, ...
         # (forward context, (A', ) positions) of each set of rows a segment has run, built once per call: rows
         # mostly run every iteration (k_max), and a context's attention metadata, like a step's, serves every layer
         sub_batches: dict[tuple[int, ...], tuple[ForwardContext, torch.Tensor]] = {}
@@ -287,43 +284,26 @@ class EglrForCausalLMMixin:
                 kept.enter_context(kept_kv_blocks(attention_layer_names(self.model.layers[start:end]),
                                                   token_rows[:count], self._eglr_vllm_config))
             for k in range(1, int(k_max.max()) + 1):
-                active_rows = running.nonzero()[:, 0].tolist()  # ascending: still the deepest span first
+                # the A rows still refining (ascending: still the deepest span first) fuse anchor and last state
+                active_rows = rows_state.running.nonzero()[:, 0].tolist()
                 active = torch.tensor(active_rows, device=device)  # (A,)
                 fused = fuse(anchors[active], norm_match(state[active], anchors[active]), alpha[active],
                              one_minus_alpha[active])  # (A, D)
-                hidden, residual, entered = None, None, 0
-                for start, end, count in layer_segments([firsts[i] for i in active_rows], num_layers):
-                    joining = fused[entered:count]
-                    if hidden is None:  # the deepest rows start the pass as a stack's first layer does
-                        hidden = joining
-                    else:  # the rows of a shorter span join with their residual part zero: u + 0 is u, exactly
-                        hidden = torch.cat([hidden, joining])
-                        residual = torch.cat([residual, torch.zeros_like(joining)])
-                    entered = count
-                    key = tuple(active_rows[:count])
-                    if key not in sub_batches:
-                        these = active[:count]
-                        sub_batches[key] = (self._sub_batch_context(requests[these], token_rows[these]),
-                                            positions[token_rows[these]])
-                    context, these_positions = sub_batches[key]
-                    with override_forward_context(context):
-                        for layer in self.model.layers[start:end]:
-                            hidden, residual = layer(these_positions, hidden, residual)
+                # layers N-L..N-1, each row joining at its own layer N-L
+                hidden, residual = self._run_segments(fused, active_rows, active, firsts, requests, token_rows,
+                                                      positions, sub_batches)
                 new_state = hidden + residual  # (A, D) h^(N,k)
+                # the head on the rows whose rule reads p_k, in one product (``heads``: their positions)
                 groups = rule_groups([rules[i] for i in active_rows])
                 heads = sorted(a for name, members in groups for a in members if STOP_RULES[name].head_per_iteration)
-                if heads:  # the head on the rows whose rule reads p_k, in one product (``heads``: their positions)
-                    if len(heads) == len(active_rows):
-                        head_at = None
-                        normed, _ = self.model.norm(hidden, residual)
-                    else:
-                        head_at = torch.tensor(heads, device=device)
-                        normed, _ = self.model.norm(hidden[head_at], residual[head_at])
+                if heads:
+                    head_at = None if len(heads) == len(active_rows) else torch.tensor(heads, device=device)
+                    normed, _ = (self.model.norm(hidden, residual) if head_at is None else
+                                 self.model.norm(hidden[head_at], residual[head_at]))
                     logits, logp = self._logits_and_logprobs(normed)  # (H, V) each: row h is active row heads[h]
                     head_of = {a: h for h, a in enumerate(heads)}
-                signal = torch.empty(len(active_rows), dtype=torch.float32, device=device)  # (A,)
-                done = torch.empty(len(active_rows), dtype=torch.bool, device=device)  # (A,)
-                for name, members in groups:  # each rule's signal and exit, on its own rows only
+                # each rule's signal and exit, on its own rows only
+                for name, members in groups:
                     at = torch.tensor(members, device=device)  # positions among the active rows
                     rows = active[at]
                     if STOP_RULES[name].head_per_iteration:
@@ -332,49 +312,67 @@ class EglrForCausalLMMixin:
                     else:
                         value = exit_signal(name, hidden=new_state[at], hidden_prev=state[rows],
                                             hidden_prev2=state_before[rows])
-                    signal[at] = value
-                    streak[rows] = hit_streak(exit_hit(name, value, threshold[rows], k), streak[rows])
-                    done[at] = exit_done(name, streak[rows], k, k_max[rows])
-                # an iteration with a non-finite signal is not taken: its row keeps its last finite one and stops
-                # (a NaN is a hit: exit_hit) rather than stopping the engine for every request
-                finite = ~signal.isnan()
-                if not bool(finite.all()):
-                    _warn_on_nan_rows(signal, "a refinement")
-                taken = active[finite]
-                iterations[taken], last_signal[taken] = k, signal[finite]
+                    signal = torch.zeros(len(configs), dtype=torch.float32, device=device).index_copy(0, rows, value)
+                    members_mask = torch.zeros_like(rows_state.running).index_fill(0, rows, True)
+                    rows_state, _ = refine_state.advance(rows_state, name, signal, threshold, k, k_max, members_mask)
+                # the rows that took iteration k keep its state and logits (a NaN one is not taken: refine_state)
+                took = rows_state.iterations[active] == k  # (A,)
                 if heads:
                     head_rows = active if head_at is None else active[head_at]
-                    head_taken = finite if head_at is None else finite[head_at]
-                    chosen[head_rows[head_taken]] = normed[head_taken]
-                    chosen_logits[head_rows[head_taken]] = logits[head_taken]
+                    head_took = took if head_at is None else took[head_at]
+                    chosen[head_rows[head_took]] = normed[head_took]
+                    chosen_logits[head_rows[head_took]] = logits[head_took]
                     logp_prev[head_rows] = logp
-                exit_state[taken] = new_state[finite]  # read only for the rows that project at the exit
-                running[active] = ~(done | ~finite)  # each row's own exit
+                exit_state[active[took]] = new_state[took]  # read only for the rows that project at the exit
                 state_before[active], state[active] = state[active], new_state
-                if not bool(running.any()):
+                if not bool(rows_state.running.any()):
                     break
-        self._project_at_exit(chosen, chosen_logits, exit_state, iterations, configs)
-        return chosen, chosen_logits, iterations, last_signal
+        rows_state = self._project_at_exit(chosen, chosen_logits, exit_state, rows_state, configs)
+        _warn_on_nan_rows(torch.where(rows_state.non_finite, torch.nan, 0.0), "a refinement (gated rows)",
+                          "keep their last finite iteration (the normal pass's if none)")
+        return chosen, chosen_logits, rows_state.iterations, rows_state.signal
 
-    def _project_at_exit(self, chosen, chosen_logits, exit_state, iterations, configs) -> None:
+    def _run_segments(self, fused, active_rows: list[int], active, firsts, requests, token_rows, positions,
+                      sub_batches) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layers N-L..N-1 of one iteration on the A rows still refining (``active_rows``, the deepest span first),
+        each row joining at its own first layer ``firsts[g]``; ``sub_batches`` caches each set of rows' forward
+        context. fused: (A, D) -> the last layer's (hidden, residual), (A, D) each."""
+        hidden, residual, entered = None, None, 0
+        for start, end, count in layer_segments([firsts[i] for i in active_rows], len(self.model.layers)):
+            joining = fused[entered:count]
+            if hidden is None:  # the deepest rows start the pass as a stack's first layer does
+                hidden = joining
+            else:  # the rows of a shorter span join with their residual part zero: u + 0 is u, exactly
+                hidden = torch.cat([hidden, joining])
+                residual = torch.cat([residual, torch.zeros_like(joining)])
+            entered = count
+            key = tuple(active_rows[:count])
+            if key not in sub_batches:
+                these = active[:count]
+                sub_batches[key] = (self._sub_batch_context(requests[these], token_rows[these]),
+                                    positions[token_rows[these]])
+            context, these_positions = sub_batches[key]
+            with override_forward_context(context):
+                for layer in self.model.layers[start:end]:
+                    hidden, residual = layer(these_positions, hidden, residual)
+        return hidden, residual
+
+    def _project_at_exit(self, chosen, chosen_logits, exit_state, rows_state, configs):
         """The one head projection of the rows whose rule reads no distribution per iteration (latent, accel), on
         their state at the exit, written into ``chosen`` (G, D) and ``chosen_logits`` (G, V) in place.
 
-        exit_state: (G, D) each row's h^(N,k*); iterations: (G,) k* (a row with none taken keeps the normal pass's).
-        A row whose exit logits are not finite keeps the normal pass's (as stock vLLM decodes it), logged."""
+        exit_state: (G, D) each row's h^(N,k*); rows_state: the loop's ``RefineState`` (a row with no iteration
+        taken keeps the normal pass's). A row whose exit logits are not finite keeps the normal pass's (as stock
+        vLLM decodes it) and is flagged in the returned state (``refine_state.exit_projection``)."""
         once = [g for g, config in enumerate(configs) if not config.stop_rule.head_per_iteration]
         if not once:
-            return
+            return rows_state
         once = torch.tensor(once, device=exit_state.device)
-        once = once[iterations[once] > 0]
-        if not once.numel():
-            return
         normed = self.model.norm(exit_state[once])
         logits, logp = self._logits_and_logprobs(normed)
-        finite = ~logp.isnan().any(dim=-1)
-        if not bool(finite.all()):
-            _warn_on_nan_rows(torch.where(finite, 0.0, torch.nan), "a refinement's exit projection")
-        chosen[once[finite]], chosen_logits[once[finite]] = normed[finite], logits[finite]
+        these, use = refine_state.exit_projection(refine_state.RefineState(*(t[once] for t in rows_state)), logp)
+        chosen[once[use]], chosen_logits[once[use]] = normed[use], logits[use]
+        return rows_state._replace(non_finite=rows_state.non_finite.index_copy(0, once, these.non_finite))
 
     def _sub_batch_context(self, requests: torch.Tensor, token_rows: torch.Tensor) -> ForwardContext:
         """The step's forward context cut to one one-token query per row: row i is token ``token_rows[i]`` of

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import math
+import weakref
 
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
@@ -50,7 +51,16 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDi
 from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor as RunnerV2LogitsProcessor
 from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcRequestState
 
-from eglr_harness.core.config import STOP_THRESHOLD_ARGS, EglrConfig, check_stop, has_gate, parse_tau_h
+from eglr_harness.core.config import (
+    LAYER_SPAN_RULE,
+    SETTING_RULES,
+    STOP_THRESHOLD_ARGS,
+    EglrConfig,
+    SettingRule,
+    check_stop,
+    has_gate,
+    parse_tau_h,
+)
 
 EXTRA_ARGS_KEY = "eglr"
 FLAT_PREFIX = "eglr_"  # vllm_xargs' flat form: extra_args["eglr_L"] is extra_args["eglr"]["L"]
@@ -60,6 +70,10 @@ REQUEST_KEYS = ("L", "tau_h", "alpha", "k_max", "tau_kl", "stop", *STOP_THRESHOL
 # k_max=10**9 (with tau_kl=0) would stall the whole batch. The paper's ablation spans k_max 1..5 (eglr-method.md
 # §3); 16 leaves room for studies without letting one request hold the engine.
 MAX_K_MAX = 16
+# a request's k_max: eglr-hf's rule (SETTING_RULES["k_max"]) within MAX_K_MAX
+K_MAX_RULE = SettingRule(True, lambda v: 1 <= v <= MAX_K_MAX, f"an int in [1, {MAX_K_MAX}] inside vLLM (every row "
+                         "of a step waits for its slowest refinement)")
+NO_TAG = "no tag (the per-token signals are taken back by eglr-vllm's offline engine only)"
 PROCESSOR_CLASS = "EglrRowSettings"
 NO_SPANS = "none"  # the name's spans part for an engine that refines with no L (plain decoding only)
 UNTAGGED = "_untagged"  # the name's suffix of a processor that refuses signal tags (``processor_name``)
@@ -70,7 +84,8 @@ logger = logging.getLogger(__name__)
 
 # id(vllm_config) -> the engine's tracker; the model of the same engine (same worker process,
 # same config object) looks it up. A re-built input batch re-creates its logits processors: the
-# newest wins.
+# newest wins. An entry goes with its config (``_track``): a process that builds engine after engine keeps only
+# the live ones' trackers and records.
 _TRACKERS: dict[int, "EglrRowSettings"] = {}
 # the signal tags admitted by this process's front end (``admit_tag``): a few bytes per tagged request
 _ADMITTED_TAGS: set[str] = set()
@@ -81,6 +96,8 @@ def request_settings(extra_args: dict | None) -> dict | None:
     nested (``{"eglr": {"L": 4, ...}}``) or flat (``{"eglr_L": 4, ...}``); None when it names none.
     ValueError (one line) for a key outside ``REQUEST_KEYS`` or both forms at once."""
     extra_args = extra_args or {}
+    if not isinstance(extra_args, dict):
+        raise ValueError(f"extra_args={extra_args!r} is not allowed; allowed: a dict.")
     flat = {key[len(FLAT_PREFIX):]: value for key, value in extra_args.items()
             if isinstance(key, str) and key.startswith(FLAT_PREFIX)}
     nested = extra_args.get(EXTRA_ARGS_KEY)
@@ -93,49 +110,69 @@ def request_settings(extra_args: dict | None) -> dict | None:
         raise ValueError(f"extra_args[{EXTRA_ARGS_KEY!r}]={nested!r} is not allowed; allowed: a dict with keys "
                          f"{', '.join(REQUEST_KEYS)}.")
     given, where = (nested, f"extra_args[{EXTRA_ARGS_KEY!r}] key ") if nested is not None else (flat, "extra_args key ")
-    unknown = sorted(set(given) - set(REQUEST_KEYS))
+    unknown = sorted(set(given) - set(REQUEST_KEYS), key=repr)  # a key of any type (JSON's are str, Python's any)
     if unknown:
         prefix = "" if nested is not None else FLAT_PREFIX
-        raise ValueError(f"{where}{prefix + unknown[0]!r} is not allowed; allowed: "
+        named = unknown[0] if nested is not None else prefix + unknown[0]
+        raise ValueError(f"{where}{named!r} is not allowed; allowed: "
                          f"{', '.join(prefix + key for key in REQUEST_KEYS)}.")
     return dict(given)
 
 
-def request_config(extra_args: dict | None, served: frozenset[int] | None = None) -> EglrConfig:
+def request_config(extra_args: dict | None, served: frozenset[int] | None = None,
+                   takes_tags: bool = True) -> EglrConfig:
     """The EGLR settings of one request, validated; plain decoding when it names none.
 
     extra_args: ``SamplingParams.extra_args`` (``request_settings``'s two forms); served: the spans L the engine
-    refines with (None: not known here; the worker decodes an unserved L plainly, ``_set_slot``). ValueError (one
-    line) for an unknown key, a value outside its range, an L > 0 without ``tau_h`` (the spec's default is
-    calibrated per task, which a single request cannot do), a ``k_max`` above ``MAX_K_MAX``, a ``stop`` outside
-    ``STOP_RULES``, or an L not served.
-    ``stop`` and the rules' thresholds (``tau_latent``, ...) are checked by ``EglrConfig`` (``SETTING_RULES``, eglr-hf's
-    table); a threshold of a rule other than the request's is checked and unread, as eglr-hf takes it.
+    refines with (None: not known here; the worker decodes an unserved L plainly, ``_set_slot``); takes_tags: whether
+    a signal ``tag`` is allowed (False behind a server).
+    Each value is read as eglr-hf reads its model args (``SettingRule.read`` of ``core/config``): a number or its
+    text, an int setting from an integral value (``L`` 4, 4.0 and "4"; never 2.5 or true); ``tau_h`` by
+    ``parse_tau_h``, ``stop`` by ``check_stop`` (any case, any surrounding spaces); a threshold of a rule other than
+    the request's is checked and unread, as eglr-hf takes it.
+    ValueError (one line, naming what this engine allows) for an unknown key, a value outside its range, an L > 0
+    without ``tau_h`` (the spec's default is calibrated per task, which a single request cannot do), a ``k_max``
+    above ``MAX_K_MAX``, an L not served, or a tag where none is taken (``takes_tags``) or that is not a str.
     """
     settings = request_settings(extra_args)
     if settings is None:
         return _PLAIN
     tag = settings.pop("tag", None)
+    if tag is not None and not takes_tags:
+        # a server's clients cannot take a record back (the OpenAI API has no route to the workers): a tagged
+        # request's record, and its tag in the front end, would stay for the server's life
+        raise ValueError(f"`tag`={tag!r} is not allowed by this server; allowed: {NO_TAG}.")
     if tag is not None and not isinstance(tag, str):
-        raise ValueError(f"`tag`={tag!r} is not allowed; allowed: a str.")
-    if "stop" in settings:  # as eglr-hf reads its model arg: any case, any surrounding spaces
-        settings["stop"] = check_stop(settings["stop"])
-    if "tau_h" in settings:
-        settings["tau_h"] = parse_tau_h(settings["tau_h"])
-        if settings["tau_h"] == "auto":
-            raise ValueError("`tau_h`='auto' is not allowed inside vLLM; allowed: a float >= 0 nats or 'inf' "
-                             "(calibrate first: eglr-calibrate, or lm_eval --model eglr-vllm).")
-    config = EglrConfig(**{"L": 0, "tau_h": math.inf, **settings})
-    if has_gate(config.L) and "tau_h" not in settings:
+        raise ValueError(f"`tag`={tag!r} is not allowed; allowed: a str, or no tag.")
+    values = {name: _read_setting(name, value, served) for name, value in settings.items()}
+    if values.get("tau_h") == "auto":
+        raise ValueError("`tau_h`='auto' is not allowed inside vLLM; allowed: a float >= 0 nats or 'inf' "
+                         "(calibrate first: eglr-calibrate, or lm_eval --model eglr-vllm).")
+    config = EglrConfig(**{"L": 0, "tau_h": math.inf, **values})
+    if has_gate(config.L) and "tau_h" not in values:
         raise ValueError(f"`L`={config.L} needs `tau_h`; allowed: a float >= 0 nats or 'inf' (the spec's default "
                          "is calibrated per task: eglr-calibrate, or lm_eval --model eglr-vllm).")
-    if config.k_max > MAX_K_MAX:
-        raise ValueError(f"`k_max`={config.k_max!r} is not allowed inside vLLM; allowed: 1..{MAX_K_MAX} (every row "
-                         "of a step waits for its slowest refinement).")
     if served is not None and config.L > 0 and config.L not in served:
-        raise ValueError(f"`L`={config.L} is not served by this engine; allowed: "
-                         f"{', '.join(['0', format_spans(served)] if served else ['0'])}.")
+        raise ValueError(f"`L`={config.L} is not served by this engine; allowed: {_served_list(served)}.")
     return config
+
+
+def _read_setting(name: str, value, served: frozenset[int] | None):
+    """One request value as eglr-hf reads the model arg of that name (``request_config``); one-line ValueError."""
+    if name == "tau_h":
+        return parse_tau_h(value)
+    if name == "stop":
+        return check_stop(value)
+    if name == "L":
+        if served is None:
+            return LAYER_SPAN_RULE.read(name, value)
+        return SettingRule(True, lambda v: v >= 0, _served_list(served)).read(name, value)
+    return (K_MAX_RULE if name == "k_max" else SETTING_RULES[name]).read(name, value)
+
+
+def _served_list(served: frozenset[int]) -> str:
+    """The L values an engine serving ``served`` admits, as a message says them: ``0, 4, 10``."""
+    return ", ".join(["0", format_spans(served)] if served else ["0"])
 
 
 def format_spans(spans) -> str:
@@ -205,14 +242,8 @@ class EglrRowSettings(LogitsProcessor, RunnerV2LogitsProcessor):
 
     @classmethod
     def validate_params(cls, sampling_params) -> None:
-        request_config(sampling_params.extra_args, cls.served)
-        tag = request_tag(sampling_params.extra_args)
-        if tag is not None and not cls.takes_tags:
-            # a server's clients cannot take a record back (the OpenAI API has no route to the workers): a tagged
-            # request's record, and its tag in the front end, would stay for the server's life
-            raise ValueError(f"`tag`={tag!r} is not allowed by this server; allowed: no tag (the per-token signals "
-                             "are taken back by eglr-vllm's offline engine only).")
-        admit_tag(tag, sampling_params.n)
+        request_config(sampling_params.extra_args, cls.served, cls.takes_tags)
+        admit_tag(request_tag(sampling_params.extra_args), sampling_params.n)
 
     def __init__(self, vllm_config, device_or_request_state, is_pin_memory: bool | None = None) -> None:
         # V1 builds it as (vllm_config, device, is_pin_memory), MRV2 as (vllm_config, LogitsProcRequestState)
@@ -225,7 +256,7 @@ class EglrRowSettings(LogitsProcessor, RunnerV2LogitsProcessor):
         self._tags: dict[int, str] = {}
         self._outputs: dict[int, list[int]] = {}  # V1: slot -> the request's live output token ids (vLLM's list)
         self.signals: dict[str, dict[int, tuple[float, int, float]]] = {}  # tag -> {output position: signals}
-        _TRACKERS[id(vllm_config)] = self
+        _track(vllm_config, self)
 
     def apply(self, logits: torch.Tensor, ctx=None) -> torch.Tensor:
         return logits  # V1 calls apply(logits), MRV2 apply(logits, ctx)
@@ -363,6 +394,24 @@ def take_signals(tag: str) -> list[tuple[float, int, float]]:
             by_position = tracker.signals.pop(tag)
             return [by_position[position] for position in sorted(by_position)]
     return []
+
+
+def _track(vllm_config, tracker: EglrRowSettings) -> None:
+    """``tracker`` as the one of the engine built from ``vllm_config``, until that config is collected (the engine,
+    its model and its input batch gone): a process that builds several engines keeps no tracker (nor its records)
+    of an engine that ended. A config that takes no weak reference keeps its entry for the process's life."""
+    key = id(vllm_config)
+    _TRACKERS[key] = tracker
+    try:
+        weakref.finalize(vllm_config, _drop_tracker, key, weakref.ref(tracker))
+    except TypeError:  # not weakly referable (a stand-in config of a test)
+        pass
+
+
+def _drop_tracker(key: int, tracker: weakref.ref) -> None:
+    """The entry of a collected config, unless a newer engine's tracker took its id since."""
+    if _TRACKERS.get(key) is tracker():
+        _TRACKERS.pop(key, None)
 
 
 def settings_for(vllm_config) -> EglrRowSettings | None:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
-from pathlib import Path
 
 # vLLM's server refuses a beam-search request with EGLR settings through this (its `--middleware` option): its beam
 # search drops vllm_xargs, so EGLR would not run (beam_guard.py)
@@ -28,18 +28,22 @@ def checkpoint_shape(model: str) -> tuple[str | None, int | None]:
     """(architecture, decoder layer count) of the checkpoint folder as vLLM's engine reads them: through transformers'
     config class of its ``model_type``, whose defaults fill what config.json leaves out (a Llama config without
     ``num_hidden_layers`` has 32 layers, the model vLLM builds too); a multimodal config's text part for the layers.
-    None for what it does not name. One-line ValueError for a folder without a config.json transformers reads."""
+    None for what it does not name. One-line ValueError for a folder without a config.json transformers reads (a hub
+    name included: the message gives the download command); paths are quoted as the user wrote ``model``."""
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
 
-    if not (Path(model) / "config.json").is_file():
-        raise ValueError(f"`model`={model!r} is not allowed; allowed: a checkpoint folder with a config.json "
-                         "(download a hub model first).")
+    config_file = os.path.join(model, "config.json")
+    if not os.path.isfile(config_file):
+        hub = not os.path.exists(model) and model.count("/") == 1 and not model.startswith(("/", "."))
+        fetch = f"; a hub model is served from its download: hf download {model} --local-dir DIR" if hub else ""
+        raise ValueError(f"`model`={model!r} is not allowed; allowed: a checkpoint folder with a config.json{fetch}.")
     try:
         config = AutoConfig.from_pretrained(model)
-    except (OSError, ValueError, KeyError) as error:
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise ValueError(f"eglr-vllm: transformers cannot read {model}/config.json ({first}); allowed: a config of "
-                         "one of the supported architectures.") from None
+    except (OSError, ValueError, KeyError, TypeError, StrictDataclassError) as error:
+        said = " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+        raise ValueError(f"transformers cannot read {config_file} ({said}); allowed: a config of one of the "
+                         "supported architectures.") from None
     layers = getattr(config.get_text_config(), "num_hidden_layers", None)
     return (getattr(config, "architectures", None) or [None])[0], layers if isinstance(layers, int) else None
 
@@ -69,8 +73,8 @@ def serve_command(model: str, spans=None, extra=()) -> list[str]:
     architecture, num_layers = checkpoint_shape(model)
     engine_overrides(architecture)  # the architecture's refusal first
     if num_layers is None:
-        raise ValueError(f"eglr-vllm: {model}/config.json gives no decoder layer count (num_hidden_layers); allowed: "
-                         "a config that names it (the server checks each request's L against it).")
+        raise ValueError(f"{os.path.join(model, 'config.json')} gives no decoder layer count (num_hidden_layers); "
+                         "allowed: a config that names it (the server checks each request's L against it).")
     bad = [span for span in spans or () if not 1 <= span <= num_layers]
     if bad:
         raise ValueError(f"`--spans` value {bad[0]} is not allowed; allowed: integers 1..{num_layers} (the "
@@ -83,22 +87,25 @@ def serve_command(model: str, spans=None, extra=()) -> list[str]:
 
 
 def _spans(text: str) -> list[int]:
+    """``--spans``: one or more integers, comma-separated (their range, 1..N, is ``serve_command``'s)."""
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
+        spans = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"`--spans`={text!r} is not allowed; allowed: integers 1..N, "
-                                         "comma-separated") from None
+        spans = []
+    if not spans:
+        raise ValueError(f"`--spans`={text!r} is not allowed; allowed: integers 1..N, comma-separated.")
+    return spans
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m eglr_harness.vllm.serve", description=__doc__.splitlines()[0])
     parser.add_argument("model", help="the checkpoint folder (config.json, weights, tokenizer)")
-    parser.add_argument("--spans", type=_spans, default=None, help="the L values served (default: every L in 1..N)")
+    parser.add_argument("--spans", default=None, help="the L values served (default: every L in 1..N)")
     parser.add_argument("--print", action="store_true", help="print the vllm serve command instead of running it")
     args, extra = parser.parse_known_args(argv)
     extra = [arg for arg in extra if arg != "--"]
     try:
-        command = serve_command(args.model, args.spans, extra)
+        command = serve_command(args.model, None if args.spans is None else _spans(args.spans), extra)
     except ValueError as error:
         parser.exit(2, f"error: {error}\n")
     if args.print:

@@ -12,7 +12,9 @@ from helpers import lmeval_fakes
 from eglr_harness.analysis import build_report
 from eglr_harness.analysis.load import GREEDY, load_grid
 from eglr_harness.analysis.metrics.accuracy import cell_accuracy
-from eglr_harness.analysis.metrics.accuracy_vs_compute import OTHER_RUN, UPPER_BOUND, accuracy_vs_compute
+from eglr_harness.analysis.metrics.accuracy_vs_compute import (
+    OTHER_RUN, TOKENS_UNIT, UPPER_BOUND, accuracy_vs_compute,
+)
 from eglr_harness.analysis.metrics.intervals import sign_test_p, wilson_interval
 from eglr_harness.analysis.sections.intervals import interval_rows
 from eglr_harness.analysis.sections.section import ReportContext
@@ -135,11 +137,38 @@ def test_a_method_the_runs_do_not_support_has_no_point(tmp_path):
     assert ("SC L pool (B=2)", "no compute accounting for 1 of its 2 cells (L=2,T=0.0)") in left_out
 
 
-def test_without_greedy_nothing_eglr_has_a_unit_of_compute(tmp_path):
-    lmeval_fakes.write_grid_run(tmp_path / "l", L_RUN[1:], eglr=_eglr(L_RUN[1:]))
+def test_without_greedy_the_points_are_drawn_in_token_evaluations(tmp_path):
+    """Issue 71: the README's EGLR-SC run (L = 1..10, no greedy cell) got an empty section headed "No method of these
+    runs has its compute accounted" and no figure. Without greedy, the unit, compute is per problem in full-model
+    token evaluations; a beam run whose compute is nominal (num_beams × greedy's) is left out, and says why."""
+    runs = [tmp_path / "l", _write(tmp_path / "with_greedy", t_pool=False)[-1]]  # the beam run of _write
+    lmeval_fakes.write_grid_run(runs[0], L_RUN[1:], eglr=_eglr(L_RUN[1:]))  # the L pool without greedy
+    grid = load_grid(runs)
+    found = accuracy_vs_compute(grid, cell_accuracy(grid))
+    assert found.unit == TOKENS_UNIT
+    points = {p.label: p.compute for p in found.points}
+    assert points == pytest.approx({"best single config (L=1,T=0.0)": _cost((1, 0.0)),
+                                    "SC L pool = L ∪ T pool = L×T pool (B=2)": _cost((1, 0.0)) + _cost((2, 0.0)),
+                                    "oracle L pool = L ∪ T pool = L×T pool (B=2)": _cost((1, 0.0)) + _cost((2, 0.0))})
+    assert [label for label, why in found.left_out if "nominal compute is num_beams × greedy's" in why] == [
+        "Beam-4 (hf)"]
+    out = build_report(runs, tmp_path / "report", sections=["accuracy_vs_compute"])
+    text = (out / "report.md").read_text()
+    assert "no greedy cell (L=0, T=0), the unit of compute elsewhere: compute is per problem in full-model" in text
+    assert "| compute per problem (token evaluations) |" in text and "No method" not in text
+    assert (out / "accuracy_vs_compute.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with open(out / "accuracy_vs_compute.csv", newline="") as handle:
+        assert "compute_token_evals_per_problem" in next(csv.reader(handle))
+
+
+def test_without_greedy_nor_accounting_the_section_says_why_nothing_is_drawn(tmp_path):
+    lmeval_fakes.write_grid_run(tmp_path / "l", L_RUN[1:])
     points, left_out = _points(load_grid([tmp_path / "l"]))
     assert not points
     assert left_out and all("no greedy cell" in why for _label, why in left_out)
+    out = build_report([tmp_path / "l"], tmp_path / "report", sections=["accuracy_vs_compute"])
+    assert ("No method of these runs can be placed: no greedy cell (L=0, T=0), the unit of compute, and no cell with "
+            "compute accounting.") in (out / "report.md").read_text()
 
 
 def test_the_leaderboards_beam_run_of_the_single_rollout_task_joins_the_pools_grid(tmp_path):

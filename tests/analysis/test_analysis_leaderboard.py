@@ -230,6 +230,8 @@ def test_bad_options_name_the_value(tmp_path):
         benchmark_of("gsm8k;rm -rf")
     with pytest.raises(ValueError, match="'1' is not a beam count"):
         parse_beams("4,1")
+    with pytest.raises(ValueError, match="'\uff12' is not a beam count"):  # a full-width 2: int() reads it as 2
+        parse_beams("\uff12")
     assert parse_beams("4,11") == (4, 11) and parse_beams("none") == ()
 
 
@@ -431,11 +433,16 @@ def test_main_with_injected_executor_and_dry_run(tmp_path, capsys, runnable):
     ]
     fake = FakeLmEval()
     assert main([*argv, "--dry_run"], executor=fake) == 0
-    printed = capsys.readouterr().out.strip().splitlines()
+    header, *printed = capsys.readouterr().out.strip().splitlines()
+    assert header == ("# eglr-leaderboard --dry_run: 3 of 3 runs to do (0 finished); the lm_eval command of each, "
+                      "one a line (nothing was run)")
     assert len(printed) == 3 and not fake.calls and all(line.startswith("python -m lm_eval run") for line in printed)
     assert not (tmp_path / "lb" / "leaderboard.md").exists()
     assert main(argv, executor=fake) == 0 and len(fake.calls) == 3
     assert capsys.readouterr().out.strip().endswith("leaderboard.md")
+    assert main([*argv, "--dry_run"], executor=fake) == 0 and len(fake.calls) == 3  # all finished: nothing printed
+    header = capsys.readouterr().out.strip().splitlines()[0]
+    assert header.startswith("# eglr-leaderboard --dry_run: 0 of 3 runs to do (3 finished)"), header
     assert main([*argv[:-2], "--python", "python", "--beams", "1"], executor=fake) == 2
     assert "not a beam count" in capsys.readouterr().err
     assert main(argv, executor=FakeLmEval(fail_tasks={"gsm8k_eglr"})) == 0  # finished: nothing runs

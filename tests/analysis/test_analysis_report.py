@@ -8,6 +8,7 @@ import pytest
 
 from helpers import lmeval_fakes
 from eglr_harness.analysis import build_report
+from eglr_harness.core.cell import Cell
 from eglr_harness.commands.report import main as report_main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -126,6 +127,38 @@ def test_report_says_how_many_rollouts_were_reused(tmp_path):
     assert "carry no accounting" not in text
 
 
+def _accounted_run(path, cells, tokens):
+    """A run of ``cells`` whose accounting gives cell i ``tokens[i]`` tokens, none gated."""
+    stats = {Cell(*c).label: {"tokens": t, "gated_tokens": 0, "rho": 0.0, "flop_ratio": 1.0} for c, t in
+             zip(cells, tokens)}
+    eglr = lmeval_fakes.eglr_block(tokens=sum(tokens), gated=0, flop_ratio=1.0, cells=stats)
+    return lmeval_fakes.write_grid_run(path, cells, eglr=eglr)
+
+
+def test_a_resumed_copy_of_a_run_is_counted_once_in_the_compute_tables(tmp_path):
+    """Issue 71 (8): ``eglr-report RUN COPY`` counted 672 tokens for 336 in the compute tables while the grid kept
+    each rollout once; a run that repeats some of an earlier run's cells brings only its other cells."""
+    import shutil
+
+    _accounted_run(tmp_path / "run", CELLS[:2], [136, 200])
+    shutil.copytree(tmp_path / "run", tmp_path / "copy")
+    alone = build_report([tmp_path / "run"], tmp_path / "alone", n_orders=1)
+    both = build_report([tmp_path / "run", tmp_path / "copy"], tmp_path / "both", n_orders=1)
+    assert _rows(both / "compute_cells.csv") == _rows(alone / "compute_cells.csv")
+    runs = _rows(both / "compute_runs.csv")
+    assert [(r["run_or_cell"].split("/")[0], r["tokens"]) for r in runs] == [("run", "336"), ("all runs", "336")]
+    assert "copy/" in (both / "report.md").read_text() and "not counted again" in (both / "report.md").read_text()
+
+    _accounted_run(tmp_path / "more", CELLS[:3], [150, 210, 70])  # repeats run's two cells, adds a third
+    merged = build_report([tmp_path / "run", tmp_path / "more"], tmp_path / "merged", n_orders=1)
+    runs = {r["run_or_cell"].split("/")[0]: r["tokens"] for r in _rows(merged / "compute_runs.csv")}
+    assert runs == {"run": "336", "more": "70", "all runs": "406"}
+    cells = {r["run_or_cell"]: r["tokens"] for r in _rows(merged / "compute_cells.csv")}
+    assert cells == {"L=0,T=0.0": "136", "L=0,T=0.5": "200", "L=0,T=1.0": "70"}, cells
+    text = (merged / "report.md").read_text()
+    assert "its cells L=0,T=0.0, L=0,T=0.5 repeat an earlier run's rollouts" in text
+
+
 def test_partial_grid_report_says_what_is_missing(tmp_path):
     lmeval_fakes.write_grid_run(tmp_path / "a", [c for c in CELLS if c != (2, 0.5) and c != (0, 0.0)])
     out = build_report([tmp_path / "a"], tmp_path / "rep")
@@ -159,6 +192,23 @@ def test_cli_refuses_mixed_tasks_with_a_clear_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "gsm8k_eglr_lxt" in err and "math500_eglr_lxt" in err and "--task" in err
     assert report_main([str(tmp_path / "a"), "--task", "gsm8k_eglr_lxt"]) == 0
+
+
+def test_cli_refuses_an_unknown_section_before_reading_any_run(tmp_path, capsys, monkeypatch):
+    """Issue 71: ``--sections bogus`` read every run (minutes on a big one) before it was refused."""
+    import eglr_harness.analysis.report as report_module
+
+    lmeval_fakes.write_grid_run(tmp_path / "run", CELLS[:2])
+
+    def read(*args, **kwargs):
+        raise AssertionError("the runs were read before the sections were checked")
+
+    monkeypatch.setattr(report_module, "load_grid", read)
+    for given, named in (("runs,bogus", "['bogus']"), (" , ", "no report section named")):
+        assert report_main([str(tmp_path / "run"), "--sections", given]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and named in err and "allowed: runs" in err, err
+    assert not (tmp_path / "run" / "report").exists()
 
 
 def test_a_registered_section_adds_its_table_and_text_to_the_report(tmp_path):

@@ -84,7 +84,7 @@ def test_an_interrupted_leaderboard_counts_its_finished_runs_and_gives_the_resum
     done = _python(code, cwd=tmp_path)
     assert done.returncode == 143 and "Traceback" not in done.stderr, done.stderr
     errors = [x for x in _lines(done) if not x.startswith("ERROR")]
-    assert errors == ["eglr-leaderboard: interrupted (SIGTERM); stored: 1 finished runs in lb. Rerun to resume: "
+    assert errors == ["eglr-leaderboard: interrupted (SIGTERM); stored: 1 finished run in lb. Rerun to resume: "
                       "eglr-leaderboard --model_args pretrained=m/model "
                       "--tasks gsm8k --limit 4 --beams none --output_dir lb"], done.stderr
     resumed = _python(code.replace("if fake.calls:", "if False:"), cwd=tmp_path)

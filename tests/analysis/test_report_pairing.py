@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from helpers import lmeval_fakes
+from helpers.samples_files import plain_samples
 from eglr_harness.analysis.load import load_grid
 from eglr_harness.analysis.metrics.accuracy import baselines
 from eglr_harness.analysis.metrics.accuracy_vs_compute import MEASURED, NOMINAL, OTHER_RUN
@@ -36,8 +37,7 @@ REFUSED_HF = "lm-eval's hf cuts beams at batch > 1; rerun at --batch_size 1 or w
 
 def _run_files(folder: Path) -> tuple[Path, Path]:
     [results] = folder.rglob("results_*.json")
-    [samples] = folder.rglob("samples_*.jsonl")
-    return results, samples
+    return results, plain_samples(folder)
 
 
 def _edit_results(folder: Path, edit) -> None:
@@ -168,6 +168,48 @@ def test_one_file_given_twice_is_read_once(tmp_path):
     assert "Beam-4 (hf)" in _intervals(ctx) and not [q for q in _intervals(ctx) if "[" in q]
     assert sum("given again (the same file): read once" in note for note in ctx.grid.run_notes) == 2
     assert "given again (the same file): read once" in text
+
+
+def test_another_models_run_with_two_repeats_that_differ_counts_the_first(tmp_path):
+    """Issue 71: each problem holds two repeats whose answers differ (first right, second wrong on even problems, the
+    other way on odd ones; the second written before the first in the file): the first repeat (lowest ``repeat``) is
+    the one counted, in the pairing."""
+    sc = shutil.copytree(QWEN / "sc_L_30", tmp_path / "sc_L_30")
+    greedy = as_other_model(QWEN / "greedy_100", tmp_path / "greedy")
+
+    def two_repeats(line):
+        first = dict(line["rollouts"][0], repeat=0, correct=int(line["doc_id"] % 2 == 0))
+        first["answer"] = line["target"] if first["correct"] else "-1"
+        second = dict(first, repeat=1, correct=1 - first["correct"])
+        second["answer"] = line["target"] if second["correct"] else "-2"
+        line["rollouts"] = [second, first]
+
+    _edit_samples(greedy, two_repeats)
+    ctx, _ = _report([sc, greedy])
+    [run] = baselines(ctx.grid)
+    assert run.first_correct == {d: int(d % 2 == 0) for d in range(30)}
+    row = _intervals(ctx)["hf, no beams"]
+    assert (row.estimate, row.docs) == (15, 30)
+
+
+def test_a_beam_run_over_fewer_problems_is_not_paired_and_one_over_more_is_restricted(tmp_path):
+    """Issue 71: beside EGLR-SC_L over 30 problems, a Beam-4 run over 20 of them (a subset: no pairing for the other
+    10) is only a point; a Beam-2 run over 100 (a superset) is paired over the 30, its other 70 left out."""
+    sc = shutil.copytree(QWEN / "sc_L_30", tmp_path / "sc_L_30")
+    subset = as_other_model(QWEN / "greedy_100", tmp_path / "beam4", num_beams=4)
+    _edit_samples(subset, lambda line: line["doc_id"] < 20)
+    superset = as_other_model(QWEN / "greedy_100", tmp_path / "beam2", num_beams=2, flip=50)
+    ctx, text = _report([sc, subset, superset])
+    rows = _intervals(ctx)
+    assert not [q for q in rows if "Beam-4" in q]
+    paired = [q for q in rows if "Beam-2" in q]
+    assert paired and all(rows[q].docs == 30 for q in paired)
+    lines = [json.loads(line) for line in _run_files(superset)[1].read_text(encoding="utf-8").splitlines()]
+    first_30 = sum(line["rollouts"][0]["correct"] for line in lines if line["doc_id"] < 30)
+    assert rows["Beam-2 (hf)"].estimate == first_30
+    runs = {run.label: run.first_correct for run in baselines(ctx.grid)}
+    assert sorted(runs["Beam-4 (hf)"]) == list(range(20)) and sorted(runs["Beam-2 (hf)"]) == list(range(30))
+    assert "70 of its 100 problems are not among the EGLR runs' 30" in text
 
 
 # (c), and the refusals of the readers' side of the beam fix ------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 
 from helpers import lmeval_fakes
 
-from eglr_harness.analysis import load_grid, pool_cells, sc_solved
+from eglr_harness.analysis import load_grid, pool_cells, sc_solved, vote_is_correct
 from eglr_harness.analysis.load import find_runs
 from eglr_harness.analysis.metrics.selection import selection
 from eglr_harness.analysis.metrics.ties import pool_vote
@@ -52,6 +52,9 @@ def test_a_pools_vote_under_the_three_tie_rules(ties_grid):
     for p in ("L", "T", "LuT", "LxT"):  # first-seen is the report's SC, the one rule
         cells = pool_cells(ties_grid.cells, p)
         assert pool_vote(ties_grid, cells) == sc_solved(ties_grid, cells)
+        # one problem's vote (budget curves, resampling) is the same rule, problem by problem
+        assert {d for d in ties_grid.docs if vote_is_correct(ties_grid.rollouts_in(cells, d))} == set(sc_solved(
+            ties_grid, cells))
 
 
 def test_the_pools_table_counts_the_ties_and_the_range(ties_grid):

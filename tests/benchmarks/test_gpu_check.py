@@ -1,10 +1,12 @@
-"""benchmarks/gpu_check.py at tiny sizes on the CPU: every check runs and the exactness verdicts hold."""
+"""benchmarks/gpu_check.py (the package benchmarks/gpucheck/) at tiny sizes on the CPU: every check runs and the
+exactness verdicts hold."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -15,31 +17,52 @@ TINY = ["--size", "tiny", "--device", "cpu", "--exact_new_tokens", "6", "--batch
 
 
 @pytest.fixture(scope="module")
-def gpu_check():
+def script():
+    """benchmarks/gpu_check.py, the command users run, loaded by path: it loads the package ``gpucheck``."""
     spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module  # dataclasses resolve their module by name
+    sys.modules["gpu_check"] = module
     spec.loader.exec_module(module)
     yield module
-    sys.modules.pop("gpu_check", None)
+    for name in [n for n in sys.modules if n in ("gpu_check", "gpucheck") or n.startswith("gpucheck.")]:
+        sys.modules.pop(name)
 
 
 @pytest.fixture(scope="module")
-def report(gpu_check, tmp_path_factory):
+def gpucheck(script):
+    """The package benchmarks/gpucheck/, every module loaded: a test swaps a function in the module that looks it
+    up (``gpucheck.run`` calls the checks, ``gpucheck.speed`` times the modes)."""
+    return sys.modules["gpucheck"]
+
+
+@pytest.fixture(scope="module")
+def report(script, tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_check") / "tiny.json"
-    returned = gpu_check.main([*TINY, "--out", str(out)])
+    returned = script.main([*TINY, "--out", str(out)])
     written = json.loads(out.read_text())
     assert written["summary"] == json.loads(json.dumps(returned["summary"]))
     return written
 
 
+def test_the_command_is_the_package(script, gpucheck, capsys):
+    """``python benchmarks/gpu_check.py`` runs ``gpucheck.run.main``, its --help describes the checks (the package's
+    docstring), and it keeps every name benchmarks/gpu_e2e.py reads from it."""
+    assert script.main is gpucheck.run.main and script.parse_args is gpucheck.cli.parse_args
+    with pytest.raises(SystemExit):
+        script.parse_args(["--help"])
+    assert "5. ``pool``" in capsys.readouterr().out
+    e2e = (SCRIPT.parent / "gpu_e2e.py").read_text()
+    used = set(re.findall(r"\bcheck\.(\w+)", e2e)) | set(re.findall(r"gpu_check\(\)\.(\w+)", e2e))
+    assert {"family_config", "calibrate_tau_h"} <= used and [name for name in used if not hasattr(script, name)] == []
+
+
 @pytest.mark.slow  # the module's `report` fixture runs every check of gpu_check.py at tiny sizes: 39 s here
-def test_report_records_environment_and_settings(report, gpu_check):
+def test_report_records_environment_and_settings(report, gpucheck):
     env = report["environment"]
     for key in ("device", "device_name", "torch", "transformers", "python"):
         assert env[key], key
     settings = report["settings"]
-    assert settings["size"] == "tiny" and settings["families"] == list(gpu_check.DEFAULT_FAMILIES)
+    assert settings["size"] == "tiny" and settings["families"] == list(gpucheck.models.DEFAULT_FAMILIES)
     assert settings["batches"] == [1, 2] and settings["new_tokens"] == 6
     assert settings["repeats"] == 1 and settings["compile"] == "auto" and settings["budget_s"] is None  # tiny, CPU
     assert report["paper_settings"] == {"alpha": 0.2, "k_max": 3, "tau_kl": 5e-4}
@@ -105,26 +128,26 @@ def test_placement_speed_and_memory_fields(report, family):
                                "exhausted": False}
 
 
-def test_exactness_reports_false_when_the_reference_disagrees(gpu_check, monkeypatch):
+def test_exactness_reports_false_when_the_reference_disagrees(gpucheck, monkeypatch):
     """A check that cannot fail checks nothing: a reference with another alpha must be caught."""
-    real = gpu_check.naive_reference()
+    real = gpucheck.exactness.naive_reference()
 
     def other_alpha(model, prompt, *, alpha, **kwargs):
         return real(model, prompt, alpha=alpha + 0.3, **kwargs)
 
-    monkeypatch.setattr(gpu_check, "naive_reference", lambda: other_alpha)
-    args = gpu_check.parse_args([*TINY, "--families", "llama-3.1-8b", "--attn", "sdpa"])
-    result = gpu_check.check_exactness("llama-3.1-8b", args, "cpu")
+    monkeypatch.setattr(gpucheck.exactness, "naive_reference", lambda: other_alpha)
+    args = gpucheck.cli.parse_args([*TINY, "--families", "llama-3.1-8b", "--attn", "sdpa"])
+    result = gpucheck.exactness.check_exactness("llama-3.1-8b", args, "cpu")
     assert result["ok"] is False
     always = result["fp32"]["sdpa"]["vs_naive"]["always/L2"]
     assert always["tokens_equal"] is False and always["first_divergence"] is not None
 
 
-def test_the_captured_modes_run_compiled_on_a_cpu(gpu_check, tmp_path):
+def test_the_captured_modes_run_compiled_on_a_cpu(gpucheck, tmp_path):
     """The captured modes' code path, with dynamo and the eager backend (no code generation): it
     runs, its greedy tokens equal the eager step's, the goals are recorded but not judged."""
     out = tmp_path / "captured.json"
-    report = gpu_check.main([*TINY, "--families", "llama-3.1-8b", "--checks", "speed", "--batches", "2",
+    report = gpucheck.run.main([*TINY, "--families", "llama-3.1-8b", "--checks", "speed", "--batches", "2",
                              "--new_tokens", "4", "--compile", "default", "--compile_backend", "eager",
                              "--speed_modes", "generate_static,cL0c,cLc,cL0,cL", "--out", str(out)])
     speed = report["families"]["llama-3.1-8b"]["speed"]
@@ -142,7 +165,8 @@ def test_the_captured_modes_run_compiled_on_a_cpu(gpu_check, tmp_path):
         run = figures["runs"][mode]
         assert run["dynamo_graphs_late"] == 0  # warmed up over the full length
         engine_report = run["warmup_report"]
-        assert set(engine_report) == set(gpu_check.WARMUP_REPORT_KEYS) and run["compiles"] == engine_report["compiles"]
+        assert set(engine_report) == set(gpucheck.common.WARMUP_REPORT_KEYS)
+        assert run["compiles"] == engine_report["compiles"]
     # the engine's own count (over its life: the script keeps one engine per batch) is dynamo's
     assert figures["runs"]["cL0c"]["compiles"] == figures["runs"]["cL0c"]["dynamo_graphs_warmup"]
     assert figures["runs"]["cL4c"]["compiles"] <= 2
@@ -158,7 +182,7 @@ def test_the_captured_modes_run_compiled_on_a_cpu(gpu_check, tmp_path):
     assert json.loads(out.read_text())["summary"] == json.loads(json.dumps(report["summary"]))
 
 
-def test_the_budget_interrupts_the_running_part_and_skips_the_rest(gpu_check, monkeypatch, tmp_path):
+def test_the_budget_interrupts_the_running_part_and_skips_the_rest(gpucheck, monkeypatch, tmp_path):
     """A check that outlives the family's budget is interrupted by the alarm; what finished stays, what did not start
     is recorded as skipped, and the JSON is written. No clock decides it: the budget is ample, and the placement
     check rings the alarm itself through the handler the budget installed (no "interrupted" entry without it)."""
@@ -169,10 +193,10 @@ def test_the_budget_interrupts_the_running_part_and_skips_the_rest(gpu_check, mo
         signal.raise_signal(signal.SIGALRM)
         raise AssertionError("the budget's alarm did not interrupt the check")
 
-    monkeypatch.setattr(gpu_check, "check_exactness", lambda *args: {"ok": True})
-    monkeypatch.setattr(gpu_check, "check_placement", place_until_the_alarm)
+    monkeypatch.setattr(gpucheck.run, "check_exactness", lambda *args: {"ok": True})
+    monkeypatch.setattr(gpucheck.run, "check_placement", place_until_the_alarm)
     out = tmp_path / "budget.json"
-    report = gpu_check.main([*TINY, "--families", "llama-3.1-8b", "--budget_s", "100000", "--out", str(out)])
+    report = gpucheck.run.main([*TINY, "--families", "llama-3.1-8b", "--budget_s", "100000", "--out", str(out)])
     entry = report["families"]["llama-3.1-8b"]
     assert entry["exactness"] == {"ok": True}
     assert entry["placement"]["interrupted"].startswith("--budget_s 100000 spent after")
@@ -182,7 +206,7 @@ def test_the_budget_interrupts_the_running_part_and_skips_the_rest(gpu_check, mo
     assert json.loads(out.read_text())["families"]["llama-3.1-8b"]["speed"] == entry["speed"]
 
 
-def test_the_budget_interrupts_a_speed_mode_and_lists_what_it_did_not_reach(gpu_check, monkeypatch):
+def test_the_budget_interrupts_a_speed_mode_and_lists_what_it_did_not_reach(gpucheck, monkeypatch):
     """The budget's alarm rings while the first speed mode decodes. No clock decides it (under load a budget of a
     few seconds could be spent before the mode starts): the budget is ample and the mode rings the alarm itself,
     as the timer would, through the handler the budget installed."""
@@ -193,8 +217,9 @@ def test_the_budget_interrupts_a_speed_mode_and_lists_what_it_did_not_reach(gpu_
         signal.raise_signal(signal.SIGALRM)
         raise AssertionError("the budget's alarm did not interrupt the decode")
 
-    monkeypatch.setattr(gpu_check, "timed_decode", decode_until_the_alarm)
-    report = gpu_check.main([*TINY, "--families", "llama-3.1-8b", "--checks", "speed,memory", "--budget_s", "100000"])
+    monkeypatch.setattr(gpucheck.speed, "timed_decode", decode_until_the_alarm)
+    report = gpucheck.run.main([*TINY, "--families", "llama-3.1-8b", "--checks", "speed,memory",
+                                "--budget_s", "100000"])
     speed = report["families"]["llama-3.1-8b"]["speed"]
     assert speed["interrupted"].endswith("(during batch 1, generate_static)")
     runs = speed["batches"]["1"]["runs"]
@@ -207,16 +232,16 @@ def test_the_budget_interrupts_a_speed_mode_and_lists_what_it_did_not_reach(gpu_
     assert speed["memory"]["skipped"].startswith("not reached") and "running" not in speed
 
 
-def test_a_budget_spent_before_a_part_skips_it(gpu_check, monkeypatch):
-    monkeypatch.setattr(gpu_check, "check_exactness", lambda *args: {"ok": True})
-    monkeypatch.setattr(gpu_check.Budget, "allows", lambda self, need=0.0: False)
-    report = gpu_check.main([*TINY, "--families", "qwen2.5-3b", "--checks", "exactness,speed", "--budget_s", "100"])
+def test_a_budget_spent_before_a_part_skips_it(gpucheck, monkeypatch):
+    monkeypatch.setattr(gpucheck.run, "check_exactness", lambda *args: {"ok": True})
+    monkeypatch.setattr(gpucheck.budget.Budget, "allows", lambda self, need=0.0: False)
+    report = gpucheck.run.main([*TINY, "--families", "qwen2.5-3b", "--checks", "exactness,speed", "--budget_s", "100"])
     entry = report["families"]["qwen2.5-3b"]
     assert entry["exactness"]["skipped"].startswith("budget:") and entry["speed"]["skipped"].startswith("budget:")
     assert report["summary"]["qwen2.5-3b"]["exact"].startswith("budget:")
 
 
-def test_captured_warmup_reads_the_engines_report(gpu_check):
+def test_captured_warmup_reads_the_engines_report(gpucheck):
     """The engine's warmup_report() (the lead's API) goes into the record as it is; without it, null."""
 
     class Reporting:
@@ -224,24 +249,24 @@ def test_captured_warmup_reads_the_engines_report(gpu_check):
             return {"compiles": 3, "captures": 7, "compile_seconds": 41.5, "capture_seconds": 2.25, "late_compiles": 0,
                     "other": "ignored"}
 
-    out = gpu_check.captured_warmup(Reporting(), 10, 13, 13)
+    out = gpucheck.common.captured_warmup(Reporting(), 10, 13, 13)
     assert out["warmup_report"] == {"compiles": 3, "captures": 7, "compile_seconds": 41.5, "capture_seconds": 2.25,
                                     "late_compiles": 0}
     assert (out["warmup_compile_s"], out["warmup_capture_s"], out["compiles"], out["captures"],
             out["late_compiles"]) == (
         41.5, 2.25, 3, 7, 0)
     assert (out["dynamo_graphs_warmup"], out["dynamo_graphs_late"]) == (3, 0)
-    bare = gpu_check.captured_warmup(object(), None, None, None)
+    bare = gpucheck.common.captured_warmup(object(), None, None, None)
     assert bare["warmup_report"] is None and bare["compiles"] is None and bare["dynamo_graphs_warmup"] is None
 
 
-def test_the_pool_mode_runs_every_mode_on_the_same_prompts(gpu_check, tmp_path):
+def test_the_pool_mode_runs_every_mode_on_the_same_prompts(gpucheck, tmp_path):
     """Issue 32's pool mode at tiny sizes: prompts and limits of varied lengths, every mode counts each request's
     own tokens, the engine refills freed slots (fewer steps than generate's batches), the captured runs (dynamo,
     eager backend) give the eager tokens and report their warm-up."""
     out = tmp_path / "pool.json"
-    report = gpu_check.main([*TINY, "--families", "llama-3.1-8b", "--checks", "pool", "--compile", "default",
-                             "--compile_backend", "eager", "--pool_modes", ",".join(gpu_check.POOL_MODES),
+    report = gpucheck.run.main([*TINY, "--families", "llama-3.1-8b", "--checks", "pool", "--compile", "default",
+                             "--compile_backend", "eager", "--pool_modes", ",".join(gpucheck.pool.POOL_MODES),
                              "--out", str(out)])
     pool = report["families"]["llama-3.1-8b"]["pool"]
     assert pool["prompts"] == 8 and pool["batch"] == 4 and pool["spans"] == [1, 2, 3, 4]
@@ -249,7 +274,7 @@ def test_the_pool_mode_runs_every_mode_on_the_same_prompts(gpu_check, tmp_path):
     assert 3 <= pool["new_tokens"]["min"] < pool["new_tokens"]["max"] <= 10 and "different lengths" in pool["row_ends"]
     useful = round(pool["new_tokens"]["mean"] * 8)
     modes = pool["modes"]
-    assert set(modes) == set(gpu_check.POOL_MODES)
+    assert set(modes) == set(gpucheck.pool.POOL_MODES)
     for mode, run in modes.items():
         per_prompt = 4 if mode.startswith("cpool") else 1
         assert run["requests"] == 8 * per_prompt and run["tokens"] == useful * per_prompt, mode
@@ -265,7 +290,7 @@ def test_the_pool_mode_runs_every_mode_on_the_same_prompts(gpu_check, tmp_path):
     assert modes["cL0c"]["dynamo_graphs_warmup"] <= 2 and modes["cpoolc"]["dynamo_graphs_warmup"] == 0
     for mode in ("cL0c", "cpoolc"):
         assert modes[mode]["dynamo_graphs_late"] == 0 and modes[mode]["late_compiles"] == 0
-        assert set(modes[mode]["warmup_report"]) == set(gpu_check.WARMUP_REPORT_KEYS)
+        assert set(modes[mode]["warmup_report"]) == set(gpucheck.common.WARMUP_REPORT_KEYS)
     assert modes["cL0c"]["compiles"] + modes["cpoolc"]["compiles"] <= 2
     # ms per step counts the engine's own steps (one batched forward of all running rows): the statistics count a
     # step once per cell of its rows, so the pool's (4 spans) are fewer than its statistics' and at least what its
@@ -285,14 +310,14 @@ def test_the_pool_mode_runs_every_mode_on_the_same_prompts(gpu_check, tmp_path):
     assert json.loads(out.read_text())["families"]["llama-3.1-8b"]["pool"]["modes"]["cpoolc"] == modes["cpoolc"]
 
 
-def test_the_pool_modes_default_to_the_issues_four(gpu_check):
-    args = gpu_check.parse_args([*TINY, "--checks", "pool"])
+def test_the_pool_modes_default_to_the_issues_four(gpucheck):
+    args = gpucheck.cli.parse_args([*TINY, "--checks", "pool"])
     assert args.pool_modes == ["generate_static", "cL0c", "cpoolc", "generate"]
     assert args.pool_prompt_lens == (6, 20) and args.pool_new_tokens == (3, 10)
-    full = gpu_check.parse_args(["--device", "cpu", "--checks", "pool"])
+    full = gpucheck.cli.parse_args(["--device", "cpu", "--checks", "pool"])
     assert (full.pool_prompts, full.pool_prompt_lens, full.pool_new_tokens, full.pool_batch) == (256, (64, 1024),
                                                                                                  (64, 512), 64)
-    assert "pool" not in gpu_check.parse_args(["--device", "cpu"]).checks  # asked for by name only
+    assert "pool" not in gpucheck.cli.parse_args(["--device", "cpu"]).checks  # asked for by name only
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -312,6 +337,6 @@ def test_the_pool_modes_default_to_the_issues_four(gpu_check):
     (["--pool_prompts", "250"], "--pool_prompts=250"),
     (["--size", "tiny", "--mem_context", "4", "--mem_new_tokens", "4"], "--mem_context=4"),
 ])
-def test_bad_flags_raise_value_error(gpu_check, argv, message):
+def test_bad_flags_raise_value_error(gpucheck, argv, message):
     with pytest.raises(ValueError, match=message):
-        gpu_check.parse_args(argv)
+        gpucheck.cli.parse_args(argv)

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from helpers.inputs import ENGINE_PAD, ENGINE_VOCAB
+from helpers.inputs import ENGINE_PAD, ENGINE_VOCAB, CharTokenizer
 from helpers.inputs import left_pad as _left_pad
 from helpers.inputs import random_prompts as _prompts
 from helpers.tiny_models import build_tiny_model
@@ -190,28 +190,12 @@ def test_replay_moves_what_it_writes_to_the_device_of_what_it_indexes():
 
 
 # ------------------------------------------------------------------ 11.4 per-row stop strings
-class _CharTokenizer:
-    """Just enough of a tokenizer for StopStringCriteria: one character per token id."""
+class _CharTokenizer(CharTokenizer):
+    """The shared one-character-per-id tokenizer over this file's vocabulary; id -1 (what its ``__call__`` gives
+    for any text) converts to a string no output contains."""
 
-    CHARS = [chr(c) for c in range(0x3B1, 0x3B1 + VOCAB)]  # Greek and beyond: no byte-level markers
-
-    def get_vocab(self):
-        return {c: i for i, c in enumerate(self.CHARS)}
-
-    def convert_ids_to_tokens(self, ids):
-        return [self.CHARS[i] for i in ids]
-
-    def convert_tokens_to_string(self, tokens):
-        return "".join(tokens)
-
-    def decode(self, ids, **kwargs):
-        return "".join(self.CHARS[i] for i in ids)
-
-    def __len__(self):
-        return VOCAB
-
-    def __call__(self, text, add_special_tokens=False):  # StopStringCriteria tokenizes a fixed prefix once
-        return {"input_ids": [-1]}
+    def __init__(self):
+        super().__init__(VOCAB)
 
     def _convert_id_to_token(self, index):
         return "abcdef" if index == -1 else self.CHARS[index]

@@ -34,17 +34,15 @@ step that recompiles) and asserts that the check reports it: a check that cannot
 from __future__ import annotations
 
 import sys
-import traceback
 from collections import Counter
 from contextlib import contextmanager
 
 import pytest
 import torch
+from helpers.host_reads import HostReadCounter
 from helpers.inputs import random_prompts
 from helpers.replay_graph import ReplayGraph
 from helpers.tiny_models import MORE_ARCHS, TINY_ARCHS, build_tiny_model
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.continuous import engine as continuous
@@ -61,53 +59,6 @@ from eglr_harness.decoding.processors import LogitsOptions
 VOCAB, LAYERS, EOS = 96, 4, 2
 TAU_KL = 4.4e-4
 META = torch.device("meta")
-
-# ops whose result is a host value or whose output shape depends on the data (overload packets)
-DATA_DEPENDENT = frozenset({
-    "aten._local_scalar_dense", "aten.item", "aten.is_nonzero", "aten.equal", "aten.allclose",
-    "aten.nonzero", "aten.argwhere", "aten.masked_select", "aten.unique", "aten._unique", "aten._unique2",
-    "aten.unique_dim", "aten.unique_consecutive", "aten.bincount", "aten.histc",
-})
-DATA_DEPENDENT_OVERLOADS = frozenset({"aten.repeat_interleave.Tensor", "aten.repeat_interleave.self_Tensor"})
-
-
-class HostReadCounter(TorchDispatchMode):
-    """Records every op that reads a value on the host, depends on the data for its shape, or moves
-    a tensor off ``device``; and every op that raised (on ``meta``: a read of data that is not there).
-
-    reads: (what, where) pairs; ``where`` is the innermost frame of ``eglr_harness/decoding`` that called the op.
-    """
-
-    def __init__(self, device: torch.device):
-        super().__init__()
-        self.device = device
-        self.reads: list[tuple[str, str]] = []
-        self.ops: Counter = Counter()
-
-    def _flag(self, what: str) -> None:
-        frames = [f for f in traceback.extract_stack() if "/eglr_harness/decoding/" in f.filename.replace("\\", "/")]
-        where = f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno} {frames[-1].line}" if frames else "?"
-        self.reads.append((what, where))
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = str(func.overloadpacket)
-        self.ops[name] += 1
-        if name in DATA_DEPENDENT or str(func) in DATA_DEPENDENT_OVERLOADS:
-            self._flag(str(func))
-        on_device = any(isinstance(t, torch.Tensor) and t.device == self.device for t in tree_leaves((args, kwargs)))
-        target = kwargs.get("device")
-        if on_device and target is not None and torch.device(target) != self.device:
-            self._flag(f"{func} to {target}")
-        try:
-            out = func(*args, **kwargs)
-        except Exception as error:  # meta has no data: a read of it raises here
-            self._flag(f"{func} raised {type(error).__name__}")
-            raise
-        if on_device and any(isinstance(t, torch.Tensor) and t.device != self.device for t in tree_leaves(out)):
-            self._flag(f"{func} returned a tensor off {self.device}")
-        return out
-
 
 @contextmanager
 def injected_read(kind: str):

@@ -62,6 +62,19 @@ def test_a_pool_with_shared_prompts_decodes_what_it_decoded_prefilling_every_row
     assert report["shared_rows"] > 0
 
 
+def test_a_follower_copies_its_prompt_only_once_its_holder_has_prefilled_all_of_it():
+    """Issue 71: two prompts of 24 tokens, prefilled 16 at a time, every row in one batch of 32: the first forward
+    leaves A 8 tokens short and the second prefills B, so A's 8 left fit in that forward's chunk though A is not in
+    it. A follower copies its holder's prompt only when the holder's last chunk runs in that forward
+    (``Scheduler.ready_copies``), never from a half-prefilled holder: the same decoding as every row alone."""
+    model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=LAYERS, seed=1)
+    requests = pool_requests(random_prompts(5, lengths=(24, 24), vocab=VOCAB))
+    alone, _ = decode(model, requests, False, max_batch=32, prefill_tokens=16)
+    shared, report = decode(model, requests, True, max_batch=32, prefill_tokens=16)
+    assert_same_decoding(shared, alone)
+    assert (report["rows"], report["shared_rows"], report["prefilled_tokens"]) == (20, 18, 48)
+
+
 def test_a_ten_cell_pool_over_two_prompts_prefills_two_prompts_tokens():
     """The saving, counted: ten cells over two prompts (each cell's rows of a prompt in one run, a batch of four
     rows) run prefill forwards over the two prompts' tokens, not twenty prompts'; without sharing, twenty."""

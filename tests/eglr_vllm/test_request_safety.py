@@ -32,7 +32,14 @@ REFUSED = [
     (dict(REFINING, L=1), "`L`=1 is not served by this engine; allowed: 0, 2."),
     (dict(REFINING, L=LAYERS + 1), f"`L`={LAYERS + 1} is not served by this engine; allowed: 0, 2."),
     (dict(REFINING, k_max=10**9, tau_kl=0.0),
-     f"`k_max`=1000000000 is not allowed inside vLLM; allowed: 1..{MAX_K_MAX}"),
+     f"`k_max`=1000000000 is not allowed; allowed: an int in [1, {MAX_K_MAX}] inside vLLM"),
+    (dict(REFINING, k_max=MAX_K_MAX + 1),
+     f"`k_max`={MAX_K_MAX + 1} is not allowed; allowed: an int in [1, {MAX_K_MAX}]"),
+    (dict(REFINING, L=2.5), "`L`=2.5 is not allowed; allowed: 0, 2."),
+    (dict(REFINING, L="x"), "`L`='x' is not allowed; allowed: 0, 2."),
+    (dict(REFINING, L=True), "`L`=True is not allowed; allowed: 0, 2."),
+    (dict(REFINING, alpha="much"), "`alpha`='much' is not allowed; allowed: a float in [0, 1]."),
+    (dict(REFINING, tag=5), "`tag`=5 is not allowed; allowed: a str, or no tag."),
     ({"L": LAYERS // 2}, f"`L`={LAYERS // 2} needs `tau_h`; allowed: a float >= 0 nats or 'inf'"),
     (dict(REFINING, tau_kl=math.nan), "`tau_kl`=nan is not allowed"),
     (dict(REFINING, stop="median"), "`stop`='median' is not allowed; allowed: kl, latent, accel, margin, entropy."),
@@ -51,6 +58,64 @@ def test_request_settings_refused_in_one_line(settings, named):
         message = str(refused.value)
         assert "\n" not in message
         assert (named.replace("'beta'", "'eglr_beta'") if extra_args is flat else named) in message, message
+
+
+def test_request_values_are_read_as_eglr_hf_reads_them():
+    """One rule for every value (eglr-hf's ``SettingRule.read``): a number or its text, an int setting from an
+    integral value; ``k_max`` up to ``MAX_K_MAX`` admitted, one above it refused."""
+    written = request_config({"eglr": {"L": "2", "tau_h": "2.5", "alpha": "0.2", "k_max": "3", "tau_kl": "3e-4"}},
+                             frozenset(SERVED))
+    assert written == request_config({"eglr": dict(REFINING, tau_h=2.5)}, frozenset(SERVED))
+    assert request_config({"eglr_L": 2.0, "eglr_tau_h": 0}, frozenset(SERVED)).L == 2
+    assert request_config({"eglr": dict(REFINING, k_max=MAX_K_MAX)}, frozenset(SERVED)).k_max == MAX_K_MAX
+    assert request_config({"eglr": dict(REFINING, k_max=float(MAX_K_MAX))}).k_max == MAX_K_MAX
+    with pytest.raises(ValueError, match=rf"^`k_max`={MAX_K_MAX + 1} is not allowed; allowed: an int in \[1, "):
+        request_config({"eglr": dict(REFINING, k_max=MAX_K_MAX + 1)}, frozenset(SERVED))
+    with pytest.raises(ValueError, match=r"^`L`=-1 is not allowed; allowed: 0\.\.N \(N = "):
+        request_config({"eglr": dict(REFINING, L=-1)})  # an engine whose spans are not known here
+
+
+def test_a_tag_and_a_key_of_any_type_get_one_line():
+    """A server that takes no tag says so whatever the tag's type; a key that is not a str (a Python caller's) is an
+    unknown key, not a TypeError (only a ValueError becomes HTTP 400)."""
+    from types import SimpleNamespace
+
+    from eglr_harness.vllm import row_settings
+
+    served = getattr(row_settings, row_settings.processor_name(SERVED, tags=False).split(":")[1])
+    for tag in (5, "t-5"):
+        with pytest.raises(ValueError, match=r"^`tag`=.* is not allowed by this server; allowed: no tag \("):
+            served.validate_params(SimpleNamespace(extra_args={"eglr": dict(REFINING, tag=tag)}, n=1))
+    for extra_args in ({"eglr": {1: 2}}, {"eglr": {1: 2, "beta": 3, None: 4}}, ["eglr_L", 2]):
+        with pytest.raises(ValueError, match=r"is not allowed; allowed: ") as refused:
+            served.validate_params(SimpleNamespace(extra_args=extra_args, n=1))
+        assert "\n" not in str(refused.value)
+
+
+def test_an_ended_engines_tracker_is_dropped():
+    """Each engine's row-settings tracker goes with its config: a process building engine after engine keeps none
+    of an ended one's (nor its signal records)."""
+    import gc
+    from types import SimpleNamespace
+
+    import torch
+
+    from eglr_harness.vllm import row_settings
+
+    class Config:  # vLLM's VllmConfig takes weak references; SimpleNamespace does not
+        model_config = SimpleNamespace(hf_config=SimpleNamespace(num_hidden_layers=LAYERS))
+
+    processor = getattr(row_settings, row_settings.processor_name(SERVED).split(":")[1])
+    configs = [Config() for _ in range(3)]
+    for config in configs:
+        processor(config, torch.device("cpu"), False)
+        processor(config, torch.device("cpu"), False)  # a re-built batch's processors: the newest wins
+    assert all(row_settings.settings_for(config) is not None for config in configs)
+    keys = [id(config) for config in configs]
+    del config, configs[:2]
+    gc.collect()
+    assert [key in row_settings._TRACKERS for key in keys] == [False, False, True]
+    assert row_settings.settings_for(configs[0]) is not None
 
 
 def test_flat_keys_are_the_nested_settings():

@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -110,6 +111,22 @@ def _messages(logged) -> list[dict]:
     return logged
 
 
+def _documented_request(model: str, port: int) -> dict:
+    """docs/vllm.md's request block (``<!-- vllm: request -->``), run as written against this server: only its
+    host:port and model name replaced; the server's JSON answer."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "vllm.md").read_text()
+    assert f"serve smollm2-fp32 --spans {','.join(map(str, SPANS))} " in page, "docs/vllm.md serves other spans"
+    block = page.split("<!-- vllm: request -->\n```bash\n", 1)[1].split("\n```", 1)[0]
+    for old, new in (("127.0.0.1:8000", f"{HOST}:{port}"),
+                     ('"model": "smollm2-fp32"', f'"model": {json.dumps(model)}')):
+        assert old in block, f"docs/vllm.md's request block no longer holds {old!r}"
+        block = block.replace(old, new)
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], capture_output=True, text=True,
+                          timeout=REQUEST_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
 def test_vllm_serve_with_eglr(smollm2_fp32, tmp_path):
     from transformers import AutoTokenizer
 
@@ -141,6 +158,7 @@ def test_vllm_serve_with_eglr(smollm2_fp32, tmp_path):
         with ThreadPoolExecutor(max_workers=len(requests)) as pool:
             answers = list(pool.map(lambda b: _post(port, b), requests))
         after = _post(port, body(prompts[1], EGLR))  # the server still serves
+        documented = _documented_request(model, port)  # the user page's request, as written
         # lm-eval's own client of a served model, EGLR's settings in the request body (`--gen_kwargs vllm_xargs=...`)
         plain_run = _lm_eval_served(model, port, None, tmp_path / "lm_eval_plain")
         eglr_run = _lm_eval_served(model, port, EGLR, tmp_path / "lm_eval_eglr")
@@ -149,6 +167,7 @@ def test_vllm_serve_with_eglr(smollm2_fp32, tmp_path):
                   for messages, stop, _ in eglr_run]
     finally:
         _stop(server)
+    assert documented["choices"][0]["message"]["content"].strip(), f"docs/vllm.md's request got no text: {documented}"
     assert [text for *_, text in eglr_run] != [text for *_, text in plain_run], \
         "lm-eval's EGLR texts equal its plain ones: vllm_xargs did not reach EGLR"
     assert all(text for *_, text in eglr_run), eglr_run
@@ -331,3 +350,37 @@ def test_beam_refusal_reads_the_body_as_vllm_does():
                    body(use_beam_search="false", vllm_xargs={"eglr_L": 4}), b"use_beam_search eglr_L {",
                    json.dumps([{"use_beam_search": True, "vllm_xargs": {"eglr_L": 4}}]).encode()]:
         assert beam_refusal(passed) is None, passed
+
+
+def test_serve_refuses_a_bad_start_in_one_line(tmp_path, monkeypatch, capsys):
+    """Before any engine starts, ``serve`` refuses in one line (exit 2), quoting the model as the user wrote it: a span
+    of 0, below 0, above N, or none; a hub name (with the download command: vLLM's CPU build here serves folders); a
+    config.json transformers cannot read."""
+    from eglr_harness.vllm import serve
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "config.json").write_text(json.dumps(
+        {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 12, "hidden_size": 64,
+         "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100}))
+    (tmp_path / "typed").mkdir()
+    (tmp_path / "typed" / "config.json").write_text(json.dumps(
+        {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": "twelve"}))
+    cases = [(["tiny", "--spans", "0"], "`--spans` value 0 is not allowed; allowed: integers 1..12"),
+             (["tiny", "--spans=-3"], "`--spans` value -3 is not allowed; allowed: integers 1..12"),
+             (["tiny", "--spans", "4,99"], "`--spans` value 99 is not allowed; allowed: integers 1..12"),
+             (["tiny", "--spans", ""], "`--spans`='' is not allowed; allowed: integers 1..N, comma-separated"),
+             (["tiny", "--spans", " , "], "`--spans`=' , ' is not allowed; allowed: integers 1..N, comma-separated"),
+             (["HuggingFaceTB/SmolLM2-135M-Instruct"],
+              "`model`='HuggingFaceTB/SmolLM2-135M-Instruct' is not allowed; allowed: a checkpoint folder with a "
+              "config.json; a hub model is served from its download: hf download HuggingFaceTB/SmolLM2-135M-Instruct"),
+             (["./absent/"], "`model`='./absent/' is not allowed; allowed: a checkpoint folder with a config.json."),
+             (["./typed/"], "transformers cannot read ./typed/config.json (")]
+    for argv, named in cases:
+        with pytest.raises(SystemExit) as exited:
+            serve.main([*argv, "--print"])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and named in err and err.count("\n") == 1, (argv, err)
+        assert str(tmp_path) not in err, err  # no path the user did not type
+    serve.main(["./tiny/", "--spans", "4,10", "--print"])
+    assert "EglrRowSettings_L_4_10_untagged" in capsys.readouterr().out

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.samples_files import plain_samples
 from eglr_harness.commands.export import main as export_main
 from eglr_harness.commands.report import main as report_main
 from eglr_harness.commands.sweep import main as sweep_main
@@ -31,8 +32,7 @@ def _copy(tmp_path: Path, *names: str) -> list[Path]:
 
 def _files(run: Path) -> tuple[Path, Path]:
     (results,) = run.glob("*/results_*.json")
-    (samples,) = run.glob("*/samples_*.jsonl")
-    return results, samples
+    return results, plain_samples(run)
 
 
 def _edit_results(results: Path, edit) -> None:
@@ -216,7 +216,7 @@ def test_score_interrupted_after_some_files_says_what_it_stored(tmp_path, capsys
     monkeypatch.setattr(score, "rescore_file", second_interrupted)
     code = score.main([*map(str, runs), "--output_path", str(tmp_path / "scored")])
     line = capsys.readouterr().err.strip().splitlines()[-1]
-    assert code == 130 and "stored: 1 scored samples files in" in line and "nothing was stored" not in line, line
+    assert code == 130 and "stored: 1 scored samples file in" in line and "nothing was stored" not in line, line
 
 
 # ---------------------------------------------------------------------------------------------- 17

@@ -132,3 +132,23 @@ def test_loading_values_are_checked_before_the_load(args, message):
                                                        "max_batch_size"])
     check_model_args({"pretrained": "x", "dtype": "bfloat16", "max_length": 2048, "batch_size": "auto:4"},
                      ["pretrained", "dtype", "max_length", "batch_size"])  # the allowed side
+
+
+@pytest.mark.parametrize("preset, cuda, expected", [(True, False, "cpu"), (False, False, "cpu"),
+                                                     (True, True, "cuda:0")])
+def test_lm_evals_default_device_becomes_the_real_one_without_cuda(monkeypatch, tiny_model_dir, preset, cuda,
+                                                                   expected):
+    """The load line said `device cuda:0` on a CPU-only machine (the preset says cpu): lm-eval's CLI hands its
+    default --device to every model, as the model is built here."""
+    import torch
+    from lm_eval.config.evaluate_config import EvaluatorConfig
+
+    from eglr_harness.harness.eglr_args import LM_EVAL_DEFAULT_DEVICE, intended_device
+
+    assert EvaluatorConfig().device == LM_EVAL_DEFAULT_DEVICE  # the value lm-eval hands when --device is not given
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    model_args = {"model_config": "smollm2-135m-instruct"} if preset else {"pretrained": str(tiny_model_dir("llama"))}
+    args = EglrArgs.of_hf_model({**model_args, "device": LM_EVAL_DEFAULT_DEVICE})
+    assert args.load_args["device"] == expected == intended_device(args.load_args)
+    given = EglrArgs.of_hf_model({**model_args, "device": "cuda:1"})  # any other device: left as given
+    assert given.load_args["device"] == "cuda:1"

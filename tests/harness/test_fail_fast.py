@@ -198,3 +198,22 @@ def test_cli_prints_an_invalid_gen_kwarg_as_one_line():
     assert ("error: `repetition_penalty`=0 (--gen_kwargs) is not allowed; allowed: a float > 0 (1.0 = off), "
             "at most 2**53."
             in result.stderr)
+
+
+def test_the_first_line_comes_before_lm_evals_imports_and_missing_data_before_torch(tmp_path):
+    """Under load every lm_eval command sat silent for 90-220 s, and missing data was refused at 370 s (after
+    torch's import): the start is said at once, and an eglr task's local data is read before torch is imported."""
+    empty = tmp_path / "data"
+    empty.mkdir()
+    argv = ["--model", "eglr-hf", "--model_args", "model_config=smollm2-135m-instruct", "--tasks", "gsm8k_eglr",
+            "--limit", "1"]
+    code = ("import os, sys\nsys.argv = [os.path.join(os.path.dirname(sys.executable), 'lm_eval'), *sys.argv[1:]]\n"
+            "from lm_eval.__main__ import cli_evaluate\ntry:\n    cli_evaluate()\n"
+            "except SystemExit as stop:\n    print('torch' in sys.modules, stop.code)\n")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "EGLR_DATA_DIR": str(empty), "HF_DATASETS_OFFLINE": "1"})
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("INFO eglr-hf: lm_eval is starting;"), done.stderr
+    assert done.stdout.split() == ["False", "2"], done.stderr  # refused, and torch never imported
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1 and "gsm8k" in errors[0] and str(empty) in errors[0], done.stderr

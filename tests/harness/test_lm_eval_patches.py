@@ -135,3 +135,24 @@ def test_the_cli_lets_every_exception_through():
     refusals the status 2 of the eglr-* commands."""
     source = inspect.getsource(original(HarnessCLI.execute))
     assert "except" not in source and "exit" not in source, source
+
+
+_OURS_DROPPED = ": Custom kwargs can be passed to `--metadata`"
+
+
+def test_lm_evals_metadata_hint_is_dropped_for_our_tasks_only(caplog):
+    """lm-eval warns "Custom kwargs can be passed to `--metadata`" on every run of a task that builds its dataset in
+    Python (each of ours): the warning and its wording are lm-eval's; the project drops it for its own tasks."""
+    import lm_eval.api.task as task_module
+
+    from eglr_harness.core.resources import task_names
+
+    source = inspect.getsource(task_module.ConfigurableTask.download)
+    assert 'eval_logger.warning(\n                f"{self.config.task}' + _OURS_DROPPED in source
+    logger = logging.getLogger("lm_eval.api.task")
+    ours = next(iter(task_names()))
+    with caplog.at_level(logging.WARNING, logger="lm_eval.api.task"):
+        for task in (ours, "someone_elses_task"):
+            logger.warning(f"{task}: Custom kwargs can be passed to `--metadata` in console (as json string) or to "
+                           "the TaskManager.\nFor example --metadata='{\"max_seq_lengths\":[4096, 8192]}'.")
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["someone_elses_task"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from eglr_harness.run.accounting import PER_DECODE_FIGURES
+
 # Text prompts for eglr-hf tests (a tiny random model with SmolLM2's tokenizer).
 CONTEXTS = [
     "Question: what is 2 + 3?\nAnswer:",
@@ -25,8 +27,9 @@ def requests_for(contexts, gen_kwargs, repeats=1, task="unit_task"):
 
 
 # Figures of config.eglr.stats that depend on how the rollouts were batched (a resumed run batches the
-# rollouts left differently); every other figure of a resumed run equals an uninterrupted run's.
-BATCH_DEPENDENT = ("steps", "p_step_gated", "wall_time_s")
+# rollouts left differently); every other figure of a resumed run equals an uninterrupted run's (the package's
+# one list: run/accounting.py; with the hook engine batched_flop_ratio too, per_decode_figures).
+BATCH_DEPENDENT = PER_DECODE_FIGURES
 
 
 def batch_independent(stats: dict, also: tuple[str, ...] = ()) -> dict:
@@ -58,3 +61,32 @@ def left_pad(prompts, pad: int = ENGINE_PAD):
         ids[r, width - len(p):] = torch.tensor(p)
         mask[r, width - len(p):] = 1
     return ids, mask
+
+
+class CharTokenizer:
+    """Just enough of a tokenizer for transformers' ``StopStringCriteria``: one character per token id (Greek and
+    beyond: no byte-level markers), ``vocab`` ids."""
+
+    def __init__(self, vocab: int = ENGINE_VOCAB):
+        self.CHARS = [chr(c) for c in range(0x3B1, 0x3B1 + vocab)]
+
+    def get_vocab(self):
+        return {c: i for i, c in enumerate(self.CHARS)}
+
+    def convert_ids_to_tokens(self, ids):
+        return [self.CHARS[i] for i in ids]
+
+    def convert_tokens_to_string(self, tokens):
+        return "".join(tokens)
+
+    def decode(self, ids, **kwargs):
+        return "".join(self.CHARS[i] for i in ids)
+
+    def __len__(self):
+        return len(self.CHARS)
+
+    def __call__(self, text, add_special_tokens=False):  # StopStringCriteria tokenizes a fixed prefix once
+        return {"input_ids": [-1]}
+
+    def _convert_id_to_token(self, index):
+        return "abcdef" if index == -1 else self.CHARS[index]

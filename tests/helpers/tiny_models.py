@@ -90,3 +90,27 @@ _MORE_FAMILIES = {
     "starcoder2": ("Starcoder2", {"sliding_window": MISTRAL_SLIDING_WINDOW}),  # layer norms and biases
     "cohere": ("Cohere", {"logit_scale": 0.25, "use_qk_norm": True}),  # layer norms, parallel residual
 }
+
+
+def save_tiny_model(folder, tokenizer, arch: str = "llama", num_layers: int = 4, **overrides):
+    """A tiny random model of ``arch`` over ``tokenizer``'s vocabulary and special ids (``build_tiny_model``; its
+    config ``overrides``), saved with the tokenizer as a HF folder of safetensors (what ``pretrained=`` and vLLM
+    take); returns the folder."""
+    from pathlib import Path
+
+    model = build_tiny_model(arch, vocab_size=len(tokenizer), num_layers=num_layers,
+                             pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                             eos_token_id=tokenizer.eos_token_id, **overrides)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    return Path(folder)
+
+
+def smollm2_tokenizer():
+    """SmolLM2-135M-Instruct's tokenizer (with its chat template), from the GGUF of the project's preset."""
+    from transformers import AutoTokenizer
+
+    from eglr_harness.run.presets import load_preset
+
+    args = load_preset("smollm2-135m-instruct")["model_args"]
+    return AutoTokenizer.from_pretrained(args["pretrained"], gguf_file=args["gguf_file"])

@@ -13,6 +13,9 @@ the line above its opening fence:
   tracks in the checkout.
 - ``<!-- ci:install -->`` / ``<!-- ci:test -->``: run by ``.ci/run``; the ``lm_eval`` demo inside the
   install block is also a journey here (``demo``).
+- ``<!-- vllm: install -->`` / ``<!-- vllm: request -->`` (docs/vllm.md): run in vLLM's own environment, the install
+  block by ``.ci/vllm`` itself, the request block by ``tests/eglr_vllm/test_serve.py`` against its server
+  (:func:`test_the_vllm_blocks_are_the_ones_ci_runs` holds that both read them).
 - ``<!-- not-run: REASON -->``: a command this machine cannot run (a GPU, a hub model, new environments),
   with the reason in the doc itself.
 
@@ -46,7 +49,7 @@ JOURNEY_RUNS: dict[str, tuple[str, ...]] = {
     "README.md": ("README.md", "docs/lm-eval.md", "docs/transformers.md", "docs/analyses.md"),
     "tasks/README.md": ("tasks/README.md",),
 }
-MARKER = re.compile(r"<!-- (journey: ([a-z0-9_-]+)|not-run: (.+\S)|ci:(install|test)) -->")
+MARKER = re.compile(r"<!-- (journey: ([a-z0-9_-]+)|not-run: (.+\S)|ci:(install|test)|vllm: (install|request)) -->")
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,24 @@ def test_the_marker_rules_catch_an_unmarked_block(tmp_path, monkeypatch):
     (tmp_path / "README.md").write_text("<!-- journey: nope -->\n```bash\neglr-report out\n```\n")
     with pytest.raises(AssertionError, match="differ"):
         test_every_command_block_is_marked_and_every_journey_known()
+
+
+def test_the_vllm_blocks_are_the_ones_ci_runs():
+    """docs/vllm.md's ``vllm:`` blocks run in vLLM's environment, where this module does not: ``.ci/vllm`` reads its
+    install block from the page (not a copy of its lines), and the serve test reads the request block."""
+    blocks = {MARKER.fullmatch(b.marker).group(5): b for b in fenced_blocks("docs/vllm.md")
+              if b.marker and MARKER.fullmatch(b.marker) and MARKER.fullmatch(b.marker).group(5)}
+    assert set(blocks) == {"install", "request"}, sorted(blocks)
+    ci = (REPO_ROOT / ".ci/vllm").read_text()
+    assert "<!-- vllm: install -->" in ci and "docs/vllm.md" in ci, \
+        ".ci/vllm does not read docs/vllm.md's install block"
+    code = "\n".join(line.split("#")[0] for line in ci.splitlines() if not line.lstrip().startswith("#"))
+    commands = [line.split("#")[0].strip() for line in blocks["install"].text.splitlines() if line.strip()]
+    assert not any(command in code for command in commands), \
+        ".ci/vllm repeats a line of docs/vllm.md's install block instead of reading it"
+    assert "pip uninstall -y torchvision" in blocks["install"].text  # import vllm fails without it (PyPI's builds)
+    serve_test = (REPO_ROOT / "tests/eglr_vllm/test_serve.py").read_text()
+    assert "<!-- vllm: request -->" in serve_test
 
 
 # ------------------------------------------------------------------ extra checks of what a journey promises

@@ -26,6 +26,7 @@ import pytest
 
 from eglr_harness.analysis.load import load_parts, read_samples
 from eglr_harness.analysis.metrics.rules import rule_point
+from eglr_harness.core.run_format import samples_files
 
 pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README); about two seconds
 
@@ -206,7 +207,7 @@ def test_the_exit_rules_solve_the_same_count_not_the_same_problems():
 def test_the_exit_rules_texts_against_kl_at_the_papers_threshold():
     """Which points write kl at 5e-4's very texts, and on how many problems the others differ from them."""
     def responses(folder: str) -> dict[int, object]:
-        (samples,) = (RULES / "runs_30" / folder).glob("*/samples_*.jsonl")
+        (samples,) = samples_files(RULES / "runs_30" / folder, recursive=True)
         return {s["doc_id"]: s["resps"] for s in read_samples(samples)}
 
     points = _points()
@@ -272,8 +273,8 @@ def test_the_sc_t_gain_over_greedy_states_its_ties():
 def test_the_withdrawn_beam_run_is_cut_as_the_readme_says_and_refused_by_its_report():
     """The README's count of beam answers without a final answer is the committed run's, and the committed report
     names that run as no baseline (never paired)."""
-    (samples,) = (QWEN / "beam" / "beam10_30").rglob("samples_*.jsonl")
-    lines = [json.loads(line) for line in samples.read_text(encoding="utf-8").splitlines()]
+    (samples,) = samples_files(QWEN / "beam" / "beam10_30", recursive=True)
+    lines = list(read_samples(samples))
     unboxed = sorted(line["doc_id"] for line in lines if "\\boxed{" not in line["resps"][0][0])
     listed = ", ".join(map(str, unboxed))
     assert f"{len(unboxed)} of the {len(lines)} answers have no `\\boxed{{}}` (docs {listed};" in _readme()
@@ -293,8 +294,8 @@ def test_the_leaderboards_beam_row_quotes_its_measured_compute_and_its_finishes(
     assert f"| Beam-4 | 1.0 | 0.0 | {quoted} (measured) |" in README.read_text(encoding="utf-8")
 
     def first_rollouts(benchmark: str, run: str) -> list[dict]:
-        (samples,) = (board / benchmark / run).rglob("samples_*.jsonl")
-        return [json.loads(line)["rollouts"][0] for line in samples.read_text(encoding="utf-8").splitlines()]
+        (samples,) = samples_files(board / benchmark / run, recursive=True)
+        return [line["rollouts"][0] for line in read_samples(samples)]
 
     beam, greedy = first_rollouts("gsm8k", "beam4"), first_rollouts("gsm8k", "greedy")
     math_beam = first_rollouts("math500", "beam4")

@@ -245,6 +245,21 @@ def test_grpo_run_writes_steps_rollouts_and_summary(digit_model_dir, shared_data
     assert "| L=2,T=0.7 | 1 |" in summary and "## t_only: L×T = L=0,T=0.0, L=0,T=0.3" in summary
 
 
+def test_a_misspelt_group_is_refused_before_torch_is_imported():
+    """`eglr-grpo --group bogus` took ~37 s to refuse on a busy machine: the command imported torch and TRL first."""
+    import subprocess
+    import sys
+
+    argv = ["--model_args", "model_config=x", "--task", "t", "--group", "bogus", "--output_dir", "o"]
+    code = (f"import sys\nfrom eglr_harness.commands import grpo\ntry:\n    grpo.main({argv!r})\n"
+            "except SystemExit as stop:\n    print('torch' in sys.modules, stop.code)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["False", "2"], done.stderr
+    assert done.stderr.splitlines() == ["eglr-grpo: error: `--group`='bogus' is not allowed; allowed: "
+                                        "NAME:KEY=VALUE,... with keys L, T, alpha, k_max, tau_kl, tau_h, top_k, top_p, "
+                                        "seed (e.g. 'lxt:L=0|2|4,T=0|0.7')."], done.stderr
+
+
 def test_a_group_spec_is_checked_naming_the_option():
     from eglr_harness.commands.grpo import parse_group
 
@@ -286,12 +301,13 @@ def _grpo_argv(model_dir, out, *groups, extra=()):
 def test_grpo_run_checks_every_group_before_training(digit_model_dir, shared_data_dir, tmp_path, monkeypatch, capsys,
                                                      groups, extra, message):
     from eglr_harness.commands import grpo as grpo_run
+    from eglr_harness.rl import grpo as rl_grpo  # the training the command calls (imported once its flags pass)
 
     def trained(*args, **kwargs):
         raise AssertionError("a group trained before the run was checked")
 
-    monkeypatch.setattr(grpo_run, "run_group", trained)
-    monkeypatch.setattr(grpo_run, "_policy",
+    monkeypatch.setattr(rl_grpo, "run_group", trained)
+    monkeypatch.setattr(rl_grpo, "_policy",
                         lambda *a, **k: pytest.fail("the policy loaded before the run was checked"))
     out = tmp_path / "grpo"
     with pytest.raises(SystemExit) as info:
@@ -303,8 +319,9 @@ def test_grpo_run_checks_every_group_before_training(digit_model_dir, shared_dat
 
 def test_grpo_run_refuses_an_output_dir_it_cannot_write_before_training(digit_model_dir, tmp_path, monkeypatch, capsys):
     from eglr_harness.commands import grpo as grpo_run
+    from eglr_harness.rl import grpo as rl_grpo  # the training the command calls (imported once its flags pass)
 
-    monkeypatch.setattr(grpo_run, "run_group", lambda *a, **k: pytest.fail("trained into an unwritable folder"))
+    monkeypatch.setattr(rl_grpo, "run_group", lambda *a, **k: pytest.fail("trained into an unwritable folder"))
     blocker = tmp_path / "file"
     blocker.write_text("a file")
     with pytest.raises(SystemExit):
@@ -317,15 +334,16 @@ def test_a_partial_grpo_run_keeps_the_groups_that_finished_and_its_summary(digit
     import json
 
     from eglr_harness.commands import grpo as grpo_run
+    from eglr_harness.rl import grpo as rl_grpo  # the training the command calls (imported once its flags pass)
 
-    real = grpo_run.run_group
+    real = rl_grpo.run_group
 
     def second_fails(name, *args, **kwargs):
         if name == "second":
             raise RuntimeError("the second group's training broke")
         return real(name, *args, **kwargs)
 
-    monkeypatch.setattr(grpo_run, "run_group", second_fails)
+    monkeypatch.setattr(rl_grpo, "run_group", second_fails)
     out = tmp_path / "grpo"
     with pytest.raises(RuntimeError, match="second group's training broke"):
         grpo_run.main(_grpo_argv(digit_model_dir, out, "first:L=0,T=0|0.7", "second:L=0,T=0|0.5"))
@@ -341,11 +359,12 @@ def test_a_group_that_fails_before_writing_anything_shows_its_own_error(digit_mo
     """Issue 55, item 9: the summary was written into a folder that check_writable had removed again, and its
     "cannot be written" replaced the group's own error."""
     from eglr_harness.commands import grpo as grpo_run
+    from eglr_harness.rl import grpo as rl_grpo  # the training the command calls (imported once its flags pass)
 
     def refused(*args, **kwargs):
         raise RuntimeError("TRL refused the group")
 
-    monkeypatch.setattr(grpo_run, "run_group", refused)
+    monkeypatch.setattr(rl_grpo, "run_group", refused)
     out = tmp_path / "new" / "grpo"
     with pytest.raises(RuntimeError, match="TRL refused the group"):
         grpo_run.main(_grpo_argv(digit_model_dir, out, "first:L=0,T=0|0.7"))

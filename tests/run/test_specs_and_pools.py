@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -34,7 +35,8 @@ def test_T_specs(spec, expected):
     (parse_L_spec, "5-2", r"runs backwards"),
     (parse_L_spec, -1, r"layer span -1 is negative"),
     (parse_L_spec, True, r"not a layer span"),
-    (parse_L_spec, "", r"expected an int"),
+    (parse_L_spec, "", r"`L`='' is not a layer span"),
+    (parse_L_spec, "\uff12", r"'\uff12' is not a layer span"),  # a full-width 2: int() reads it as 2
     (parse_T_spec, "hot", r"'hot' is not a temperature"),
     (parse_T_spec, -0.1, r"temperature -0.1 is not allowed"),
     (parse_T_spec, "1.0-0.1:0.1", r"needs start <= stop"),
@@ -47,6 +49,15 @@ def test_T_specs(spec, expected):
 def test_malformed_specs_name_the_value(parser, spec, message):
     with pytest.raises(ValueError, match=message):
         parser(spec)
+
+
+@pytest.mark.parametrize("parser, spec", [(parse_L_spec, "a"), (parse_L_spec, ""), (parse_L_spec, None),
+                                          (parse_T_spec, "hot"), (parse_T_spec, ""), (parse_T_spec, True)])
+def test_a_refusal_suggests_a_list_that_model_args_does_not_split(parser, spec):
+    """`--model_args` splits at commas: `L=1,4,7` reaches the model as `L=1` and two unknown args."""
+    with pytest.raises(ValueError) as refused:
+        parser(spec)
+    assert "|" in str(refused.value) and not re.search(r"\d,\d", str(refused.value)), refused.value
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
 
 from eglr_harness.commands.score import main
-from eglr_harness.harness.rescore import rescore_file, task_and_timestamp
+from eglr_harness.core.jsonl import gzip_bytes
+from eglr_harness.harness.rescore import rescore_file, samples_files, task_and_timestamp
 
 STAMP = "2026-11-21T09-13-33.714591"
 GEN_KWARGS = {"until": ["<|im_end|>"], "max_gen_toks": 256, "do_sample": False, "temperature": 0.0,
@@ -45,6 +47,18 @@ def predict_only_run(tmp_path):
                "config": {"model": "eglr-hf", "model_args": "pretrained=HuggingFaceTB/SmolLM2-135M-Instruct,tau_h=1.0"}}
     (run / f"results_{STAMP}.json").write_text(json.dumps(results))
     return run
+
+
+def test_a_compressed_samples_file_is_rescored_into_a_compressed_one(predict_only_run, tmp_path):
+    """results/ commits samples as .jsonl.gz: eglr-score finds and reads them, and writes its output compressed."""
+    plain = predict_only_run / f"samples_toy_eglr_sc_{STAMP}.jsonl"
+    expected = rescore_file(plain, tmp_path / "plain")
+    gz = plain.with_name(plain.name + ".gz")
+    gz.write_bytes(gzip_bytes(plain.read_bytes()))
+    plain.unlink()
+    assert samples_files([predict_only_run]) == [gz] and task_and_timestamp(gz) == ("toy_eglr_sc", STAMP)
+    assert rescore_file(gz, tmp_path / "gz") == expected
+    assert gzip.decompress((tmp_path / "gz" / gz.name).read_bytes()) == (tmp_path / "plain" / plain.name).read_bytes()
 
 
 def test_task_and_timestamp_from_the_file_name(tmp_path):
@@ -101,9 +115,10 @@ def test_cli_scores_a_run_folder(predict_only_run, tmp_path, capsys):
 
 
 def test_cli_names_a_path_without_samples(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        main([str(tmp_path), "--output_path", str(tmp_path / "scored")])
-    assert "no samples_*.jsonl" in capsys.readouterr().err
+    """One line and exit status 2, as every eglr-* refusal (argparse's usage was printed beside it)."""
+    assert main([str(tmp_path), "--output_path", str(tmp_path / "scored")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("eglr-score: error: ") and "no samples_*.jsonl" in err, err
 
 
 def test_two_tasks_of_one_run_keep_both_results(predict_only_run, tmp_path, capsys):

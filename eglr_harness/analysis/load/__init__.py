@@ -6,7 +6,8 @@ rollouts (:class:`RolloutRow`), merged into the L×T :class:`Grid` of one task a
 ``samples_<task>_<date_id>.jsonl`` beside it (one per task); for an output *file*
 ``OUT/name.json``, ``OUT/name_<date_id>.json`` with the samples beside it. ``date_id`` is
 ``datetime.now().isoformat()`` with ``:`` replaced by ``-``; a run's samples share its results
-file's ``date_id``.
+file's ``date_id``. A samples file may be gzip-compressed, ``samples_<task>_<date_id>.jsonl.gz`` (how results/
+commits them), and is read as the plain one (docs/run-format.md).
 
 **Rollouts.** Each row is one repeat of one document (docs/run-format.md): ``L``/``T``/``cycle``
 are None when the run's model was not eglr-hf; ``answer`` is the task's extracted answer (None =

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eglr_harness.core.jsonl import iter_jsonl
-from eglr_harness.core.run_format import SAMPLE_LINE, read_results  # the one checked reader of a results file
+from eglr_harness.core.run_format import (  # the one checked reader of a results file; samples .jsonl or .jsonl.gz
+    SAMPLE_LINE, read_results, samples_files, samples_stem)
 
 __all__ = ["RunFiles", "date_id_of", "find_runs", "distinct_runs", "read_results", "read_samples"]
 
@@ -28,8 +29,9 @@ class RunFiles:
 
     Attributes:
         results: path of the results JSON.
-        samples: task name -> path of ``samples_<task>_<date_id>.jsonl`` (empty without
-            ``--log_samples``).
+        samples: task name -> path of ``samples_<task>_<date_id>.jsonl`` or of its gzip-compressed
+            ``.jsonl.gz`` (empty without ``--log_samples``; a task with both is refused:
+            :func:`eglr_harness.core.run_format.samples_files`).
         name: the results file relative to the folder it was found under, led by that folder's
             own name (``eglr_sc/<model>/results_<date>.json``): what reports print, never an
             absolute path.
@@ -52,10 +54,10 @@ def date_id_of(results_path: Path) -> str:
 
 
 def _samples_of(results_path: Path) -> dict[str, Path]:
-    suffix = f"_{date_id_of(results_path)}.jsonl"
+    suffix = f"_{date_id_of(results_path)}"
     found = {}
-    for path in sorted(results_path.parent.glob(f"samples_*{suffix}")):
-        task = path.name[len("samples_") : -len(suffix)]
+    for path in samples_files(results_path.parent, f"samples_*{suffix}"):
+        task = samples_stem(path)[len("samples_") : -len(suffix)]
         if task:
             found[task] = path
     return found
@@ -119,7 +121,7 @@ def distinct_runs(runs: Sequence[RunFiles]) -> tuple[list[RunFiles], list[str]]:
 
 
 def read_samples(path: Path) -> Iterator[dict]:
-    """Yield the per-document dicts of one ``samples_*.jsonl`` file, in file order (errors name
+    """Yield the per-document dicts of one ``samples_*.jsonl`` (or ``.jsonl.gz``) file, in file order (errors name
     ``file:line``: :func:`eglr_harness.core.jsonl.iter_jsonl`)."""
     for _number, sample in iter_jsonl(path, SAMPLE_LINE):
         yield sample

@@ -102,6 +102,11 @@ class Grid:
         duplicates: rollouts dropped because an earlier run had the same (doc, L, T, cycle).
         repeated: rollouts dropped because their own run already had that (doc, L, T, cycle).
         vote_rule: how votes were labelled (:data:`VOTE_CLUSTERS`, :data:`VOTE_STRINGS`, ...).
+        overlap: one dict per part (in the order of :attr:`parts`): cell -> ``(repeating, held)``, of the part's
+            rollouts of that cell (:attr:`RunPart.rollouts`) the number that repeat an earlier part's (the grid
+            keeps the earlier one: :attr:`duplicates`) and the number it holds; only cells with a repeat. The one
+            record of the de-duplication that every table reads (the compute tables through
+            :meth:`counted_cells`).
         run_notes: what the report must say about the runs themselves, one line each: runs given but left out (another
             task or benchmark, no samples, the same file again), other models' problems outside the grid, runs refused
             as baselines and why (the section "Runs" prints them; each is logged when the grid is built).
@@ -118,6 +123,7 @@ class Grid:
     notes: tuple[str, ...] = field(default=())
     vote_rule: str = VOTE_STRINGS
     run_notes: tuple[str, ...] = field(default=())
+    overlap: tuple[dict[Cell, tuple[int, int]], ...] = field(default=())
 
     @property
     def L_values(self) -> tuple[int, ...]:
@@ -147,6 +153,16 @@ class Grid:
     def incomplete_cells(self) -> dict[Cell, int]:
         """Present cells that lack some documents: cell -> number of documents missing."""
         return {c: self.n_docs - len(d) for c, d in sorted(self.by_cell.items()) if len(d) < self.n_docs}
+
+    def counted_cells(self, index: int) -> tuple[frozenset[Cell], dict[Cell, tuple[int, int]]]:
+        """Which cells of part ``index`` the grid counts, as the compute tables read it: ``(left out, partly
+        repeated)``. A cell every one of whose rollouts repeats an earlier part's is left out (its rollouts are the
+        earlier part's; a resumed copy of a run repeats all of them); a cell some of whose rollouts do is counted,
+        with its ``(repeating, held)`` (the accounting is per cell, not per rollout, so it cannot be split). Every
+        other cell of the part counts."""
+        overlap = self.overlap[index] if index < len(self.overlap) else {}
+        left_out = frozenset(cell for cell, (repeating, held) in overlap.items() if repeating == held)
+        return left_out, {cell: pair for cell, pair in overlap.items() if cell not in left_out}
 
     def rollouts_in(self, cells: Iterable[Cell], doc_id: int) -> list[RolloutRow]:
         """The rollouts of ``doc_id`` over ``cells``, in the order of ``cells`` then cycle."""
@@ -258,15 +274,19 @@ def build_grid(task: str, parts: Sequence[RunPart], *, run_notes: Sequence[str] 
                 )
     parts, grid_docs, restricted = _on_grid_problems(parts)  # after the check: every doc of every run agrees
     settings = [_decoding_settings(part, task) for part in parts]
+    held: list[dict[Cell, int]] = [{} for _ in parts]  # part -> cell -> its rollouts (each once)
+    repeating: list[dict[Cell, int]] = [{} for _ in parts]  # part -> cell -> those an earlier part holds
     for index, part in enumerate(parts):
         repeated += part.repeated  # within one run: each rollout once (RunPart.rollouts)
         for row in part.rollouts:
             if row.cell is None:
                 unplaced += 1
                 continue
+            held[index][row.cell] = held[index].get(row.cell, 0) + 1
             key = rollout_key(row, None)  # a sampled row's seed is filled in already
             if key in seen:  # an earlier run's
                 duplicates += 1
+                repeating[index][row.cell] = repeating[index].get(row.cell, 0) + 1
                 first = settings[seen[key]]
                 for name in sorted(set(first) | set(settings[index])):
                     if first.get(name) != settings[index].get(name):
@@ -327,6 +347,8 @@ def build_grid(task: str, parts: Sequence[RunPart], *, run_notes: Sequence[str] 
         notes=tuple(notes),
         vote_rule=_vote_rule(parts),
         run_notes=(*run_notes, *restricted, *refused),
+        overlap=tuple({cell: (n, held[i][cell]) for cell, n in sorted(part.items())}
+                      for i, part in enumerate(repeating)),
     )
 
 

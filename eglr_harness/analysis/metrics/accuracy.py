@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 from eglr_harness.analysis.load import Grid, RolloutRow, RunPart, beam_count, first_rollouts
 from eglr_harness.core.cell import Cell
-from eglr_harness.core.votes import best_cell, majority
+from eglr_harness.analysis.metrics.ties import pool_vote
+from eglr_harness.core.votes import best_cell, vote_outcome
 
 __all__ = [
     "CellAccuracy",
@@ -147,14 +148,16 @@ def best_in_pool(accuracy: Mapping[Cell, CellAccuracy], cells: Sequence[Cell]) -
 
 
 def vote_is_correct(rollouts: Sequence[RolloutRow]) -> bool:
-    """Whether the majority vote over ``rollouts`` (in pool order) is correct (module docstring)."""
-    winner = majority([r.vote for r in rollouts])
-    return winner is not None and bool(rollouts[winner].correct)
+    """Whether the majority vote over ``rollouts`` (in pool order) is correct (module docstring): the first-seen
+    outcome of :func:`eglr_harness.core.votes.vote_outcome`, the one rule of a vote."""
+    return vote_outcome([r.vote for r in rollouts], [r.correct for r in rollouts]).first_seen
 
 
 def sc_solved(grid: Grid, cells: Sequence[Cell]) -> frozenset[int]:
-    """Documents whose majority vote over ``cells`` (in the given order) is correct."""
-    return frozenset(d for d in grid.docs if vote_is_correct(grid.rollouts_in(cells, d)))
+    """Documents whose majority vote over ``cells`` (in the given order) is correct: the vote of
+    :func:`~eglr_harness.analysis.metrics.ties.pool_vote` (a :class:`~eglr_harness.analysis.metrics.ties.PoolVote`,
+    which carries its ties too)."""
+    return pool_vote(grid, cells)
 
 
 def oracle_solved(grid: Grid, cells: Sequence[Cell]) -> frozenset[int]:

@@ -1,4 +1,4 @@
-"""Accuracy against compute (issue 59): one point per method the runs support, each with its compute per problem
+"""Accuracy against compute: one point per method the runs support, each with its compute per problem
 relative to greedy and its accuracy with a 95 % Wilson interval.
 
 The methods: greedy (the L=0, T=0 cell); the best single configuration of the grid other than greedy; the majority
@@ -16,10 +16,12 @@ Compute of a method, per problem, relative to greedy::
 from the runs' accounting (``config.eglr.stats.cells``, summed over the runs that decoded the cell: the merge of
 :func:`~eglr_harness.analysis.metrics.compute.combine_compute` multiplied back by its tokens); ``generated_c`` the
 rollouts of the cell those runs decoded themselves (each run's rollouts of the cell, each once, less those it took
-from the rollout store, whose compute its accounting leaves out), so the first factor is the mean cost of one
-rollout; ``rollouts_c / docs_c`` the cell's rollouts per problem in the grid (one, or the seeds and cycles of a
-sampled cell). A cell no run accounts for has no cost, and a method using it no compute (it is left out, with the
-reason). A run that evaluated other tasks too is not read for costs: its accounting is not split by task.
+from the rollout store, whose compute its accounting leaves out; a run's cell that only repeats an earlier run's
+rollouts is left out, as in the compute tables: :func:`~eglr_harness.analysis.metrics.compute.grid_compute`), so
+the first factor is the mean cost of one rollout; ``rollouts_c / docs_c`` the cell's rollouts per problem in the
+grid (one, or the seeds and cycles of a sampled cell). A cell no run accounts for has no cost, and a method using it
+no compute (it is left out, with the reason). A run that evaluated other tasks too is not read for costs: its
+accounting is not split by task.
 
 Compute of another model's run (:func:`other_run_compute`), per problem, relative to greedy: measured where every
 first rollout records ``search_tokens`` (eglr-baseline: the tokens its decoding evaluated, summed over beams), the
@@ -27,6 +29,11 @@ mean of them over its problems divided by ``cost(greedy)`` (greedy's tokens per 
 :func:`~eglr_harness.analysis.metrics.compute.beam_flop_ratio` (``num_beams`` × greedy: lm-eval's ``hf`` counts no
 tokens), marked so (:attr:`ComputePoint.basis`). A run refused as a baseline (:attr:`OtherRun.refused`) has no
 point: it is left out with the reason.
+
+Without a greedy cell (L=0, T=0) there is no unit to be relative to: where some cells have costs, compute is then
+per problem in full-model token evaluations, ``Σ cost(c)`` itself (:data:`TOKENS_UNIT`; another model's run by its
+mean ``search_tokens``, and left out where it records none: its nominal compute is a multiple of greedy's), so what
+the accounting supports is still drawn; the unit is :attr:`AccuracyVsCompute.unit`.
 
 Accuracies follow the pools table: greedy and the best configuration are their cell's correct rollouts over its
 rollouts; SC and oracle the problems they solve over every problem of the grid; another run its first rollout per
@@ -48,7 +55,8 @@ from eglr_harness.analysis.metrics.compute import beam_flop_ratio, cell_compute,
 from eglr_harness.analysis.metrics.intervals import wilson_interval
 from eglr_harness.core.cell import Cell
 
-__all__ = ["GREEDY_KIND", "METHOD", "OTHER_RUN", "UPPER_BOUND", "MEASURED", "NOMINAL", "ComputePoint",
+__all__ = ["GREEDY_KIND", "METHOD", "OTHER_RUN", "UPPER_BOUND", "MEASURED", "NOMINAL", "GREEDY_UNIT", "TOKENS_UNIT",
+           "ComputePoint",
            "AccuracyVsCompute", "cell_costs", "other_run_compute", "accuracy_vs_compute"]
 
 # The kinds of point (the figure draws each kind in its own style).
@@ -60,6 +68,10 @@ UPPER_BOUND = "upper bound"
 # What a point's compute rests on: tokens the runs recorded, or num_beams × greedy's (no token counted)
 MEASURED = "measured"
 NOMINAL = "nominal"
+
+# The unit of compute: greedy's cost per problem, or (a grid without a greedy cell) one full-model token evaluation
+GREEDY_UNIT = "greedy"
+TOKENS_UNIT = "token evaluations"
 
 
 @dataclass(frozen=True)
@@ -87,11 +99,14 @@ class ComputePoint:
 @dataclass(frozen=True)
 class AccuracyVsCompute:
     """The points, in report order; the methods left out for want of compute, ``(label, why)``; the other models'
-    runs refused as baselines, ``(label, why)`` (:attr:`OtherRun.refused`)."""
+    runs refused as baselines, ``(label, why)`` (:attr:`OtherRun.refused`); the unit of every point's ``compute``
+    (:data:`GREEDY_UNIT`: relative to greedy; :data:`TOKENS_UNIT`: full-model token evaluations per problem, in a
+    grid without a greedy cell)."""
 
     points: tuple[ComputePoint, ...]
     left_out: tuple[tuple[str, str], ...] = ()
     refused: tuple[tuple[str, str], ...] = ()
+    unit: str = GREEDY_UNIT
 
 
 def cell_costs(grid: Grid) -> dict[Cell, float]:
@@ -99,12 +114,15 @@ def cell_costs(grid: Grid) -> dict[Cell, float]:
     weighted by the FLOP ratio. Cells without accounting are absent."""
     flops: Counter[Cell] = Counter()
     generated: Counter[Cell] = Counter()
-    for part in grid.parts:
+    for index, part in enumerate(grid.parts):
         if set(part.info.tasks) - {grid.task}:  # its accounting mixes the tasks' rollouts
             continue
         counts = Counter(row.cell for row in part.rollouts if row.cell is not None)
         reused = reused_by_cell(part.info)
+        left_out, _ = grid.counted_cells(index)  # an earlier run's rollouts again: counted once, as the grid does
         for cell, compute in cell_compute([part.info]).items():
+            if cell in left_out:
+                continue
             made = counts[cell] - reused.get(cell, 0)
             if compute.tokens is None or compute.flop_ratio is None or made <= 0:
                 continue
@@ -134,20 +152,22 @@ def accuracy_vs_compute(grid: Grid, accuracy: Mapping[Cell, CellAccuracy]) -> Ac
     """The points of ``grid`` (module docstring); ``accuracy`` = :func:`cell_accuracy` of ``grid``."""
     costs = cell_costs(grid)
     greedy_cost = costs.get(GREEDY)
+    # no greedy cell: compute in token evaluations per problem, where the accounting gives any cell a cost
+    unit, per_unit = (TOKENS_UNIT, 1.0) if GREEDY not in grid.by_cell and costs else (GREEDY_UNIT, greedy_cost)
     points: list[ComputePoint] = []
     left_out: list[tuple[str, str]] = []
 
     def relative(cells) -> float | None:
-        """compute(cells) / cost(greedy), or None (with the reason in ``left_out``)."""
+        """compute(cells) in the unit (cost(greedy), or one token evaluation), or None (the reason in ``left_out``)."""
         missing = [c.label for c in cells if c not in costs]
-        if greedy_cost is None or missing:
+        if per_unit is None or missing:
             return None
-        return sum(costs[c] for c in cells) / greedy_cost
+        return sum(costs[c] for c in cells) / per_unit
 
     def why(cells) -> str:
-        if GREEDY not in grid.by_cell:
-            return "no greedy cell (L=0, T=0), the unit of compute"
-        if greedy_cost is None:
+        if GREEDY not in grid.by_cell and not costs:
+            return "no greedy cell (L=0, T=0), the unit of compute, and no cell with compute accounting"
+        if greedy_cost is None and unit == GREEDY_UNIT:
             return "greedy's cell (the unit of compute) has no compute accounting"
         missing = [c.label for c in cells if c not in costs]
         shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
@@ -184,5 +204,10 @@ def accuracy_vs_compute(grid: Grid, accuracy: Mapping[Cell, CellAccuracy]) -> Ac
             points.append(ComputePoint(label, kind, rollouts, x, len(solved), grid.n_docs,
                                        *wilson_interval(len(solved), grid.n_docs)))
     refused = [(f"{run.source} run {run.name}", run.refused) for run in other_runs(grid) if run.refused]
-    points += [_other_run_point(run, greedy_cost) for run in baselines(grid)]
-    return AccuracyVsCompute(tuple(points), tuple(left_out), tuple(refused))
+    for run in baselines(grid):
+        if unit == TOKENS_UNIT and not run.search_tokens:  # nominal compute is num_beams × greedy's: no greedy here
+            left_out.append((run.label, "no greedy cell (L=0, T=0): its nominal compute is num_beams × greedy's, and "
+                                        "its answers record no search_tokens"))
+            continue
+        points.append(_other_run_point(run, greedy_cost if unit == GREEDY_UNIT else 1.0))
+    return AccuracyVsCompute(tuple(points), tuple(left_out), tuple(refused), unit)

@@ -5,6 +5,11 @@ are merged, ratios are combined weighted by tokens (same model, so the same N): 
 / Σ t``; ρ = gated tokens / tokens; mean iterations is weighted by gated tokens.
 ``flop_ratio_with_head`` adds the LM-head projections each exit rule made (eglr-method.md §4), the
 ratio to compare exit rules on; combined as ``flop_ratio``.
+
+The compute of a grid's runs (:func:`grid_compute`) counts each rollout once, as the grid does: a run's cell whose
+rollouts all repeat an earlier run's (:meth:`~eglr_harness.analysis.load.Grid.counted_cells`; a resumed copy of a
+run, the same run in another folder) is left out of that run's figures and of the totals, a run left with no cell
+is left out, and each is named; a cell only partly repeated is counted whole, and named (accounting is per cell).
 """
 
 from __future__ import annotations
@@ -13,11 +18,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from eglr_harness.analysis.load import RunInfo
+from eglr_harness.analysis.load import Grid, RunInfo
 from eglr_harness.core.cell import Cell
 
 __all__ = [
     "Compute",
+    "GridCompute",
+    "grid_compute",
     "stats_compute",
     "run_compute",
     "cell_compute",
@@ -78,6 +85,75 @@ def cell_compute(infos: Sequence[RunInfo]) -> dict[Cell, Compute]:
             cell = Cell.parse(key)
             found.setdefault(cell, []).append(stats_compute(key, stats))
     return {cell: combine_compute(cell.label, parts) for cell, parts in sorted(found.items())}
+
+
+@dataclass(frozen=True)
+class GridCompute:
+    """The compute of a grid's runs, each rollout once (module docstring).
+
+    Attributes:
+        runs: one :class:`Compute` per run with accounting that the grid counts, in the grid's order (a run with a
+            cell left out: the combination of its other cells, under its name).
+        cells: cell -> the combination of the counted runs' figures of that cell.
+        reused: rollouts of the counted cells taken from the rollout store (:func:`reused_rollouts`); None when no
+            counted run records reuse.
+        notes: one line per run or cell left out or partly repeated.
+    """
+
+    runs: tuple[Compute, ...]
+    cells: dict[Cell, Compute]
+    reused: int | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> Compute | None:
+        """The counted runs combined (``all runs``); None when none has accounting."""
+        return combine_compute("all runs", self.runs) if self.runs else None
+
+
+def grid_compute(grid: Grid) -> GridCompute:
+    """The compute of ``grid``'s runs, each rollout once (module docstring)."""
+    runs: list[Compute] = []
+    cells: dict[Cell, list[Compute]] = {}
+    reused: list[int] = []
+    notes: list[str] = []
+    for index, part in enumerate(grid.parts):
+        info = part.info
+        left_out, partly = grid.counted_cells(index)
+        own = {Cell.parse(key): stats_compute(key, stats)
+               for key, stats in (((info.eglr or {}).get("stats") or {}).get("cells") or {}).items()}
+        counted = {cell: compute for cell, compute in own.items() if cell not in left_out}
+        dropped = sorted(cell for cell in own if cell in left_out)
+        name = info.name or info.path.name
+        if dropped and not counted:
+            notes.append(f"{name} repeats an earlier run's rollouts in every cell it accounts for (a resumed copy, "
+                         "the same run again, or the same cells under other settings, which the ablation section "
+                         "compares): as in the grid, its compute is not counted again.")
+            continue
+        total = run_compute(info)
+        if dropped:
+            notes.append(f"{name}: its cells {', '.join(c.label for c in dropped)} repeat an earlier run's rollouts: "
+                         "left out of its figures and the totals.")
+            total = combine_compute(name, list(counted.values()))
+        for cell, (repeating, held) in partly.items():
+            if cell in counted:
+                notes.append(f"{name}: {repeating} of its {held} rollouts of {cell.label} repeat an earlier run's; "
+                             "the cell's figures count them too (a run's accounting is per cell).")
+        if total is not None:
+            runs.append(total)
+        for cell, compute in counted.items():
+            cells.setdefault(cell, []).append(compute)
+        recorded = ((info.eglr or {}).get("stats") or {}).get("reused_rollouts", {}).get("total")
+        if isinstance(recorded, int):
+            reused.append(recorded - sum(n for cell, n in reused_by_cell(info).items() if cell in left_out))
+    for note in notes:
+        logger.info("%s: %s", grid.task, note)
+    return GridCompute(
+        runs=tuple(runs),
+        cells={cell: combine_compute(cell.label, parts) for cell, parts in sorted(cells.items())},
+        reused=sum(reused) if reused else None,
+        notes=tuple(notes),
+    )
 
 
 def reused_rollouts(infos: Sequence[RunInfo]) -> int | None:

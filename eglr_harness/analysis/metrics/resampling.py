@@ -1,4 +1,4 @@
-"""The re-sampling check (issue 49): at an equal number of rollouts per problem, does depth diversity (the L
+"""The re-sampling check: at an equal number of rollouts per problem, does depth diversity (the L
 pool) or temperature diversity (the T pool) reach or vote better than seed diversity alone (the seed pool)?
 
 The training-free looped-transformer study (arXiv 2605.23872) found its loop's gain "mostly re-sampling";

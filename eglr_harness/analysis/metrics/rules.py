@@ -1,4 +1,4 @@
-"""The exit rules at equal compute (issue 49): accuracy against the measured FLOP ratio per rule, and each rule
+"""The exit rules at equal compute: accuracy against the measured FLOP ratio per rule, and each rule
 against ``kl`` (the paper's) at the nearest FLOP ratio, paired over problems.
 
 Each run (one :class:`~eglr_harness.analysis.load.RunPart`, e.g. a point of ``eglr-sweep --rules``) is a

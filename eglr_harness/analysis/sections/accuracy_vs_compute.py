@@ -5,7 +5,7 @@ them as an upper bound; the figure and its table (:mod:`~eglr_harness.analysis.m
 from __future__ import annotations
 
 from eglr_harness.analysis.metrics.accuracy_vs_compute import (
-    GREEDY_KIND, METHOD, NOMINAL, OTHER_RUN, UPPER_BOUND, AccuracyVsCompute, accuracy_vs_compute,
+    GREEDY_KIND, GREEDY_UNIT, METHOD, NOMINAL, OTHER_RUN, UPPER_BOUND, AccuracyVsCompute, accuracy_vs_compute,
 )
 from eglr_harness.analysis.render import accuracy_compute_plot, markdown_table, num, pct
 from eglr_harness.analysis.sections.section import ReportContext, Section, Table, image, register_section
@@ -42,7 +42,8 @@ class AccuracyVsComputeSection(Section):
         return accuracy_vs_compute(ctx.grid, ctx.accuracy)
 
     def tables(self, ctx: ReportContext, result: AccuracyVsCompute) -> list[Table]:
-        header = ["method", "kind", "rollouts_per_problem", "compute_vs_greedy", "correct", "n", "accuracy", "ci_low",
+        compute = "compute_vs_greedy" if result.unit == GREEDY_UNIT else "compute_token_evals_per_problem"
+        header = ["method", "kind", "rollouts_per_problem", compute, "correct", "n", "accuracy", "ci_low",
                   "ci_high", "compute_basis"]
         rows = [
             [p.label, p.kind, round(p.rollouts, 6), round(p.compute, 6), p.correct, p.n, round(p.accuracy, 6),
@@ -57,7 +58,9 @@ class AccuracyVsComputeSection(Section):
         points = [(p.label, _STYLES[p.kind][0], p.compute, p.accuracy, p.low, p.high) for p in result.points]
         styles = {legend: (marker, color, filled) for legend, marker, color, filled in _STYLES.values()}
         title = f"{ctx.grid.task} ({ctx.grid.n_docs} problems): accuracy against compute, 95 % intervals"
-        return {FIGURE: accuracy_compute_plot(out / f"{FIGURE}.png", points, styles, title=title)}
+        xlabel = (None if result.unit == GREEDY_UNIT else
+                  "compute per problem (full-model token evaluations; no greedy cell)")
+        return {FIGURE: accuracy_compute_plot(out / f"{FIGURE}.png", points, styles, title=title, xlabel=xlabel)}
 
     def markdown(self, ctx: ReportContext, result: AccuracyVsCompute, figs) -> list[str]:
         if not result.points and not result.left_out and not result.refused:
@@ -68,18 +71,24 @@ class AccuracyVsComputeSection(Section):
              f"[{pct(p.low)}, {pct(p.high)}]"]  # fmt: skip
             for p in result.points
         ]
-        header = ["method", "kind", "rollouts per problem (B)", "compute vs greedy", "correct", "accuracy %",
-                  "95 % CI (%)"]
-        parts = [
-            "\n## Accuracy against compute\nOne point per method, with its 95 % interval; each pool's oracle beside "
-            "its vote, hollow: an upper bound, not a method. Compute per problem relative to greedy (FLOPs; "
-            f"Definitions). Table: `{FIGURE}.csv`.\n",
-            image(figs, FIGURE, "accuracy against compute"),
-            markdown_table(header, rows) if rows else "No method of these runs has its compute accounted.",
-        ]
         reasons: dict[str, list[str]] = {}  # one line per reason: every method of a grid may share one
         for label, why in result.left_out:
             reasons.setdefault(why, []).append(label)
+        greedy = result.unit == GREEDY_UNIT
+        header = ["method", "kind", "rollouts per problem (B)",
+                  "compute vs greedy" if greedy else "compute per problem (token evaluations)", "correct",
+                  "accuracy %", "95 % CI (%)"]
+        unit = ("Compute per problem relative to greedy (FLOPs; Definitions)" if greedy else
+                "These runs have no greedy cell (L=0, T=0), the unit of compute elsewhere: compute is per problem in "
+                "full-model token evaluations, (N·tokens + Σ L·k) / N of the rollouts a method uses, from the runs' "
+                "accounting")
+        parts = [
+            "\n## Accuracy against compute\nOne point per method, with its 95 % interval; each pool's oracle beside "
+            f"its vote, hollow: an upper bound, not a method. {unit}. Table: `{FIGURE}.csv`.\n",
+            image(figs, FIGURE, "accuracy against compute"),
+            markdown_table(header, rows) if rows else
+            f"No method of these runs can be placed: {'; '.join(reasons) or 'no method has its compute accounted'}.",
+        ]
         if reasons:
             parts.append("\nLeft out (no compute to place them by):\n")
             parts += [f"- {', '.join(labels)}: {why}." for why, labels in reasons.items()]

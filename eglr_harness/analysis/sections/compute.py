@@ -3,7 +3,7 @@ accounting leaves out."""
 
 from __future__ import annotations
 
-from eglr_harness.analysis.metrics.compute import Compute, cell_compute, combine_compute, reused_rollouts, run_compute
+from eglr_harness.analysis.metrics.compute import Compute, grid_compute
 from eglr_harness.analysis.render import markdown_table, num
 from eglr_harness.analysis.sections.section import ReportContext, Section, Table, register_section
 
@@ -23,14 +23,9 @@ class ComputeSection(Section):
 """
 
     def compute(self, ctx: ReportContext) -> dict:
-        infos = [p.info for p in ctx.grid.parts]
-        runs = tuple(c for c in (run_compute(i) for i in infos) if c is not None)
-        return {
-            "runs": runs,
-            "total": combine_compute("all runs", runs) if runs else None,
-            "cells": cell_compute(infos),
-            "reused": reused_rollouts(infos),
-        }
+        counted = grid_compute(ctx.grid)  # each rollout once, as the grid counts it
+        return {"runs": counted.runs, "total": counted.total, "cells": counted.cells, "reused": counted.reused,
+                "notes": counted.notes}
 
     def tables(self, ctx: ReportContext, result) -> list[Table]:
         total = [result["total"]] if result["total"] else []
@@ -64,7 +59,7 @@ class ComputeSection(Section):
 
 def _coverage(ctx: ReportContext, result) -> str:
     """Say which rollouts the accounting leaves out: reused ones were generated (and counted) elsewhere."""
-    notes = []
+    notes = list(result.get("notes", ()))
     if result["reused"]:
         notes.append(
             f"{result['reused']} of {ctx.grid.n_rollouts} rollouts were taken from the rollout store, "

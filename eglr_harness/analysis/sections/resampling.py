@@ -1,4 +1,4 @@
-"""Section "Re-sampling check" (issue 49): the L pool, the T pool and a seed-only pool at an equal number of
+"""Section "Re-sampling check": the L pool, the T pool and a seed-only pool at an equal number of
 rollouts per problem, paired per problem (``analysis/metrics/resampling.py``): does depth diversity add
 anything over seed diversity? And, where the grid holds greedy, each pool's accuracy per rollout against greedy's.
 Silent unless the runs hold a seed pool (``seeds=``) beside an L pool."""

@@ -1,4 +1,4 @@
-"""Section "Exit rules at equal compute" (issue 49): accuracy against the measured FLOP ratio per exit rule (a
+"""Section "Exit rules at equal compute": accuracy against the measured FLOP ratio per exit rule (a
 figure and a table), and each rule against kl at the nearest FLOP ratio, paired over problems
 (``analysis/metrics/rules.py``). Silent unless the runs hold kl and another rule (``eglr-sweep --rules``)."""
 

@@ -126,7 +126,7 @@ class ContinuousEngine:
         kv_bucket: the smallest K/V length bucket (columns); a step reads ``step_key.length_bucket`` columns.
         prefill_tokens: the most prompt tokens one forward processes (rows x padded chunk length).
         share_prompts: prefill each distinct prompt once while a slot holds it, and copy its K/V and prompt
-            state to the others (False: every row prefills its own prompt, as before issue 56).
+            state to the others (False: every row prefills its own prompt).
         compile: compile the decoder layer once (``step_graphs.py``), the step's row counts padded to
             buckets (powers of two from 2, ``max_batch``, the slot count); ``compile_mode``
             ``"reduce-overhead"`` also records one CUDA graph per (rows, width) bucket (CUDA only);
@@ -202,7 +202,7 @@ class ContinuousEngine:
         before = dataclasses.replace(self.runner.report)
         captured_before = len(self.runner.report.capture_keys)
         run = _Run(self, requests, options, on_finish)
-        # no_grad, not inference_mode: under inference_mode the CPU linear layers ran 24 % slower here
+        # no_grad, not inference_mode: under inference_mode the CPU linear layers ran slower (benchmarks/HISTORY.md)
         with torch.no_grad(), self.stack.slot_attention():
             run.decode()
         self._say_eager_steps(before)

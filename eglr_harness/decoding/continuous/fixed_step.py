@@ -37,10 +37,8 @@ import torch
 from eglr_harness.decoding.continuous.kv_slots import SlotCache, SlotView, decode_masks
 from eglr_harness.decoding.continuous.stack import call_layer
 from eglr_harness.decoding.continuous.step_state import READ_FIELDS, RowPhase, SlotState, StepInvariants
-from eglr_harness.decoding.functional import (
-    entropy_gate, entropy_of_log_probs, exit_done, exit_hit, exit_signal, fuse, hit_streak, non_finite, norm_match,
-    softcap,
-)
+from eglr_harness.decoding import refine_state
+from eglr_harness.decoding.functional import entropy_gate, entropy_of_log_probs, exit_signal, fuse, norm_match, softcap
 from eglr_harness.decoding.processors import ban_ngram_repeats, ban_tokens, penalize_repeats
 from eglr_harness.decoding.sampling import sample_rows
 
@@ -98,12 +96,13 @@ def settle(stack, invariants: StepInvariants, state: SlotState, rows: torch.Tens
                          hidden=last_hidden[num_adv:],
                          hidden_prev=state.h_prev[ref], hidden_prev2=state.h_prev2[ref])  # (R,)
     kl = torch.cat([torch.zeros(num_adv, dtype=signal.dtype, device=signal.device), signal])  # (G,) the exit signal
-    iterations = torch.where(refining, state.iterations[rows] + 1, 0)
+    # the refining rows' iteration: their counters resume from the slots (the advancing rows' from 0)
+    resumed = refine_state.start(refining, torch.where(refining, state.iterations[rows], 0),
+                                 torch.where(refining, state.streak[rows], 0))
+    refined, _ = refine_state.advance(resumed, invariants.stop, kl, settings.stop_threshold[rows],
+                                      resumed.iterations + 1, settings.k_max[rows])
     gated = entropy_gate(entropy, settings.tau_h[rows], ~refining)
-    hit = refining & exit_hit(invariants.stop, kl, settings.stop_threshold[rows], iterations)
-    streak = hit_streak(hit, state.streak[rows])  # (G,) 0 for the advancing rows
-    done = exit_done(invariants.stop, streak, iterations, settings.k_max[rows])  # the rule's exit, or k_max
-    emits = (~refining & ~gated) | (refining & done)
+    emits = (~refining & ~gated) | (refining & ~refined.running)  # plain rows, and rows whose refinement ended
     scores = process(invariants, state, rows, decode_logits)
     token = scores.argmax(dim=-1)
     if invariants.sampled:
@@ -112,20 +111,20 @@ def settle(stack, invariants: StepInvariants, state: SlotState, rows: torch.Tens
                             min_p=settings.min_p[rows] if invariants.processors.min_p else None)
         token = torch.where(settings.sampled[rows], drawn, token)
     logprob = logp.gather(1, token[:, None])[:, 0]
-    nan = non_finite(entropy, kl)
+    nan = entropy.isnan() | refined.non_finite  # the host raises on these (the NaN policy: refine_state.py)
     # the slots' state: where the next iteration starts from, counters, the token to feed next
     if invariants.stop == "accel":  # the second difference reads two iterations back
         state.h_prev2.index_copy_(0, rows, state.h_prev[rows])
     state.h_prev.index_copy_(0, rows, last_hidden.to(state.h_prev.dtype))
-    state.streak.index_copy_(0, rows, streak)
+    state.streak.index_copy_(0, rows, refined.streak)
     state.logp_prev.index_copy_(0, rows, logp)
-    state.iterations.index_copy_(0, rows, iterations)
+    state.iterations.index_copy_(0, rows, refined.iterations)
     state.token.index_copy_(0, rows, torch.where(emits, token, state.token[rows]))
     remember_tokens(invariants, state, rows, token, emits)
     state.drawn.index_add_(0, rows, emits.long())
     read = {"token": torch.where(emits, token, -1).float(), "gated": gated.float(), "emitted": emits.float(),
-            "entropy": entropy, "logprob": logprob, "kl": torch.where(refining, kl, 0.0),
-            "iterations": iterations.float(), "nan": nan.float()}
+            "entropy": entropy, "logprob": logprob, "kl": refined.signal,
+            "iterations": refined.iterations.float(), "nan": nan.float()}
     return torch.stack([read[name] for name in READ_FIELDS], dim=1)  # the host reads its columns by these names
 
 

@@ -76,7 +76,7 @@ class LayerWrite:
 # Columns the storage holds beyond its capacity, never written or read. With them, the W <= C columns a
 # decoding step reads are always a strict slice of the storage, never all of it: inductor decides whether
 # a slice is contiguous from its sizes, and a first step that read the whole storage (W == C) made the
-# compiled layer guard on W == C, so that every later step with W < C compiled again (issue 39).
+# compiled layer guard on W == C, so that every later step with W < C compiled again.
 SPARE_COLUMNS = 1
 
 

@@ -1,6 +1,6 @@
 """How the continuous engine runs its decoding step: eagerly, compiled once, or captured per bucket.
 
-The design, and why (issue 32; how vLLM, SGLang and PyTorch do it: ``benchmarks/HISTORY.md``):
+The design, and why (how vLLM, SGLang and PyTorch do it: ``benchmarks/HISTORY.md``):
 
 - **What is compiled: one decoder layer, once.** ``torch.compile`` is applied to ``stack.call_layer``,
   the one function every decoder layer runs through (the layer module is an argument, so its weights
@@ -9,9 +9,9 @@ The design, and why (issue 32; how vLLM, SGLang and PyTorch do it: ``benchmarks/
   then serves every layer, every row count, every K/V width, every pool (L and T only change which
   rows enter where, outside the layers), every run and every task of the process; families whose
   layers differ by kind (sliding and full attention) make one more. That is PyTorch's regional
-  compilation, with vLLM's symbolic batch size. Compiling the whole step instead (what shipped
-  before) specialised the graph on (advancing rows, refining rows, K/V width, the pool's layer spans):
-  hundreds of 45-60 s compilations in a real pool run. The glue between layers (embedding, the
+  compilation, with vLLM's symbolic batch size. Compiling the whole step instead specialises the graph
+  on (advancing rows, refining rows, K/V width, the pool's layer spans): hundreds of compilations in a
+  real pool run (their cost: ``benchmarks/HISTORY.md``). The glue between layers (embedding, the
   refining rows' join, ``settle``: gate, KL exit, processors, draw) stays eager: it is small, and on
   CUDA it is captured with the rest.
 - **What is captured: one CUDA graph per step key** (``step_key.StepKey``: advancing-row bucket,
@@ -37,8 +37,8 @@ The design, and why (issue 32; how vLLM, SGLang and PyTorch do it: ``benchmarks/
   size relation that the first step did not: the K/V storage holds a spare column beyond its capacity
   (``kv_slots.SPARE_COLUMNS``), so the W columns a step reads are never the whole storage. Without it a
   first step that read every column (W == C) made inductor guard on that equality (it decides whether
-  a slice is contiguous from its sizes), and every later step with W < C compiled again (issue 39: 446
-  late compilations in six runs of one process on the CPU, 432 in one pool check on an H200).
+  a slice is contiguous from its sizes), and every later step with W < C compiled again (the counts
+  measured before the spare column: ``benchmarks/HISTORY.md``).
 
 ``warmup_report()`` says what it cost: compilations and captures, and their seconds.
 """

@@ -36,9 +36,10 @@ from transformers.cache_utils import StaticLayer, StaticSlidingWindowLayer
 from eglr_harness.core.config import EglrConfig
 from eglr_harness.decoding.cache_kwarg import CACHE_KWARG
 from eglr_harness.decoding.functional import (
-    entropy_gate, entropy_of_log_probs, exit_done, exit_hit, exit_signal, fuse, fusion_weights, hit_streak,
-    non_finite, norm_match, raise_on_nan_rows, softcap,
+    entropy_gate, entropy_of_log_probs, exit_signal, fuse, fusion_weights, non_finite, norm_match, raise_on_nan_rows,
+    softcap,
 )
+from eglr_harness.decoding import refine_state
 from eglr_harness.decoding.model_parts import ModelParts
 from eglr_harness.decoding.stats import EglrStats
 
@@ -396,20 +397,21 @@ class EglrRefiner:
         entropies = entropy_of_log_probs(logp)  # (B,)
         iterations = torch.zeros(raw.shape[0], dtype=torch.long, device=raw.device)
         kls = torch.zeros_like(entropies)
+        nan = torch.zeros_like(active)  # (B,) rows whose refinement met a NaN
         if self._top:
             gate = entropy_gate(entropies, self.config.gate_tau_h, active)
             gated = [row for row, on in enumerate(gate.tolist()) if on]  # the step's one read from the device
             if gated:
                 lo, hi = gated[0], gated[-1] + 1
-                refined, k_star, last_kl, refined_logp = self._refine(raw, logp, gate, lo, hi,
-                                                                      head_device=args[0].device)
+                refined, k_star, last_kl, refined_logp, refined_nan = self._refine(raw, logp, gate, lo, hi,
+                                                                                   head_device=args[0].device)
                 self._counters.add_refinement(k_star, hi - lo)
                 output = output.clone()
                 output[lo:hi, -1] = refined
                 logp = logp.clone()
                 logp[lo:hi] = refined_logp
-                iterations[lo:hi], kls[lo:hi] = k_star, last_kl
-        self._counters.add_nan(non_finite(entropies, kls))
+                iterations[lo:hi], kls[lo:hi], nan[lo:hi] = k_star, last_kl, refined_nan
+        self._counters.add_nan(nan | non_finite(entropies, kls))
         if self.record_signals:
             self.signals.add_step(entropies, iterations, kls, active, logp)
         return output
@@ -422,9 +424,9 @@ class EglrRefiner:
         Rows never influence each other. raw0: (B, V) raw logits of the normal pass; logp0: (B, V)
         their fp32 log-probabilities after the soft-cap; gate: (B,) bool, true at lo and hi-1. Returns,
         for rows lo:hi, the raw logits to emit (G, V), the iterations k* (G,) (0 where not gated), the
-        exit signal of each row's last iteration (G,) (the KL with stop=kl; 0 where not gated) and the
-        emitted distribution's
-        log-probabilities (G, V).
+        exit signal of each row's last iteration (G,) (the KL with stop=kl; 0 where not gated), the
+        emitted distribution's log-probabilities (G, V) and the rows that met a NaN (G,) bool (the
+        NaN policy of ``refine_state``: a NaN iteration is not taken).
         """
         capture, cfg = self._capture, self.config
         if capture.anchor is None or capture.last_hidden is None or len(capture.layer_calls) != len(self._top):
@@ -439,45 +441,38 @@ class EglrRefiner:
         hidden_prev2 = hidden  # (G, D) h^(N) of iteration k-2 (accel; its signal is ignored at k = 1)
         chosen, chosen_logp = raw0[lo:hi].clone(), logp_prev  # (G, V)
         chosen_hidden = hidden  # (G, D) h^(N) to project once at the end (rules without a head per iteration)
-        running = gate[lo:hi].clone()  # (G,) rows still refining
-        iterations = torch.zeros(hi - lo, dtype=torch.long, device=raw0.device)
-        streak = torch.zeros(hi - lo, dtype=torch.long, device=raw0.device)
-        last_kl = torch.zeros(hi - lo, dtype=torch.float32, device=raw0.device)  # the last exit signal
+        state = refine_state.start(gate[lo:hi].clone())  # running, k*, streaks, last signals of rows lo:hi
         alpha, one_minus_alpha = fusion_weights(cfg.alpha, hi - lo, anchor.device)
         self._refining = True
         try:
             for k in range(1, cfg.k_max + 1):
+                # fuse the anchor with the last state, re-run the top L layers on it
                 hidden_prev = hidden.to(anchor.device)
                 fused = fuse(anchor, norm_match(hidden_prev, anchor), alpha, one_minus_alpha)  # (G, D)
                 hidden = self._run_top_layers(fused, calls, replay)  # (G, D)
+                # the rule's signal: on p_k (the LM head each iteration) or on the states
                 if rule.head_per_iteration:
                     raw, logp = self._project(hidden, head_device, raw0.device)
                     signal = exit_signal(rule.name, logp=logp, logp_prev=logp_prev).to(raw0.device)
-                    chosen = torch.where(running[:, None], raw.to(chosen.dtype), chosen)
-                    chosen_logp = torch.where(running[:, None], logp, chosen_logp)
-                    logp_prev = logp
-                else:  # no LM head until the exit: keep each row's state at its exit
+                else:
                     signal = exit_signal(rule.name, hidden=hidden, hidden_prev=hidden_prev,
                                          hidden_prev2=hidden_prev2.to(hidden.device)).to(raw0.device)
-                    keep = running.to(hidden.device)[:, None]
-                    chosen_hidden = torch.where(keep, hidden, chosen_hidden.to(hidden.device))
                     hidden_prev2 = hidden_prev
-                iterations = torch.where(running, k, iterations)
-                last_kl = torch.where(running, signal, last_kl)
-                streak = hit_streak(exit_hit(rule.name, signal, cfg.stop_threshold, k), streak)
-                running = running & ~exit_done(rule.name, streak, k, cfg.k_max)  # each row's own exit
-            if not rule.head_per_iteration:  # the one projection of the exit states (rows not gated keep raw0)
+                # each row's own exit (refine_state: a NaN iteration is not taken)
+                state, taken = refine_state.advance(state, rule.name, signal, cfg.stop_threshold, k, cfg.k_max)
+                if rule.head_per_iteration:  # the rows that took iteration k keep its logits
+                    chosen = refine_state.choose(taken, raw, chosen)
+                    chosen_logp, logp_prev = refine_state.choose(taken, logp, chosen_logp), logp
+                else:  # ... or its state, projected once at the exit
+                    chosen_hidden = refine_state.choose(taken, hidden, chosen_hidden.to(hidden.device))
+            if not rule.head_per_iteration:  # the one projection of the exit states (the other rows keep raw0)
                 raw, logp = self._project(chosen_hidden, head_device, raw0.device)
-                gated = gate[lo:hi]
-                chosen = torch.where(gated[:, None], raw.to(chosen.dtype), chosen)
-                chosen_logp = torch.where(gated[:, None], logp, chosen_logp)
-                # the exit projection is the first distribution these rules see: a NaN there ends decoding
-                # as a NaN KL does (``non_finite`` reads the last signal)
-                last_kl = torch.where(gated & logp.isnan().any(dim=-1), torch.nan, last_kl)
+                state, use = refine_state.exit_projection(state, logp)
+                chosen, chosen_logp = refine_state.choose(use, raw, chosen), refine_state.choose(use, logp, chosen_logp)
         finally:
             replay.restore()
             self._refining = False
-        return chosen, iterations, last_kl, chosen_logp
+        return chosen, state.iterations, state.signal, chosen_logp, state.non_finite
 
     def _project(self, hidden: torch.Tensor, head_device: torch.device, out_device: torch.device):
         """The final norm and the LM head on refined states, as the normal pass applies them.

@@ -17,13 +17,16 @@ import statistics
 import sys
 from pathlib import Path
 
+from eglr_harness.core.jsonl import iter_jsonl  # the samples committed as .jsonl.gz read as plain .jsonl
+from eglr_harness.core.run_format import samples_files as find_samples
+
 log = logging.getLogger("cutoff")
 
 
 def budget_row(run: Path) -> dict:
     """The figures of one greedy run folder (lm-eval's ``--output_path``)."""
     results_files = sorted(run.rglob("results_*.json"))
-    samples_files = sorted(run.rglob("samples_*.jsonl"))
+    samples_files = find_samples(run, recursive=True)
     if len(results_files) != 1 or len(samples_files) != 1:
         raise ValueError(f"`RUN`={str(run)!r} holds {len(results_files)} results and {len(samples_files)} samples "
                          "files; allowed: one of each (one task, one run)")
@@ -31,8 +34,8 @@ def budget_row(run: Path) -> dict:
     (task, config), = results["configs"].items()
     budget = int(config["generation_kwargs"]["max_gen_toks"])
     lengths, correct = [], []
-    for line in samples_files[0].read_text().splitlines():
-        first = json.loads(line)["rollouts"][0]
+    for _, sample in iter_jsonl(samples_files[0]):
+        first = sample["rollouts"][0]
         tokens = (first.get("signals") or {}).get("tokens")
         if tokens is None:
             raise ValueError(f"{samples_files[0].name}: a rollout without `signals.tokens`; allowed: runs whose "

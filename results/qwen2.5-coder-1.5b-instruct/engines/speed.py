@@ -18,11 +18,14 @@ import logging
 import sys
 from pathlib import Path
 
+from eglr_harness.core.jsonl import iter_jsonl  # the samples committed as .jsonl.gz read as plain .jsonl
+from eglr_harness.core.run_format import samples_files
+
 log = logging.getLogger("speed")
 
 
 def _one(run: Path, pattern: str) -> Path:
-    files = sorted(run.rglob(pattern))
+    files = samples_files(run, pattern, recursive=True) if pattern == "samples_*" else sorted(run.rglob(pattern))
     if len(files) != 1:
         raise ValueError(f"`RUN`={str(run)!r} holds {len(files)} files {pattern}; allowed: exactly one")
     return files[0]
@@ -35,8 +38,7 @@ def read_run(run: Path) -> dict:
     total = eglr["stats"]["total"]
     (task,) = results["results"]
     texts = {}
-    for line in _one(run, "samples_*.jsonl").read_text().splitlines():
-        sample = json.loads(line)
+    for _, sample in iter_jsonl(_one(run, "samples_*")):
         for i, text in enumerate(sample["resps"][0]):
             texts[(sample["doc_id"], i)] = text
     maj = next(v for k, v in results["results"][task].items() if k.startswith("maj@") and "stderr" not in k)

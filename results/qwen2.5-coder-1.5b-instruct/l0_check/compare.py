@@ -11,22 +11,23 @@ text. Exit status 1 when any text differs. Files in, a table out: no model.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
+
+from eglr_harness.core.jsonl import iter_jsonl  # the samples committed as .jsonl.gz read as plain .jsonl
+from eglr_harness.core.run_format import samples_files
 
 log = logging.getLogger("compare")
 
 
 def texts(run: Path) -> dict[int, str]:
     """doc_id -> the first response of the run's only samples file."""
-    files = sorted(run.rglob("samples_*.jsonl"))
+    files = samples_files(run, recursive=True)
     if len(files) != 1:
         raise ValueError(f"`RUN`={str(run)!r} holds {len(files)} samples files; allowed: exactly one")
     out = {}
-    for line in files[0].read_text().splitlines():
-        sample = json.loads(line)
+    for _, sample in iter_jsonl(files[0]):
         out[sample["doc_id"]] = sample["resps"][0][0]
     return out
 
