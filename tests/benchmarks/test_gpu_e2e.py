@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from eglr_harness.core.progress import counted
+
 pytestmark = pytest.mark.slow  # runs the lm_eval CLI three times (about 1.5 minutes on one thread)
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_e2e.py"
 TINY = ["--size", "tiny", "--device", "cpu"]
@@ -126,7 +128,7 @@ def test_each_run_is_measured(report, run, requests, cells):
     assert len(r["results"]["eglr"]["cells"]) == cells
     assert r["engine_used"] == "continuous" == r["results"]["eglr"]["engine"]
     (plan,) = [line for line in r["plan_lines"] if line.startswith("eglr-hf plan")]
-    assert f"2 problems x {cells} cells" in plan and f"tau_h = {report['tau_h']}" in plan
+    assert f"2 problems x {counted(cells, 'cells')}" in plan and f"tau_h = {report['tau_h']}" in plan
     (auto,) = [line for line in r["plan_lines"] if "batch_size=auto" in line]
     assert f"auto: {r['batch']['chosen']} running rows" in auto and r["batch"]["chosen"] == requests
     report_fn = r["warmup"]["engine"]  # the captured engine's warm-up report, once the engine has one

@@ -29,6 +29,7 @@ python results/qwen2.5-coder-1.5b-instruct/budget/cutoff.py $HERE/budget_greedy_
 if [ "${BUDGET_ONLY:-0}" = 1 ]; then exit 0; fi
 [ -d $HERE/greedy_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS,L=0,T=0 $COMMON --limit $LIMIT \
   --batch_size 25 --output_path $HERE/greedy_$LIMIT
+python results/qwen2.5-coder-1.5b-instruct/budget/cutoff.py $HERE/greedy_$LIMIT --out $HERE/cutoff_greedy_$LIMIT.md
 [ -d $HERE/sc_L_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS $COMMON --limit $LIMIT --batch_size 100 \
   --output_path $HERE/sc_L_$LIMIT
 [ -d $HERE/sc_T_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS,L=0,T=0.7,seeds=10 $COMMON --limit $LIMIT \
