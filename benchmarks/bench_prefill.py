@@ -51,6 +51,20 @@ def few_shot_prompt(shots: list[dict], problem: dict) -> str:
     return "\n\n".join([*turns, f"Question: {problem['question']}\nAnswer:"])
 
 
+def bench_model(tiny: bool):
+    """(model, tokenizer) a benchmark of this folder runs: with ``tiny``, a random 10-layer Llama on SmolLM2's
+    tokenizer (the test helpers'); else SmolLM2-135M-Instruct in fp32 (``load_smollm2``)."""
+    if not tiny:
+        return load_smollm2()
+    sys.path.insert(0, str(ROOT / "tests"))  # the test helpers' tiny models
+    from helpers.tiny_models import build_tiny_model, smollm2_tokenizer
+
+    tokenizer = smollm2_tokenizer()
+    model = build_tiny_model("llama", vocab_size=len(tokenizer), num_layers=10, eos_token_id=tokenizer.eos_token_id,
+                             pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id)
+    return model, tokenizer
+
+
 def load_smollm2():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -106,15 +120,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from eglr_harness.decoding.continuous.engine import ContinuousEngine
 
-    if args.tiny:
-        sys.path.insert(0, str(ROOT / "tests"))  # the test helpers' tiny models
-        from helpers.tiny_models import build_tiny_model, smollm2_tokenizer
-
-        tokenizer = smollm2_tokenizer()
-        model = build_tiny_model("llama", vocab_size=len(tokenizer), num_layers=10, eos_token_id=tokenizer.eos_token_id,
-                                 pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id)
-    else:
-        model, tokenizer = load_smollm2()
+    model, tokenizer = bench_model(args.tiny)
     data = gsm8k_problems(args.shots + args.problems)
     shots, problems = data[:args.shots], data[args.shots:]
     prompts = [tuple(tokenizer(few_shot_prompt(shots, p), add_special_tokens=False)["input_ids"]) for p in problems]

@@ -61,7 +61,7 @@ logger = logging.getLogger("gpu_route")
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUTE = ".gpu_route"  # relative to the repository root, here and on the machine
-GET_MODEL = ROOT / "results" / "qwen2.5-coder-1.5b-instruct" / "get_model.py"
+GET_MODEL = ROOT / "scripts" / "get_model.py"
 WHEELS_TXT = ROOT / "benchmarks" / "gpu_wheels.txt"
 GPU_CHECK = ROOT / "benchmarks" / "gpu_check.py"
 PRESET = "qwen2.5-coder-1.5b-instruct"
@@ -108,7 +108,7 @@ class RouteError(Exception):
 
 # ------------------------------------------------------------------------------------------------ measuring here
 def load_get_model():
-    """``results/qwen2.5-coder-1.5b-instruct/get_model.py`` (the GGUF's name, sha256, ``write_dense``)."""
+    """``scripts/get_model.py`` (the GGUF's name, sha256, ``write_dense``)."""
     spec = importlib.util.spec_from_file_location("get_model", GET_MODEL)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -390,7 +390,7 @@ def prepare(args, a: Assumptions) -> dict:
     gguf = Path(args.gguf) if args.gguf else get_model.default_cache_dir() / get_model.GGUF_NAME
     expected = args.gguf_sha256 or get_model.SHA256
     if not gguf.is_file():
-        raise RouteError(f"--gguf {gguf}: no such file; run results/qwen2.5-coder-1.5b-instruct/get_model.py first")
+        raise RouteError(f"--gguf {gguf}: no such file; run scripts/get_model.py first")
     got = sha256_of(gguf)
     if got != expected:
         raise RouteError(f"--gguf {gguf} has sha256 {got}; allowed: {expected} (get_model.py's)")

@@ -380,8 +380,9 @@ MUTANTS = (
            "entry_inputs[index] = hidden[picked, last]", "entry_inputs[index] = hidden[picked, 0]",
            "the first token's anchor taken at prompt position 0"),
     Mutant("cont_nan_unchecked", "continuous/engine.py",
-           "raise_on_nan_rows([slot for slot, values in zip(slots, read) if values[_F[\"nan\"]]],",
-           "raise_on_nan_rows([],", "non-finite logits decoded silently"),
+           "raise_on_nan_rows([slot for slot, row, values in zip(slots, rows, read)",
+           "raise_on_nan_rows([slot for slot, row, values in zip(slots, rows, read[:0])",
+           "non-finite logits decoded silently"),
 ) + ISSUE_47
 
 

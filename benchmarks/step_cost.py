@@ -12,14 +12,20 @@ the commit before a change), each in its own process:
   slots' upload, the step, the read of its result, the scheduler's bookkeeping, retirement), eager, six
   requests over four slots of a tiny Llama, at L=0 and at L=4 with every token gated: the host reads of a
   steady decoding step (``per_step``, and its ``per_step_max``) and of a refill (``per_refill``: admission, a
-  prefill forward, the first settle), and the blocking uploads of each (host data copied to the device with
-  ``non_blocking=False``: on CUDA a copy and a stream sync). Counted as ``tests/helpers/host_reads.py`` counts
-  them (``LoopHostReads``); ``loop`` has every figure with where each read and upload was made.
+  prefill forward, the first settle); the deferred reads of a step (``deferred_per_step``: a read of the step
+  before's result, copied without blocking and read after this step was launched, the engine's overlapped reads
+  at L=0) and the drains (``drains``: a step's deferred read with no step to launch, at the end of the run); the
+  blocking uploads of each (host data copied to the device with ``non_blocking=False``: on CUDA a copy and a
+  stream sync) and the non-blocking ones (``uploads_per_step``, ``uploads_per_refill``). Counted as
+  ``tests/helpers/host_reads.py`` counts them (``LoopHostReads``); ``loop`` has every figure with where each
+  read and upload was made.
 - ``ops_per_step``: aten ops that are not views, dispatched per steady loop step (a proxy for the kernels an
   eager step launches), and ``layer_ops_per_step``, those inside the decoder layers.
-- ``kernels``: the kernels of the compiled L=0 step (``compile=True``, inductor): the calls of the compiled
-  decoder layer's generated code (fused C++ kernels, extern kernels such as the matrix products, aten ops
-  called out), times the layers, plus the step's eager ops outside its layers (``kernels_per_step``).
+- ``kernels``: the kernels of the compiled L=0 step (``compile=True``, inductor): the calls of each compiled
+  region's generated code (the decoder layer with its rotary angles, the unembedding: fused C++ kernels, extern
+  kernels such as the matrix products, aten ops called out), times its calls per step, plus the ops the step
+  runs outside its regions (``kernels_per_step``), and the seconds the compilation took (``compile_seconds``:
+  each checkout is measured with inductor's caches empty, a fresh ``TORCHINDUCTOR_CACHE_DIR``, unless set).
 
     python benchmarks/step_cost.py --other_checkout ../legacy --out benchmarks/results/step_cost_cpu.json
     python benchmarks/step_cost.py --tiny --out /tmp/step_cost.json   # seconds: 4 layers, short runs (CI)
@@ -33,6 +39,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,32 +98,46 @@ def measure(tiny: bool = False) -> dict:
         step = loop[label]["step"]
         ops[label] = {"steps": step["iterations"], "ops_per_step": step["ops"]["mean"],
                       "layer_ops_per_step": step["layer_ops"]["mean"]}
+        refill = loop[label]["prefill"]
         reads[label] = {"per_step": step["host_reads"]["mean"], "per_step_max": step["host_reads"]["max"],
-                        "per_refill": loop[label]["prefill"]["host_reads"]["mean"],
+                        "deferred_per_step": step["deferred_reads"]["mean"],
+                        "deferred_per_step_max": step["deferred_reads"]["max"],
+                        "per_refill": refill["host_reads"]["mean"],
+                        "drains": loop[label].get("drain", {}).get("iterations", 0),
                         "blocking_uploads_per_step": step["blocking_uploads"]["mean"],
-                        "blocking_uploads_per_refill": loop[label]["prefill"]["blocking_uploads"]["mean"]}
+                        "blocking_uploads_per_refill": refill["blocking_uploads"]["mean"],
+                        "uploads_per_step": step["async_uploads"]["mean"],
+                        "uploads_per_refill": refill["async_uploads"]["mean"]}
     return {"compilations": compilations, "host_reads": reads, "ops_per_step": ops,
             "kernels": compiled_kernels(model, requests(0, (9, 5, 7, 3, 6, 4), new, [labels["L0"]]), ops["L0"]),
             "loop": loop, "layers": layers, "torch": torch.__version__}
 
 
 def compiled_kernels(model, batch, eager: dict) -> dict:
-    """Kernels of the compiled L=0 step on this CPU: the decoder layer compiled by inductor (the engine's
-    ``compile=True``), its generated code's calls counted (``cpp_fused_*`` kernels, ``extern_kernels`` such as the
-    matrix products, aten ops called out such as attention), times the layers, plus the eager ops of the step
-    outside its layers (``eager``: the loop's figures at L=0)."""
+    """Kernels of the compiled L=0 step on this CPU (``compile=True``, inductor): each compiled region's generated
+    code (``step_graphs.CompiledRegion``: the decoder layer with its rotary angles, the unembedding), its calls
+    counted (``cpp_fused_*`` kernels, ``extern_kernels`` such as the matrix products, aten ops called out such as
+    attention), times the region's calls per step, plus the ops the step runs outside its regions (per steady
+    step, views aside: ``tests/helpers/region_ops.py``; the loop's own ops around the step, which the eager
+    figures count, are left out). ``eager``: the loop's figures at L=0, for the ops of
+    the eager step beside them. ``compile_seconds``: the warm-up's compilation seconds (``main`` runs each
+    checkout with inductor's caches empty: a cold compilation)."""
     import torch
-    from torch._inductor import metrics
+    from helpers.region_ops import RegionOps
     from torch._inductor.codecache import PyCodeCache
 
+    from eglr_harness.decoding.continuous import step_graphs
     from eglr_harness.decoding.continuous.engine import ContinuousEngine
 
+    if not hasattr(step_graphs, "CompiledRegion"):  # another checkout, from before the compiled regions
+        return {"error": "this checkout's step compiles its decoder layer alone (no step_graphs.CompiledRegion): "
+                         "its kernels are counted by its own benchmarks/step_cost.py"}
     torch._dynamo.reset()
-    metrics.reset()
     before = set(_code_files(PyCodeCache))
     engine = ContinuousEngine(model, max_batch=4, eos_token_ids=[], compile=True, compile_backend="inductor")
     engine.run(batch)
-    per_call = {}
+    report = engine.warmup_report()
+    per_region = {}
     for path in sorted(set(_code_files(PyCodeCache)) - before):
         source = Path(path).read_text()
         if "def call(" not in source:
@@ -126,18 +147,23 @@ def compiled_kernels(model, batch, eager: dict) -> dict:
         calls = {kind: sum(1 for line in body if re.search(pattern, line))
                  for kind, pattern in (("cpp_fused", r"^\s+cpp_fused_\w+\("), ("extern", r"extern_kernels\.\w+\("),
                                        ("aten", r"torch\.ops\.\w+\.[\w.]+\("))}
-        per_call[Path(path).name] = calls
-    if len(per_call) != 1:  # one compiled graph for a Llama (one layer kind)
-        return {"error": f"{len(per_call)} compiled graphs; expected one", "graphs": per_call}
-    calls = next(iter(per_call.values()))
-    layer_kernels = sum(calls.values())
-    outside = eager["ops_per_step"] - eager["layer_ops_per_step"]
-    num_layers = model.config.num_hidden_layers
-    return {"kernels_per_step": num_layers * layer_kernels + outside, "kernels_per_layer_call": layer_kernels,
-            "kernels_per_layer_call_by_kind": calls, "layer_calls_per_step": num_layers,
-            "eager_ops_outside_layers_per_step": outside, "eager_ops_per_step": eager["ops_per_step"],
-            "inductor_generated_kernel_count": metrics.generated_kernel_count,
-            "compiles": engine.warmup_report()["compiles"], "late_compiles": engine.warmup_report()["late_compiles"]}
+        region = "decoder layer" if "scaled_dot_product" in source else "unembedding"
+        if region in per_region:  # one compiled graph per region for a Llama (one layer kind)
+            return {"error": f"more than one compiled graph of the {region}", "graphs": per_region}
+        per_region[region] = calls
+    with RegionOps() as counter:  # the same step, its regions run eagerly: the ops outside them
+        ContinuousEngine(model, max_batch=4, eos_token_ids=[], compile=True, compile_backend="inductor").run(batch)
+    outside, region_calls = counter.per_steady_step()
+    kernels = sum(region_calls[region] * sum(calls.values()) for region, calls in per_region.items()) + outside
+    layer = per_region.get("decoder layer", {})
+    return {"kernels_per_step": kernels, "kernels_per_layer_call": sum(layer.values()),
+            "kernels_per_layer_call_by_kind": layer, "layer_calls_per_step": region_calls.get("decoder layer", 0),
+            "kernels_per_region_call": {region: sum(calls.values()) for region, calls in per_region.items()},
+            "region_calls_per_step": region_calls, "ops_outside_regions_per_step": outside,
+            "eager_ops_per_step": eager["ops_per_step"],
+            "eager_ops_outside_layers_per_step": eager["ops_per_step"] - eager["layer_ops_per_step"],
+            "compiles": report["compiles"], "compile_seconds": round(report["compile_seconds"], 1),
+            "late_compiles": report["late_compiles"]}
 
 
 def _code_files(cache) -> list[str]:
@@ -160,8 +186,11 @@ def main(argv: list[str] | None = None) -> None:
         if root is None:
             continue
         env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        out = subprocess.run([sys.executable, __file__, "--measure", *(["--tiny"] if args.tiny else [])], cwd=root,
-                             env=env, capture_output=True, text=True)
+        with tempfile.TemporaryDirectory(prefix="step_cost_inductor_") as cache:
+            # inductor's caches empty, so that compile_seconds is a cold compilation's (unless the caller chose one)
+            env.setdefault("TORCHINDUCTOR_CACHE_DIR", cache)
+            out = subprocess.run([sys.executable, __file__, "--measure", *(["--tiny"] if args.tiny else [])],
+                                 cwd=root, env=env, capture_output=True, text=True)
         if out.returncode:
             raise SystemExit(f"step_cost.py: measuring {label} ({root}) failed:\n{out.stderr[-4000:]}")
         results[label] = json.loads(out.stdout.strip().splitlines()[-1])

@@ -7,13 +7,14 @@ runner, which does, is :mod:`eglr_harness.leaderboard`). Three layers, one folde
 - :mod:`~eglr_harness.analysis.load` — the one loader, a module per job: ``files`` (find and read
   run files), ``runs`` (a run's facts), ``rollouts`` (samples -> rollout rows), ``grid`` (merge into
   the L×T grid of one task and one model);
-- :mod:`~eglr_harness.analysis.metrics` — the numbers, pure functions of loaded runs: ``accuracy``
-  (per-cell accuracy, pools, best cell, majority vote), ``oracle``, ``disagreement``, ``budget``
-  (budget curves), ``compute`` (ρ, iterations, FLOP ratio), ``intervals``, ``ablation``, ``selection``;
+- :mod:`~eglr_harness.analysis.metrics` — the numbers more than one place reads, pure functions of loaded
+  runs: ``accuracy`` (per-cell accuracy, pools, best cell, majority vote), ``oracle``, ``budget`` (budget
+  curves), ``compute`` (ρ, iterations, FLOP ratio), ``intervals``, ``ties``, ``ablation``, ``bestofn``;
 - the report: :mod:`~eglr_harness.analysis.report` (the section registry and ``build_report``),
   :mod:`~eglr_harness.analysis.sections` (one module per report part: calls the metrics, writes CSV
-  rows, Markdown, figures), :mod:`~eglr_harness.analysis.render` (CSV, Markdown, PNG helpers) and
-  :mod:`~eglr_harness.commands.report` (``eglr-report``).
+  rows, Markdown, figures; a figure only its own section uses is computed there: ``disagreement``,
+  ``rules``, ``resampling``, ``selection``, ``accuracy_vs_compute``), :mod:`~eglr_harness.analysis.render`
+  (CSV, Markdown, PNG helpers) and :mod:`~eglr_harness.commands.report` (``eglr-report``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from eglr_harness.analysis.metrics.accuracy import (
 from eglr_harness.analysis.metrics.ablation import Ablation, AblationPoint, ablation
 from eglr_harness.analysis.metrics.budget import BudgetCurve, RunningVote, budget_curve, random_order_curve
 from eglr_harness.analysis.metrics.compute import Compute, cell_compute, combine_compute, run_compute
-from eglr_harness.analysis.metrics.disagreement import (
+from eglr_harness.analysis.sections.disagreement import (
     DisagreementMatrix,
     disagreement_matrix,
     disagreement_slices,
@@ -68,7 +69,7 @@ from eglr_harness.analysis.metrics.oracle import (
     oracle_corners,
     union_size,
 )
-from eglr_harness.analysis.metrics.selection import Aggregator, Selection, l_agreement, selection
+from eglr_harness.analysis.sections.selection import Aggregator, Selection, l_agreement, selection
 from eglr_harness.analysis.report import (
     SECTIONS,
     ReportContext,

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from eglr_harness.core.config import (
     DEFAULT_ALPHA,
     DEFAULT_K_MAX,
+    DEFAULT_L,
     DEFAULT_SEED,
     DEFAULT_STOP,
     DEFAULT_TAU_KL,
@@ -137,11 +138,15 @@ class ModelArg:
 
     name: as written in ``--model_args``; kind: how its value is written (``int``, ``real``, ``choice``, ``axis``:
     one value or a pool axis, ``tau_h``, ``text``); allowed: its values, as the docs say them; default: its value
-    when not given (text where the default comes from elsewhere); consumer: the module that reads it;
+    when neither given nor set by the preset (L, T: the pool's when neither the task's nor the preset's pool names one;
+    tau_h: ``auto`` when the preset's table has no value either); consumer: the module that reads it;
     read: ``(name, value) -> value`` checked and normalised, ``ValueError`` naming the value otherwise;
     hf_only: eglr-hf takes it and eglr-vllm does not; one_value: a list is refused with a pointer to eglr-sweep (the
     settings a sweep varies; L and T are pool axes, and the others refuse a list as any value they cannot read);
-    setting: one of ``RunSettings``' (``run/settings.RunSettings.from_args``), not read by the model itself.
+    setting: one of ``RunSettings``' (``run/settings.RunSettings.from_args``), not read by the model itself;
+    preset: a preset's ``eglr:`` block may set it (:data:`PRESET_KEYS`; a preset's ``tau_h:`` is its own table);
+    sweep: an axis of ``eglr-sweep`` (``leaderboard/sweep.AXES``); none_absent: ``None`` given means "not given"
+    (False: the value has a default and ``None`` is refused, as any value its reader refuses).
     """
 
     name: str
@@ -153,45 +158,53 @@ class ModelArg:
     hf_only: bool = False
     one_value: bool = True
     setting: bool = True
+    preset: bool = False
+    sweep: bool = False
+    none_absent: bool = True
 
 
-def _number(name: str, rule: SettingRule, default, consumer: str, *, one_value: bool = False) -> ModelArg:
+def _number(name: str, rule: SettingRule, default, consumer: str, *, one_value: bool = False, preset: bool = True,
+            sweep: bool = False, none_absent: bool = True) -> ModelArg:
     return ModelArg(name, "int" if rule.integer else "real", rule.allowed, default, consumer, rule.read,
-                    one_value=one_value)
+                    one_value=one_value, preset=preset, sweep=sweep, none_absent=none_absent)
 
 
 _GATE = "decoding (the entropy gate and refinement)"
-# eglr's own model args, the one table: both models' constructors take these (and ``pretrained``) apart from what
-# lm-eval's model gets (``harness/eglr_args.EglrArgs.split``), ``RunSettings.from_args`` takes the settings among
-# them, and every value is read by its row. A new model arg is one row here (and its reading where it is used).
+# eglr's own model args, the one table: both models' constructors name these (and ``pretrained``) apart from what
+# lm-eval's model gets; ``run/run_args.resolve_run_args`` reads every value once by its row (given > preset >
+# default), and a preset's keys and eglr-sweep's axes are the rows marked so. A new model arg is one row here (and
+# its reading where it is used; eglr-hf's and eglr-vllm's signatures name it: tests/run/test_run_args.py checks).
 MODEL_ARGS: dict[str, ModelArg] = {arg.name: arg for arg in (
-    ModelArg("L", "axis", "0..N (the model's decoder layers): 4, a list 1|4|7 or a range 1-10",
-             "the task's pool, else the preset's, else 4", "run/pool (the pool's L axis)",
-             lambda name, value: parse_L_spec(value, name=name), one_value=False),
-    ModelArg("T", "axis", "a float >= 0 (0 = greedy): 0.7, a list 0.1|0.5 or a range 0.1-1.0:0.1",
-             "the task's pool, else the preset's, else 0", "run/pool (the pool's T axis)",
-             lambda name, value: parse_T_spec(value, name=name), one_value=False),
-    _number("alpha", SETTING_RULES["alpha"], DEFAULT_ALPHA, _GATE, one_value=True),
-    _number("k_max", SETTING_RULES["k_max"], DEFAULT_K_MAX, _GATE, one_value=True),
-    _number("tau_kl", SETTING_RULES["tau_kl"], DEFAULT_TAU_KL, _GATE + ", stop=kl", one_value=True),
-    ModelArg("tau_h", "tau_h", "a float in [0, 2**53] nats, 'inf', or 'auto'", "the preset's, else auto",
-             "run/calibration (auto), " + _GATE, lambda name, value: parse_tau_h(value)),
+    ModelArg("L", "axis", "0..N (the model's decoder layers): 4, a list 1|4|7 or a range 1-10", DEFAULT_L,
+             "run/pool (the pool's L axis; default: the task's pool, else the preset's, else 4)",
+             lambda name, value: parse_L_spec(value, name=name), one_value=False, preset=True, sweep=True),
+    ModelArg("T", "axis", "a float >= 0 (0 = greedy): 0.7, a list 0.1|0.5 or a range 0.1-1.0:0.1", 0.0,
+             "run/pool (the pool's T axis; default: the task's pool, else the preset's, else 0)",
+             lambda name, value: parse_T_spec(value, name=name), one_value=False, preset=True),
+    _number("alpha", SETTING_RULES["alpha"], DEFAULT_ALPHA, _GATE, one_value=True, sweep=True),
+    _number("k_max", SETTING_RULES["k_max"], DEFAULT_K_MAX, _GATE, one_value=True, sweep=True),
+    _number("tau_kl", SETTING_RULES["tau_kl"], DEFAULT_TAU_KL, _GATE + ", stop=kl", one_value=True, sweep=True),
+    ModelArg("tau_h", "tau_h", "a float in [0, 2**53] nats, 'inf', or 'auto'", "auto",
+             "run/calibration (auto; default: the preset's table, else auto), " + _GATE,
+             lambda name, value: parse_tau_h(value), sweep=True),
     _number("top_k", SETTING_RULES["top_k"], DEFAULT_TOP_K, "decoding/sampling (T > 0)"),
     _number("top_p", SETTING_RULES["top_p"], DEFAULT_TOP_P, "decoding/sampling (T > 0)"),
-    _number("seed", SETTING_RULES["seed"], DEFAULT_SEED, "decoding/sampling (T > 0)"),
-    _number("seeds", SEEDS_RULE, 1, "run/pool (repeats of the pool)"),
+    _number("seed", SETTING_RULES["seed"], DEFAULT_SEED, "decoding/sampling (T > 0)", sweep=True),
+    _number("seeds", SEEDS_RULE, 1, "run/pool (repeats of the pool)", preset=False),
     ModelArg("model_config", "text", "a preset of model_configs/ or a YAML path", None, "run/presets", _as_written,
              one_value=False, setting=False),
-    _number("calib_limit", CALIB_LIMIT_RULE, DEFAULT_CALIB_LIMIT, "run/calibration (tau_h=auto)"),
+    _number("calib_limit", CALIB_LIMIT_RULE, DEFAULT_CALIB_LIMIT, "run/calibration (tau_h=auto)", preset=False,
+            none_absent=False),
     ModelArg("rollout_cache", "text", "a writable folder", None, "run/stores", _as_written, one_value=False,
              setting=False),
     ModelArg("engine", "choice", ", ".join(ENGINES), DEFAULT_ENGINE, "harness/engine_choice",
-             lambda name, value: read_engine(value), hf_only=True, one_value=False, setting=False),
+             lambda name, value: read_engine(value), hf_only=True, one_value=False, setting=False, none_absent=False),
     ModelArg("compile", "choice", ", ".join(COMPILE_SETTINGS), DEFAULT_COMPILE, "decoding/compile_setting",
              lambda name, value: read_compile(value), hf_only=True, one_value=False, setting=False),
     ModelArg("stop", "choice", ", ".join(STOP_RULES), DEFAULT_STOP, _GATE + " (the exit rule)",
-             lambda name, value: check_stop(value)),
-    *(_number(rule.threshold_arg, rule.setting, rule.default, _GATE + f", stop={rule.name}", one_value=True)
+             lambda name, value: check_stop(value), preset=True, sweep=True),
+    *(_number(rule.threshold_arg, rule.setting, rule.default, _GATE + f", stop={rule.name}", one_value=True,
+              sweep=True)
       for rule in STOP_RULES.values() if rule.threshold_arg in STOP_THRESHOLD_ARGS),
 )}
 EGLR_ARGS = tuple(MODEL_ARGS)
@@ -201,6 +214,26 @@ HF_ONLY_ARGS = tuple(name for name, arg in MODEL_ARGS.items() if arg.hf_only)
 SETTINGS_ARGS = tuple(name for name, arg in MODEL_ARGS.items() if arg.setting)
 # eglr-vllm's own model args
 VLLM_ARGS = tuple(name for name in EGLR_ARGS if name not in HF_ONLY_ARGS)
+# the keys a preset's ``eglr:`` block may set (``run/presets.load_preset``)
+PRESET_KEYS = tuple(name for name, arg in MODEL_ARGS.items() if arg.preset)
+
+
+def parse_model_args(model_args, read: Callable[[str], object] | None = None) -> dict:
+    """The one reader of ``key=value,...`` text (``--model_args``, ``--gen_kwargs``, a run file's ``model_args``):
+    a mapping is copied as it is; text is split as lm-eval splits it (at ``,``, empty parts skipped; a key before
+    the first ``=``, stripped; a part without ``=`` is a key with the value ``''``). ``read``: how each value is
+    read (``harness/gen_options.parse_args_string`` passes lm-eval's, which turns ``4`` into an int and ``true``
+    into a bool); by default the value as written, stripped."""
+    if isinstance(model_args, Mapping):
+        return dict(model_args)
+    if not model_args:
+        return {}
+    out = {}
+    for part in str(model_args).strip().split(","):
+        if part:
+            key, _, value = part.partition("=")
+            out[key.strip()] = read(value) if read is not None else value.strip()
+    return out
 
 
 def read_model_arg(name: str, value):
@@ -235,8 +268,10 @@ def use_cache_refusal(model: str) -> str:
     return USE_CACHE_REFUSAL.replace("eglr-hf", model, 1)
 
 
-def check_model_args(given: Mapping[str, object] | Iterable[str], passthrough: Iterable[str]) -> None:
-    """Raise :class:`ModelArgError` (a ``ValueError``) for any name that is neither eglr-hf's, nor in ``passthrough``.
+def check_model_args(given: Mapping[str, object] | Iterable[str], passthrough: Iterable[str]) -> dict:
+    """Raise :class:`ModelArgError` (a ``ValueError``) for any name that is neither eglr-hf's, nor in ``passthrough``;
+    for a mapping, also for a loading value HFLM would refuse once it loads (:func:`check_load_values`, whose numbers
+    it returns; ``{}`` for names).
 
     Args:
         given: the model args (names, or a mapping of them).
@@ -245,9 +280,7 @@ def check_model_args(given: Mapping[str, object] | Iterable[str], passthrough: I
     allowed = set(EGLR_ARGS) | set(passthrough) | set(FROM_PRETRAINED_OPTIONS)
     unknown = [name for name in given if name not in allowed]
     if not unknown:
-        if isinstance(given, Mapping):
-            check_load_values(given)
-        return
+        return check_load_values(given) if isinstance(given, Mapping) else {}
     lines = []
     for name in unknown:
         close = [n for n in EGLR_ARGS if n.lower() == name.lower()]

@@ -18,7 +18,7 @@ and the export read it without torch.
 
 The analysis derives one more signal from the logged answers: ``l_agreement`` (the share of the
 document's rollouts at the same T and another L whose answer is in the rollout's cluster;
-:func:`eglr_harness.analysis.metrics.selection.l_agreement`).
+:func:`eglr_harness.analysis.sections.selection.l_agreement`).
 """
 
 from __future__ import annotations

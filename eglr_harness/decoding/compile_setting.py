@@ -4,9 +4,10 @@
 |---|---|---|
 | ``auto`` (default) | CUDA graphs on a CUDA device, eager elsewhere | anywhere |
 | ``none`` | eager | anywhere |
-| ``reduce-overhead`` | the decoder layer compiled once (inductor), the step recorded as one CUDA graph per (rows, K/V
-width) bucket | CUDA devices |
-| ``default`` | the decoder layer compiled once (inductor kernels), no CUDA graphs | anywhere a compiler works |
+| ``reduce-overhead`` | the decoder layer (its rotary angles inside) and the unembedding compiled once each (inductor),
+the step recorded as one CUDA graph per (rows, K/V width) bucket | CUDA devices |
+| ``default`` | the decoder layer and the unembedding compiled once each (inductor kernels), no CUDA graphs | anywhere a
+compiler works |
 
 How it is compiled (once per process, whatever the runs) and captured: ``step_graphs.py``.
 

@@ -1,12 +1,11 @@
 """The arguments of an ``eglr-hf`` or ``eglr-vllm`` run: one frozen object, validated once, before the load.
 
-:class:`EglrArgs` resolves three things and nothing else: the preset (``model_config``: its model args under
-the given ones), the engine (``engine`` and ``compile``, against the device the model will load on) and the load
-(what lm-eval's ``HFLM`` or ``VLLM`` is built with: unknown names refused, ``pretrained`` found, the layer count
-and ``max_length`` read from the config without the weights). Every value of eglr's own model args is read by
-the one table of them and its one checker (``core/model_args.MODEL_ARGS``, ``read_model_arg``; the settings
-through ``run/settings.RunSettings.from_args``); the generation options by ``harness/gen_options.py``. Each
-mistake is one line naming the value and what is allowed (a :class:`~eglr_harness.core.errors.UserError`).
+:class:`EglrArgs` takes a run's resolved arguments (``run/run_args.resolve_run_args``: the preset loaded once, each
+of eglr's own model args read once by its row of ``core/model_args.MODEL_ARGS``) and adds what needs lm-eval or the
+model's config: the load (what lm-eval's ``HFLM`` or ``VLLM`` is built with: unknown names refused, ``pretrained``
+found, the layer count and ``max_length`` read from the config without the weights), the compile setting against
+the device the model will load on, and ``--gen_kwargs`` (``harness/gen_options.py``). Each mistake is one line naming
+the value and what is allowed (a :class:`~eglr_harness.core.errors.UserError`).
 
 ``harness/preflight.py`` builds it when lm-eval's CLI resolves the task names and when
 ``simple_evaluate`` starts (then checks what the tasks say); ``EglrHFLM`` and ``EglrVLLM`` build it
@@ -24,27 +23,16 @@ from lm_eval.models.huggingface import HFLM
 from transformers import PreTrainedModel
 
 from eglr_harness.core.errors import model_arg_errors
-from eglr_harness.core.model_args import (
-    DEFAULT_CALIB_LIMIT,
-    DEFAULT_COMPILE,
-    DEFAULT_ENGINE,
-    EGLR_ARGS,
-    SETTINGS_ARGS,
-    VLLM_ARGS,
-    check_load_values,
-    check_model_args,
-    check_pretrained_path,
-    read_model_arg,
-)
+from eglr_harness.core.model_args import VLLM_ARGS, check_model_args, check_pretrained_path
 from eglr_harness.harness import gen_options
+from eglr_harness.run.run_args import RunArgs, resolve_run_args
 from eglr_harness.run.settings import RunSettings
 
-__all__ = ["EglrArgs", "check_eglr_model_args", "declared_limits"]
+__all__ = ["EglrArgs", "declared_limits"]
 
 # what HFLM takes by name, and what it forwards to from_pretrained
 _PASSTHROUGH_ARGS = (*inspect.signature(HFLM.__init__).parameters,
                      *inspect.signature(PreTrainedModel.from_pretrained).parameters)
-NO_PRESET = {"model_args": {}, "eglr": {}, "tau_h": {}, "name": None}
 # HFLM's max_length when neither the model arg, the model's config nor its tokenizer says one
 _HFLM_CONFIG_LENGTHS = ("n_positions", "max_position_embeddings", "n_ctx")
 
@@ -53,56 +41,61 @@ _HFLM_CONFIG_LENGTHS = ("n_positions", "max_position_embeddings", "n_ctx")
 class EglrArgs:
     """What an eglr model was asked for, checked.
 
-    load_args: what lm-eval's ``HFLM`` (or ``VLLM``) is built with: the preset's model args under the
-    given ones, eglr's own removed; engine, compile: the settings normalised (``vllm``, ``none`` for
-    eglr-vllm); declared_layers, declared_max_length: the model's, read from its config without the
-    weights (None where that is not cheap: checked after the load); gen_kwargs: ``--gen_kwargs``, checked.
+    run: the resolved arguments (``run/run_args.RunArgs``); load_args: what lm-eval's ``HFLM`` (or ``VLLM``) is built
+    with (``run.load_args``, the device lm-eval defaulted made real, the loading numbers as ints); settings: the
+    per-request answers (``RunSettings.of(run)``); engine, compile: ``run``'s (``vllm``, ``none`` for eglr-vllm);
+    declared_layers, declared_max_length: the model's, read from its config without the weights (None where that is
+    not cheap: checked after the load); gen_kwargs: ``--gen_kwargs``, checked.
     """
 
-    preset: Mapping
+    run: RunArgs
     load_args: Mapping
     settings: RunSettings
     engine: str
     compile: str
-    rollout_cache: str | None
     declared_layers: int | None
     declared_max_length: int | None
     gen_kwargs: Mapping = field(default_factory=dict)
 
+    @property
+    def preset(self) -> Mapping:
+        return self.run.preset
+
+    @property
+    def rollout_cache(self) -> str | None:
+        return self.run.store
+
     @classmethod
-    def for_hf(cls, own: Mapping, load_args: Mapping, *, gen_kwargs=None) -> EglrArgs:
-        """eglr-hf's arguments: ``own`` (``EGLR_ARGS`` and ``pretrained``), ``load_args`` (everything else,
-        for HFLM and from_pretrained); ``gen_kwargs`` (``--gen_kwargs``: a dict or its text) where known."""
+    def for_hf(cls, model_args: Mapping, *, gen_kwargs=None) -> EglrArgs:
+        """eglr-hf's arguments: ``model_args`` as the model receives them (eglr's own, HFLM's, from_pretrained's);
+        ``gen_kwargs`` (``--gen_kwargs``: a dict or its text) where known."""
         from eglr_harness.decoding.compile_setting import resolve_compile
 
         with model_arg_errors():  # one line each in the CLI
-            check_eglr_model_args(load_args)
-            preset = _preset(own.get("model_config"))
-            check_eglr_model_args(preset["model_args"])
-            hf_args = _merged(preset, load_args, own.get("pretrained"))
+            run = resolve_run_args(model_args)
+            hf_args = dict(run.load_args)
+            hf_args.update(check_model_args(hf_args, _PASSTHROUGH_ARGS))  # max_length=2048.0 reaches HFLM as 2048
             if "pretrained" not in hf_args:
                 raise ValueError("eglr-hf needs `pretrained` (a hub id or folder) or `model_config` (a preset name).")
-            _resolve_default_device(hf_args, preset)
+            _resolve_default_device(hf_args, run.preset)
             check_pretrained_path(hf_args["pretrained"])
-            hf_args.update(check_load_values(hf_args))  # max_length=2048.0 reaches HFLM as 2048
-            engine = read_model_arg("engine", _given(own, "engine", DEFAULT_ENGINE))
-            compile_setting = read_model_arg("compile", _given(own, "compile", DEFAULT_COMPILE))
-            if compile_setting not in ("auto", "none"):  # an explicit compile refused before the load
-                resolve_compile(compile_setting, intended_device(hf_args), engine)
-            settings = _settings(preset, own)
+            if run.compile not in ("auto", "none"):  # an explicit compile refused before the load
+                resolve_compile(run.compile, intended_device(hf_args), run.engine)
+            settings = RunSettings.of(run)
             layers, max_length = declared_limits(hf_args)
             settings.check_layers(layers)  # where the config says it without the weights
-            _check_rollout_cache(own.get("rollout_cache"))
-        options = gen_options.check_cli_gen_kwargs(gen_kwargs, engine, max_length)
-        return cls(preset, hf_args, settings, engine, compile_setting, own.get("rollout_cache") or None, layers,
-                   max_length, options)
+            if run.store:
+                _check_rollout_cache(run.store)
+        options = gen_options.check_cli_gen_kwargs(gen_kwargs, run.engine, max_length) if gen_kwargs else {}
+        return cls(run, hf_args, settings, run.engine, run.compile, layers, max_length, options)
 
     @classmethod
-    def for_vllm(cls, own: Mapping, load_args: Mapping) -> EglrArgs:
-        """eglr-vllm's arguments (its own and lm-eval VLLM's); vLLM takes no GGUF and no data parallel."""
+    def for_vllm(cls, model_args: Mapping) -> EglrArgs:
+        """eglr-vllm's arguments (its own, ``VLLM_ARGS``, and lm-eval VLLM's); vLLM takes no GGUF and no data
+        parallel."""
         with model_arg_errors():  # every check before the weights load
-            preset = _preset(own.get("model_config"))
-            vllm_args = _merged(preset, load_args, own.get("pretrained"))
+            run = resolve_run_args(model_args, own_names=VLLM_ARGS)
+            vllm_args = dict(run.load_args)
             if "pretrained" not in vllm_args:
                 raise ValueError("eglr-vllm needs `pretrained` (a folder of safetensors or a hub id) or "
                                  "`model_config`.")
@@ -112,11 +105,12 @@ class EglrArgs:
             if int(vllm_args.get("data_parallel_size", 1)) != 1:
                 raise ValueError(f"`data_parallel_size`={vllm_args['data_parallel_size']!r} is not allowed with "
                                  "eglr-vllm; allowed: 1 (tensor_parallel_size is taken).")
-            settings = _settings(preset, own)
+            settings = RunSettings.of(run)
             layers = _vllm_layers(vllm_args["pretrained"], bool(vllm_args.get("trust_remote_code", False)))
             settings.check_layers(layers)
-            _check_rollout_cache(own.get("rollout_cache"))
-        return cls(preset, vllm_args, settings, "vllm", "none", own.get("rollout_cache") or None, layers, None)
+            if run.store:
+                _check_rollout_cache(run.store)
+        return cls(run, vllm_args, settings, run.engine, run.compile, layers, None)
 
     def check_loaded(self, num_layers: int, generation_config) -> None:
         """What is known only once the weights are in: the layer count, and the model's own generation
@@ -130,58 +124,11 @@ class EglrArgs:
         decodes (``gen_options.check_task_options`` with this run's engine)."""
         gen_options.check_task_options(task, gen_kwargs, self.engine, generation_config)
 
-    @classmethod
-    def split(cls, model_args: Mapping, own_names=EGLR_ARGS) -> tuple[dict, dict]:
-        """Model args as lm-eval hands them (one dict) -> ``(own, load_args)``: eglr's own (``own_names``:
-        eglr-hf's ``EGLR_ARGS``, eglr-vllm's ``VLLM_ARGS``) and ``pretrained``, and the rest, for lm-eval's model."""
-        own = {k: v for k, v in model_args.items() if k in own_names or k == "pretrained"}
-        return own, {k: v for k, v in model_args.items() if k not in own}
 
-    @classmethod
-    def of_hf_model(cls, model_args: Mapping) -> EglrArgs:
-        """eglr-hf's constructor arguments, split and checked (``for_hf``)."""
-        return cls.for_hf(*cls.split(model_args))
+def _check_rollout_cache(folder: str) -> None:
+    from eglr_harness.run.stores import check_rollout_cache
 
-    @classmethod
-    def of_vllm_model(cls, model_args: Mapping) -> EglrArgs:
-        """eglr-vllm's constructor arguments, split and checked (``for_vllm``)."""
-        return cls.for_vllm(*cls.split(model_args, VLLM_ARGS))
-
-
-def check_eglr_model_args(args: Mapping) -> None:
-    """Refuse a model arg that neither eglr-hf, nor HFLM, nor from_pretrained takes (``model_args.py``)."""
-    check_model_args(args, _PASSTHROUGH_ARGS)
-
-
-def _preset(model_config) -> dict:
-    from eglr_harness.run.presets import load_preset
-
-    return load_preset(model_config) if model_config else NO_PRESET
-
-
-def _merged(preset: Mapping, load_args: Mapping, pretrained) -> dict:
-    """The preset's model args under the given ones; ``pretrained`` over both."""
-    merged = {**preset["model_args"], **load_args}
-    if pretrained is not None:
-        merged["pretrained"] = pretrained
-    return merged
-
-
-def _given(own: Mapping, name: str, default):
-    """A setting that has a default: as given (None too, which its check refuses), else the default."""
-    return own.get(name, default)
-
-
-def _settings(preset: Mapping, own: Mapping) -> RunSettings:
-    given = {k: own[k] for k in SETTINGS_ARGS if k != "calib_limit" and own.get(k) is not None}  # None: not given
-    return RunSettings.from_args(preset, **given, calib_limit=_given(own, "calib_limit", DEFAULT_CALIB_LIMIT))
-
-
-def _check_rollout_cache(folder) -> None:
-    if folder:
-        from eglr_harness.run.stores import check_rollout_cache
-
-        check_rollout_cache(folder)  # writable, and a damaged store moved aside now
+    check_rollout_cache(folder)  # writable, and a damaged store moved aside now
 
 
 # the `--device` lm-eval's CLI hands every model when none is given (EvaluatorConfig.device)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from eglr_harness.core.errors import GenerationOptionError, model_arg_errors
+from eglr_harness.core.model_args import parse_model_args
 from eglr_harness.core.generation_options import (
     LENGTH_OPTIONS,
     check_generation_options,
@@ -24,10 +25,11 @@ __all__ = ["check_cli_gen_kwargs", "check_gen_options", "check_length", "check_l
 
 
 def parse_args_string(text: str) -> dict:
-    """``key=value,...`` as lm-eval parses ``--model_args`` and ``--gen_kwargs`` (``4`` an int, ``true`` a bool)."""
-    from lm_eval.utils import simple_parse_args_string
+    """``key=value,...`` as lm-eval parses ``--model_args`` and ``--gen_kwargs``: the one parser
+    (``core/model_args.parse_model_args``) with lm-eval's reading of each value (``4`` an int, ``true`` a bool)."""
+    from lm_eval.utils import handle_arg_string
 
-    return simple_parse_args_string(text)
+    return parse_model_args(text, read=handle_arg_string)
 
 
 def gen_kwargs_of(gen_kwargs) -> dict:
@@ -64,8 +66,6 @@ def check_cli_gen_kwargs(gen_kwargs, engine: str, max_length: int | None) -> dic
     ``max_length`` (None: not known yet), and with ``engine=continuous`` nothing it does not apply. The dict."""
     options = gen_kwargs_of(gen_kwargs)
     if options:
-        from eglr_harness.run.model_names import parse_model_args
-
         check_gen_options(options, "--gen_kwargs",
                           written=parse_model_args(gen_kwargs) if isinstance(gen_kwargs, str) else None)
         check_length(options, "--gen_kwargs", max_length)

@@ -19,7 +19,13 @@ from lm_eval.models.huggingface import HFLM
 
 from eglr_harness.core.distributed import process_gather
 from eglr_harness.core.errors import RunArgError, model_arg_errors
-from eglr_harness.core.model_args import USE_CACHE_REFUSAL
+from eglr_harness.core.model_args import (
+    DEFAULT_CALIB_LIMIT,
+    DEFAULT_COMPILE,
+    DEFAULT_ENGINE,
+    EGLR_ARGS,
+    USE_CACHE_REFUSAL,
+)
 from eglr_harness.core.progress import announced_load
 from eglr_harness.decoding.model_parts import find_model_parts
 from eglr_harness.harness.cpu_threads import fit_cpu_threads
@@ -27,7 +33,6 @@ from eglr_harness.harness.decode import RolloutDecoder, TextCodec
 from eglr_harness.harness.eglr_args import EglrArgs, intended_device
 from eglr_harness.harness.engine_choice import build_engines, engine_name
 from eglr_harness.harness.pool_runner import PoolRunner
-from eglr_harness.run.model_names import loaded_name, model_name
 from eglr_harness.run.stores import RolloutStore, loaded_model_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -37,16 +42,25 @@ logger = logging.getLogger(__name__)
 class EglrHFLM(HFLM):
     """Hugging Face causal LM decoded with Entropy-Gated Latent Recursion."""
 
-    def __init__(self, pretrained=None, **kwargs):
-        """pretrained and ``kwargs``: eglr's model args (``core/model_args.EGLR_ARGS``), HFLM's, from_pretrained's."""
+    def __init__(self, pretrained=None, *, model_config: str | None = None, L=None, T=None, alpha: float | None = None,
+                 k_max: int | None = None, tau_kl: float | None = None, tau_h=None, stop: str | None = None,
+                 tau_latent: float | None = None, tau_accel: float | None = None, tau_margin: float | None = None,
+                 tau_entropy: float | None = None, top_k: int | None = None, top_p: float | None = None,
+                 seed: int | None = None, seeds: int | None = None, calib_limit: int = DEFAULT_CALIB_LIMIT,
+                 rollout_cache: str | None = None, engine: str = DEFAULT_ENGINE, compile: str = DEFAULT_COMPILE,
+                 **kwargs):
+        """eglr's own model args by name (``core/model_args.MODEL_ARGS`` says each; None: not given, so the preset's
+        or the default), ``pretrained`` and ``kwargs``: HFLM's and from_pretrained's, passed through. Every value is
+        read once, before the weights load (``harness/eglr_args.EglrArgs``)."""
         _follow_lm_eval_logging()
-        self.args = EglrArgs.of_hf_model({"pretrained": pretrained, **kwargs})  # every check before the weights load
-        load_args = self.args.load_args
-        fit_cpu_threads(intended_device(load_args), logger)  # before the load: de-quantising a GGUF runs on them
+        own = {name: value for name, value in locals().items() if name in EGLR_ARGS}
+        self.args = EglrArgs.for_hf({"pretrained": pretrained, **own, **kwargs})  # every check before the weights load
+        load_args, device = self.args.load_args, intended_device(self.args.load_args)
+        fit_cpu_threads(device, logger)  # before the load: de-quantising a GGUF runs on them
         loads = "weights, tokenizer" + ("; a GGUF is de-quantised first, about a minute on a CPU"
                                         if load_args.get("gguf_file") else "")
-        with announced_load(logger, "eglr-hf", _model_name(load_args), loads, load_args.get("dtype", "auto"),
-                            intended_device(load_args)) as then:
+        with announced_load(logger, "eglr-hf", self.args.run.model_name, loads, load_args.get("dtype", "auto"),
+                            device) as then:
             super().__init__(**load_args)
             then.append(f"building engine={self.args.engine} (compile={self.args.compile})")
         parts = find_model_parts(self.model)
@@ -64,7 +78,7 @@ class EglrHFLM(HFLM):
                                       strict=self.args.engine == "continuous",
                                       show_progress=self.rank == 0, names=[engine_name(e) for e in self.engines])
         self.runner = PoolRunner(self.args, self.decoder, num_layers=num_layers, gather=process_gather(self.world_size),
-                                 rank=self.rank, model_name=_model_name(self.args.load_args),
+                                 rank=self.rank, model_name=self.args.run.model_name,
                                  generation_config=self.model.generation_config, max_gen_toks=self.max_gen_toks,
                                  batch_size=self.batch_size, head_layers=parts.head_layers)
         self.settings, self.tau_h_by_task = self.args.settings, self.runner.tau_h_by_task
@@ -102,11 +116,6 @@ class EglrHFLM(HFLM):
     def forget_rollouts(self) -> None:
         """Drop the rollouts and accounting of this run (benchmarks time repeated runs)."""
         self.runner.forget()
-
-
-def _model_name(hf_args: dict) -> str:
-    """The model's name in the results: the preset's or the GGUF's, else the loaded folder's or hub id."""
-    return model_name({k: v for k, v in hf_args.items() if isinstance(v, str)}) or loaded_name(hf_args["pretrained"])
 
 
 def _codec(lm: EglrHFLM) -> TextCodec:

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 
 from eglr_harness.core.errors import RunArgError, model_arg_errors
 from eglr_harness.core.generation_options import LENGTH_OPTIONS
+from eglr_harness.core.model_args import parse_model_args
 from eglr_harness.core.resources import names_of_tasks
 from eglr_harness.harness.eglr_args import EglrArgs, declared_limits
 from eglr_harness.harness.gen_options import check_gen_options, check_length, gen_kwargs_of, parse_args_string
@@ -52,12 +53,10 @@ def check_run_args(model_args, *, gen_kwargs=None, limit=None, passed=None) -> E
     if model_args is None:  # a model object: built already, with its arguments checked; the gen kwargs still
         options = gen_kwargs_of(gen_kwargs)
         if options:
-            from eglr_harness.run.model_names import parse_model_args  # noqa: PLC0415
-
             written = parse_model_args(gen_kwargs) if isinstance(gen_kwargs, str) else None
             _check_options(options, "--gen_kwargs", written=written)
         return None
-    return EglrArgs.for_hf(*EglrArgs.split(args), gen_kwargs=gen_kwargs)
+    return EglrArgs.for_hf(args, gen_kwargs=gen_kwargs)
 
 
 def check_run_tasks(eglr_args: EglrArgs | None, tasks, *, log_samples=False, output_path=None,

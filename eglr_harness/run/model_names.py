@@ -11,21 +11,9 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["loaded_name", "model_name", "parse_model_args", "run_folder_name"]
+from eglr_harness.core.model_args import parse_model_args
 
-
-def parse_model_args(model_args) -> dict:
-    """``'pretrained=x,gguf_file=y'`` (or a dict, as lm-eval 0.4.13 stores it) -> dict."""
-    if isinstance(model_args, Mapping):
-        return dict(model_args)
-    if not model_args:
-        return {}
-    out = {}
-    for part in str(model_args).split(","):
-        if "=" in part:
-            key, value = part.split("=", 1)
-            out[key.strip()] = value.strip()
-    return out
+__all__ = ["loaded_name", "model_name", "name_of", "parse_model_args", "run_folder_name"]
 
 
 def _is_local_path(name: str) -> bool:
@@ -39,16 +27,24 @@ def model_name(model_args) -> str | None:
     args = parse_model_args(model_args)
     if "pretrained" not in args and args.get("model_config"):
         try:  # a preset is a file of this package: read it, load no model
-            from eglr_harness.run.presets import load_preset  # noqa: PLC0415
+            from eglr_harness.run.presets import preset_of, under_preset  # noqa: PLC0415
 
-            args = {**load_preset(str(args["model_config"]))["model_args"], **args}
+            args = under_preset(preset_of(args["model_config"]), args)
         except ValueError:
             return str(args["model_config"])
-    if args.get("gguf_file"):
-        return Path(str(args["gguf_file"])).name
-    name = args.get("pretrained") or args.get("model")
+    return name_of(args)
+
+
+def name_of(load_args: Mapping) -> str | None:
+    """:func:`model_name` of the args a model is loaded with (a preset's merged in already: ``gguf_file``,
+    ``pretrained`` or ``model``); a ``pretrained`` that is a loaded model object is named by :func:`loaded_name`."""
+    if load_args.get("gguf_file"):
+        return Path(str(load_args["gguf_file"])).name
+    name = load_args.get("pretrained") or load_args.get("model")
     if not name:
         return None
+    if hasattr(name, "config"):  # a model object (GRPO hands the trainer's)
+        return loaded_name(name)
     name = str(name).rstrip("/\\")
     return Path(name.replace("\\", "/")).name if _is_local_path(name) else name
 

@@ -16,11 +16,14 @@ from pathlib import Path
 import yaml
 
 from eglr_harness.core.benchmark_names import benchmark_of  # noqa: F401 -- re-exported: callers import it from here
-from eglr_harness.core.config import STOP_THRESHOLD_ARGS, check_tau_h
+from eglr_harness.core.config import check_tau_h
+from eglr_harness.core.model_args import PRESET_KEYS
 from eglr_harness.core.outputs import atomic_write_text
 from eglr_harness.core.resources import model_configs_dir
 
-_EGLR_KEYS = {"L", "T", "alpha", "k_max", "tau_kl", "top_k", "top_p", "seed", "stop", *STOP_THRESHOLD_ARGS}
+_EGLR_KEYS = set(PRESET_KEYS)  # the rows of core/model_args.MODEL_ARGS that a preset may set
+# what a run without ``model_config`` reads as its preset
+NO_PRESET = {"name": None, "path": None, "model_args": {}, "eglr": {}, "tau_h": {}}
 
 
 def preset_path(name_or_path: str) -> Path:
@@ -71,6 +74,16 @@ def load_preset(name_or_path: str) -> dict:
         "eglr": eglr,
         "tau_h": {str(k): _preset_tau_h(path, k, v) for k, v in (data.get("tau_h") or {}).items()},
     }
+
+
+def preset_of(model_config) -> dict:
+    """The preset ``model_config`` names (:func:`load_preset`), or :data:`NO_PRESET` when it is None or empty."""
+    return load_preset(str(model_config)) if model_config else NO_PRESET
+
+
+def under_preset(preset: dict, args: dict) -> dict:
+    """``args`` over ``preset``'s model args (the one merge: the given args win), ``model_config`` left out."""
+    return {**(preset.get("model_args") or {}), **{k: v for k, v in args.items() if k != "model_config"}}
 
 
 def _preset_tau_h(path: Path, key, value) -> float:

@@ -1,6 +1,6 @@
 """Settings precedence of ``eglr-hf``: model args > gen kwargs (task or ``--gen_kwargs``) > preset > default.
 
-:class:`RunSettings` is built once from the model args and the preset, validated, and then answers
+:class:`RunSettings` is built once from a run's resolved arguments (``run/run_args.RunArgs``), and then answers
 per request: the pool defaults, the sampling filters of a cell, the tau_h setting of a task, and
 the :class:`RolloutSpec` of one (cell, cycle): the one object that carries a rollout from the pool
 to the engine request, the store key and the results row.
@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from eglr_harness.core import config as defaults
 from eglr_harness.core.benchmark_names import benchmark_of
 from eglr_harness.core.cell import Cell
 from eglr_harness.core.config import EglrConfig, check_layer_span, has_gate
-from eglr_harness.core.model_args import DEFAULT_CALIB_LIMIT, MODEL_ARGS, SETTINGS_ARGS, read_model_arg
-from eglr_harness.core.specs import parse_L_spec, parse_T_spec
+from eglr_harness.core.model_args import SETTINGS_ARGS
 from eglr_harness.decoding.sampling import row_seed
 from eglr_harness.run.pool import TASK_POOL_KEYS, ResolvedPool, resolve_pool, task_axes
+from eglr_harness.run.presets import NO_PRESET
+from eglr_harness.run.run_args import RunArgs, resolve_run_args
 
 
 def first(*values):
@@ -73,7 +73,7 @@ class RolloutSpec:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """What the user and the preset asked for, validated.
+    """What the user and the preset asked for, validated: built by :meth:`of` from a run's resolved arguments.
 
     Attributes:
         base: alpha, k_max, tau_kl, top_k, top_p, seed, the exit rule and its threshold (L and T are per cell).
@@ -91,50 +91,41 @@ class RunSettings:
     default_L: int
     default_T: float
     tau_h: float | str | None
-    preset_tau_h: dict = field(default_factory=dict)
-    calib_limit: int = DEFAULT_CALIB_LIMIT
-    explicit_sampling: dict = field(default_factory=dict)  # top_k / top_p given as model args
-    preset_sampling: dict = field(default_factory=dict)
-    L_given: object = None  # the L model arg as written, for messages
-    seeds: int = 1  # repeats of the whole pool, under seeds base, base + 1, ... (``seeds`` model arg)
+    preset_tau_h: dict
+    calib_limit: int
+    explicit_sampling: dict  # top_k / top_p given as model args
+    preset_sampling: dict
+    L_given: object  # the L model arg as written, for messages
+    seeds: int  # repeats of the whole pool, under seeds base, base + 1, ... (``seeds`` model arg)
+
+    @classmethod
+    def of(cls, run: RunArgs) -> "RunSettings":
+        """The settings of a run whose arguments ``run`` resolved (``run/run_args.resolve_run_args``): nothing is
+        read again."""
+        return cls(
+            base=run.config,
+            user_L=run.L,
+            user_T=run.T,
+            default_L=run.default_L,
+            default_T=run.default_T,
+            tau_h=run.tau_h,
+            preset_tau_h=run.preset_tau_h,
+            calib_limit=run.calib_limit,
+            explicit_sampling={k: getattr(run.config, k) for k in ("top_k", "top_p") if k in run.given},
+            preset_sampling={k: v for k, v in (run.preset.get("eglr") or {}).items() if k in ("top_k", "top_p")},
+            L_given=run.given.get("L"),
+            seeds=run.seeds,
+        )
 
     @classmethod
     def from_args(cls, preset: dict, **given) -> "RunSettings":
         """The settings from the model args ``given`` (any of ``core.model_args.SETTINGS_ARGS``; None or absent:
-        not given) over ``preset``'s. stop: the exit rule; tau_latent, ...: the other rules' thresholds
-        (``core.config.STOP_RULES``); seeds: repeats of the whole pool; calib_limit: ``DEFAULT_CALIB_LIMIT`` when
-        absent."""
+        not given, but for ``calib_limit``, refused) over ``preset``'s, resolved by ``run/run_args``."""
         unknown = [name for name in given if name not in SETTINGS_ARGS]
         if unknown:
             raise TypeError(f"RunSettings.from_args() got unexpected keyword arguments {unknown}; "
                             f"allowed: {', '.join(SETTINGS_ARGS)}.")
-        pe = preset.get("eglr", {})
-        # each setting by its row of core/model_args.MODEL_ARGS: given > preset > default (seeds and calib_limit
-        # come from the model args alone; a None given is "not given", calib_limit's is refused)
-        read = {name: read_model_arg(name, first(given.get(name), pe.get(name), MODEL_ARGS[name].default))
-                for name in SETTINGS_ARGS if name not in ("L", "T", "tau_h", "seeds", "calib_limit")}
-        seeds = read_model_arg("seeds", first(given.get("seeds"), 1))
-        calib_limit = read_model_arg("calib_limit", given.get("calib_limit", DEFAULT_CALIB_LIMIT))
-        L, T, tau_h = (given.get(name) for name in ("L", "T", "tau_h"))
-        base = EglrConfig(L=0, **read)
-        if base.seed + seeds - 1 > defaults.HUGE:  # the last repeat's seed is recorded too (rollouts[i].seed)
-            raise ValueError(f"`seed`={base.seed} with `seeds`={seeds} is not allowed: the last repeat runs under "
-                             f"seed + seeds - 1 = {base.seed + seeds - 1}; allowed: "
-                             f"{defaults.SETTING_RULES['seed'].allowed}.")
-        return cls(
-            base=base,
-            user_L=read_model_arg("L", L) if L is not None else None,
-            user_T=read_model_arg("T", T) if T is not None else None,
-            default_L=parse_L_spec(pe.get("L", defaults.DEFAULT_L), name="preset L")[0],
-            default_T=parse_T_spec(pe.get("T", 0.0), name="preset T")[0],
-            tau_h=read_model_arg("tau_h", tau_h) if tau_h is not None else None,
-            preset_tau_h=dict(preset.get("tau_h", {})),
-            calib_limit=calib_limit,
-            explicit_sampling={k: read[k] for k in ("top_k", "top_p") if given.get(k) is not None},
-            preset_sampling={k: pe[k] for k in ("top_k", "top_p") if k in pe},
-            L_given=L,
-            seeds=seeds,
-        )
+        return cls.of(resolve_run_args(given, preset=preset or NO_PRESET))
 
     def check_layers(self, num_layers: int | None) -> None:
         """The pinned L axis (and the preset's default L) against the model's decoder layer count N, where

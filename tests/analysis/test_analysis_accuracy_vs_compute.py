@@ -12,7 +12,7 @@ from helpers import lmeval_fakes
 from eglr_harness.analysis import build_report
 from eglr_harness.analysis.load import GREEDY, load_grid
 from eglr_harness.analysis.metrics.accuracy import cell_accuracy
-from eglr_harness.analysis.metrics.accuracy_vs_compute import (
+from eglr_harness.analysis.sections.accuracy_vs_compute import (
     OTHER_RUN, TOKENS_UNIT, UPPER_BOUND, accuracy_vs_compute,
 )
 from eglr_harness.analysis.metrics.intervals import sign_test_p, wilson_interval

@@ -1,4 +1,4 @@
-"""Selection by signals (analysis/metrics/selection.py, section "selection") on synthetic runs."""
+"""Selection by signals (analysis/sections/selection.py: the aggregators and their section) on synthetic runs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from lm_eval.utils import hash_string
 from helpers import lmeval_fakes
 from eglr_harness.analysis import build_report, load_grid
 from eglr_harness.analysis.metrics.accuracy import sc_solved
-from eglr_harness.analysis.metrics.selection import half_of, l_agreement, selection
+from eglr_harness.analysis.sections.selection import half_of, l_agreement, selection
 from eglr_harness.analysis.load import RolloutRow
 
 pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)

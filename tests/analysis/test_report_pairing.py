@@ -23,7 +23,7 @@ from helpers import lmeval_fakes
 from helpers.samples_files import plain_samples
 from eglr_harness.analysis.load import load_grid
 from eglr_harness.analysis.metrics.accuracy import baselines
-from eglr_harness.analysis.metrics.accuracy_vs_compute import MEASURED, NOMINAL, OTHER_RUN
+from eglr_harness.analysis.sections.accuracy_vs_compute import MEASURED, NOMINAL, OTHER_RUN
 from eglr_harness.analysis.report import compute_report, render_markdown, write_report
 from eglr_harness.core.cell import Cell
 

@@ -10,8 +10,8 @@ from helpers import lmeval_fakes
 import pytest
 
 from eglr_harness.analysis import build_report, load_grid
-from eglr_harness.analysis.metrics.resampling import resampling_check
-from eglr_harness.analysis.metrics.rules import compare_rules
+from eglr_harness.analysis.sections.resampling import resampling_check
+from eglr_harness.analysis.sections.rules import compare_rules
 
 pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
 

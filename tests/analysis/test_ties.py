@@ -14,7 +14,7 @@ from helpers import lmeval_fakes
 
 from eglr_harness.analysis import load_grid, pool_cells, sc_solved, vote_is_correct
 from eglr_harness.analysis.load import find_runs
-from eglr_harness.analysis.metrics.selection import selection
+from eglr_harness.analysis.sections.selection import selection
 from eglr_harness.analysis.metrics.ties import pool_vote
 from eglr_harness.analysis.report import build_report
 from eglr_harness.analysis.sections.intervals import interval_rows

@@ -43,7 +43,8 @@ def run_tiny(script: str, tmp_path: Path, data_dir: Path | None = None) -> dict:
 
 def test_every_benchmark_script_has_a_tiny_run():
     scripts = {path.name for path in BENCHMARKS.glob("*.py")}
-    tested = {"step_cost.py", "mutation_run.py", "bench_memory.py", "bench_prefill.py", "bench_decoding.py"}
+    tested = {"step_cost.py", "mutation_run.py", "bench_memory.py", "bench_prefill.py", "bench_decoding.py",
+              "bench_ride_along.py"}
     assert scripts - tested - set(COVERED_ELSEWHERE) == set(), "a benchmark script without a tiny run in CI"
     for script, where in COVERED_ELSEWHERE.items():
         assert (ROOT / where.split()[0]).is_file(), where
@@ -60,8 +61,10 @@ def test_step_cost(tmp_path):
         assert {"step", "prefill"} <= set(figures["loop"][label])
     kernels = figures["kernels"]
     assert "error" not in kernels, kernels
-    assert kernels["kernels_per_step"] == (kernels["layer_calls_per_step"] * kernels["kernels_per_layer_call"]
-                                           + kernels["eager_ops_outside_layers_per_step"])
+    regions = kernels["kernels_per_region_call"]
+    assert set(regions) == set(kernels["region_calls_per_step"]) == {"decoder layer", "unembedding"}
+    assert kernels["kernels_per_step"] == (sum(kernels["region_calls_per_step"][r] * regions[r] for r in regions)
+                                           + kernels["ops_outside_regions_per_step"])
     assert kernels["late_compiles"] == 0 and figures["compilations"] >= 1 and figures["commit"]
 
 
@@ -87,6 +90,18 @@ def test_bench_prefill(tmp_path, shared_data_dir):
     best = report["best"]
     assert best["before"]["prefilled_tokens"] == 10 * best["after"]["prefilled_tokens"]  # ten cells, one prefill
     assert set(report["summary"]) >= {"prefill_speedup", "wall_speedup", "throughput_ratio", "copy_seconds_after"}
+
+
+def test_bench_ride_along(tmp_path, shared_data_dir):
+    report = run_tiny("bench_ride_along.py", tmp_path, shared_data_dir)
+    runs, summary = report["runs"], report["summary"]
+    assert set(runs) == {"L0", "L10_before", "L10"} and summary["same_tokens_L10_before_and_after"] is True
+    before, after = runs["L10_before"][0], runs["L10"][0]
+    assert after["refining_row_steps"] > 0 and runs["L0"][0]["refining_row_steps"] == 0
+    # a step of refining rows only ran the trash slot as its advancing row before, and runs no advancing row now
+    assert before["padding_row_steps"] == after["steps_without_advancing_rows"] > 0 == after["padding_row_steps"]
+    assert {"wall_ratio_vs_L0", "cpu_ratio_vs_L0", "ratios_vs_L0", "per_row_bound_with_unembedding"} <= set(
+        summary["L10"])
 
 
 @pytest.mark.slow  # three modes, each a process of its own that imports lm_eval: ~40 s at one thread

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 import torch
 from helpers import continuous_checks as checks
-from helpers.inputs import random_prompts
+from helpers.inputs import CharTokenizer, random_prompts
 from helpers.tiny_models import TINY_ARCHS, build_tiny_model
 
 from eglr_harness.core.config import EglrConfig
@@ -155,3 +155,42 @@ def test_refining_rows_ride_along_without_taking_an_advancing_place():
     assert runs[0.5][1] < runs[0.0][1]
     with pytest.raises(ValueError, match="refine_headroom"):
         ContinuousEngine(model, max_batch=4, refine_headroom=2.0)
+
+
+@pytest.mark.parametrize("ends", ["length", "eos_and_stop"])
+def test_overlapped_reads_change_nothing_but_when_the_host_reads(ends):
+    """At L=0 the engine reads a step's result after it launched the next step (the scheduler's overlapped reads):
+    a row that ended by EOS or a stop string at step n runs step n + 1, whose result is discarded, and its slot is
+    given away one step later. The rollouts (tokens, finishes, log-probabilities, entropies) and their accounting
+    are those of reading every step before the next; so are the run's steps when rows end by length only (a row
+    leaves its slot when its last step is launched). Greedy and sampled rows, shared prompts, more requests than
+    slots."""
+    model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=LAYERS, seed=1)
+    tokenizer = CharTokenizer(VOCAB)
+    prompts = random_prompts(5, lengths=(9, 3, 17, 5, 12, 7), vocab=VOCAB)
+    prompts += [prompts[1], prompts[1], prompts[4]]  # rows of one prompt: a holder's K/V copied, its slot kept
+    configs = [EglrConfig(L=0), EglrConfig(L=0, T=0.8, top_k=20)]
+
+    def requests(stop):
+        return [Request(tuple(p), configs[i % 2], 12 - i, seed=3 + i, stop_strings=(stop,) if stop and i % 3 == 0
+                        else ()) for i, p in enumerate(prompts)]
+
+    first = ContinuousEngine(model, max_batch=3).run(requests(None))
+    eos, stop = ([first[1].tokens[2]], tokenizer.CHARS[first[0].tokens[3]]) if ends != "length" else ([], None)
+    results = {}
+    for overlap in (True, False):
+        stats = {}
+        engine = ContinuousEngine(model, max_batch=3, eos_token_ids=eos, tokenizer=tokenizer, overlap_reads=overlap)
+        outcomes = engine.run(requests(stop), stats_for=lambda c: stats.setdefault(c, EglrStats()))
+        figures = {c: {k: v for k, v in s.summary().items() if k != "wall_time_s"} for c, s in stats.items()}
+        results[overlap] = [(o.tokens, o.finish, o.logprobs, o.entropies, o.account) for o in outcomes], figures
+    assert results[True][0] == results[False][0]
+    finishes = {o[1] for o in results[True][0]}
+    assert finishes == ({"length"} if ends == "length" else {"length", "eos", "stop"})
+    if ends == "length":
+        assert results[True][1] == results[False][1]
+    else:  # the steps of the run may differ (later admissions), not what the rows emitted
+        for config, figures in results[True][1].items():
+            per_step = ("steps", "p_step_gated")
+            assert {k: v for k, v in figures.items() if k not in per_step} == {
+                k: v for k, v in results[False][1][config].items() if k not in per_step}

@@ -238,3 +238,65 @@ def test_the_iteration_budget_ends_refinement_as_in_the_reference(arch, k_max):
         assert outcome.tokens == tokens
         assert outcome.token_iterations == ks
         assert max(ks) == k_max
+
+
+# ---------------------------------------------------------------- steps that read less for their refining rows
+def test_steps_of_few_rows_gather_their_slots_and_steps_of_refining_rows_only_skip_the_layers_below_join(
+        monkeypatch):
+    """Two ways a step reads less than the whole batch's K/V and weights: an eager step of at most
+    ``GATHER_SHARE`` of the slots attends over its rows' own slots, gathered (the last rows of a batch), and a
+    step of refining rows only (A = 0) runs the layers from join on alone. Tokens, iterations and
+    log-probabilities are the naive reference's, and those of an engine that never gathers."""
+    from eglr_harness.decoding.continuous import fixed_step
+
+    model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=LAYERS, seed=1)
+    prompts = random_prompts(4, lengths=(9, 3, 17, 5, 7, 11, 4, 8), vocab=VOCAB)
+    settings = dict(L=2, alpha=0.2, k_max=3, tau_kl=TAU_KL, tau_h=0.0)  # join = 2: layers 0, 1 below it
+    lengths = (3, 12, 5, 9, 2, 7, 10, 4)  # rows end apart: the last steps run few rows of the 13 slots
+    requests = [Request(tuple(p), EglrConfig(**settings), n) for p, n in zip(prompts, lengths)]
+    seen = {"gathered": 0, "steps": 0, "without_advancing": 0, "layer_0_in_steps": 0}
+    gathers = fixed_step.gathers
+
+    def spy_gathers(layers, rows, slots):
+        gathered = gathers(layers, rows, slots)
+        seen["gathered"] += gathered and rows > 1  # a gather of one row would keep a wrong order unseen
+        return gathered
+
+    def run(engine):
+        step_fn = engine.step_fn
+
+        def counting_step(stack, key, *args):
+            seen["steps"] += 1
+            seen["without_advancing"] += key.advancing == 0
+            return step_fn(stack, key, *args)
+
+        engine.step_fn = counting_step
+        return engine.run(requests)
+
+    first_layer = model.model.layers[0]
+    in_step = {"on": False}
+    first_layer.register_forward_pre_hook(lambda *_: seen.__setitem__(
+        "layer_0_in_steps", seen["layer_0_in_steps"] + in_step["on"]))
+    monkeypatch.setattr(fixed_step, "gathers", spy_gathers)
+    decode_step = fixed_step.decode_step
+
+    def flagged(*args, **kwargs):
+        in_step["on"] = True
+        try:
+            return decode_step(*args, **kwargs)
+        finally:
+            in_step["on"] = False
+
+    monkeypatch.setattr("eglr_harness.decoding.continuous.step_graphs.decode_step", flagged)
+    gathered = run(ContinuousEngine(model, max_batch=8, eos_token_ids=[EOS]))
+    assert seen["gathered"] > 0 and seen["without_advancing"] > 0
+    assert seen["layer_0_in_steps"] == seen["steps"] - seen["without_advancing"]  # A = 0: no layer below join
+    monkeypatch.setattr(fixed_step, "GATHER_SHARE", 0.0)
+    in_place = run(ContinuousEngine(model, max_batch=8, eos_token_ids=[EOS]))
+    for request, a, b in zip(requests, gathered, in_place):
+        kls, ks = [], []
+        tokens, _, _ = naive_eglr_greedy(model, list(request.prompt), max_new_tokens=request.max_new_tokens,
+                                         eos_ids={EOS}, kl_sink=kls, iterations_sink=ks, **settings)
+        assert min(abs(kl - TAU_KL) / TAU_KL for kl in kls) > 1e-3, "a KL lies near tau_kl: pick another TAU_KL"
+        assert a.tokens == b.tokens == tokens and a.token_iterations == b.token_iterations == ks
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-6)

@@ -41,6 +41,7 @@ import pytest
 import torch
 from helpers.host_reads import HostReadCounter
 from helpers.inputs import random_prompts
+from helpers.region_ops import RegionOps
 from helpers.replay_graph import ReplayGraph
 from helpers.tiny_models import MORE_ARCHS, TINY_ARCHS, build_tiny_model
 
@@ -237,6 +238,14 @@ def loop_reads(monkeypatch) -> dict:
         returned.append(step(*args))
         return returned[-1]
     engine.step_fn = recording_step
+    start = continuous.StepRead.start.__func__
+
+    def copying(cls, read, *args):  # the host reads the step's result through its copy (StepRead)
+        launched = start(cls, read, *args)
+        if any(read is r for r in returned):
+            returned.append(launched.host)
+        return launched
+    monkeypatch.setattr(continuous.StepRead, "start", classmethod(copying))
     with HostReadCounter(torch.device("cpu")) as counter:
         outcomes = engine.run(requests)
     windows["data_dependent"] = counter.reads
@@ -406,6 +415,28 @@ def test_the_bound_check_sees_a_step_compiled_per_shape(monkeypatch, fresh_dynam
     assert compile_violations(torch._dynamo.utils.counters["stats"]["unique_graphs"], 0)
 
 
+GLUE_OPS = {"aten.cos", "aten.sin", "aten.pow", "aten.rsqrt", "aten.mm"}  # rotary angles, final norm, unembedding
+
+
+def test_a_compiled_step_computes_its_angles_and_logits_inside_compiled_regions(fresh_dynamo):
+    """The kernels of a compiled step: the rotary angles are computed inside the compiled decoder layer (from the
+    positions the step hands it) and the final norm and unembedding are a compiled region of their own, so none
+    of their ops runs on its own between the regions; each step calls the layer once per layer and the
+    unembedding once, refining steps too; the tokens are the eager ones."""
+    model = build_tiny_model("llama", vocab_size=VOCAB, num_layers=COMPILE_LAYERS, seed=1)
+    requests = process_sequence()[0][1]  # rows that join, refine and sample
+    with RegionOps() as counter:
+        outcomes = ContinuousEngine(model, max_batch=2, eos_token_ids=[], kv_bucket=4, compile=True,
+                                    compile_backend="eager").run(requests)
+    eager = ContinuousEngine(model, max_batch=2, eos_token_ids=[], kv_bucket=4).run(requests)
+    assert len(counter.steps) > 10
+    for ops, regions in counter.steps:
+        assert regions == {"decoder layer": COMPILE_LAYERS, "unembedding": 1}
+        assert GLUE_OPS & set(ops) == set()
+    assert [o.tokens for o in outcomes] == [o.tokens for o in eager]
+    assert sum(o.gated for o in eager) > 0
+
+
 def test_a_compilation_after_warm_up_is_counted_logged_and_decoded_eagerly(fresh_dynamo, caplog):
     """After warm-up, a call that would compile (here: a layer attribute dynamo guards on changes)
     runs eagerly, counted in late_compiles and said in the log, and the run finishes."""
@@ -490,7 +521,7 @@ def test_captures_one_graph_per_bucket_and_width_and_replays_it_across_runs(monk
     assert len(set(widths)) >= 4 and widths[0] < widths[drop - 1] and max(widths[drop:]) > widths[drop]  # up, down, up
     assert any(r for _, r, _ in keys) and any(not r for _, r, _ in keys)
     num_slots = 2 + 1  # max_batch + refine headroom
-    assert {a for a, *_ in keys} <= set(row_buckets(num_slots, 2))
+    assert {a for a, *_ in keys} <= {0, *row_buckets(num_slots, 2)}  # 0: a step of refining rows only
     assert {r for _, r, _ in keys} <= {0, *row_buckets(num_slots)}
     for outcomes in (first, again):
         assert [o.tokens for o in outcomes] == [o.tokens for o in eager]
@@ -526,7 +557,7 @@ def test_a_layer_that_cannot_compile_whole_runs_eagerly_with_one_log_line(monkey
     engine = ContinuousEngine(model, max_batch=2, eos_token_ids=[], kv_bucket=4, compile=True, compile_backend="eager")
     with caplog.at_level("WARNING"):
         outcomes = engine.run(requests)
-    assert engine.runner.layers.failed and "its layers run eagerly" in caplog.text
+    assert engine.runner.layers.failed and "every decoder layer call runs eagerly" in caplog.text
     assert [o.tokens for o in outcomes] == [o.tokens for o in eager]
 
 

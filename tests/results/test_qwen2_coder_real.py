@@ -1,4 +1,4 @@
-"""Qwen2.5-Coder-1.5B-Instruct (Qwen2, the Q4_K_M GGUF that results/qwen2.5-coder-1.5b-instruct/get_model.py
+"""Qwen2.5-Coder-1.5B-Instruct (Qwen2, the Q4_K_M GGUF that scripts/get_model.py
 assembles) through eglr-hf with its preset: 28 layers, the tasks' L grid, tau_h calibration and the chat
 template through both engines, and L = 0 equal to lm-eval's own `hf` decoding, in bf16 on GSM8K prompts.
 
@@ -19,7 +19,7 @@ from helpers.inputs import requests_for
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "results" / "qwen2.5-coder-1.5b-instruct" / "get_model.py"
+SCRIPT = ROOT / "scripts" / "get_model.py"
 GREEDY = {"until": ["<|im_end|>"], "max_gen_toks": 16, "do_sample": False}
 
 
@@ -36,7 +36,7 @@ def qwen_gguf() -> tuple[Path, str]:
     folder = Path(os.environ.get("EGLR_QWEN_CODER_DIR") or gm.default_cache_dir()).expanduser()
     if not (folder / gm.GGUF_NAME).is_file():
         pytest.skip(f"Qwen2.5-Coder-1.5B-Instruct GGUF not found in {folder}: run "
-                    "results/qwen2.5-coder-1.5b-instruct/get_model.py (or set EGLR_QWEN_CODER_DIR)")
+                    "scripts/get_model.py (or set EGLR_QWEN_CODER_DIR)")
     return folder, gm.GGUF_NAME
 
 

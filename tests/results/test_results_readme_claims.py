@@ -25,7 +25,7 @@ from helpers.run_scripts import script_commands
 import pytest
 
 from eglr_harness.analysis.load import load_parts, read_samples
-from eglr_harness.analysis.metrics.rules import rule_point
+from eglr_harness.analysis.sections.rules import rule_point
 from eglr_harness.core.run_format import samples_files
 
 pytestmark = pytest.mark.unit  # the fast tier: pytest -m unit (README); about two seconds

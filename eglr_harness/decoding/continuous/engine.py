@@ -40,9 +40,14 @@ shaped by (``StepKey``: computed once per step, the run's invariants included) a
 (admission, prefill chunks, gates, exits, EOS, stop strings, lengths, retirement): ``scheduler.py``, the
 one row state machine. This module is the model runner, the host side of the steps: it asks the scheduler
 what runs now, runs that prefill forward or step, reads one small tensor per forward (tokens and flags, by
-the names of ``step_state.READ_FIELDS``) and hands it back, and picks the K/V width the next step reads. Sampling draws
-per row from noise of (row seed, token index) (``sampling.py``), so a rollout does not depend on its
-neighbours; ``fixed_step.py`` says what that means on a GPU.
+the names of ``step_state.READ_FIELDS``) and hands it back, and picks the K/V width the next step reads.
+A step's read is copied to the host without blocking (``StepRead``: pinned memory and an event on CUDA). When no
+row of a run refines (``overlap_reads``), the host reads it one step later, after it launched the next step, as
+vLLM's async scheduling does: a steady step then makes the host wait for nothing (a row that ended at step n runs
+step n + 1, whose result is discarded: the scheduler's "overlapped reads"). When rows refine, a gate's decision at
+step n decides which rows refine at step n + 1, and each step's read comes in before the next step is made.
+Sampling draws per row from noise of (row seed, token index) (``sampling.py``), so a rollout does not depend on
+its neighbours; ``fixed_step.py`` says what that means on a GPU.
 
 Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``).
 """
@@ -66,11 +71,12 @@ from eglr_harness.core.progress import tokens_emitted
 from eglr_harness.decoding.compile_setting import CUDA_GRAPHS
 from eglr_harness.decoding.continuous.fixed_step import save_anchors, settle
 from eglr_harness.decoding.continuous.kv_slots import SPARE_COLUMNS, SlotCache, SlotView, prefill_masks
-from eglr_harness.decoding.continuous.scheduler import Prefill, Row, Scheduler, Step
+from eglr_harness.decoding.continuous.scheduler import Drain, Prefill, Row, Scheduler, Step
 from eglr_harness.decoding.continuous.stack import FALLBACK, ModelStack
 from eglr_harness.decoding.continuous.step_graphs import EAGER_STEP_SHARE, StepRunner, WarmupReport
 from eglr_harness.decoding.continuous.step_key import StepSizes, length_bucket
-from eglr_harness.decoding.continuous.step_state import READ_FIELDS, SlotState, StepInvariants
+from eglr_harness.decoding.continuous.step_state import (READ_FIELDS, HostPack, Packed, Sent, SlotState,
+                                                         StepInvariants)
 from eglr_harness.decoding.contract import Outcome, Request
 from eglr_harness.decoding.functional import raise_on_nan_rows
 from eglr_harness.decoding.processors import LogitsOptions, ProcessorsInUse, not_applied
@@ -131,12 +137,14 @@ class ContinuousEngine:
             buckets (powers of two from 2, ``max_batch``, the slot count); ``compile_mode``
             ``"reduce-overhead"`` also records one CUDA graph per (rows, width) bucket (CUDA only);
             ``compile_backend`` (``"eager"`` / ``"aot_eager"`` trace without generating code: a quick check).
+        overlap_reads: in a run whose rows never refine, read each step's result after the next step is launched
+            (the scheduler's overlapped reads); False: before, as in a run whose rows refine.
     """
 
     def __init__(self, model, *, max_batch: int, eos_token_ids: Sequence[int] = (), tokenizer=None,
                  admit_at: int | None = None, refine_headroom: float = 0.5, kv_bucket: int = 128,
                  prefill_tokens: int = PREFILL_TOKENS, share_prompts: bool = True, compile: bool = False,
-                 compile_mode: str | None = None, compile_backend: str = "inductor"):
+                 compile_mode: str | None = None, compile_backend: str = "inductor", overlap_reads: bool = True):
         if max_batch != "auto" and (isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1):
             raise ValueError(f"`max_batch`={max_batch!r} is not allowed; allowed: an int >= 1 or 'auto'.")
         self.stack = ModelStack.of(model)
@@ -155,6 +163,9 @@ class ContinuousEngine:
             raise ValueError(f"`prefill_tokens`={prefill_tokens!r} is not allowed; allowed: an int >= 1.")
         self.prefill_tokens = prefill_tokens
         self.share_prompts = share_prompts
+        if not isinstance(overlap_reads, bool):
+            raise ValueError(f"`overlap_reads`={overlap_reads!r} is not allowed; allowed: True or False.")
+        self.overlap_reads = overlap_reads
         self.prefill_totals = PrefillCounts()  # over the engine's runs
         self.compile = compile
         capture = compile and compile_mode == CUDA_GRAPHS
@@ -383,6 +394,64 @@ class PrefillCounts:
 
 
 @dataclass
+class _Chunk:
+    """A prefill forward's host side (``_Run.plan_chunk``): its work, rows, where each row's chunk starts and how
+    many positions it takes, the rows (indices into ``work.slots``) and slots whose prompt it completes, and where
+    its device values (ids, starts, takes, slots, done, entry) are in the refill's pack."""
+
+    work: Prefill
+    rows: list[Row]
+    starts: list[int]
+    takes: list[int]
+    done: list[int]
+    done_slots: list[int]
+    values: dict[str, Packed]
+
+
+@dataclass
+class _Copies:
+    """Prompt copies' host side (``_Run.plan_copies``): the followers; per source, the prompt's length and its
+    followers in the pack; the followers' slots and entry layers in the pack."""
+
+    followers: list[int]
+    targets: dict[int, tuple[int, Packed]]
+    slots: Packed
+    entry: Packed
+
+
+@dataclass
+class StepRead:
+    """A decoding step's read on its way to the host: ``host`` (rows, len(READ_FIELDS)), filled by a non-blocking
+    copy (into pinned memory, an ``event`` recorded after it, on CUDA) when the step is launched; ``values`` waits
+    for that copy only. Taken one step later (overlapped reads), the device is by then busy with the next step.
+    work: the step; num_adv: its advancing rows, padded (the refining rows' results start there)."""
+
+    host: torch.Tensor
+    event: object | None
+    work: Step
+    num_adv: int
+
+    @classmethod
+    def start(cls, read: torch.Tensor, work: Step, num_adv: int) -> StepRead:
+        cuda = read.device.type == "cuda"
+        host = torch.empty(read.shape, dtype=read.dtype, pin_memory=cuda)
+        host.copy_(read, non_blocking=True)
+        event = None
+        if cuda:
+            event = torch.cuda.Event()
+            event.record()
+        return cls(host, event, work, num_adv)
+
+    def values(self) -> list[list[float]]:
+        """The step's rows (advancing, then refining; padding left out), by ``READ_FIELDS``."""
+        if self.event is not None:
+            self.event.synchronize()
+        host = self.host.tolist()
+        advancing = len(self.work.advancing)
+        return host[:advancing] + host[self.num_adv:self.num_adv + len(self.work.refining)]
+
+
+@dataclass
 class PromptState:
     """What a prompt's prefill leaves for the rows that share the prompt, as its holder's forward computed it.
     anchors: (E, D) the last position's input of each entry layer N - L of the run (``invariants.entry_layers``
@@ -404,9 +473,12 @@ class _Run:
         max_batch = engine.max_batch if engine.max_batch != "auto" else engine.auto_batch(requests)
         configs = [r.config for r in requests]
         self.num_slots = slot_count(max_batch, engine.refine_headroom, any(c.refines for c in configs), len(requests))
+        self.overlap = engine.overlap_reads and not any(c.refines for c in configs)
         self.scheduler = Scheduler(requests, self.outcomes, num_slots=self.num_slots, max_advancing=max_batch,
                                    admit_at=engine.admit_at or max(1, max_batch // 8),
-                                   prefill_tokens=engine.prefill_tokens, share_prompts=engine.share_prompts)
+                                   prefill_tokens=engine.prefill_tokens, share_prompts=engine.share_prompts,
+                                   overlap=self.overlap)
+        self.in_flight: StepRead | None = None  # overlapped reads: the read of the step launched last
         self.prompt_states: dict[tuple[int, ...], PromptState] = {}  # of the prompts a live row holds
         self.prefill_counts = PrefillCounts()
         self.rows = self.scheduler.rows  # the scheduler's, by slot
@@ -434,62 +506,84 @@ class _Run:
         """Run what the scheduler says runs, until it says nothing does."""
         while (work := self.scheduler.next_work()) is not None:
             if isinstance(work, Prefill):
-                self.admit(work.admitted)
                 self.prefill(work)
+            elif isinstance(work, Drain):
+                self.take(self.in_flight)
+                self.in_flight = None
             else:
                 self.step(work)
 
-    def admit(self, slots: list[int]) -> None:
-        """Write the settings of the requests admitted into ``slots`` into the slot state; their prompts are
-        prefilled next (``prefill``)."""
+    def admit(self, pack: HostPack, slots: list[int]) -> Callable[[Sent], None] | None:
+        """The settings of the requests admitted into ``slots``, added to ``pack``; returns what writes them into
+        the slot state once the pack is sent (None: nothing admitted). Their prompts are prefilled next."""
         if not slots:
-            return
+            return None
         rows = [self.rows[s] for s in slots]
         for prompt in [p for p in self.prompt_states if p not in self.scheduler.holders]:
             del self.prompt_states[prompt]  # no slot keeps its K/V any more: no row will copy it
-        self.state.admit(slots, [r.request.config for r in rows], [r.request.seed for r in rows],
-                         [r.request.prompt for r in rows], [self.options[r.index] for r in rows])
+        return self.state.pack_admission(pack, slots, [r.request.config for r in rows], [r.request.seed for r in rows],
+                                         [r.request.prompt for r in rows], [self.options[r.index] for r in rows])
 
     def prefill(self, work: Prefill) -> None:
-        """Prefill work: one forward of the next chunk of the prompts the scheduler picked (``forward_prompts``),
-        then the copies of complete prompts to their followers (``copy_prompts``); every row whose prompt is now
-        complete gets its first distribution (gate, token) in one settle."""
+        """Refill work: the admitted rows' settings (``admit``), one forward of the next chunk of the prompts the
+        scheduler picked (``forward_prompts``), then the copies of complete prompts to their followers
+        (``copy_prompts``); every row whose prompt is now complete gets its first distribution (gate, token) in one
+        settle. Every host value of it (settings, prompt ids, indices) goes to the device in one copy
+        (``HostPack``), and its settle's result is its one read."""
         started = time.perf_counter()
-        done, hidden, raw = self.forward_prompts(work) if work.slots else ([], None, None)
-        followers = []
-        if work.copies:
+        pack = HostPack()
+        write_admission = self.admit(pack, work.admitted)
+        chunk = self.plan_chunk(pack, work) if work.slots else None
+        copies = self.plan_copies(pack, work.copies) if work.copies else None
+        followers = [follower for _, follower in work.copies]
+        ready = (chunk.done_slots if chunk else []) + followers
+        ready_at = pack.add(ready)
+        sent = pack.send(self.device)
+        if write_admission is not None:
+            write_admission(sent)
+        done, hidden, raw = self.forward_prompts(chunk, sent) if chunk else ([], None, None)
+        if copies:
             copy_started = time.perf_counter()
-            followers, copied_hidden, copied_raw = self.copy_prompts(work.copies)
+            copied, copied_hidden, copied_raw = self.copy_prompts(copies, sent)
+            assert copied == followers
             self.prefill_counts.copy_seconds += time.perf_counter() - copy_started
             hidden = copied_hidden if hidden is None else torch.cat([hidden, copied_hidden])
             raw = copied_raw if raw is None else torch.cat([raw, copied_raw])
-        ready = done + followers
+        assert done + followers == ready
         counts = self.prefill_counts
         counts.rows += len(ready)
         counts.shared_rows += len(followers)
         counts.prompt_tokens += sum(len(self.rows[s].request.prompt) for s in ready)
         if ready:
-            slots = torch.tensor(ready, device=self.device)
-            read = settle(self.stack, self.invariants, self.state, slots, 0, hidden, raw)
+            read = settle(self.stack, self.invariants, self.state, sent[ready_at], 0, hidden, raw)
             self.absorb(read.tolist(), ready)  # rows that end at their first token retire here
         counts.seconds += time.perf_counter() - started
 
-    def forward_prompts(self, work: Prefill) -> tuple[list[int], torch.Tensor | None, torch.Tensor | None]:
-        """One prefill forward: the next chunk of each prompt of ``work.slots``, right-padded to Q positions, within
-        the token budget. Returns the slots whose prompt is now complete, their last position's h^(N) (G', D) and
-        logits (G', V) (None, None when none is); with shared prompts their ``PromptState`` is kept for the rows
-        of the same prompt."""
+    def plan_chunk(self, pack: HostPack, work: Prefill) -> _Chunk:
+        """The host side of a prefill forward (``forward_prompts``): the next chunk of each prompt of ``work.slots``,
+        right-padded to Q positions, its values added to ``pack``."""
         slots, chunk = work.slots, work.chunk
         rows = [self.rows[s] for s in slots]
         starts = [row.prefilled for row in rows]
         takes = [min(len(row.request.prompt) - row.prefilled, chunk) for row in rows]
-        ids = torch.zeros(len(slots), chunk, dtype=torch.long)
-        for g, (row, start, take) in enumerate(zip(rows, starts, takes)):
-            ids[g, :take] = torch.tensor(row.request.prompt[start:start + take])
-        ids = ids.to(self.device)
-        starts_t = torch.tensor(starts, device=self.device)
-        takes_t = torch.tensor(takes, device=self.device)
-        slots_t = torch.tensor(slots, device=self.device)
+        ids = [list(row.request.prompt[start:start + take]) + [0] * (chunk - take)
+               for row, start, take in zip(rows, starts, takes)]
+        done = [g for g, (row, start, take) in enumerate(zip(rows, starts, takes))
+                if start + take == len(row.request.prompt)]
+        entry = [self.stack.num_layers - rows[g].request.config.L for g in done]
+        return _Chunk(work, rows, starts, takes, done, [slots[g] for g in done],
+                      {name: pack.add(values) for name, values in (("ids", ids), ("starts", starts), ("takes", takes),
+                                                                   ("slots", slots), ("done", done), ("entry", entry))})
+
+    def forward_prompts(self, plan: _Chunk, sent: Sent) -> tuple[list[int], torch.Tensor | None, torch.Tensor | None]:
+        """One prefill forward of ``plan``'s chunk (``plan_chunk``; ``sent``: its pack on the device), within the
+        token budget. Returns the slots whose prompt is now complete, their last position's h^(N) (G', D) and
+        logits (G', V) (None, None when none is); with shared prompts their ``PromptState`` is kept for the rows
+        of the same prompt."""
+        slots, chunk, rows, starts, takes, done = (plan.work.slots, plan.work.chunk, plan.rows, plan.starts,
+                                                   plan.takes, plan.done)
+        ids, starts_t, takes_t, slots_t, picked, entry = (sent[plan.values[name]] for name in
+                                                          ("ids", "starts", "takes", "slots", "done", "entry"))
         offsets = torch.arange(chunk, device=self.device)[None]  # (1, Q)
         positions = starts_t[:, None] + offsets  # (G, Q)
         real = offsets < takes_t[:, None]  # (G, Q) positions of the prompt (the rest is padding)
@@ -503,12 +597,8 @@ class _Run:
                  for kind, mask in prefill_masks(starts_t, chunk, cache.span, self.stack.windows).items()}
         hidden = self.stack.embed(ids)  # (G, Q, D)
         angles = self.stack.rotary_angles(hidden, positions)
-        done = [g for g, (row, start,
-                          take) in enumerate(zip(rows, starts, takes)) if start + take == len(row.request.prompt)]
-        picked = torch.tensor(done, dtype=torch.long, device=self.device)
         last = takes_t[picked] - 1
         done_slots = slots_t[picked]
-        entry = self.stack.num_layers - torch.tensor([rows[g].request.config.L for g in done], device=self.device)
         entry_inputs = {}  # entry layer -> (G', D): the prompt state of the rows that share these prompts
         for index in range(self.stack.num_layers):
             if index in self.invariants.entry_layers and done:
@@ -519,7 +609,7 @@ class _Run:
         self.prefill_counts.forwards += 1
         self.prefill_counts.prefilled_tokens += sum(takes)
         advancing = self.scheduler.prefilled(slots, takes)  # finished prompts decode, the others wait their turn
-        assert advancing == [slots[g] for g in done]  # the forward anchored exactly these rows
+        assert advancing == plan.done_slots  # the forward anchored exactly these rows
         if not done:
             return [], None, None
         last_hidden = hidden[picked, last]  # (G', D)
@@ -532,37 +622,41 @@ class _Run:
                     None if anchors is None else anchors[i], last_hidden[i], raw[i])
         return advancing, last_hidden, raw
 
-    def copy_prompts(self, copies: list[tuple[int, int]]) -> tuple[list[int], torch.Tensor, torch.Tensor]:
-        """Give each follower of ``copies`` ((source slot, follower slot) pairs, the source's prompt complete) the
-        source's prompt K/V and the prompt's state: its anchor at its own entry layer N - L, and the last position's
-        h^(N) (F, D) and logits (F, V), returned for its first settle. Returns the followers, now past their
-        prompt."""
-        targets: dict[int, list[int]] = defaultdict(list)  # source -> its followers (one prompt, one length)
+    def plan_copies(self, pack: HostPack, copies: list[tuple[int, int]]) -> _Copies:
+        """The host side of ``copy_prompts``: each source's followers (one prompt, one length; a follower that is
+        its own source kept the prompt's K/V) and every follower's entry layer N - L, added to ``pack``."""
+        targets: dict[int, list[int]] = defaultdict(list)  # source -> its followers
         for source, follower in copies:
             if source != follower:  # else its own slot kept the prompt's K/V
                 targets[source].append(follower)
-        for source, followers in targets.items():
-            length = len(self.rows[followers[0]].request.prompt)
-            self.cache.copy_prompt(source, torch.tensor(followers, device=self.device), length)
         followers = [follower for _, follower in copies]
-        states = [self.prompt_states[self.rows[f].request.prompt] for f in followers]
+        return _Copies(followers, {source: (len(self.rows[fs[0]].request.prompt), pack.add(fs))
+                                   for source, fs in targets.items()}, pack.add(followers),
+                       pack.add([self.stack.num_layers - self.rows[f].request.config.L for f in followers]))
+
+    def copy_prompts(self, plan: _Copies, sent: Sent) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+        """Give each follower of ``plan`` (``plan_copies``; the sources' prompts complete) the source's prompt K/V
+        and the prompt's state: its anchor at its own entry layer N - L, and the last position's h^(N) (F, D) and
+        logits (F, V), returned for its first settle. Returns the followers, now past their prompt."""
+        for source, (length, followers) in plan.targets.items():
+            self.cache.copy_prompt(source, sent[followers], length)
+        states = [self.prompt_states[self.rows[f].request.prompt] for f in plan.followers]
         if self.invariants.entry_layers:
-            slots = torch.tensor(followers, device=self.device)
-            entry = self.stack.num_layers - torch.tensor([self.rows[f].request.config.L for f in followers],
-                                                         device=self.device)
+            slots, entry = sent[plan.slots], sent[plan.entry]
             anchors = torch.stack([state.anchors for state in states])  # (F, E, D)
             for e, layer in enumerate(self.invariants.entry_layers):
                 save_anchors(self.state.anchor, slots, anchors[:, e], entry, layer)
-        return (self.scheduler.copied(followers), torch.stack([state.last_hidden for state in states]),
+        return (self.scheduler.copied(plan.followers), torch.stack([state.last_hidden for state in states]),
                 torch.stack([state.raw for state in states]))
 
     def step(self, work: Step) -> None:
-        """One decoding step: advancing rows feed their newest token, refining rows run one iteration."""
+        """One decoding step: advancing rows feed their newest token, refining rows run one iteration. Its read is
+        taken now, or, with overlapped reads, the previous step's is, this step's being taken next time."""
         advancing, refining = work.advancing, work.refining
-        self.steps_by_config.update({self.rows[s].request.config for s in advancing + refining})  # once per step
-        self.refining_steps_by_config.update({self.rows[s].request.config for s in refining})
         # the columns the step reads: the newest position an advancing row writes, a length bucket of it
-        needed = max([self.rows[s].position + 3 for s in advancing] + [self.rows[s].position + 2 for s in refining])
+        rows = work.rows  # with overlapped reads a row whose last step this is has left its slot already
+        needed = max([row.position + 3 for row in rows[:len(advancing)]] +
+                     [row.position + 2 for row in rows[len(advancing):]])
         # the step's one key (the run's invariants, its row buckets, its width): the step runner trusts it
         key = self.sizes.key(len(advancing), len(refining), needed)  # compiled: buckets; eager: exact row counts
         if key.width > self.cache.capacity:  # eager steps only: a captured run's storage holds its longest request
@@ -574,27 +668,45 @@ class _Run:
         slots = self._upload(advancing + [self.trash] * (num_adv - len(advancing)) +
                              refining + [self.trash] * (num_ref - len(refining)))
         read = self.engine.step_fn(self.stack, key, self.state, self.cache, slots[:num_adv], slots[num_adv:])
-        host = read.tolist()  # the step's one read
-        for s in advancing:
-            self.rows[s].position += 1
-        self.absorb(host[:len(advancing)] + host[num_adv:num_adv + len(refining)], advancing + refining)
+        for row in rows[:len(advancing)]:
+            row.position += 1
+        launched = StepRead.start(read, work, num_adv)
+        if self.overlap:
+            launched, self.in_flight = self.in_flight, launched
+        if launched is not None:
+            self.take(launched)
+
+    def take(self, launched: StepRead) -> None:
+        """Read a step's result (the step's one read) and hand it to the scheduler; the step counts for the configs
+        of its rows that had not ended before it (with overlapped reads, a row that ended at the step before ran it
+        and its result is discarded)."""
+        values = launched.values()
+        work = launched.work
+        live = [not row.outcome.finish for row in work.rows]
+        self.steps_by_config.update({row.request.config for row, on in zip(work.rows, live) if on})  # once per step
+        refining = range(len(work.advancing), len(work.rows))
+        self.refining_steps_by_config.update({work.rows[i].request.config for i in refining if live[i]})
+        self.absorb(values, work.advancing + work.refining, step=work)
 
     def _upload(self, values: list[int]) -> torch.Tensor:
-        """Host ints to the device without a host sync (pinned memory, non-blocking copy on CUDA):
-        the step's one read of its result stays the loop's only sync."""
+        """Host ints to the device without a host sync (pinned memory, non-blocking copy on CUDA): the reads of
+        the steps' results (``StepRead``) stay the loop's only syncs."""
         host = torch.tensor(values, dtype=torch.long)
         if self.device.type == "cuda":
             host = host.pin_memory()
         return host.to(self.device, non_blocking=True)
 
     # ---------------------------------------------------------------- after a forward
-    def absorb(self, read: list[list[float]], slots: list[int]) -> None:
-        """Hand a forward's read (one row per slot of ``slots``) to the scheduler, which applies it (gates, exits,
-        emitted tokens, finishes); each finished request is reported (``on_finish``)."""
-        raise_on_nan_rows([slot for slot, values in zip(slots, read) if values[_F["nan"]]],
+    def absorb(self, read: list[list[float]], slots: list[int], step: Step | None = None) -> None:
+        """Hand a forward's read (one row per slot of ``slots``; ``step``: the decoding step it is the read of) to
+        the scheduler, which applies it (gates, exits, emitted tokens, finishes); each finished request is reported
+        (``on_finish``)."""
+        rows = step.rows if step is not None else [self.rows[s] for s in slots]
+        raise_on_nan_rows([slot for slot, row, values in zip(slots, rows, read)
+                           if values[_F["nan"]] and not row.outcome.finish],  # a discarded result raises nothing
                           "a decoding step of the continuous engine")
         for row in self.scheduler.absorb(read, slots, eos=self.engine.eos, stopped=self._stopped,
-                                          on_emitted=tokens_emitted):
+                                          on_emitted=tokens_emitted, step=step):
             row.outcome.account = row_account(row.outcome, row.request.config)
             if self.on_finish is not None:
                 self.on_finish(row.index, row.outcome)

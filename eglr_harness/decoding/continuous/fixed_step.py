@@ -3,7 +3,8 @@
 A step takes A advancing slots and R refining slots (index tensors whose sizes are buckets chosen
 by the host; padding entries name the trash slot, whose results are never read) and runs
 
-- layers 0 .. join-1 on the A advancing rows (their newest token, embedded),
+- layers 0 .. join-1 on the A advancing rows (their newest token, embedded); none of them when A = 0
+  (a step of refining rows only: it reads the top layers' weights alone),
 - layers join .. N-1 on the A + R rows, the refining rows entering at ``join`` = N - max L with
   their fused state u; a refining row of a smaller L has u put back at its own layer N - L (a
   masked select: the few layers it ran before are discarded, shapes never change),
@@ -17,15 +18,18 @@ Nothing here branches on a tensor value, reads a tensor on the host or makes a d
 shape, so ``torch.compile(decode_step, fullgraph=True)`` traces it whole
 (tests/decoding/test_fixed_step.py), and on CUDA it can be captured as a CUDA graph per (A, R, width) bucket.
 
-What holds for "a row's tokens depend only on its own request": the row's draws depend only on
-its seed and token index (``sampling.py``); its attention reads its own slot only (masks by slot);
-every other op is row-wise. On CPU in fp32 the tokens are the same alone or in any batch and any
-slot (tested). On a GPU (bf16 especially) a matmul's kernel and its reduction order may depend on
-the number of rows it is called with: here that is the step's (A, R) buckets (and the prefill's
-row count), never the neighbours' lengths or positions, since the K/V width is a length bucket of
-the running batch. A row's logits can therefore differ in the last bits between two runs whose
-buckets differ (another max_batch, or a run whose other rows finish earlier), as with any batched
-decoding; with the same buckets and the same inputs the step is deterministic.
+What holds for "a row's tokens depend only on its own request": the row's draws depend only on its seed
+and token index (``sampling.py``); its attention reads its own slot only (masks by slot); every other op
+is row-wise. On CPU in fp32 the tokens are the same alone or in any batch and any slot (tested), and an
+eager step of few rows, which attends over its rows' own slots gathered (``gathers``), computes what it
+computes in place (the same tokens, tested; at one thread the same bits; more threads may split the
+attention's work otherwise, which would move last bits only). On a GPU (bf16 especially) a matmul's
+kernel and its reduction order may depend on the number of rows it is called with: here that is the
+step's (A, R) buckets (and the prefill's row count), never the neighbours' lengths or positions, since
+the K/V width is a length bucket of the running batch. A row's logits can therefore differ in the last
+bits between two runs whose buckets differ (another max_batch, or a run whose other rows finish
+earlier), as with any batched decoding; with the same buckets and the same inputs the step is
+deterministic.
 
 Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``).
 """
@@ -128,6 +132,20 @@ def settle(stack, invariants: StepInvariants, state: SlotState, rows: torch.Tens
     return torch.stack([read[name] for name in READ_FIELDS], dim=1)  # the host reads its columns by these names
 
 
+# An eager step whose rows are at most this share of the slots attends over the rows' own slots, their K/V
+# columns gathered, instead of over every slot's: a step of few rows (the last rows of a batch, a step of
+# refining rows only) then reads the K/V of its rows, not of the whole batch. A gather copies what it reads
+# (on SmolLM2's shapes, CPU: gathering 32 of 33 slots cost 1.5x attending over all 33), so a full batch
+# attends in place. A compiled layer never gathers: its inputs keep one form (no second compilation).
+GATHER_SHARE = 1 / 3
+
+
+def gathers(layers, rows: int, slots: int) -> bool:
+    """Whether a step's layers, run by ``layers`` on ``rows`` rows of ``slots`` slots (the trash slot
+    included), attend over the rows' own slots gathered (``GATHER_SHARE``): eager layers only."""
+    return layers is call_layer and rows <= GATHER_SHARE * slots
+
+
 def save_anchors(anchor: torch.Tensor, slots: torch.Tensor, hidden: torch.Tensor, entry: torch.Tensor,
                  layer: int) -> None:
     """Keep, as the anchor a (eglr-method.md §2), the input of ``layer`` of the rows that enter refinement
@@ -146,7 +164,8 @@ def decode_step(stack, invariants: StepInvariants, state: SlotState, cache: Slot
     """One decoding step of every running row.
 
     advancing: (A,) slots that feed their newest token; refining: (R,) slots that run one iteration
-    (R may be 0); padding entries of both are the trash slot. The attention reads the first
+    (R may be 0; A may be 0 when R is not: the step then runs the layers from ``join`` on only, for its
+    refining rows); padding entries of both are the trash slot. The attention reads the first
     ``cache.width`` columns of the slots. layers: how a decoder layer runs (``stack.call_layer``, or
     its compiled form: ``step_graphs.py``). Returns settle's read, (A + R, F).
     """
@@ -170,8 +189,10 @@ def decode_step(stack, invariants: StepInvariants, state: SlotState, cache: Slot
                           settings.one_minus_alpha[refining])[:, None]  # (R, 1, D)
         entry = num_layers - settings.L[refining]  # (R,) the layer each refining row enters at
     adv_entry = num_layers - settings.L[advancing]  # (A,) where each advancing row's anchor is taken
+    # a step of refining rows only (A = 0) starts at join: the layers below it would run for no row
+    first = invariants.join_layer if num_adv == 0 and num_ref else 0
     views = angles = None
-    for index in range(num_layers):
+    for index in range(first, num_layers):
         if num_ref and index == invariants.join_layer:
             hidden = torch.cat([hidden, fused.to(hidden.dtype)])
             rows = torch.cat([advancing, refining])
@@ -183,12 +204,17 @@ def decode_step(stack, invariants: StepInvariants, state: SlotState, cache: Slot
         if index in invariants.entry_layers:
             save_anchors(state.anchor, advancing, hidden[:num_adv, 0], adv_entry, index)
         if views is None:
-            views = {kind: SlotView(rows, view.mask, view.bias) for kind, view in masks.items()}
+            gather = gathers(layers, rows.shape[0], slots)
+            if gather:  # the attention reads the rows' own slots, gathered in the rows' order
+                local = torch.arange(rows.shape[0], device=rows.device)
+                views = {kind: SlotView(local, view.mask[rows], view.bias[rows]) for kind, view in masks.items()}
+            else:
+                views = {kind: SlotView(rows, view.mask, view.bias) for kind, view in masks.items()}
             angles = {kind: (cos[rows], sin[rows]) for kind, (cos, sin) in angles_all.items()}
             positions = query[rows][:, None]
         kind = stack.layer_kinds[index]
         hidden = layers(stack.parts.layers[index], hidden, views[kind], angles[kind], positions,
-                        cache.layer(index, rows, columns))
+                        cache.layer(index, rows, columns, gather))
     state.position.index_add_(0, advancing, torch.ones_like(advancing))
     last_hidden = hidden[:, 0]
     return settle(stack, invariants, state, rows, num_ref, last_hidden, stack.logits(last_hidden))

@@ -58,18 +58,25 @@ class SlotView:
 @dataclass
 class LayerWrite:
     """One layer's slot storage and where a decoding step's G rows write into it; stands in for
-    transformers' cache in that layer's call. keys, values: (B, Hkv, C, d); rows, columns: (G,)."""
+    transformers' cache in that layer's call. keys, values: (B, Hkv, C, d); rows, columns: (G,).
+    gather: the W columns the attention reads, of the rows' own slots only (an eager step of few rows:
+    ``fixed_step.gathers``), instead of every slot's; the step's ``SlotView`` then names the rows 0..G-1."""
 
     keys: torch.Tensor
     values: torch.Tensor
     rows: torch.Tensor
     columns: torch.Tensor
+    gather: int | None = None  # W, when gathering
 
     def update(self, key_states, value_states, *args, **kwargs):
-        """key_states, value_states: (G, Hkv, 1, d). Returns the whole storage: the attention reads its first W
-        columns."""
+        """key_states, value_states: (G, Hkv, 1, d). Returns the whole storage, whose first W columns the
+        attention reads; with ``gather``, the rows' slots' first W columns, (G, Hkv, W, d)."""
         self.keys[self.rows, :, self.columns] = key_states[:, :, 0]
         self.values[self.rows, :, self.columns] = value_states[:, :, 0]
+        if self.gather is not None:
+            width = self.gather
+            return (self.keys[:, :, :width].index_select(0, self.rows),
+                    self.values[:, :, :width].index_select(0, self.rows))
         return self.keys, self.values
 
 
@@ -129,9 +136,10 @@ class SlotCache:
             for storage in store.values():
                 storage[targets, :, 1:length + 1] = storage[source, :, 1:length + 1]
 
-    def layer(self, layer_idx: int, rows: torch.Tensor, columns: torch.Tensor) -> LayerWrite:
-        """What decoder layer ``layer_idx`` of a decoding step writes into: its storage at (rows, columns) (G,)."""
-        return LayerWrite(self.keys[layer_idx], self.values[layer_idx], rows, columns)
+    def layer(self, layer_idx: int, rows: torch.Tensor, columns: torch.Tensor, gather: bool = False) -> LayerWrite:
+        """What decoder layer ``layer_idx`` of a decoding step writes into: its storage at (rows, columns) (G,);
+        gather: its attention reads the rows' own slots only (``LayerWrite.gather``)."""
+        return LayerWrite(self.keys[layer_idx], self.values[layer_idx], rows, columns, self.width if gather else None)
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         """A prefill chunk: key_states, value_states (G, Hkv, Q, d) go to their (rows, columns); returns the

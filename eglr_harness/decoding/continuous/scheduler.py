@@ -29,6 +29,16 @@ The policy, as vLLM's and SGLang's schedulers have one:
   some row is past its prompt.
 - **Retirement.** A row leaves its slot when it ends (EOS, a stop string, its length); the slot is free
   for the next admission.
+- **Overlapped reads** (``overlap``, as vLLM's async scheduling): the engine launches step n + 1 before it reads
+  step n's result, so the host never waits for the device in a steady step. Only for runs whose rows never refine:
+  every step a row takes then emits one token, so a row's length is known without the read, and a row's step is
+  launched only while it may still emit (its tokens plus its step in flight below its ``max_new_tokens``); a row
+  leaves its slot when its last step is launched, so the next round admits into it as soon as it would without
+  overlap. A row that ended by EOS or a stop string at step n is known to have ended only when step n's read comes
+  in, after step n + 1 was launched with it: that step's result for it is discarded (``absorb``'s ``step``), and
+  its slot is free one step later than without overlap. When no step can be launched while one is in flight
+  (every row's last step launched, or the end of the run), the work is a ``Drain``: the read of the step in
+  flight comes in.
 """
 
 from __future__ import annotations
@@ -56,6 +66,7 @@ class Row:
     phase: RowPhase = RowPhase.PREFILL
     prefilled: int = 0
     source: int | None = None  # the slot whose prompt K/V it copies instead of a prefill (shared prompts)
+    in_flight: int = 0  # overlapped reads: its steps launched whose read has not come in
 
     @property
     def prompt_left(self) -> int:
@@ -77,10 +88,19 @@ class Prefill:
 
 @dataclass(frozen=True)
 class Step:
-    """A decoding step: the ``advancing`` slots feed their newest token, the ``refining`` ones run one iteration."""
+    """A decoding step: the ``advancing`` slots feed their newest token, the ``refining`` ones run one iteration.
+    ``rows``: the row of each slot (advancing, then refining) when the step was made: with overlapped reads a slot
+    may hold another row by the time the step's read comes in (``absorb``)."""
 
     advancing: list[int]
     refining: list[int]
+    rows: tuple[Row, ...] = dataclasses.field(default=(), compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Drain:
+    """Overlapped reads: no step can be launched now and one is in flight (every running row's last step is, or
+    no row runs any more): its read comes in (``absorb`` with its ``step``) before anything else runs."""
 
 
 class Scheduler:
@@ -89,11 +109,19 @@ class Scheduler:
     requests, outcomes: the run's, in request order. num_slots: rows that can run at once (advancing and
     refining); max_advancing: rows that may advance together; admit_at: admit once this many can go in
     (or the batch is empty); prefill_tokens: the most prompt tokens one prefill forward takes; share_prompts:
-    prefill a prompt once while a row of it is in a slot (the policy's "shared prompts").
+    prefill a prompt once while a row of it is in a slot (the policy's "shared prompts"); overlap: the engine reads
+    a step's result after it launched the next step (the policy's "overlapped reads"; ``ValueError`` when a request
+    refines).
     """
 
     def __init__(self, requests: Sequence[Request], outcomes: Sequence[Outcome], *, num_slots: int,
-                 max_advancing: int, admit_at: int, prefill_tokens: int, share_prompts: bool = False):
+                 max_advancing: int, admit_at: int, prefill_tokens: int, share_prompts: bool = False,
+                 overlap: bool = False):
+        if overlap and any(r.config.refines for r in requests):
+            raise ValueError("`overlap`=True with a request that refines is not allowed; allowed: overlapped reads "
+                             "for runs whose rows never refine (a gate's decision shapes the next step).")
+        self.overlap = overlap
+        self.in_flight: deque[Step] = deque()  # overlapped reads: steps launched whose read has not come in
         self.requests, self.outcomes = requests, outcomes
         self.num_slots, self.max_advancing = num_slots, max_advancing
         self.admit_at, self.prefill_tokens = admit_at, prefill_tokens
@@ -120,7 +148,8 @@ class Scheduler:
     def next_work(self) -> Prefill | Step | None:
         """What runs now (None: every request has finished). A round admits, prefills one chunk when a prompt
         waits (and copies the prompts that are complete to their followers), then steps when some row is past
-        its prompt (the rows a prefill just completed included)."""
+        its prompt (the rows a prefill just completed included); with overlapped reads, a ``Drain`` when no row
+        can step and a step is in flight."""
         while self.busy():
             if self._prefill_next:
                 self._prefill_next = False
@@ -131,13 +160,30 @@ class Scheduler:
                     return Prefill(admitted, slots, chunk, copies)
             else:
                 self._prefill_next = True
-                if self.decoding():
-                    return Step(self.slots_in(RowPhase.ADVANCE), self.slots_in(RowPhase.REFINE))
+                advancing = [s for s in self.slots_in(RowPhase.ADVANCE) if self._may_emit(self.rows[s])]
+                refining = self.slots_in(RowPhase.REFINE)
+                if advancing or refining:
+                    step = Step(advancing, refining, tuple(self.rows[s] for s in advancing + refining))
+                    if self.overlap:
+                        self.in_flight.append(step)
+                        for slot, row in zip(advancing + refining, step.rows):
+                            row.in_flight += 1
+                            if not self._may_emit(row):  # its last step: its slot is free for the next round
+                                self.retire(slot)
+                    return step
+                if self.in_flight:
+                    return Drain()
         return None
 
     # ---------------------------------------------------------------- what runs
     def busy(self) -> bool:
-        return bool(self.waiting) or any(self.rows)
+        return bool(self.waiting) or any(self.rows) or bool(self.in_flight)
+
+    @staticmethod
+    def _may_emit(row: Row) -> bool:
+        """Whether another step of ``row`` may emit a token: below its length counting its steps in flight (each
+        emits one: overlapped reads run rows that never refine)."""
+        return len(row.outcome.tokens) + row.in_flight < row.request.max_new_tokens
 
     def slots_in(self, phase: RowPhase) -> list[int]:
         return [s for s, row in enumerate(self.rows) if row is not None and row.phase == phase]
@@ -233,17 +279,27 @@ class Scheduler:
 
     # ---------------------------------------------------------------- after a forward
     def absorb(self, read: Sequence[Sequence[float]], slots: list[int], *, eos: frozenset[int],
-               stopped: Callable[[list[Row]], set[int]],
-               on_emitted: Callable[[int], None] | None = None) -> list[Row]:
+               stopped: Callable[[list[Row]], set[int]], on_emitted: Callable[[int], None] | None = None,
+               step: Step | None = None) -> list[Row]:
         """Apply a forward's read (one row of ``READ_FIELDS`` values per slot of ``slots``, rows past their
         prompt) to the rows' outcomes: the phase changes (ADVANCE -> REFINE when gated, REFINE -> ADVANCE when
         its exit emits) and the finishes (``eos`` tokens, a stop string: ``stopped(rows)`` -> ids of the rows
         whose text now ends with one, the length). Finished rows are retired; returns them in slot order.
-        ``on_emitted(n)`` hears how many tokens the read emitted (progress that moves with tokens)."""
+        ``on_emitted(n)`` hears how many tokens the read emitted (progress that moves with tokens).
+        step: the decoding step whose read this is (``slots`` its advancing then refining slots); with overlapped
+        reads the oldest step in flight, and a row of it that has finished since it was launched is skipped: its
+        result is discarded."""
+        rows = step.rows if step is not None and step.rows else [self.rows[slot] for slot in slots]
+        if step is not None and self.overlap:
+            assert self.in_flight and self.in_flight[0] is step, "overlapped reads come in in launch order"
+            self.in_flight.popleft()
+            for row in rows:
+                row.in_flight -= 1
         emitted: list[tuple[int, Row]] = []
-        for slot, values in zip(slots, read):
-            row = self.rows[slot]
+        for slot, row, values in zip(slots, rows, read):
             phase, outcome = row.phase, row.outcome
+            if outcome.finish:
+                continue  # ended at an earlier step whose read came in after this step was launched: discarded
             if phase == RowPhase.ADVANCE:
                 outcome.entropies.append(values[_F["entropy"]])
                 if values[_F["gated"]]:
@@ -274,7 +330,8 @@ class Scheduler:
             elif len(outcome.tokens) >= row.request.max_new_tokens:
                 outcome.finish = "length"
             if outcome.finish:
-                finished.append(self.retire(slot))
+                # a row whose last step was in flight left its slot when that step was launched
+                finished.append(self.retire(slot) if self.rows[slot] is row else row)
         return finished
 
     def retire(self, slot: int) -> Row:

@@ -159,7 +159,7 @@ class ModelStack:
 
     def logits(self, last_hidden: torch.Tensor) -> torch.Tensor:
         """The model's logits of h^(N), its logit scale applied, before any soft-cap: (G, D) -> (G, V)."""
-        return self.parts.scale_logits(self.parts.lm_head(self.parts.final_norm(last_hidden[:, None]))[:, 0])
+        return unembed(self.parts, last_hidden)
 
     def emitted(self, raw: torch.Tensor) -> torch.Tensor:
         """What ``generate`` decodes from: the soft-capped logits in fp32.  (G, V) -> (G, V)."""
@@ -185,6 +185,22 @@ def call_layer(layer: torch.nn.Module, hidden, mask, angles, positions, cache) -
     out = layer(hidden, attention_mask=mask, position_embeddings=angles, position_ids=positions, use_cache=True,
                 **{CACHE_KWARG: cache})
     return out[0] if isinstance(out, tuple) else out
+
+
+def call_layer_at(layer: torch.nn.Module, rotary: torch.nn.Module, kind: str | None, hidden, mask, positions,
+                  cache) -> torch.Tensor:
+    """``call_layer`` with the layer's rotary angles computed here from its rows' ``positions`` (G, Q), as
+    ``ModelStack.rotary_angles`` computes them (``kind``: the layer kind where the rotary module takes it, Gemma-3;
+    else None). Compiled (``step_graphs.py``), the angles fuse into the layer's rotary kernels, as vLLM applies
+    the rotary embedding inside its attention from the positions. hidden (G, Q, D) -> (G, Q, D)."""
+    angles = rotary(hidden, positions) if kind is None else rotary(hidden, positions, kind)
+    return call_layer(layer, hidden, mask, angles, positions, cache)
+
+
+def unembed(parts: ModelParts, last_hidden: torch.Tensor) -> torch.Tensor:
+    """The final norm, the unembedding and the logit scale of ``parts`` on h^(N): (G, D) -> (G, V)
+    (``ModelStack.logits``; one function, so that the compiled step compiles it once: ``step_graphs.py``)."""
+    return parts.scale_logits(parts.lm_head(parts.final_norm(last_hidden[:, None]))[:, 0])
 
 
 def rope_types(config) -> set[str]:

@@ -8,7 +8,8 @@ so that a run meets few keys whatever its rows do:
 
 - **rows** (``row_buckets``): the index tensors of a compiled step are padded (with the trash slot) to
   powers of two from 2, the run's ``max_batch`` and its slot count. Never 1: the compiler specialises a
-  size of 1. An eager step takes exact counts (padding rows would cost compute and save nothing).
+  size of 1. An eager step takes exact counts (padding rows would cost compute and save nothing). A step
+  of refining rows only has no advancing rows at all (A = 0, compiled or eager): it runs the top layers alone.
 - **width** (``length_bucket``): the K/V columns a step reads, a bucket of the running rows' newest
   position: base x 1, 1.5, 2, 3, 4, 6, ... (at most 1.5x too wide, log-many widths). Storage
   capacities are length buckets too.
@@ -97,13 +98,17 @@ class StepSizes:
         return length_bucket(needed_columns, self.kv_bucket)
 
     def key(self, num_advancing: int, num_refining: int, needed_columns: int) -> StepKey:
-        """The key of a step of ``num_advancing`` advancing and ``num_refining`` refining rows (a step always
-        runs at least one advancing row: the trash slot when none advances)."""
+        """The key of a step of ``num_advancing`` advancing and ``num_refining`` refining rows. A step runs at least
+        one advancing row (the trash slot when none advances), except a step of refining rows only: its A is 0,
+        and it runs the layers from ``join`` on alone (``fixed_step.decode_step``)."""
         width = self.width(needed_columns)
+        if num_advancing == 0 and num_refining:
+            advancing = 0
+        else:
+            advancing = bucket_of(max(num_advancing, 1), self.advancing) if self.bucketed else max(num_advancing, 1)
         if not self.bucketed:
-            return StepKey(max(num_advancing, 1), num_refining, width, self.invariants)
-        return StepKey(bucket_of(max(num_advancing, 1), self.advancing),
-                       bucket_of(num_refining, self.refining) if num_refining else 0, width, self.invariants)
+            return StepKey(advancing, num_refining, width, self.invariants)
+        return StepKey(advancing, bucket_of(num_refining, self.refining) if num_refining else 0, width, self.invariants)
 
     def widths(self) -> list[int]:
         """Every width a step of this run can read, up to the capacity."""

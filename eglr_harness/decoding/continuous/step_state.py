@@ -10,6 +10,7 @@ Shape letters: the package's legend (``eglr_harness/decoding/__init__.py``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -33,6 +34,63 @@ READ_FIELDS = ("token", "gated", "emitted", "entropy", "logprob", "kl", "iterati
 an advancing row was gated (it refines next), whether the row emitted, the normal pass's raw-logit
 entropy (advancing rows), the emitted token's log-probability, the KL of the iteration (refining
 rows), the iteration count k (refining rows), and whether the row's logits were non-finite."""
+
+
+@dataclass(frozen=True)
+class Packed:
+    """Where ``HostPack.add`` put a value: its elements' offset and count in the pack, its shape and dtype."""
+
+    offset: int
+    numel: int
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+class HostPack:
+    """Host values bound for the device, sent in one copy (the ~30 values of a refill: settings, indices, prompt
+    ids): ``add`` each (ints, bools or floats, nested lists of one shape), then ``send`` once, and ``sent[handle]``
+    is each on the device, a view of the one upload (or a cast of it). Ints and bools travel as int64, floats by
+    the bits of their float64 value, cast on the device to their dtype (a Python float rounds to fp32 there as
+    ``torch.tensor(values, dtype=torch.float32)`` rounds it). On CUDA the pack is pinned and copied without
+    blocking, so a refill's uploads make the host wait for nothing."""
+
+    def __init__(self):
+        self._parts: list[torch.Tensor] = []
+        self._size = 0
+
+    def add(self, values, dtype: torch.dtype = torch.long) -> Packed:
+        """values: a (nested) list of numbers; dtype: what ``sent[handle]`` is on the device."""
+        floating = dtype.is_floating_point
+        host = torch.tensor(values, dtype=torch.float64 if floating else torch.long)
+        handle = Packed(self._size, host.numel(), tuple(host.shape), dtype)
+        self._parts.append((host.view(torch.long) if floating else host).reshape(-1))
+        self._size += host.numel()
+        return handle
+
+    def send(self, device: torch.device | str) -> Sent:
+        """The one copy to ``device`` (pinned and non-blocking on CUDA)."""
+        flat = torch.cat(self._parts) if self._parts else torch.zeros(0, dtype=torch.long)
+        device = torch.device(device)
+        if device.type == "cuda":
+            flat = flat.pin_memory()
+        return Sent(flat.to(device, non_blocking=True))
+
+
+@dataclass
+class Sent:
+    """A ``HostPack`` on the device (``flat``: its int64 values); ``sent[handle]`` unpacks one value."""
+
+    flat: torch.Tensor
+
+    def __getitem__(self, handle: Packed) -> torch.Tensor:
+        part = self.flat[handle.offset:handle.offset + handle.numel]
+        if handle.dtype.is_floating_point:
+            part = part.view(torch.float64).to(handle.dtype)
+        elif handle.dtype == torch.bool:
+            part = part != 0
+        elif handle.dtype != torch.long:
+            part = part.to(handle.dtype)
+        return part.view(handle.shape)
 
 
 @dataclass(frozen=True)
@@ -182,42 +240,56 @@ class SlotState:
     def admit(self, slots: list[int], configs: list[EglrConfig], seeds: list[int | None],
               prompts: list[tuple[int, ...]], options: list[LogitsOptions]) -> None:
         """Write the settings of newly admitted requests into ``slots`` and reset their running state
-        (host -> device, eager)."""
-        index = torch.tensor(slots, device=self.position.device)
-        positions = [len(p) - 1 for p in prompts]
+        (host -> device in one copy, eager)."""
+        pack = HostPack()
+        write = self.pack_admission(pack, slots, configs, seeds, prompts, options)
+        write(pack.send(self.position.device))
+
+    def pack_admission(self, pack: HostPack, slots: list[int], configs: list[EglrConfig], seeds: list[int | None],
+                       prompts: list[tuple[int, ...]], options: list[LogitsOptions]) -> Callable[[Sent], None]:
+        """``admit`` in two halves, so that a refill sends its admission with its other values in one copy: adds
+        the admission's values to ``pack`` and returns what writes them into the slots once ``pack`` is sent."""
         settings = self.settings
-
-        def put(tensor, values):
-            tensor.index_copy_(0, index, torch.tensor(values, dtype=tensor.dtype).to(tensor.device))
-
-        put(settings.L, [c.L for c in configs])
-        put(settings.alpha, [c.alpha for c in configs])
-        put(settings.one_minus_alpha, [1.0 - c.alpha for c in configs])
-        put(settings.k_max, [c.k_max for c in configs])
-        put(settings.stop_threshold, [c.stop_threshold for c in configs])
-        put(settings.tau_h, [c.gate_tau_h for c in configs])
-        put(settings.temperature, [c.T if c.sampled else 1.0 for c in configs])
-        put(settings.top_k, [c.top_k for c in configs])
-        put(settings.top_p, [c.top_p for c in configs])
-        put(settings.sampled, [c.sampled for c in configs])
-        put(settings.seed, [s or 0 for s in seeds])
-        put(settings.penalty, [o.repetition_penalty for o in options])
-        put(settings.ngram, [o.no_repeat_ngram_size > 0 for o in options])
-        put(settings.eos_blocked_until, [o.eos_blocked_until(len(p)) for o, p in zip(options, prompts)])
-        put(settings.min_p, [o.min_p if c.sampled else 0.0 for o, c in zip(options, configs)])
-        put(self.position, positions)
-        put(self.iterations, [0] * len(slots))
-        put(self.drawn, [0] * len(slots))
+        index = pack.add(slots)
+        values = {  # tensor -> its values for the admitted rows
+            "L": [c.L for c in configs], "alpha": [c.alpha for c in configs],
+            "one_minus_alpha": [1.0 - c.alpha for c in configs], "k_max": [c.k_max for c in configs],
+            "stop_threshold": [c.stop_threshold for c in configs], "tau_h": [c.gate_tau_h for c in configs],
+            "temperature": [c.T if c.sampled else 1.0 for c in configs], "top_k": [c.top_k for c in configs],
+            "top_p": [c.top_p for c in configs], "sampled": [c.sampled for c in configs],
+            "seed": [s or 0 for s in seeds], "penalty": [o.repetition_penalty for o in options],
+            "ngram": [o.no_repeat_ngram_size > 0 for o in options],
+            "eos_blocked_until": [o.eos_blocked_until(len(p)) for o, p in zip(options, prompts)],
+            "min_p": [o.min_p if c.sampled else 0.0 for o, c in zip(options, configs)],
+        }
+        targets = {name: getattr(settings, name) for name in values}
+        values["position"], targets["position"] = [len(p) - 1 for p in prompts], self.position
+        puts = [(targets[name], pack.add(v, targets[name].dtype)) for name, v in values.items()]
+        # per-slot token sets: (slot, token) pairs set True after the slots' rows are cleared
+        flags = []
         for tensor, tokens in ((self.seen, prompts), (settings.suppress, [o.suppress_tokens for o in options]),
                                (settings.begin_suppress, [o.begin_suppress_tokens for o in options])):
             if tensor.shape[1] > 1:
-                tensor[index] = False
-                for slot, ids in zip(slots, tokens):
-                    tensor[slot, [t for t in ids if t < tensor.shape[1]]] = True
-        if self.history.shape[1] > 1:
-            for slot, prompt in zip(slots, prompts):
-                self.history[slot, :len(prompt)] = torch.tensor(prompt[:self.history.shape[1]],
-                                                                device=self.history.device)
+                pairs = [(slot, t) for slot, ids in zip(slots, tokens) for t in ids if t < tensor.shape[1]]
+                flags.append((tensor, pack.add([p[0] for p in pairs]), pack.add([p[1] for p in pairs])))
+        history = None
+        if self.history.shape[1] > 1:  # the prompt by position: (slot, column, token) triples
+            width = self.history.shape[1]
+            triples = [(slot, c, t) for slot, prompt in zip(slots, prompts) for c, t in enumerate(prompt[:width])]
+            history = [pack.add([triple[i] for triple in triples]) for i in range(3)]
+
+        def write(sent: Sent) -> None:
+            rows = sent[index]
+            for tensor, handle in puts:
+                tensor.index_copy_(0, rows, sent[handle])
+            for tensor in (self.iterations, self.drawn):
+                tensor.index_fill_(0, rows, 0)
+            for tensor, at, ids in flags:
+                tensor.index_fill_(0, rows, False)
+                tensor.index_put_((sent[at], sent[ids]), torch.ones_like(sent[ids], dtype=torch.bool))
+            if history is not None:
+                self.history.index_put_(tuple(sent[h] for h in history[:2]), sent[history[2]])
+        return write
 
 
 def _flags(rows: int, width: int, device) -> torch.Tensor:

@@ -2,7 +2,7 @@
 # Beam search FLOP-matched to EGLR-SC, as the paper matches it: EGLR-SC_L's pool of B = 10 costs about 10x greedy's
 # FLOPs per problem (../gsm8k_sc's report, "Accuracy against compute"), so Beam-10, on GSM8K's first LIMIT test
 # problems, 640 new tokens, chat template, as ../gsm8k_sc; Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF de-quantised to
-# bf16; ../get_model.py), CPU.
+# bf16; scripts/get_model.py), CPU.
 #
 # beam10_30 was decoded on 2026-11-29 by lm-eval's stock hf at --batch_size 3 (its command is in its results file:
 # `lm_eval --model hf --model_args $LOAD --tasks gsm8k_eglr --limit 30 --gen_kwargs

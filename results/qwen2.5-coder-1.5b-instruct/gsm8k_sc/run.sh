@@ -3,7 +3,7 @@
 # T = 0.7, B = 10 sampled rollouts under seeds 1333..1342, `seeds=10`, majority vote: also the seed pool of the
 # report's re-sampling check, once a T pool is beside it) on GSM8K's first
 # LIMIT test problems, 640 new tokens (the budget chosen in ../budget: under 5 % of greedy answers cut off there),
-# Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF de-quantised to bf16; ../get_model.py), CPU, one thread.
+# Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF de-quantised to bf16; scripts/get_model.py), CPU, one thread.
 # tau_h: eglr-calibrate (the paper's rule: 95th percentile of greedy token entropies, capped at 2.5 nats) on the
 # first 128 new tokens of GSM8K's first 16 problems (2,048 token entropies; shorter than the paper's whole answers,
 # to fit the CPU), written into the preset (model_configs/qwen2.5-coder-1.5b-instruct.yaml, tau_h.gsm8k), skipped

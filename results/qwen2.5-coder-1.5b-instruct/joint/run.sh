@@ -3,7 +3,7 @@
 # at L = 0 (ten samples at T = 0.7); this run decodes the cells where both move, L = 1..10 at T = 0.7 (B = 10: the
 # task's pool with `T=0.7` pinned, one sample per L under the run's seed), on GSM8K's first LIMIT test problems, 640
 # new tokens, chat template, as ../gsm8k_sc; Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF de-quantised to bf16;
-# ../get_model.py), CPU. Resumable through the shared rollout store ../rollouts (rerun the same command after a
+# scripts/get_model.py), CPU. Resumable through the shared rollout store ../rollouts (rerun the same command after a
 # stop: only what is missing is decoded). The report merges it with ../gsm8k_sc's runs of the same LIMIT (run that
 # script first): the L×T pool (greedy, both axes and the joint cells, B = 31) against the T-only and L-only corners,
 # each difference paired over problems.

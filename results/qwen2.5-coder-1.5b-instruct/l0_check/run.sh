@@ -2,7 +2,7 @@
 # Issue 59, item 1: on the real model, eglr-hf at L = 0 decodes what plain decoding decodes. Greedy on GSM8K's
 # first 4 test problems (the task's prompt, the model's chat template), 32 new tokens, bf16 (the Q4_K_M GGUF
 # de-quantised), CPU: lm-eval's own `hf` model, then eglr-hf at L = 0 through each engine (continuous, hf);
-# then compare.py checks that the three logged answers are the same text, problem by problem.
+# then scripts/compare.py checks that the three logged answers are the same text, problem by problem.
 set -euo pipefail
 source "$(dirname "$0")/../env.sh"
 HERE=results/qwen2.5-coder-1.5b-instruct/l0_check
@@ -14,4 +14,4 @@ for ENGINE in continuous hf; do
     --output_path $HERE/eglr_L0_$ENGINE
 done
 python -m eglr_harness.analysis.portable $HERE
-python $HERE/compare.py $HERE/plain_hf $HERE/eglr_L0_continuous $HERE/eglr_L0_hf --out $HERE/agreement.md
+python scripts/compare.py $HERE/plain_hf $HERE/eglr_L0_continuous $HERE/eglr_L0_hf --out $HERE/agreement.md

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# MATH-500 on Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF de-quantised to bf16; ../get_model.py), CPU, one thread:
+# MATH-500 on Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF de-quantised to bf16; scripts/get_model.py), CPU, one thread:
 # the paper's headline task on a model that solves math, at the size a CPU allows (the first LIMIT problems,
 # levels as they come).
 #   1. tau_h: eglr-calibrate (95th percentile of greedy token entropies, capped at 2.5 nats) on the first 128 new
 #      tokens of MATH-500's first 16 problems, written into the preset (tau_h.math500); skipped when it is there.
-#   2. The budget: greedy on the first 20 problems at BUDGET new tokens; ../budget/cutoff.py counts the answers
+#   2. The budget: greedy on the first 20 problems at BUDGET new tokens; scripts/cutoff.py counts the answers
 #      that reached it (the house rule: under ~5 % cut off, or say how many).
 #   3. Greedy, EGLR-SC_L (L = 1..10 at T = 0, majority vote) and SC_T (L = 0 at T = 0.7, 10 seeds) on the first
 #      LIMIT problems, cheapest first. The report (eglr-report over sc_L, sc_T and greedy) is added to this script
@@ -25,11 +25,11 @@ grep -q "^  math500:" model_configs/qwen2.5-coder-1.5b-instruct.yaml || eglr-cal
 COMMON="--tasks math500_eglr_sc --gen_kwargs max_gen_toks=$BUDGET --apply_chat_template --device cpu --log_samples"
 [ -d $HERE/budget_greedy_$BUDGET ] || lm_eval --model eglr-hf --model_args $ARGS,L=0,T=0 $COMMON --limit 20 \
   --batch_size 20 --output_path $HERE/budget_greedy_$BUDGET
-python results/qwen2.5-coder-1.5b-instruct/budget/cutoff.py $HERE/budget_greedy_$BUDGET --out $HERE/cutoff_$BUDGET.md
+python scripts/cutoff.py $HERE/budget_greedy_$BUDGET --out $HERE/cutoff_$BUDGET.md
 if [ "${BUDGET_ONLY:-0}" = 1 ]; then exit 0; fi
 [ -d $HERE/greedy_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS,L=0,T=0 $COMMON --limit $LIMIT \
   --batch_size 25 --output_path $HERE/greedy_$LIMIT
-python results/qwen2.5-coder-1.5b-instruct/budget/cutoff.py $HERE/greedy_$LIMIT --out $HERE/cutoff_greedy_$LIMIT.md
+python scripts/cutoff.py $HERE/greedy_$LIMIT --out $HERE/cutoff_greedy_$LIMIT.md
 [ -d $HERE/sc_L_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS $COMMON --limit $LIMIT --batch_size 100 \
   --output_path $HERE/sc_L_$LIMIT
 [ -d $HERE/sc_T_$LIMIT ] || lm_eval --model eglr-hf --model_args $ARGS,L=0,T=0.7,seeds=10 $COMMON --limit $LIMIT \

@@ -3,7 +3,7 @@
 # L pool (EGLR-SC_L, L = 1..10 at T = 0), a T pool (L = 0 at T = 0.1..1.0, the task's budget axis: one sampled
 # rollout per temperature) and the seed pool (L = 0, T = 0.7 under ten seeds), at B = 10 rollouts per problem, on
 # GSM8K's first LIMIT test problems, 640 new tokens, Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF de-quantised to bf16;
-# ../get_model.py), CPU, one thread. The L and seed pools are ../gsm8k_sc's runs of the same LIMIT (run that first);
+# scripts/get_model.py), CPU, one thread. The L and seed pools are ../gsm8k_sc's runs of the same LIMIT (run first);
 # this decodes the T pool, whose T = 0.7 cell (seed 1333) the rollout store gives back from the seed pool's first
 # seed. The report has the sections runs and resampling only: in one grid the seed pool's ten T = 0.7 rollouts sit
 # in the T pool's T = 0.7 cell, which the grid's other sections would count as the T pool's. Resumable through the

@@ -3,7 +3,7 @@
 # rule), latent and margin over three thresholds each, and accel at its default (with the preset's k_max = 3 its
 # two-hit check cannot exit before k_max: docs/model-arguments.md), at L = 4, T = 0, tau_h from the preset, on
 # GSM8K's first LIMIT test problems, 640 new tokens (as ../gsm8k_sc), Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF
-# de-quantised to bf16; ../get_model.py), CPU, one thread. Every point is decoded here, in this sweep's batches of
+# de-quantised to bf16; scripts/get_model.py), CPU, one thread. Every point is decoded here, in this sweep's batches of
 # LIMIT rows, into a rollout store of its own (rollouts/ beside this script): in bf16 a batch's make-up moves near
 # ties, and through the shared store ../rollouts, kl at 5e-4 came back from ../gsm8k_sc's EGLR-SC_L pool (its L = 4
 # cell, decoded among 100 rows of ten spans), writing other texts than a batch of 30 would (results/README.md). The
