@@ -129,9 +129,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.tiny:
         if args.model:
             parser.error("--tiny builds its own model; allowed: --tiny or --model, not both")
-        for name, value in TINY.items():
-            if getattr(args, name) == parser.get_default(name):
-                setattr(args, name, value)
+        from bench_prefill import tiny_defaults  # this folder's
+
+        tiny_defaults(args, parser, TINY)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = sorted(set(modes) - set(MODES))
     if unknown:

@@ -51,6 +51,14 @@ def few_shot_prompt(shots: list[dict], problem: dict) -> str:
     return "\n\n".join([*turns, f"Question: {problem['question']}\nAnswer:"])
 
 
+def tiny_defaults(args, parser, tiny: dict) -> None:
+    """``--tiny``'s settings (``tiny``: argument name -> value) for the arguments left at their defaults: what a user
+    gives on the command line wins."""
+    for name, value in tiny.items():
+        if getattr(args, name) == parser.get_default(name):
+            setattr(args, name, value)
+
+
 def bench_model(tiny: bool):
     """(model, tokenizer) a benchmark of this folder runs: with ``tiny``, a random 10-layer Llama on SmolLM2's
     tokenizer (the test helpers'); else SmolLM2-135M-Instruct in fp32 (``load_smollm2``)."""
@@ -112,9 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     if args.tiny:
-        for name, value in TINY.items():
-            if getattr(args, name) == parser.get_default(name):
-                setattr(args, name, value)
+        tiny_defaults(args, parser, TINY)
 
     import torch
 

@@ -229,9 +229,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     if args.tiny:
-        for name, value in TINY.items():
-            if getattr(args, name) == parser.get_default(name):
-                setattr(args, name, value)
+        from bench_prefill import tiny_defaults  # this folder's
+
+        tiny_defaults(args, parser, TINY)
     for name in ("prompts", "batch_size", "max_new_tokens", "repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} {getattr(args, name)} is not allowed; allowed: an int >= 1")
